@@ -1,0 +1,167 @@
+import { z } from 'zod';
+import { Actor, OperatorActor } from './envelope.js';
+import {
+  AuditEntry,
+  Execution,
+  QueuedMessage,
+  Session,
+  SessionDetail,
+  Task,
+  TaskWithSessions,
+  Workspace,
+} from './entities.js';
+import { DeliveryMode, ExecutionStatus, McpMode, Protocol, TaskStatus } from './enums.js';
+import { SUBJECT_PREFIX } from './subjects.js';
+
+/** A request/reply endpoint: its subject, the request it accepts and the result it answers. */
+export interface Endpoint<Req extends z.ZodType = z.ZodType, Res extends z.ZodType = z.ZodType> {
+  /** Stable name, used in metrics and span names (`send kandev.orch.task.stop`). */
+  readonly name: string;
+  readonly subject: string;
+  readonly request: Req;
+  readonly result: Res;
+}
+/** An endpoint served by one particular instance (the owner of an execution). */
+export interface InstanceEndpoint<Req extends z.ZodType = z.ZodType, Res extends z.ZodType = z.ZodType> {
+  readonly name: string;
+  readonly at: (instanceId: string) => Endpoint<Req, Res>;
+}
+export type RequestOf<E> = E extends Endpoint<infer Q, z.ZodType> ? z.infer<Q> : E extends InstanceEndpoint<infer Q, z.ZodType> ? z.infer<Q> : never;
+export type ResultOf<E> = E extends Endpoint<z.ZodType, infer R> ? z.infer<R> : E extends InstanceEndpoint<z.ZodType, infer R> ? z.infer<R> : never;
+
+const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
+  name,
+  subject: `${SUBJECT_PREFIX}.${name}`,
+  request,
+  result,
+});
+const instanceEndpoint = <Req extends z.ZodType, Res extends z.ZodType>(
+  service: string,
+  name: string,
+  request: Req,
+  result: Res,
+): InstanceEndpoint<Req, Res> => ({
+  name: `${service}.*.${name}`,
+  at: (instanceId: string) => ({ name: `${service}.*.${name}`, subject: `${SUBJECT_PREFIX}.${service}.${instanceId}.${name}`, request, result }),
+});
+
+const id = z.uuid();
+const reason = z.string().max(2000).nullable().optional();
+
+// ---------------------------------------------------------------- orchestrator (operator surface)
+export const TaskStopExecution = z.object({ session_id: id, execution_id: id, orphaned: z.boolean() });
+export const TaskStopResult = z.object({ task_id: id, status: z.literal('stopped'), executions: z.array(TaskStopExecution) });
+export const RegistryEntryView = z.object({
+  execution_id: id,
+  session_id: id,
+  status: ExecutionStatus,
+  pid: z.number().int().nullable(),
+  protocol: Protocol,
+  instance_id: z.string(),
+});
+
+export const Orch = {
+  workspaceCreate: endpoint('orch.workspace.create', z.object({ actor: OperatorActor, name: z.string().min(1).max(200) }), Workspace),
+  taskCreate: endpoint(
+    'orch.task.create',
+    z.object({
+      actor: Actor,
+      workspace_id: id,
+      title: z.string().min(1).max(500),
+      description: z.string().max(20000).nullable().optional(),
+      parent_id: id.nullable().optional(),
+      office: z.boolean().optional(),
+      agent: z.string().min(1).max(200).nullable().optional(),
+    }),
+    Task,
+  ),
+  taskGet: endpoint('orch.task.get', z.object({ actor: Actor, task_id: id }), TaskWithSessions),
+  taskUpdate: endpoint(
+    'orch.task.update',
+    z.object({ actor: Actor, task_id: id, title: z.string().min(1).max(500).optional(), status: TaskStatus.optional(), archived: z.boolean().optional() }),
+    Task,
+  ),
+  sessionStart: endpoint('orch.session.start', z.object({ actor: Actor, task_id: id, agent: z.string().min(1).optional(), prompt: z.string().optional() }), Session),
+  sessionGet: endpoint('orch.session.get', z.object({ actor: Actor, session_id: id }), SessionDetail),
+  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt: z.string().min(1) }), z.object({ turn_id: id })),
+  agentCancel: endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
+  taskStop: endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult),
+  taskExecutions: endpoint('orch.task.executions', z.object({ actor: Actor, task_id: id }), z.array(RegistryEntryView)),
+  taskQueue: endpoint('orch.task.queue', z.object({ actor: Actor, task_id: id }), z.array(QueuedMessage)),
+  taskAudit: endpoint('orch.task.audit', z.object({ actor: Actor, task_id: id }), z.array(AuditEntry)),
+  /** Lifecycle asks, under the task's row lock, whether a launch that just registered may live (B-1). */
+  executionAdmit: endpoint(
+    'orch.execution.admit',
+    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative() }),
+    z.object({ admitted: z.boolean(), reason: z.string().nullable() }),
+  ),
+} as const;
+
+// ---------------------------------------------------------------- orchestrator (MCP surface; only the mcp service may publish here)
+const callerTaskId = id;
+export const McpStopResult = z.object({ task_id: id, status: z.enum(['stopped', 'not_running']) });
+export const McpMessageResult = z.object({ task_id: id, session_id: id, status: z.enum(['queued', 'sent', 'started']) });
+
+export const OrchMcp = {
+  stopTask: endpoint('orch.mcp.stop_task', z.object({ caller_task_id: callerTaskId, task_id: id }), McpStopResult),
+  messageTask: endpoint(
+    'orch.mcp.message_task',
+    z.object({
+      caller_task_id: callerTaskId,
+      task_id: id,
+      prompt: z.string().min(1).max(100_000),
+      session_id: id.optional(),
+      delivery_mode: DeliveryMode.optional(),
+    }),
+    McpMessageResult,
+  ),
+  createTask: endpoint(
+    'orch.mcp.create_task',
+    z.object({
+      caller_task_id: callerTaskId,
+      title: z.string().min(1).max(500),
+      description: z.string().max(20000).optional(),
+      agent: z.string().min(1).optional(),
+      prompt: z.string().min(1).optional(),
+    }),
+    Task.extend({ session_id: id.nullable() }),
+  ),
+  whoami: endpoint('orch.mcp.whoami', z.object({ caller_task_id: callerTaskId }), Task),
+} as const;
+
+// ---------------------------------------------------------------- lifecycle
+export const LaunchRequest = z.object({
+  execution_id: id,
+  task_id: id,
+  session_id: id,
+  workspace_id: id,
+  agent: z.string().min(1),
+  fence_epoch: z.number().int().nonnegative(),
+  mcp_mode: McpMode.default('task'),
+  /** First prompt, sent once the agent is up. */
+  prompt: z.string().optional(),
+  turn_id: id.optional(),
+});
+export type LaunchRequest = z.infer<typeof LaunchRequest>;
+
+export const Life = {
+  launch: endpoint('life.exec.launch', LaunchRequest, Execution),
+  list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),
+  get: endpoint('life.exec.get', z.object({ execution_id: id }), Execution.nullable()),
+  prompt: instanceEndpoint('life', 'exec.prompt', z.object({ execution_id: id, turn_id: id, prompt: z.string().min(1) }), z.object({ turn_id: id })),
+  cancel: instanceEndpoint(
+    'life',
+    'exec.cancel',
+    z.object({ execution_id: id, turn_id: id.nullable().optional() }),
+    z.object({ cancelled: z.boolean(), turn_id: id.nullable(), stop_reason: z.string().nullable(), reason: z.string().nullable() }),
+  ),
+  stop: instanceEndpoint(
+    'life',
+    'exec.stop',
+    z.object({ execution_id: id, reason: z.string().min(1), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() }),
+    z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() }),
+  ),
+} as const;
+
+/** A no-op endpoint every service serves; the gateway's /readyz and the floor benchmark use it. */
+export const pingEndpoint = (service: string) => endpoint(`${service}.ping`, z.object({}).passthrough(), z.object({ service: z.string(), instance_id: z.string() }));

@@ -1,0 +1,39 @@
+import { z } from 'zod';
+import { ErrorBody } from './errors.js';
+
+/** Every request/reply on NATS answers with this envelope. */
+export const replyEnvelope = <T extends z.ZodType>(result: T) =>
+  z.discriminatedUnion('ok', [z.object({ ok: z.literal(true), result }), z.object({ ok: z.literal(false), error: ErrorBody })]);
+export type Reply<T> = { ok: true; result: T } | { ok: false; error: ErrorBody };
+
+/** Who asked for something; the edge (gateway, mcp) verified it. */
+export const OperatorActor = z.object({
+  type: z.literal('operator'),
+  id: z.string().min(1),
+  /** `['*']` = every workspace. */
+  workspaces: z.array(z.string()).min(1),
+});
+export const AgentActor = z.object({
+  type: z.literal('agent'),
+  task_id: z.uuid(),
+  session_id: z.uuid().nullable().optional(),
+});
+export const SystemActor = z.object({ type: z.literal('system'), id: z.string().min(1) });
+export const Actor = z.discriminatedUnion('type', [OperatorActor, AgentActor, SystemActor]);
+export type Actor = z.infer<typeof Actor>;
+export type OperatorActor = z.infer<typeof OperatorActor>;
+
+export const actorLabel = (a: Actor): string =>
+  a.type === 'operator' ? `operator:${a.id}` : a.type === 'agent' ? `agent:${a.task_id}` : `system:${a.id}`;
+
+/** May this operator see this workspace? */
+export const canAccessWorkspace = (a: Actor, workspaceId: string): boolean =>
+  a.type !== 'operator' || a.workspaces.includes('*') || a.workspaces.includes(workspaceId);
+
+/** Header names carried on every NATS message besides W3C trace context. */
+export const Headers = {
+  requestId: 'kandev-request-id',
+  traceparent: 'traceparent',
+  tracestate: 'tracestate',
+  msgId: 'Nats-Msg-Id',
+} as const;

@@ -1,0 +1,76 @@
+import { z } from 'zod';
+import { Actor } from './envelope.js';
+import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle } from './entities.js';
+import { SessionState, TaskStatus } from './enums.js';
+
+const id = z.uuid();
+
+/** Catalogue of JetStream events: type → data schema. Subject = kandev.evt.<type>. */
+export const EventData = {
+  'task.created': z.object({ task: Task }),
+  'task.state_changed': z.object({ task: Task, from: TaskStatus, to: TaskStatus, reason: z.string().nullable() }),
+  'session.state_changed': z.object({ session: Session, from: SessionState.nullable(), to: SessionState, reason: z.string().nullable() }),
+  'turn.started': z.object({ execution_id: id, turn_id: id }),
+  'turn.completed': z.object({ execution_id: id, turn_id: id, stop_reason: z.string() }),
+  'session.agent.cancelled': z.object({ execution_id: id, turn_id: id, stop_reason: z.string() }),
+  'agent.message': z.object({ execution_id: id, turn_id: id.nullable(), text: z.string() }),
+  'execution.registered': z.object({ execution: Execution }),
+  'execution.ready': z.object({ execution: Execution }),
+  'execution.stopped': z.object({
+    execution_id: id,
+    how: z.enum(['graceful', 'killed', 'exited', 'lost']),
+    grace_ms: z.number().int().nonnegative().nullable(),
+    reason: z.string(),
+    pid: z.number().int().nullable(),
+    exit_code: z.number().int().nullable(),
+    signal: z.string().nullable(),
+    orphaned: z.boolean().optional(),
+  }),
+  'usage.recorded': z.object({
+    execution_id: id,
+    usage_event_id: z.string(),
+    model: z.string().nullable(),
+    cost_cents: z.number(),
+    tokens_in: z.number().int(),
+    tokens_cached_in: z.number().int(),
+    tokens_out: z.number().int(),
+  }),
+  'queue.changed': z.object({ session_id: id, size: z.number().int(), messages: z.array(QueuedMessage) }),
+  'tree_hold.created': z.object({ hold: Hold }),
+  'tree_hold.released': z.object({ hold: Hold }),
+  'clarification.requested': z.object({ bundle: ClarificationBundle }),
+  'clarification.closed': z.object({ bundle: ClarificationBundle }),
+  'control.recorded': z.object({ action: z.string(), outcome: z.string(), details: z.record(z.string(), z.unknown()) }),
+} as const;
+export type EventType = keyof typeof EventData;
+export type EventDataOf<T extends EventType> = z.infer<(typeof EventData)[T]>;
+export const EventTypes = Object.keys(EventData) as EventType[];
+
+export const EventEnvelope = z.object({
+  id: z.string().min(1),
+  type: z.string(),
+  version: z.literal(1),
+  occurred_at: z.string(),
+  workspace_id: id,
+  task_id: id.nullable().optional(),
+  session_id: id.nullable().optional(),
+  actor: Actor.nullable().optional(),
+  data: z.unknown(),
+});
+export type EventEnvelope<T extends EventType = EventType> = Omit<z.infer<typeof EventEnvelope>, 'type' | 'data'> & {
+  type: T;
+  data: EventDataOf<T>;
+};
+
+/** Events the gateway pushes to subscribed WebSocket clients (INTERFACES.md). */
+export const PUSHED_EVENT_TYPES: readonly EventType[] = [
+  'task.state_changed',
+  'session.state_changed',
+  'session.agent.cancelled',
+  'execution.stopped',
+  'tree_hold.created',
+  'tree_hold.released',
+  'clarification.requested',
+  'clarification.closed',
+  'queue.changed',
+];

@@ -1,0 +1,94 @@
+import postgres from 'postgres';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from './log.js';
+
+export type Sql = postgres.Sql<Record<string, never>>;
+export type Tx = postgres.TransactionSql<Record<string, never>>;
+export type { postgres };
+
+/** One pool per service, confined to the service's own schema through search_path. */
+export function connectDb(url: string, schema: string, opts: { max?: number } = {}): Sql {
+  assertIdent(schema);
+  return postgres(url, {
+    max: opts.max ?? 10,
+    idle_timeout: 30,
+    connect_timeout: 10,
+    onnotice: () => undefined,
+    connection: { search_path: `${schema},public`, application_name: `kandev-${schema}` },
+    transform: { undefined: null },
+    types: {
+      // Timestamps travel as ISO strings; numeric sums as JS numbers.
+      timestamptz: { to: 1184, from: [1184, 1114], serialize: (x: string | Date) => (x instanceof Date ? x.toISOString() : x), parse: (x: string) => new Date(x).toISOString() },
+    } as never,
+  }) as unknown as Sql;
+}
+
+function assertIdent(name: string) {
+  if (!/^[a-z_][a-z0-9_]*$/.test(name)) throw new Error(`invalid schema name ${name}`);
+}
+
+/** Tables every service schema gets: the transactional outbox and the consumer inbox (B-5). */
+const RUNTIME_MIGRATIONS: Array<{ name: string; sql: string }> = [
+  {
+    name: '000_runtime_outbox_inbox.sql',
+    sql: `
+      CREATE TABLE IF NOT EXISTS outbox (
+        id text PRIMARY KEY,
+        subject text NOT NULL,
+        payload jsonb NOT NULL,
+        trace jsonb NOT NULL DEFAULT '{}'::jsonb,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        published_at timestamptz
+      );
+      CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (created_at) WHERE published_at IS NULL;
+      CREATE TABLE IF NOT EXISTS inbox (
+        consumer text NOT NULL,
+        event_id text NOT NULL,
+        processed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (consumer, event_id)
+      );`,
+  },
+];
+
+/**
+ * Apply the ordered migrations of `dir` (NNN_name.sql) to `schema`, once. Replicas starting at
+ * the same moment serialise on an advisory lock, so each migration runs exactly once.
+ */
+export async function migrate(sql: Sql, schema: string, dir: string | null, log?: Logger): Promise<string[]> {
+  assertIdent(schema);
+  const files: Array<{ name: string; sql: string }> = [...RUNTIME_MIGRATIONS];
+  if (dir) {
+    const names = (await readdir(dir)).filter((f) => /^\d{3}_.+\.sql$/.test(f)).sort();
+    for (const name of names) files.push({ name, sql: await readFile(join(dir, name), 'utf8') });
+  }
+  const applied: string[] = [];
+  await sql.begin(async (tx) => {
+    await tx`SELECT pg_advisory_xact_lock(hashtext(${'kandev-migrate:' + schema}))`;
+    await tx.unsafe(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    await tx.unsafe(`SET LOCAL search_path TO ${schema}, public`);
+    await tx.unsafe(`CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    const done = new Set((await tx<{ name: string }[]>`SELECT name FROM schema_migrations`).map((r) => r.name));
+    for (const f of files) {
+      if (done.has(f.name)) continue;
+      await tx.unsafe(f.sql);
+      await tx`INSERT INTO schema_migrations (name) VALUES (${f.name})`;
+      applied.push(f.name);
+    }
+  });
+  if (applied.length) log?.info({ schema, applied }, 'migrations applied');
+  return applied;
+}
+
+/**
+ * Exactly-once effects over at-least-once delivery: run `effect` in the same transaction that
+ * records the event id for this consumer; a redelivered event finds its id and does nothing.
+ */
+export async function processOnce(sql: Sql, consumer: string, eventId: string, effect: (tx: Tx) => Promise<void>): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const rows = await tx`INSERT INTO inbox (consumer, event_id) VALUES (${consumer}, ${eventId}) ON CONFLICT DO NOTHING RETURNING event_id`;
+    if (rows.length === 0) return false;
+    await effect(tx);
+    return true;
+  }) as Promise<boolean>;
+}

@@ -1,0 +1,57 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { stopChild } from './nats-server.js';
+
+export interface ServiceProcess {
+  name: string;
+  process: ChildProcess;
+  pid: number;
+  urls: Record<string, string>;
+  stop(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Run a compiled service entry point as its own process and resolve once it logs
+ * "<name> started" (with its URLs). Its JSON log lines are forwarded to `onLog`.
+ */
+export async function spawnServiceProcess(opts: {
+  name: string;
+  entry: string;
+  env: NodeJS.ProcessEnv;
+  onLog?: (line: string) => void;
+  startTimeoutMs?: number;
+}): Promise<ServiceProcess> {
+  const child = spawn(process.execPath, [opts.entry], { env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const tail: string[] = [];
+  const remember = (line: string) => {
+    tail.push(line);
+    if (tail.length > 40) tail.shift();
+    opts.onLog?.(line);
+  };
+  createInterface({ input: child.stderr! }).on('line', remember);
+  const urls = await new Promise<Record<string, string>>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${opts.name} did not start in time:\n${tail.join('\n')}`)), opts.startTimeoutMs ?? 20_000);
+    const rl = createInterface({ input: child.stdout! });
+    let done = false;
+    rl.on('line', (line) => {
+      remember(line);
+      if (done) return;
+      try {
+        const rec = JSON.parse(line) as { msg?: string; urls?: Record<string, string> };
+        if (rec.msg === `${opts.name} started`) {
+          done = true;
+          clearTimeout(timer);
+          resolve(rec.urls ?? {});
+        }
+      } catch {
+        /* not a JSON log line */
+      }
+    });
+    child.once('exit', (code) => {
+      if (done) return;
+      clearTimeout(timer);
+      reject(new Error(`${opts.name} exited with ${code} during start:\n${tail.join('\n')}`));
+    });
+  });
+  return { name: opts.name, process: child, pid: child.pid!, urls, stop: (g) => stopChild(child, g) };
+}

@@ -1,0 +1,33 @@
+import { z } from 'zod';
+
+/** Variables every service reads. Each service extends this with its own. */
+export const BaseEnv = z.object({
+  NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+  NATS_USER: z.string().optional(),
+  NATS_PASS: z.string().optional(),
+  DATABASE_URL: z.string().optional(),
+  KANDEV_JWT_SECRET: z.string().min(16).default('kandev-dev-secret-change-me-please'),
+  INSTANCE_ID: z.string().regex(/^[A-Za-z0-9_-]+$/).optional(),
+  /** Port of the /healthz, /readyz and /metrics server; 0 = any free port. */
+  HEALTH_PORT: z.coerce.number().int().min(0).max(65535).default(0),
+  HEALTH_HOST: z.string().default('127.0.0.1'),
+  LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+  SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.string().optional(),
+  OTEL_SERVICE_NAME: z.string().optional(),
+});
+export type BaseEnv = z.infer<typeof BaseEnv>;
+
+const SECRET_KEYS = /SECRET|PASS|TOKEN|KEY/i;
+
+/** Parse once at start-up; fail fast with every problem listed, never echoing a secret's value. */
+export function parseEnv<S extends z.ZodType>(schema: S, source: NodeJS.ProcessEnv = process.env): z.infer<S> {
+  const parsed = schema.safeParse(source);
+  if (parsed.success) return parsed.data;
+  const problems = parsed.error.issues.map((i) => {
+    const key = i.path.join('.');
+    return SECRET_KEYS.test(key) ? `${key}: invalid (value hidden)` : `${key}: ${i.message}`;
+  });
+  throw new Error(`invalid environment:\n  ${problems.join('\n  ')}`);
+}

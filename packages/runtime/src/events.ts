@@ -1,0 +1,185 @@
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
+import { EventData, EventEnvelope, Headers, Streams, eventSubject, type Actor, type EventDataOf, type EventType } from '@kandev/contracts';
+import { randomUUID } from 'node:crypto';
+import type { Logger } from './log.js';
+import { metrics } from './metrics.js';
+import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** Create or update the event stream. Idempotent: every service calls it at start-up. */
+export async function ensureEventStream(nc: NatsConnection): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  const cfg = {
+    name: Streams.events.name,
+    subjects: [...Streams.events.subjects],
+    // Dedupe window for Nats-Msg-Id: retries of the same event within it are stored once.
+    duplicate_window: 120 * 1_000_000_000,
+    max_age: 7 * 24 * 3600 * 1_000_000_000,
+  };
+  try {
+    await jsm.streams.info(cfg.name);
+    await jsm.streams.update(cfg.name, cfg);
+  } catch {
+    try {
+      await jsm.streams.add(cfg);
+    } catch (e) {
+      // Another replica created it between our info and add.
+      await jsm.streams.info(cfg.name).catch(() => {
+        throw e;
+      });
+    }
+  }
+}
+
+export interface EventScope {
+  workspace_id: string;
+  task_id?: string | null;
+  session_id?: string | null;
+  actor?: Actor | null;
+}
+
+/** Build a validated envelope; the id doubles as the JetStream Nats-Msg-Id. */
+export function buildEvent<T extends EventType>(type: T, scope: EventScope, data: EventDataOf<T>, id: string = randomUUID()): EventEnvelope<T> {
+  const checked = EventData[type].parse(data) as EventDataOf<T>;
+  return {
+    id,
+    type,
+    version: 1,
+    occurred_at: new Date().toISOString(),
+    workspace_id: scope.workspace_id,
+    task_id: scope.task_id ?? null,
+    session_id: scope.session_id ?? null,
+    actor: scope.actor ?? null,
+    data: checked,
+  };
+}
+
+/** Publishes envelopes on JetStream with msgID = event id, trace context in the headers. */
+export class EventPublisher {
+  private readonly js: JetStreamClient;
+  constructor(nc: NatsConnection) {
+    this.js = jetstream(nc);
+  }
+  async publish(event: EventEnvelope, traceHeaders?: Record<string, string>): Promise<void> {
+    const h: MsgHdrs = natsHeaders();
+    if (traceHeaders && Object.keys(traceHeaders).length) for (const [k, v] of Object.entries(traceHeaders)) h.set(k, v);
+    else injectTrace(h);
+    await this.js.publish(eventSubject(event.type), enc.encode(JSON.stringify(event)), { msgID: event.id, headers: h });
+  }
+  async emit<T extends EventType>(type: T, scope: EventScope, data: EventDataOf<T>): Promise<EventEnvelope<T>> {
+    const ev = buildEvent(type, scope, data);
+    await this.publish(ev as EventEnvelope);
+    return ev;
+  }
+}
+
+export function parseEvent(data: Uint8Array): EventEnvelope {
+  const raw = EventEnvelope.parse(JSON.parse(dec.decode(data)));
+  const schema = EventData[raw.type as EventType];
+  if (!schema) return raw as EventEnvelope;
+  return { ...raw, data: schema.parse(raw.data) } as EventEnvelope;
+}
+
+export interface ConsumerOptions {
+  /** Durable name, one per (service, purpose); replicas share it and split the work. */
+  durable: string;
+  /** Event types to receive; NATS 2.9 allows one filter subject per consumer, so several types = `kandev.evt.>` filtered here. */
+  types: readonly EventType[];
+  log: Logger;
+  /** Redelivery delay after a failed handler. */
+  retryDelayMs?: number;
+  maxDeliver?: number;
+}
+
+export interface RunningConsumer {
+  stop(): Promise<void>;
+}
+
+/**
+ * A durable pull consumer. The handler must commit its effect (idempotently: see Inbox) before it
+ * returns; the message is then acked with ackAck(). A failing handler naks with a delay.
+ */
+export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, handler: (ev: EventEnvelope) => Promise<void>): Promise<RunningConsumer> {
+  const jsm = await jetstreamManager(nc);
+  const filter = opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>';
+  const cfg = {
+    durable_name: opts.durable,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.New,
+    filter_subject: filter,
+    ack_wait: 30 * 1_000_000_000,
+    max_deliver: opts.maxDeliver ?? -1,
+    max_ack_pending: 1000,
+  };
+  try {
+    await jsm.consumers.info(Streams.events.name, opts.durable);
+  } catch {
+    await jsm.consumers.add(Streams.events.name, cfg).catch(async (e) => {
+      await jsm.consumers.info(Streams.events.name, opts.durable).catch(() => {
+        throw e;
+      });
+    });
+  }
+  const js = jetstream(nc);
+  const consumer = await js.consumers.get(Streams.events.name, opts.durable);
+  const wanted = new Set<string>(opts.types);
+  const messages = await consumer.consume({ max_messages: 256, expires: 5_000 });
+  const loop = (async () => {
+    for await (const m of messages) await handleOne(m);
+  })();
+
+  async function handleOne(m: JsMsg): Promise<void> {
+    let ev: EventEnvelope;
+    try {
+      ev = parseEvent(m.data);
+    } catch (e) {
+      opts.log.error({ err: e, subject: m.subject }, 'dropping malformed event');
+      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'malformed' });
+      m.term();
+      return;
+    }
+    if (!wanted.has(ev.type)) {
+      m.ack();
+      return;
+    }
+    const parent = extractTrace(m.headers);
+    try {
+      await inSpan(`process ${eventSubject(ev.type)}`, { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable } }, () =>
+        handler(ev),
+      );
+      await m.ackAck().catch(() => m.ack());
+      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' });
+    } catch (e) {
+      opts.log.warn({ err: e, event_id: ev.id, type: ev.type, task_id: ev.task_id, delivery: m.info.deliveryCount }, 'event handler failed; will retry');
+      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'retry' });
+      m.nak(opts.retryDelayMs ?? 500);
+    }
+  }
+  return {
+    async stop() {
+      await messages.close().catch(() => undefined);
+      await loop.catch(() => undefined);
+    },
+  };
+}
+
+/** Ephemeral fan-out of live events (core subscription): what the gateway pushes to sockets. */
+export function subscribeLiveEvents(nc: NatsConnection, log: Logger, onEvent: (ev: EventEnvelope) => void): { unsubscribe(): void } {
+  const sub = nc.subscribe('kandev.evt.>', {
+    callback: (err, msg) => {
+      if (err) return;
+      try {
+        const ev = parseEvent(msg.data);
+        context.with(extractTrace(msg.headers), () => onEvent(ev));
+      } catch (e) {
+        log.warn({ err: e }, 'ignoring malformed live event');
+      }
+    },
+  });
+  return { unsubscribe: () => sub.unsubscribe() };
+}
+
+export { Headers };

@@ -1,0 +1,65 @@
+import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { McpMode, unauthorized } from '@kandev/contracts';
+import { z } from 'zod';
+
+export const OPERATOR_AUDIENCE = 'kandev-gateway';
+export const AGENT_AUDIENCE = 'kandev-mcp';
+const ISSUER = 'kandev';
+
+const key = (secret: string) => new TextEncoder().encode(secret);
+
+export const OperatorClaims = z.object({ sub: z.string().min(1), workspaces: z.array(z.string()).min(1) });
+export type OperatorClaims = z.infer<typeof OperatorClaims>;
+export const AgentClaims = z.object({ task_id: z.uuid(), session_id: z.uuid().optional(), mode: McpMode.default('task'), execution_id: z.uuid().optional() });
+export type AgentClaims = z.infer<typeof AgentClaims>;
+
+export async function signOperatorToken(secret: string, claims: OperatorClaims, ttl = '12h'): Promise<string> {
+  return new SignJWT({ workspaces: claims.workspaces })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(claims.sub)
+    .setAudience(OPERATOR_AUDIENCE)
+    .setIssuer(ISSUER)
+    .setIssuedAt()
+    .setExpirationTime(ttl)
+    .sign(key(secret));
+}
+
+export async function signAgentToken(secret: string, claims: z.input<typeof AgentClaims>, ttl = '24h'): Promise<string> {
+  const c = AgentClaims.parse(claims);
+  return new SignJWT({ task_id: c.task_id, mode: c.mode, ...(c.session_id ? { session_id: c.session_id } : {}), ...(c.execution_id ? { execution_id: c.execution_id } : {}) })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(`task:${c.task_id}`)
+    .setAudience(AGENT_AUDIENCE)
+    .setIssuer(ISSUER)
+    .setIssuedAt()
+    .setExpirationTime(ttl)
+    .sign(key(secret));
+}
+
+async function verify(secret: string, token: string, audience: string) {
+  try {
+    const { payload } = await jwtVerify(token, key(secret), { audience, algorithms: ['HS256'] });
+    return payload;
+  } catch (e) {
+    if (e instanceof joseErrors.JWTExpired) throw unauthorized('token expired');
+    throw unauthorized('invalid token');
+  }
+}
+
+export async function verifyOperatorToken(secret: string, token: string): Promise<OperatorClaims> {
+  const p = OperatorClaims.safeParse(await verify(secret, token, OPERATOR_AUDIENCE));
+  if (!p.success) throw unauthorized('token lacks operator claims');
+  return p.data;
+}
+export async function verifyAgentToken(secret: string, token: string): Promise<AgentClaims> {
+  const p = AgentClaims.safeParse(await verify(secret, token, AGENT_AUDIENCE));
+  if (!p.success) throw unauthorized('token lacks agent claims');
+  return p.data;
+}
+
+/** `Authorization: Bearer x` → x. */
+export function bearer(header: string | string[] | undefined): string | null {
+  const h = Array.isArray(header) ? header[0] : header;
+  const m = h ? /^Bearer\s+(.+)$/i.exec(h.trim()) : null;
+  return m?.[1] ?? null;
+}

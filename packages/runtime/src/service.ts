@@ -1,0 +1,160 @@
+import { pingEndpoint, QueueGroups, type ServiceName } from '@kandev/contracts';
+import type { Service } from '@nats-io/services';
+import { randomBytes } from 'node:crypto';
+import type { Server } from 'node:http';
+import { z } from 'zod';
+import { connectDb, migrate, type Sql } from './db.js';
+import { BaseEnv, parseEnv } from './env.js';
+import { EventPublisher, ensureEventStream } from './events.js';
+import { startHealthServer } from './health.js';
+import { createLogger, type Logger } from './log.js';
+import { connectNats, type NatsConnection } from './nats.js';
+import { Outbox } from './outbox.js';
+import { on, requestsSettled, serveEndpoints, type Registration } from './rpc.js';
+import { initTracing, shutdownTracing } from './tracing.js';
+
+export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
+  name: ServiceName;
+  /** The service's env schema (BaseEnv extended); parsed once, fails fast. */
+  env?: S;
+  /** PostgreSQL schema this service owns; omit for services without data. */
+  schema?: string;
+  migrationsDir?: string;
+  /** Wire up endpoints, consumers and timers. Runs after connections are up. May return URLs it serves. */
+  start(rt: ServiceRuntime<z.infer<S>>): Promise<void | { urls?: Record<string, string> }>;
+}
+
+export interface ServiceRuntime<E = BaseEnv> {
+  readonly name: ServiceName;
+  readonly instanceId: string;
+  readonly env: E & BaseEnv;
+  readonly log: Logger;
+  readonly nc: NatsConnection;
+  /** Present when the definition names a schema. */
+  readonly sql: Sql;
+  readonly publisher: EventPublisher;
+  readonly outbox: Outbox;
+  /** Register endpoints in the service's queue group (call once or more). */
+  serve(registrations: Registration[]): Promise<Service>;
+  /** Run at shutdown, in reverse order of registration, before NATS drains. */
+  onStop(fn: () => Promise<void> | void): void;
+  /** Extra readiness condition for /readyz. */
+  addReadinessCheck(fn: () => Promise<boolean>): void;
+}
+
+export interface RunningService {
+  readonly runtime: ServiceRuntime<unknown>;
+  readonly healthUrl: string;
+  readonly urls: Record<string, string>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The composition root every service shares: env → tracing → logger → NATS (+ stream) →
+ * PostgreSQL (+ migrations) → the service's own wiring → health server. `stop()` runs once:
+ * readiness off, endpoint subscriptions drained, in-flight requests awaited, the service's own
+ * stoppers, NATS drained, servers closed; bounded by SHUTDOWN_TIMEOUT_MS.
+ */
+export async function startService<S extends z.ZodObject>(def: ServiceDefinition<S>, source: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+  const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
+  const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
+  initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
+  const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
+  const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS });
+  await ensureEventStream(nc);
+  let sql: Sql | undefined;
+  if (def.schema) {
+    if (!env.DATABASE_URL) throw new Error(`${def.name} needs DATABASE_URL`);
+    sql = connectDb(env.DATABASE_URL, def.schema);
+    await migrate(sql, def.schema, def.migrationsDir ?? null, log);
+  }
+  const publisher = new EventPublisher(nc);
+  const outbox = new Outbox(sql as Sql, publisher, log);
+  const services: Service[] = [];
+  const stoppers: Array<() => Promise<void> | void> = [];
+  const checks: Array<() => Promise<boolean>> = [];
+  let ready = false;
+  let stopping: Promise<void> | undefined;
+
+  const runtime: ServiceRuntime<z.infer<S>> = {
+    name: def.name,
+    instanceId,
+    env,
+    log,
+    nc,
+    get sql(): Sql {
+      if (!sql) throw new Error(`${def.name} has no database`);
+      return sql;
+    },
+    publisher,
+    outbox,
+    async serve(registrations) {
+      const svc = await serveEndpoints(nc, { service: def.name, instanceId, queue: QueueGroups[def.name], log }, registrations);
+      services.push(svc);
+      return svc;
+    },
+    onStop: (fn) => void stoppers.push(fn),
+    addReadinessCheck: (fn) => void checks.push(fn),
+  };
+
+  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId }))]);
+  const started = (await def.start(runtime)) || {};
+  if (sql) outbox.startRelay();
+
+  const health = await startHealthServer({
+    host: env.HEALTH_HOST,
+    port: env.HEALTH_PORT,
+    ready: async () => ready && !nc.isClosed() && (await Promise.all(checks.map((c) => c().catch(() => false)))).every(Boolean),
+  });
+  ready = true;
+  const urls = { health: health.url, ...(started.urls ?? {}) };
+  log.info({ urls }, `${def.name} started`);
+
+  const stop = () =>
+    (stopping ??= (async () => {
+      ready = false;
+      const timer = setTimeout(() => {
+        log.error('shutdown timed out; exiting');
+        process.exit(1);
+      }, env.SHUTDOWN_TIMEOUT_MS);
+      timer.unref();
+      try {
+        for (const s of services) await s.stop().catch(() => undefined);
+        await requestsSettled();
+        for (const fn of stoppers.reverse()) await Promise.resolve(fn()).catch((e) => log.warn({ err: e }, 'stopper failed'));
+        outbox.stopRelay();
+        await nc.drain().catch(() => undefined);
+        await sql?.end({ timeout: 2 });
+        await new Promise<void>((r) => closeServer(health.server, r));
+        await shutdownTracing();
+        log.info(`${def.name} stopped`);
+      } finally {
+        clearTimeout(timer);
+      }
+    })());
+
+  return { runtime: runtime as ServiceRuntime<unknown>, healthUrl: health.url, urls, stop };
+}
+
+function closeServer(server: Server, done: () => void) {
+  server.close(() => done());
+  server.closeAllConnections?.();
+}
+
+/** For src/main.ts: start, and stop once on SIGTERM/SIGINT. */
+export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S>): Promise<RunningService> {
+  let running: RunningService;
+  try {
+    running = await startService(def);
+  } catch (e) {
+    console.error(JSON.stringify({ level: 'fatal', service: def.name, msg: 'start failed', err: String((e as Error)?.stack ?? e) }));
+    process.exit(1);
+  }
+  const onSignal = (sig: string) => {
+    running.runtime.log.info({ signal: sig }, 'shutting down');
+    void running.stop().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', () => onSignal('SIGTERM'));
+  process.once('SIGINT', () => onSignal('SIGINT'));
+  return running;
+}

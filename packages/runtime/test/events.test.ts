@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Streams } from '@kandev/contracts';
+import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
+import {
+  EventPublisher,
+  buildEvent,
+  connectDb,
+  connectNats,
+  consumeEvents,
+  createLogger,
+  ensureEventStream,
+  migrate,
+  processOnce,
+  type NatsConnection,
+  type Sql,
+} from '../src/index.js';
+
+const WS = '00000000-0000-4000-8000-000000000001';
+const EXEC = '00000000-0000-4000-8000-0000000000e1';
+const TURN = '00000000-0000-4000-8000-0000000000f1';
+let nats: TestNats;
+let nc: NatsConnection;
+let db: TestDatabase;
+let sql: Sql;
+const log = createLogger('test', 'silent');
+
+beforeAll(async () => {
+  [nats, db] = await Promise.all([startNats(), createTestDatabase({ migrated: false })]);
+  nc = await connectNats({ url: nats.url, name: 'events-test' });
+  await ensureEventStream(nc);
+  sql = connectDb(db.url, 'evtest');
+  await migrate(sql, 'evtest', null);
+  await sql`CREATE TABLE effects (event_id text, n int)`;
+});
+afterAll(async () => {
+  await sql?.end();
+  await nc?.close();
+  await Promise.all([nats?.stop(), db?.drop()]);
+});
+
+it('stores an event published twice with the same msgID once', async () => {
+  const pub = new EventPublisher(nc);
+  const jsm = await jetstreamManager(nc);
+  const before = (await jsm.streams.info(Streams.events.name)).state.messages;
+  const ev = buildEvent('turn.completed', { workspace_id: WS }, { execution_id: EXEC, turn_id: TURN, stop_reason: 'end_turn' });
+  await pub.publish(ev);
+  await pub.publish(ev); // a retry after a lost ack
+  const after = (await jsm.streams.info(Streams.events.name)).state.messages;
+  expect(after - before).toBe(1);
+});
+
+it('applies a redelivered event once', async () => {
+  const pub = new EventPublisher(nc);
+  let deliveries = 0;
+  let failFirst = true;
+  const consumer = await consumeEvents(nc, { durable: 'test-once', types: ['turn.started'], log, retryDelayMs: 50 }, async (ev) => {
+    deliveries++;
+    await processOnce(sql, 'test-once', ev.id, async (tx) => {
+      await tx`INSERT INTO effects VALUES (${ev.id}, 1)`;
+    });
+    // Effect committed, then the ack is lost (crash before ack): JetStream redelivers.
+    if (failFirst) {
+      failFirst = false;
+      throw new Error('simulated crash before ack');
+    }
+  });
+  const ev = buildEvent('turn.started', { workspace_id: WS }, { execution_id: EXEC, turn_id: TURN });
+  await pub.publish(ev);
+  const deadline = Date.now() + 5000;
+  while (deliveries < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  await consumer.stop();
+  expect(deliveries).toBe(2);
+  expect(await sql`SELECT count(*)::int AS n FROM effects WHERE event_id = ${ev.id}`).toEqual([{ n: 1 }]);
+});

@@ -1,0 +1,3 @@
+export * from './paths.js';
+export * from './nats.js';
+export * from './pg.js';

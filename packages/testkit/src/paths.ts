@@ -1,0 +1,13 @@
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+
+/** Repository root, from this package's compiled location (packages/testkit/dist). */
+export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
+
+/** Each service that owns a schema, with its migrations (DESIGN.md "Ownership"). */
+export const SERVICE_SCHEMAS: ReadonlyArray<{ schema: string; migrationsDir: string }> = [
+  { schema: 'orchestrator', migrationsDir: join(repoRoot, 'services/orchestrator/migrations') },
+  { schema: 'holds', migrationsDir: join(repoRoot, 'services/holds/migrations') },
+];
+
+export const serviceEntry = (name: string) => join(repoRoot, 'services', name, 'dist/main.js');
