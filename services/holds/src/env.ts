@@ -1,0 +1,3 @@
+import { BaseEnv } from '@kandev/runtime';
+
+export const HoldsEnv = BaseEnv.extend({});

@@ -1,0 +1,4 @@
+import { runService } from '@kandev/runtime';
+import { holdsService } from './service.js';
+
+await runService(holdsService);

@@ -1,0 +1,15 @@
+import { conflict, type SessionState } from '@kandev/contracts';
+
+export const DEFAULT_QUEUE_LIMIT = 10;
+
+export function assertQueueHasRoom(size: number, limit: number): void {
+  if (size >= limit) throw conflict(`message queue is full (${size}/${limit})`, { size, limit });
+}
+
+/** An idle session (between turns) takes a message at once; a working one queues it. */
+export const sessionIsIdle = (state: SessionState) => state === 'WAITING_FOR_INPUT';
+
+/** Attribution the child agent sees in front of a message from another task. */
+export function attributedPrompt(prompt: string, sender: { id: string; title: string } | null): string {
+  return sender ? `[Message from task "${sender.title}" (${sender.id})]\n${prompt}` : prompt;
+}

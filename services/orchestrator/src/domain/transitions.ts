@@ -1,0 +1,37 @@
+import { isWorkingSession, type SessionState, type TaskStatus } from '@kandev/contracts';
+
+export interface ReviewCandidate {
+  status: TaskStatus;
+  archived_at: string | null;
+  office: boolean;
+}
+
+/**
+ * R-1.4: after an accepted stop the task moves to REVIEW only if it is IN_PROGRESS or
+ * SCHEDULING, not archived, not office-managed, and none of its other sessions still works.
+ */
+export function mayMoveToReview(task: ReviewCandidate, otherSessionStates: readonly SessionState[]): boolean {
+  if (task.status !== 'IN_PROGRESS' && task.status !== 'SCHEDULING') return false;
+  if (task.archived_at !== null || task.office) return false;
+  return !otherSessionStates.some(isWorkingSession);
+}
+
+/** A task gets IN_PROGRESS when a session starts, unless it is already there or terminally held. */
+export function statusOnSessionStart(current: TaskStatus): TaskStatus | null {
+  return current === 'IN_PROGRESS' ? null : 'IN_PROGRESS';
+}
+
+/** Session state when a turn ends on an execution that stays up (READY). */
+export function sessionStateAfterTurn(current: SessionState): SessionState | null {
+  return current === 'RUNNING' || current === 'STARTING' ? 'WAITING_FOR_INPUT' : null;
+}
+
+export type ExecutionEnd = 'graceful' | 'killed' | 'exited' | 'lost';
+
+/** What an active session becomes when its execution is gone without a stop having cancelled it. */
+export function sessionStateAfterExecutionEnd(how: ExecutionEnd, exitCode: number | null): { state: SessionState; error: string | null } {
+  if (how === 'exited' && exitCode === 0) return { state: 'COMPLETED', error: null };
+  if (how === 'exited') return { state: 'FAILED', error: `agent exited with code ${exitCode ?? 'unknown'}` };
+  if (how === 'lost') return { state: 'FAILED', error: 'agent execution was lost with its lifecycle instance' };
+  return { state: 'FAILED', error: `agent execution stopped (${how})` };
+}

@@ -1,0 +1,28 @@
+import { Orch } from '@kandev/contracts';
+import { on, type Registration } from '@kandev/runtime';
+import { cancelAgentTurn } from '../flows/cancel.js';
+import type { OrchRuntime } from '../flows/context.js';
+import { promptSession, sessionDetail, startSession } from '../flows/sessions.js';
+import { stopTask, taskExecutions } from '../flows/stop.js';
+import { createTask, createWorkspace, getTaskWithSessions, taskAudit, taskQueue, updateTask } from '../flows/tasks.js';
+import { toSession } from '../store/rows.js';
+
+/** The operator surface (reached through the gateway). Thin: validate (done by the runtime), call the flow. */
+export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
+  on(Orch.workspaceCreate, (req) => createWorkspace(rt, req.actor, req.name)),
+  on(Orch.taskCreate, (req) => createTask(rt, req)),
+  on(Orch.taskGet, (req) => getTaskWithSessions(rt, req.actor, req.task_id)),
+  on(Orch.taskUpdate, (req) => updateTask(rt, req)),
+  on(Orch.sessionStart, async (req, ctx) => {
+    const task = await getTaskWithSessions(rt, req.actor, req.task_id); // access check before any effect
+    const started = await startSession(rt, ctx, { actor: req.actor, task_id: task.id, agent: req.agent, prompt: req.prompt });
+    return toSession(started.session);
+  }),
+  on(Orch.sessionGet, (req) => sessionDetail(rt, req.actor, req.session_id)),
+  on(Orch.sessionPrompt, (req, ctx) => promptSession(rt, ctx, req.actor, req.session_id, req.prompt)),
+  on(Orch.agentCancel, (req, ctx) => cancelAgentTurn(rt, ctx, req.actor, req.session_id, req.reason ?? null)),
+  on(Orch.taskStop, (req, ctx) => stopTask(rt, ctx, req.actor, req.task_id, req.reason ?? null)),
+  on(Orch.taskExecutions, (req, ctx) => taskExecutions(rt, ctx, req.actor, req.task_id)),
+  on(Orch.taskQueue, (req) => taskQueue(rt, req.actor, req.task_id)),
+  on(Orch.taskAudit, (req) => taskAudit(rt, req.actor, req.task_id)),
+];

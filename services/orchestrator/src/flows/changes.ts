@@ -1,0 +1,41 @@
+import type { Actor, SessionState, TaskStatus } from '@kandev/contracts';
+import type { Tx } from '@kandev/runtime';
+import { setSessionState } from '../store/sessions.js';
+import { updateTaskFields } from '../store/tasks.js';
+import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
+import type { Emit } from './context.js';
+
+/** Every session state change goes through here, so each one publishes its event. */
+export async function changeSessionState(
+  tx: Tx,
+  emit: Emit,
+  task: { id: string; workspace_id: string },
+  session: SessionRow,
+  to: SessionState,
+  opts: { reason?: string | null; error_message?: string | null; cancel_reason?: string | null; actor?: Actor | null } = {},
+): Promise<SessionRow> {
+  const terminal = to === 'COMPLETED' || to === 'FAILED' || to === 'CANCELLED';
+  const updated = await setSessionState(tx, session.id, to, {
+    ...(opts.error_message !== undefined ? { error_message: opts.error_message } : {}),
+    cancel_reason: opts.cancel_reason ?? null,
+    terminal,
+  });
+  await emit(
+    'session.state_changed',
+    { workspace_id: task.workspace_id, task_id: task.id, session_id: session.id, actor: opts.actor ?? null },
+    { session: toSession(updated), from: session.state, to, reason: opts.reason ?? null },
+  );
+  return updated;
+}
+
+/** Every task status change goes through here, so each one publishes its event. */
+export async function changeTaskStatus(tx: Tx, emit: Emit, task: TaskRow, to: TaskStatus, opts: { reason?: string | null; actor?: Actor | null } = {}): Promise<TaskRow> {
+  if (task.status === to) return task;
+  const updated = await updateTaskFields(tx, task.id, { status: to });
+  await emit(
+    'task.state_changed',
+    { workspace_id: task.workspace_id, task_id: task.id, actor: opts.actor ?? null },
+    { task: toTask(updated), from: task.status, to, reason: opts.reason ?? null },
+  );
+  return updated;
+}

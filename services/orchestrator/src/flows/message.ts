@@ -1,0 +1,110 @@
+import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf, type OrchMcp } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
+import { assertQueueHasRoom, attributedPrompt, sessionIsIdle } from '../domain/messages.js';
+import { recordAudit } from '../store/audit.js';
+import { enqueue, queueOfSession, queueSize, takeMessage } from '../store/queue.js';
+import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
+import { getTask } from '../store/tasks.js';
+import { completeTurn, openTurn } from '../store/turns.js';
+import type { SessionRow, TaskRow } from '../store/rows.js';
+import type { Emit } from './context.js';
+import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { dispatchTurn, startSession } from './sessions.js';
+import type { Tx } from '@kandev/runtime';
+
+type Status = 'queued' | 'sent' | 'started';
+
+async function emitQueueChanged(tx: Tx, emit: Emit, task: TaskRow, sessionId: string) {
+  const messages = await queueOfSession(tx, sessionId);
+  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId }, { session_id: sessionId, size: messages.length, messages });
+}
+
+/** The session a message goes to: the one named (it must belong to the task), else the newest active one. */
+async function targetSession(rt: OrchRuntime, task: TaskRow, sessionId: string | undefined): Promise<SessionRow | null> {
+  if (sessionId) {
+    const s = await getSession(rt.sql, sessionId);
+    if (!s || s.task_id !== task.id) throw notFound('session not found for this task');
+    return s;
+  }
+  const active = await activeSessionsOfTask(rt.sql, task.id);
+  return active.at(-1) ?? null;
+}
+
+/**
+ * R-1.8 message_task_kandev. Queued: appended FIFO while a turn runs, delivered at once to an idle
+ * session. Interrupt (direct parent only): under the per-session guard, store the message, cancel
+ * the captured turn, and dispatch exactly this message; if that cannot land it stays queued.
+ * Never an error after the message was stored.
+ */
+export async function messageTask(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>) {
+  const caller = await getTask(rt.sql, req.caller_task_id);
+  if (!caller) throw notFound('calling task not found');
+  const task = await getTask(rt.sql, req.task_id);
+  if (!task) throw notFound('task not found');
+  const mode = req.delivery_mode ?? 'queued';
+  if (mode === 'interrupt') assertDirectParent(caller, task);
+  else assertSameWorkspace(caller, task);
+  const actor: Actor = { type: 'agent', task_id: caller.id };
+  const prompt = attributedPrompt(req.prompt, { id: caller.id, title: caller.title });
+  const log = rt.log.child({ task_id: task.id, caller_task_id: caller.id, request_id: call.requestId, delivery_mode: mode });
+
+  const session = await targetSession(rt, task, req.session_id);
+  if (!session || !isActiveSession(session.state)) {
+    // Nobody is running: start a session with this message (R-1.8 "started").
+    const started = await startSession(rt, call, { actor, task_id: task.id, prompt, sender_task_id: caller.id });
+    return { task_id: task.id, session_id: started.session.id, status: 'started' as Status };
+  }
+
+  // Store first, under the guard: from here on the message is never lost.
+  const stored = await transact(rt, async (tx, emit) => {
+    const s = (await lockSession(tx, session.id))!;
+    assertQueueHasRoom(await queueSize(tx, s.id), rt.env.QUEUE_LIMIT);
+    const m = await enqueue(tx, { task_id: task.id, session_id: s.id, prompt, sender_task_id: caller.id, queued_by: actorLabel(actor) });
+    await emitQueueChanged(tx, emit, task, s.id);
+    return m;
+  });
+
+  let status: Status = 'queued';
+  try {
+    status = await transact(rt, async (tx, emit): Promise<Status> => {
+      const s = (await lockSession(tx, session.id))!;
+      if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) return 'queued';
+      if (!sessionIsIdle(s.state)) {
+        if (mode !== 'interrupt') return 'queued';
+        const turn = await openTurn(tx, s.id);
+        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null }, { requestId: call.requestId, timeoutMs: rt.env.CANCEL_REQUEST_TIMEOUT_MS });
+        if (res.cancelled && res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
+      }
+      if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
+      await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
+      await emitQueueChanged(tx, emit, task, s.id);
+      return 'sent';
+    });
+  } catch (e) {
+    // The message is stored; it waits in the queue (R-1.8: never an error after the insert).
+    log.warn({ err: e, message_id: stored.id }, 'immediate delivery failed; message stays queued');
+    status = 'queued';
+  }
+  if (mode === 'interrupt') {
+    await recordAudit(rt.sql, { task_id: task.id, workspace_id: task.workspace_id, action: 'mcp.message_task.interrupt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: status, details: { session_id: session.id, message_id: stored.id } }).catch(
+      (e) => log.warn({ err: e }, 'audit write failed'),
+    );
+  }
+  return { task_id: task.id, session_id: session.id, status };
+}
+
+/**
+ * Turn-ready handling: when a turn ends and the session is idle, deliver the oldest queued
+ * message (unless an operator cancel paused the queue). Runs inside the caller's guard.
+ */
+export async function drainQueue(rt: OrchRuntime, call: CallContext, tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, s: SessionRow): Promise<boolean> {
+  if (s.queue_paused || !sessionIsIdle(s.state) || !s.execution_id || !s.instance_id) return false;
+  const [next] = await queueOfSession(tx, s.id);
+  if (!next) return false;
+  await takeMessage(tx, next.id);
+  await dispatchTurn(rt, call, tx, emit, task, s, next.prompt, next.sender_task_id);
+  const messages = await queueOfSession(tx, s.id);
+  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, { session_id: s.id, size: messages.length, messages });
+  return true;
+}

@@ -1,0 +1,68 @@
+import { badRequest, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf } from '@kandev/contracts';
+import { assertCanAccess } from '../domain/access.js';
+import { auditOfTask } from '../store/audit.js';
+import { queueOfTask } from '../store/queue.js';
+import { sessionsOfTask } from '../store/sessions.js';
+import { getTask, insertTask, insertWorkspace, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
+import { toSession, toTask } from '../store/rows.js';
+import { changeTaskStatus } from './changes.js';
+import { transact, type OrchRuntime } from './context.js';
+
+type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
+
+export async function createWorkspace(rt: OrchRuntime, actor: OperatorActor, name: string) {
+  const ws = await insertWorkspace(rt.sql, name);
+  rt.log.info({ workspace_id: ws.id, actor: actor.id }, 'workspace created');
+  return ws;
+}
+
+export async function createTask(rt: OrchRuntime, req: Req<'taskCreate'>) {
+  const { actor } = req;
+  if (!canAccessWorkspace(actor, req.workspace_id)) throw forbidden('no access to this workspace');
+  return transact(rt, async (tx, emit) => {
+    if (!(await workspaceExists(tx, req.workspace_id))) throw notFound('workspace not found');
+    if (req.parent_id) {
+      const parent = await getTask(tx, req.parent_id);
+      if (!parent) throw notFound('parent task not found');
+      if (parent.workspace_id !== req.workspace_id) throw badRequest('parent task is in another workspace');
+    }
+    const row = await insertTask(tx, {
+      workspace_id: req.workspace_id,
+      parent_id: req.parent_id ?? null,
+      title: req.title,
+      description: req.description ?? null,
+      office: req.office ?? false,
+      agent: req.agent ?? null,
+    });
+    await emit('task.created', { workspace_id: row.workspace_id, task_id: row.id, actor }, { task: toTask(row) });
+    return toTask(row);
+  });
+}
+
+export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string) {
+  const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
+  const sessions = await sessionsOfTask(rt.sql, taskId);
+  return { ...toTask(task), sessions: sessions.map(toSession) };
+}
+
+export async function updateTask(rt: OrchRuntime, req: Req<'taskUpdate'>) {
+  assertCanAccess(req.actor, await getTask(rt.sql, req.task_id));
+  return transact(rt, async (tx, emit) => {
+    let task = (await lockTask(tx, req.task_id))!;
+    if (req.title !== undefined || req.archived !== undefined) {
+      task = await updateTaskFields(tx, task.id, { ...(req.title !== undefined ? { title: req.title } : {}), ...(req.archived !== undefined ? { archived: req.archived } : {}) });
+    }
+    if (req.status) task = await changeTaskStatus(tx, emit, task, req.status, { actor: req.actor, reason: 'operator_update' });
+    return toTask(task);
+  });
+}
+
+export async function taskQueue(rt: OrchRuntime, actor: Actor, taskId: string) {
+  assertCanAccess(actor, await getTask(rt.sql, taskId));
+  return queueOfTask(rt.sql, taskId);
+}
+
+export async function taskAudit(rt: OrchRuntime, actor: Actor, taskId: string) {
+  assertCanAccess(actor, await getTask(rt.sql, taskId));
+  return auditOfTask(rt.sql, taskId);
+}

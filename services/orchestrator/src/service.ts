@@ -1,0 +1,22 @@
+import { fileURLToPath } from 'node:url';
+import { consumeEvents, type ServiceDefinition } from '@kandev/runtime';
+import { lifecycleEndpoints } from './endpoints/lifecycle.js';
+import { mcpEndpoints } from './endpoints/mcp.js';
+import { operatorEndpoints } from './endpoints/operator.js';
+import { OrchestratorEnv } from './env.js';
+import type { OrchRuntime } from './flows/context.js';
+import { LIFECYCLE_CONSUMER, onLifecycleEvent } from './flows/lifecycle-events.js';
+
+/** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
+export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
+  name: 'orchestrator',
+  env: OrchestratorEnv,
+  schema: 'orchestrator',
+  migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
+  async start(runtime) {
+    const rt = runtime as OrchRuntime;
+    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt)]);
+    const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: ['turn.completed', 'execution.stopped'], log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
+    rt.onStop(() => consumer.stop());
+  },
+};

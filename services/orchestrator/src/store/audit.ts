@@ -1,0 +1,27 @@
+import { randomUUID } from 'node:crypto';
+import type { AuditEntry } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+
+type Q = Sql | Tx;
+
+export interface AuditRecord {
+  task_id: string;
+  workspace_id: string;
+  action: string;
+  actor: string;
+  reason: string | null;
+  request_id: string | null;
+  outcome: string;
+  details?: Record<string, unknown>;
+}
+
+/** B-3: every control action, with actor, reason, request id and outcome. */
+export async function recordAudit(q: Q, a: AuditRecord): Promise<void> {
+  await q`INSERT INTO audit_log (id, task_id, workspace_id, action, actor, reason, request_id, outcome, details)
+          VALUES (${randomUUID()}, ${a.task_id}, ${a.workspace_id}, ${a.action}, ${a.actor}, ${a.reason}, ${a.request_id}, ${a.outcome}, ${q.json((a.details ?? {}) as never)})`;
+}
+
+export async function auditOfTask(q: Q, taskId: string): Promise<AuditEntry[]> {
+  return q<AuditEntry[]>`SELECT id, task_id, workspace_id, action, actor, reason, request_id, outcome, details, created_at
+                         FROM audit_log WHERE task_id = ${taskId} ORDER BY created_at DESC, id`;
+}

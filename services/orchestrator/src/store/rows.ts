@@ -1,0 +1,47 @@
+import type { Session, Task, Turn, QueuedMessage, AuditEntry, Workspace } from '@kandev/contracts';
+
+/** Column lists and row → wire mappers, so every query returns the same shapes. */
+export const TASK_COLUMNS = 'id, workspace_id, parent_id, title, description, status, office, agent, archived_at, cancelled_at, checkout_agent_id, checkout_at, fence_epoch, created_at, updated_at';
+export const SESSION_COLUMNS = 'id, task_id, state, error_message, cancel_reason, is_primary, agent, execution_id, instance_id, queue_paused, started_at, completed_at, created_at, updated_at';
+
+export interface TaskRow extends Task {
+  fence_epoch: number;
+}
+export interface SessionRow extends Session {
+  cancel_reason: string | null;
+  execution_id: string | null;
+  instance_id: string | null;
+  queue_paused: boolean;
+  created_at: string;
+}
+
+export const toTask = (r: TaskRow): Task => ({
+  id: r.id,
+  workspace_id: r.workspace_id,
+  parent_id: r.parent_id,
+  title: r.title,
+  description: r.description ?? null,
+  status: r.status,
+  office: r.office,
+  agent: r.agent,
+  archived_at: r.archived_at,
+  cancelled_at: r.cancelled_at,
+  checkout_agent_id: r.checkout_agent_id ?? null,
+  checkout_at: r.checkout_at ?? null,
+  created_at: r.created_at,
+  updated_at: r.updated_at,
+});
+
+export const toSession = (r: SessionRow): Session => ({
+  id: r.id,
+  task_id: r.task_id,
+  state: r.state,
+  error_message: r.error_message,
+  is_primary: r.is_primary,
+  agent: r.agent,
+  started_at: r.started_at,
+  completed_at: r.completed_at,
+  updated_at: r.updated_at,
+});
+
+export type { Turn, QueuedMessage, AuditEntry, Workspace };

@@ -1,0 +1,67 @@
+import { randomUUID } from 'node:crypto';
+import { ACTIVE_SESSION_STATES, type SessionState } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+import { SESSION_COLUMNS, type SessionRow } from './rows.js';
+
+type Q = Sql | Tx;
+
+export async function insertSession(tx: Tx, s: { task_id: string; agent: string; state: SessionState; is_primary: boolean }): Promise<SessionRow> {
+  const [row] = await tx.unsafe<SessionRow[]>(
+    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at) VALUES ($1, $2, $3, $4, $5, now()) RETURNING ${SESSION_COLUMNS}`,
+    [randomUUID(), s.task_id, s.state, s.is_primary, s.agent],
+  );
+  return row!;
+}
+
+export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
+  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1`, [id]);
+  return row ?? null;
+}
+
+/** The per-session guard (DESIGN "MCP stop"): a row lock, so it holds across orchestrator replicas. */
+export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null> {
+  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE`, [id]);
+  return row ?? null;
+}
+
+export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
+  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 ORDER BY created_at, id`, [taskId]);
+}
+
+/** Candidates of a stop: sessions in an active state, in a stable order. */
+export async function activeSessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
+  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id`, [
+    taskId,
+    [...ACTIVE_SESSION_STATES],
+  ]);
+}
+
+export async function hasPrimarySession(q: Q, taskId: string): Promise<boolean> {
+  return (await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND is_primary`).length > 0;
+}
+
+export async function setSessionState(
+  tx: Tx,
+  id: string,
+  state: SessionState,
+  extra: { error_message?: string | null; cancel_reason?: string | null; terminal?: boolean } = {},
+): Promise<SessionRow> {
+  const [row] = await tx.unsafe<SessionRow[]>(
+    `UPDATE sessions SET state = $2,
+       error_message = CASE WHEN $3::boolean THEN $4 ELSE error_message END,
+       cancel_reason = COALESCE($5, cancel_reason),
+       completed_at = CASE WHEN $6::boolean THEN COALESCE(completed_at, now()) ELSE completed_at END,
+       updated_at = now()
+     WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
+    [id, state, extra.error_message !== undefined, extra.error_message ?? null, extra.cancel_reason ?? null, extra.terminal ?? false],
+  );
+  return row!;
+}
+
+export async function attachExecution(tx: Tx, id: string, executionId: string, instanceId: string | null): Promise<void> {
+  await tx`UPDATE sessions SET execution_id = ${executionId}, instance_id = COALESCE(${instanceId}, instance_id) WHERE id = ${id}`;
+}
+
+export async function setQueuePaused(tx: Tx, id: string, paused: boolean): Promise<void> {
+  await tx`UPDATE sessions SET queue_paused = ${paused} WHERE id = ${id}`;
+}

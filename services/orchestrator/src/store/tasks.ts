@@ -1,0 +1,61 @@
+import { randomUUID } from 'node:crypto';
+import type { TaskStatus } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+import { TASK_COLUMNS, type TaskRow } from './rows.js';
+
+type Q = Sql | Tx;
+
+export async function insertWorkspace(q: Q, name: string) {
+  const [row] = await q<{ id: string; name: string; created_at: string }[]>`INSERT INTO workspaces (id, name) VALUES (${randomUUID()}, ${name}) RETURNING id, name, created_at`;
+  return row!;
+}
+export async function workspaceExists(q: Q, id: string): Promise<boolean> {
+  return (await q`SELECT 1 FROM workspaces WHERE id = ${id}`).length > 0;
+}
+
+export async function insertTask(
+  q: Q,
+  t: { workspace_id: string; parent_id: string | null; title: string; description: string | null; office: boolean; agent: string | null },
+): Promise<TaskRow> {
+  const [row] = await q.unsafe<TaskRow[]>(
+    `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${TASK_COLUMNS}`,
+    [randomUUID(), t.workspace_id, t.parent_id, t.title, t.description, t.office, t.agent],
+  );
+  return norm(row!);
+}
+
+export async function getTask(q: Q, id: string): Promise<TaskRow | null> {
+  const [row] = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1`, [id]);
+  return row ? norm(row) : null;
+}
+
+/** The task's row lock: serialises launches, stops and admissions of one task across replicas. */
+export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE`, [id]);
+  return row ? norm(row) : null;
+}
+
+export async function bumpFence(tx: Tx, id: string): Promise<number> {
+  const [row] = await tx<{ fence_epoch: string }[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING fence_epoch`;
+  return Number(row!.fence_epoch);
+}
+
+export async function updateTaskFields(
+  tx: Tx,
+  id: string,
+  f: { title?: string; status?: TaskStatus; archived?: boolean; cancelled?: boolean },
+): Promise<TaskRow> {
+  const [row] = await tx.unsafe<TaskRow[]>(
+    `UPDATE tasks SET
+       title = COALESCE($2, title),
+       status = COALESCE($3, status),
+       archived_at = CASE WHEN $4::boolean IS NULL THEN archived_at WHEN $4 THEN COALESCE(archived_at, now()) ELSE NULL END,
+       cancelled_at = CASE WHEN $3 = 'CANCELLED' THEN COALESCE(cancelled_at, now()) WHEN $3 IS NOT NULL THEN NULL ELSE cancelled_at END,
+       updated_at = now()
+     WHERE id = $1 RETURNING ${TASK_COLUMNS}`,
+    [id, f.title ?? null, f.status ?? null, f.archived ?? null],
+  );
+  return norm(row!);
+}
+
+const norm = (r: TaskRow): TaskRow => ({ ...r, fence_epoch: Number(r.fence_epoch) });

@@ -1,0 +1,34 @@
+import { randomUUID } from 'node:crypto';
+import type { Turn } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+
+type Q = Sql | Tx;
+
+export async function insertTurn(tx: Tx, t: { id?: string; session_id: string; execution_id: string | null; prompt: string; sender_task_id: string | null }): Promise<Turn> {
+  const [row] = await tx<Turn[]>`
+    INSERT INTO turns (id, session_id, execution_id, prompt, sender_task_id)
+    VALUES (${t.id ?? randomUUID()}, ${t.session_id}, ${t.execution_id}, ${t.prompt}, ${t.sender_task_id})
+    RETURNING id, session_id, started_at, completed_at, stop_reason`;
+  return row!;
+}
+
+export async function openTurn(q: Q, sessionId: string): Promise<Turn | null> {
+  const [row] = await q<Turn[]>`
+    SELECT id, session_id, started_at, completed_at, stop_reason FROM turns
+    WHERE session_id = ${sessionId} AND completed_at IS NULL ORDER BY started_at DESC LIMIT 1`;
+  return row ?? null;
+}
+
+/** Idempotent: a turn completes once; later reports of the same turn change nothing. */
+export async function completeTurn(tx: Tx, id: string, stopReason: string): Promise<boolean> {
+  const rows = await tx`UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE id = ${id} AND completed_at IS NULL RETURNING id`;
+  return rows.length > 0;
+}
+
+export async function completeOpenTurns(tx: Tx, sessionId: string, stopReason: string): Promise<void> {
+  await tx`UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE session_id = ${sessionId} AND completed_at IS NULL`;
+}
+
+export async function turnsOfSession(q: Q, sessionId: string): Promise<Turn[]> {
+  return q<Turn[]>`SELECT id, started_at, completed_at, stop_reason FROM turns WHERE session_id = ${sessionId} ORDER BY started_at, id`;
+}
