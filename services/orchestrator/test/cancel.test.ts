@@ -1,0 +1,80 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Orch } from '@kandev/contracts';
+import { EventPublisher, request } from '@kandev/runtime';
+import { operator, startHarness, type Harness } from './harness.js';
+
+/** R-3 at the orchestrator: the guard, the error cases, and R-3.5 (queue waits after a user cancel). */
+describe('orch.agent.cancel', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(async () => h?.stop());
+  const cancel = (session_id: string) => request(h.nc, Orch.agentCancel, { actor: operator, session_id });
+
+  it('cancels the captured turn; the session waits for input', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'sleep');
+    expect(await cancel(s.id)).toEqual({ success: true, session_id: s.id });
+    const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
+    expect(detail.state).toBe('WAITING_FOR_INPUT');
+    expect(detail.turns[0]!.stop_reason).toBe('cancelled');
+    expect(h.life.cancels.at(-1)!.turn_id).toBe(detail.turns[0]!.id);
+  });
+
+  it('is a successful no-op without an active turn', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id);
+    const before = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
+    expect(await cancel(s.id)).toEqual({ success: true, session_id: s.id });
+    expect(await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id })).toEqual(before);
+  });
+
+  it('answers NOT_FOUND for an unknown session and "agent not running" for a finished one', async () => {
+    await expect(cancel('00000000-0000-4000-8000-00000000beef')).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'x');
+    await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id });
+    await expect(cancel(s.id)).rejects.toMatchObject({ code: 'CONFLICT', message: 'agent not running' });
+  });
+
+  it('passes an unacknowledged cancel on as an error', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'x');
+    h.life.cancelBehaviour = 'timeout';
+    try {
+      await expect(cancel(s.id)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    } finally {
+      h.life.cancelBehaviour = 'cancel';
+    }
+  });
+
+  it('does not run queued messages after a user cancel until the operator prompts again', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const s = await h.startSession(child.id, 'working');
+    const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+    const turn = e.turn_id!;
+    await h.message(parent.id, child.id, 'next job');
+    await cancel(s.id);
+    // The lifecycle's own report of the cancelled turn arrives afterwards: no drain.
+    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).toHaveLength(1);
+    const prompts = h.life.prompts.filter((p) => p.execution_id === e.execution_id).length;
+    expect(prompts).toBe(1);
+    // The operator resumes by prompting: the queue drains after that turn.
+    const { turn_id } = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'carry on' });
+    e.status = 'READY';
+    e.turn_id = null;
+    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id, stop_reason: 'end_turn' });
+    const end = Date.now() + 3000;
+    while ((await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).length && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
+    expect(h.life.prompts.at(-1)!.prompt).toMatch(/next job$/);
+  });
+});

@@ -1,0 +1,101 @@
+import { randomUUID } from 'node:crypto';
+import { conflict, KandevError, Life, Orch, type Execution, type LaunchRequest } from '@kandev/contracts';
+import { createLogger, on, request, serveEndpoints, type NatsConnection } from '@kandev/runtime';
+
+/**
+ * The lifecycle service faked at the subject level: an in-memory registry that answers the
+ * same endpoints, calls the real orchestrator's admit, and records every stop and cancel.
+ */
+export class FakeLifecycle {
+  readonly registry = new Map<string, Execution>();
+  readonly stops: Array<{ execution_id: string; reason: string; orphaned?: boolean | undefined }> = [];
+  readonly cancels: Array<{ execution_id: string; turn_id: string | null | undefined }> = [];
+  readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string }> = [];
+  /** Test hooks. */
+  beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
+  listFails = false;
+  cancelBehaviour: 'cancel' | 'timeout' = 'cancel';
+  constructor(
+    private readonly nc: NatsConnection,
+    readonly instanceId = 'life-fake',
+  ) {}
+
+  async start() {
+    const log = createLogger('fake-lifecycle', 'silent');
+    await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: 'lifecycle', log }, [
+      on(Life.launch, async (req) => this.launch(req)),
+      on(Life.list, async (req) => {
+        if (this.listFails) throw new Error('registry unavailable');
+        return [...this.registry.values()].filter((e) => e.task_id === req.task_id);
+      }),
+      on(Life.get, async (req) => this.registry.get(req.execution_id) ?? null),
+    ]);
+    await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: '', log }, [
+      on(Life.stop.at(this.instanceId), async (req) => {
+        this.stops.push(req);
+        const e = this.registry.get(req.execution_id);
+        if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };
+        e.status = 'STOPPING';
+        return { accepted: true, execution_id: req.execution_id, already_gone: false };
+      }),
+      on(Life.cancel.at(this.instanceId), async (req) => {
+        this.cancels.push(req);
+        const e = this.registry.get(req.execution_id);
+        if (!e || e.status !== 'RUNNING') return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
+        if (this.cancelBehaviour === 'timeout') throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');
+        const turn = e.turn_id;
+        e.status = 'READY';
+        e.turn_id = null;
+        return { cancelled: true, turn_id: turn, stop_reason: 'cancelled', reason: null };
+      }),
+      on(Life.prompt.at(this.instanceId), async (req) => {
+        const e = this.registry.get(req.execution_id);
+        if (!e) throw conflict('no such execution');
+        if (e.status === 'RUNNING') throw conflict('turn in flight');
+        e.status = 'RUNNING';
+        e.turn_id = req.turn_id;
+        this.prompts.push(req);
+        return { turn_id: req.turn_id };
+      }),
+    ]);
+  }
+
+  private async launch(req: LaunchRequest): Promise<Execution> {
+    const now = new Date().toISOString();
+    const e: Execution = {
+      execution_id: req.execution_id ?? randomUUID(),
+      session_id: req.session_id,
+      task_id: req.task_id,
+      workspace_id: req.workspace_id,
+      instance_id: this.instanceId,
+      protocol: 'acp',
+      agent: req.agent,
+      pid: 100000 + this.registry.size,
+      agentctl_pid: null,
+      agentctl_url: null,
+      status: 'READY',
+      turn_id: null,
+      fence_epoch: req.fence_epoch,
+      started_at: now,
+      updated_at: now,
+    };
+    this.registry.set(e.execution_id, e);
+    if (this.beforeAdmit) await this.beforeAdmit(req);
+    const verdict = await request(this.nc, Orch.executionAdmit, { execution_id: e.execution_id, task_id: e.task_id, session_id: e.session_id, fence_epoch: e.fence_epoch, instance_id: this.instanceId });
+    if (!verdict.admitted) {
+      this.registry.delete(e.execution_id);
+      throw conflict(`launch fenced: ${verdict.reason}`);
+    }
+    if (req.prompt && req.turn_id) {
+      e.status = 'RUNNING';
+      e.turn_id = req.turn_id;
+      this.prompts.push({ execution_id: e.execution_id, turn_id: req.turn_id, prompt: req.prompt });
+    }
+    return e;
+  }
+
+  /** Simulate the process going away (registry entry removed, as lifecycle does after teardown). */
+  forget(executionId: string) {
+    this.registry.delete(executionId);
+  }
+}

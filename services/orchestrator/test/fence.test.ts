@@ -1,0 +1,68 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { Orch } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { operator, startHarness, type Harness } from './harness.js';
+
+/**
+ * B-1: a launch that began before a stop and registers after it is refused. The fake lifecycle
+ * registers the execution, then parks before asking for admission; the stop runs in that window.
+ */
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => h?.stop());
+
+it('refuses a launch that registers after a stop was accepted for its task', async () => {
+  const ws = await h.workspace();
+  const parent = await h.task(ws.id, 'parent');
+  const child = await h.task(ws.id, 'child', parent.id);
+  let release!: () => void;
+  const parked = new Promise<void>((r) => (release = r));
+  let registered!: () => void;
+  const isRegistered = new Promise<void>((r) => (registered = r));
+  h.life.beforeAdmit = async () => {
+    registered();
+    await parked;
+  };
+  const launching = h.startSession(child.id, 'racing work').then(
+    (s) => ({ ok: true as const, s }),
+    (e) => ({ ok: false as const, e }),
+  );
+  await isRegistered;
+  h.life.beforeAdmit = null;
+  // The stop lands while the launch is between registration and admission.
+  const res = await h.stopChild(parent.id, child.id);
+  expect(res.status).toBe('stopped');
+  release();
+  const outcome = await launching;
+  expect(outcome.ok).toBe(false);
+  if (!outcome.ok) expect(outcome.e).toMatchObject({ code: 'CONFLICT' });
+  // The fenced execution was removed from the registry (lifecycle tears it down) and the session stays CANCELLED.
+  expect([...h.life.registry.values()].filter((e) => e.task_id === child.id && e.status !== 'STOPPING')).toHaveLength(0);
+  const t = await h.getTask(child.id);
+  expect(t.sessions.map((s) => s.state)).toEqual(['CANCELLED']);
+  // A launch that starts after the stop is admitted normally: the task can be started again.
+  const again = await h.startSession(child.id, 'fresh start');
+  expect(again.state).toBe('RUNNING');
+});
+
+it('refuses a launch whose session was stopped by an operator task stop meanwhile', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 'solo');
+  let release!: () => void;
+  const parked = new Promise<void>((r) => (release = r));
+  let registered!: () => void;
+  const isRegistered = new Promise<void>((r) => (registered = r));
+  h.life.beforeAdmit = async () => {
+    registered();
+    await parked;
+  };
+  const launching = h.startSession(task.id, 'work').catch((e) => e);
+  await isRegistered;
+  h.life.beforeAdmit = null;
+  const res = await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id });
+  expect(res.status).toBe('stopped');
+  release();
+  expect(await launching).toMatchObject({ code: 'CONFLICT' });
+});

@@ -1,0 +1,51 @@
+import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
+import { connectNats, request, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
+import { Orch, OrchMcp, type OperatorActor } from '@kandev/contracts';
+import postgres from 'postgres';
+import { orchestratorService } from '../src/service.js';
+import { FakeLifecycle } from './fake-lifecycle.js';
+
+export const operator: OperatorActor = { type: 'operator', id: 'op-1', workspaces: ['*'] };
+
+/** A real orchestrator (in-process) on a real nats-server and a fresh database, with a fake lifecycle. */
+export async function startHarness() {
+  const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
+  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test' });
+  const nc: NatsConnection = await connectNats({ url: nats.url, name: 'orch-test-client' });
+  const life = new FakeLifecycle(nc);
+  await life.start();
+  const sql = postgres(db.url, { max: 2, onnotice: () => undefined });
+  const h = {
+    nats,
+    db,
+    nc,
+    life,
+    sql,
+    async workspace(name = 'ws') {
+      return request(nc, Orch.workspaceCreate, { actor: operator, name });
+    },
+    async task(workspace_id: string, title: string, parent_id: string | null = null, extra: { office?: boolean } = {}) {
+      return request(nc, Orch.taskCreate, { actor: operator, workspace_id, title, parent_id, ...extra });
+    },
+    async startSession(task_id: string, prompt?: string) {
+      return request(nc, Orch.sessionStart, { actor: operator, task_id, ...(prompt ? { prompt } : {}) });
+    },
+    async getTask(task_id: string) {
+      return request(nc, Orch.taskGet, { actor: operator, task_id });
+    },
+    stopChild(caller_task_id: string, task_id: string) {
+      return request(nc, OrchMcp.stopTask, { caller_task_id, task_id });
+    },
+    message(caller_task_id: string, task_id: string, prompt: string, delivery_mode?: 'queued' | 'interrupt') {
+      return request(nc, OrchMcp.messageTask, { caller_task_id, task_id, prompt, ...(delivery_mode ? { delivery_mode } : {}) });
+    },
+    async stop() {
+      await sql.end();
+      await nc.close();
+      await svc.stop();
+      await Promise.all([nats.stop(), db.drop()]);
+    },
+  };
+  return h;
+}
+export type Harness = Awaited<ReturnType<typeof startHarness>>;

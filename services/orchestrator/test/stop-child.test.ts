@@ -1,0 +1,186 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OrchMcp } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { startHarness, type Harness } from './harness.js';
+
+/** R-1 stop_task_kandev against a real orchestrator, real NATS and PostgreSQL; lifecycle faked at the subject level. */
+describe('orch.mcp.stop_task', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(async () => h?.stop());
+
+  async function family() {
+    const ws = await h.workspace();
+    const other = await h.workspace('other');
+    const grand = await h.task(ws.id, 'grandparent');
+    const parent = await h.task(ws.id, 'parent', grand.id);
+    const child = await h.task(ws.id, 'child', parent.id);
+    const sibling = await h.task(ws.id, 'sibling', parent.id);
+    const unrelated = await h.task(ws.id, 'unrelated');
+    const foreign = await h.task(other.id, 'foreign');
+    return { ws, grand, parent, child, sibling, unrelated, foreign };
+  }
+
+  it('lets the direct parent stop a live child: session CANCELLED, task REVIEW, teardown of the captured execution', async () => {
+    const f = await family();
+    const session = await h.startSession(f.child.id, 'work');
+    const before = await h.getTask(f.child.id);
+    expect(before.status).toBe('IN_PROGRESS');
+    const res = await h.stopChild(f.parent.id, f.child.id);
+    expect(res).toEqual({ task_id: f.child.id, status: 'stopped' });
+    const after = await h.getTask(f.child.id);
+    expect(after.status).toBe('REVIEW');
+    expect(after.sessions[0]).toMatchObject({ id: session.id, state: 'CANCELLED' });
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === session.id)!;
+    expect(h.life.stops.filter((s) => s.execution_id === exec.execution_id)).toHaveLength(1);
+    // No prompt was sent by the stop (only the launch prompt exists).
+    expect(h.life.prompts.filter((p) => p.execution_id === exec.execution_id)).toHaveLength(1);
+    const [row] = await h.sql`SELECT cancel_reason, error_message FROM orchestrator.sessions WHERE id = ${session.id}`;
+    expect(row).toEqual({ cancel_reason: 'stopped_by_parent_task', error_message: null });
+  });
+
+  it('answers not_running on a repeat, changing nothing (same updated_at)', async () => {
+    const f = await family();
+    await h.startSession(f.child.id, 'work');
+    await h.stopChild(f.parent.id, f.child.id);
+    const t1 = await h.getTask(f.child.id);
+    const stopsBefore = h.life.stops.length;
+    expect(await h.stopChild(f.parent.id, f.child.id)).toEqual({ task_id: f.child.id, status: 'not_running' });
+    const t2 = await h.getTask(f.child.id);
+    expect(t2.updated_at).toBe(t1.updated_at);
+    expect(t2.sessions.map((s) => s.updated_at)).toEqual(t1.sessions.map((s) => s.updated_at));
+    expect(h.life.stops.length).toBe(stopsBefore);
+  });
+
+  it.each([
+    ['self', (f: Awaited<ReturnType<typeof family>>) => [f.child.id, f.child.id]],
+    ['sibling', (f: Awaited<ReturnType<typeof family>>) => [f.sibling.id, f.child.id]],
+    ['child to parent', (f: Awaited<ReturnType<typeof family>>) => [f.child.id, f.parent.id]],
+    ['grandparent', (f: Awaited<ReturnType<typeof family>>) => [f.grand.id, f.child.id]],
+    ['unrelated', (f: Awaited<ReturnType<typeof family>>) => [f.unrelated.id, f.child.id]],
+    ['cross-workspace', (f: Awaited<ReturnType<typeof family>>) => [f.foreign.id, f.child.id]],
+  ])('refuses a %s caller with FORBIDDEN and changes nothing', async (_name, pick) => {
+    const f = await family();
+    await h.startSession(f.child.id, 'work');
+    await h.startSession(f.parent.id, 'work');
+    const [caller, target] = pick(f) as [string, string];
+    const before = await h.getTask(target);
+    const stops = h.life.stops.length;
+    await expect(h.stopChild(caller, target)).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    const after = await h.getTask(target);
+    expect(after).toEqual(before);
+    expect(h.life.stops.length).toBe(stops);
+  });
+
+  it('validates before anything else: missing task_id → VALIDATION_ERROR, unknown tasks → NOT_FOUND', async () => {
+    const f = await family();
+    const raw = await h.nc.request(OrchMcp.stopTask.subject, new TextEncoder().encode(JSON.stringify({ caller_task_id: f.parent.id })), { timeout: 2000 });
+    expect(JSON.parse(new TextDecoder().decode(raw.data)).error.code).toBe('VALIDATION_ERROR');
+    const missing = '00000000-0000-4000-8000-00000000dead';
+    await expect(h.stopChild(missing, f.child.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    await expect(h.stopChild(f.parent.id, missing)).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    const bad = await h.nc.request(OrchMcp.stopTask.subject, new TextEncoder().encode('{'), { timeout: 2000 });
+    expect(JSON.parse(new TextDecoder().decode(bad.data)).error.code).toBe('BAD_REQUEST');
+  });
+
+  it('ignores unknown arguments such as reason, force and sender_task_id', async () => {
+    const f = await family();
+    await h.startSession(f.child.id, 'work');
+    const payload = { caller_task_id: f.parent.id, task_id: f.child.id, reason: 'rm -rf', force: true, sender_task_id: f.grand.id };
+    const res = await request(h.nc, OrchMcp.stopTask, payload as never);
+    expect(res.status).toBe('stopped');
+    const [row] = await h.sql`SELECT cancel_reason FROM orchestrator.sessions WHERE task_id = ${f.child.id}`;
+    expect(row!.cancel_reason).toBe('stopped_by_parent_task');
+  });
+
+  it('stops every live session, including non-primary ones', async () => {
+    const f = await family();
+    const a = await h.startSession(f.child.id, 'one');
+    const b = await h.startSession(f.child.id, 'two');
+    expect(await h.stopChild(f.parent.id, f.child.id)).toMatchObject({ status: 'stopped' });
+    const t = await h.getTask(f.child.id);
+    expect(t.sessions.map((s) => [s.id, s.state, s.is_primary])).toEqual([
+      [a.id, 'CANCELLED', true],
+      [b.id, 'CANCELLED', false],
+    ]);
+    const ids = [...h.life.registry.values()].filter((e) => e.task_id === f.child.id).map((e) => e.execution_id).sort();
+    expect(h.life.stops.filter((s) => ids.includes(s.execution_id)).map((s) => s.execution_id).sort()).toEqual(ids);
+  });
+
+  it('keeps office, archived and COMPLETED tasks in their status', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const office = await h.task(ws.id, 'office child', parent.id, { office: true });
+    await h.startSession(office.id, 'work');
+    await h.stopChild(parent.id, office.id);
+    expect((await h.getTask(office.id)).status).toBe('IN_PROGRESS');
+
+    const done = await h.task(ws.id, 'completed child', parent.id);
+    await h.startSession(done.id, 'work');
+    await h.sql`UPDATE orchestrator.tasks SET status = 'COMPLETED' WHERE id = ${done.id}`;
+    expect((await h.stopChild(parent.id, done.id)).status).toBe('stopped');
+    expect((await h.getTask(done.id)).status).toBe('COMPLETED');
+
+    const archived = await h.task(ws.id, 'archived child', parent.id);
+    await h.startSession(archived.id, 'work');
+    await h.sql`UPDATE orchestrator.tasks SET archived_at = now() WHERE id = ${archived.id}`;
+    expect((await h.stopChild(parent.id, archived.id)).status).toBe('stopped');
+    expect((await h.getTask(archived.id)).status).toBe('IN_PROGRESS');
+  });
+
+  it('leaves queued messages stored and descendants untouched', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const grandchild = await h.task(ws.id, 'grandchild', child.id);
+    await h.startSession(child.id, 'busy');
+    const gs = await h.startSession(grandchild.id, 'busy too');
+    expect((await h.message(parent.id, child.id, 'later')).status).toBe('queued');
+    await h.stopChild(parent.id, child.id);
+    const [q] = await h.sql`SELECT count(*)::int AS n FROM orchestrator.queued_messages WHERE task_id = ${child.id}`;
+    expect(q!.n).toBe(1);
+    const g = await h.getTask(grandchild.id);
+    expect(g.status).toBe('IN_PROGRESS');
+    expect(g.sessions[0]).toMatchObject({ id: gs.id, state: 'RUNNING' });
+  });
+
+  it('reconciles a RUNNING session whose execution is gone and does not count it as live', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const s = await h.startSession(child.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    h.life.forget(exec.execution_id);
+    expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
+    const t = await h.getTask(child.id);
+    expect(t.sessions[0]!.state).toBe('FAILED');
+    expect(t.sessions[0]!.error_message).toMatch(/gone/);
+  });
+
+  it('answers INTERNAL_ERROR, never not_running, when the registry lookup fails', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    await h.startSession(child.id, 'work');
+    h.life.listFails = true;
+    try {
+      await expect(h.stopChild(parent.id, child.id)).rejects.toMatchObject({ code: 'INTERNAL_ERROR' });
+    } finally {
+      h.life.listFails = false;
+    }
+    expect((await h.getTask(child.id)).sessions[0]!.state).toBe('RUNNING');
+    expect((await h.stopChild(parent.id, child.id)).status).toBe('stopped');
+  });
+
+  it('records the stop in the audit log with actor and request id', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    await h.startSession(child.id, 'work');
+    await request(h.nc, OrchMcp.stopTask, { caller_task_id: parent.id, task_id: child.id }, { requestId: 'req-audit-1' });
+    const [row] = await h.sql`SELECT action, actor, request_id, outcome FROM orchestrator.audit_log WHERE task_id = ${child.id}`;
+    expect(row).toEqual({ action: 'mcp.stop_task', actor: `agent:${parent.id}`, request_id: 'req-audit-1', outcome: 'stopped' });
+  });
+});

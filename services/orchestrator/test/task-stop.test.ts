@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Orch } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { operator, startHarness, type Harness } from './harness.js';
+
+/** R-2: the operator's task stop reaches every live process, orphans included. */
+describe('orch.task.stop', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(async () => h?.stop());
+  const stop = (task_id: string, actor = operator) => request(h.nc, Orch.taskStop, { actor, task_id });
+
+  it('halts an orphaned execution and keeps its session FAILED with its error message', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'orphan');
+    const s = await h.startSession(task.id, 'work');
+    await h.sql`UPDATE orchestrator.sessions SET state = 'FAILED', error_message = 'agent never started', completed_at = now() WHERE id = ${s.id}`;
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    const res = await stop(task.id);
+    expect(res).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: true }] });
+    expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: true });
+    const t = await h.getTask(task.id);
+    expect(t.sessions[0]).toMatchObject({ state: 'FAILED', error_message: 'agent never started' });
+  });
+
+  it('cancels an active session through the normal transition and reports its execution', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'active');
+    const s = await h.startSession(task.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    const res = await stop(task.id);
+    expect(res.executions).toEqual([{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }]);
+    const t = await h.getTask(task.id);
+    expect(t.sessions[0]!.state).toBe('CANCELLED');
+    expect(t.status).toBe('REVIEW');
+    const events = await h.sql`SELECT payload->>'type' AS type FROM orchestrator.outbox WHERE payload->>'session_id' = ${s.id} ORDER BY created_at`;
+    expect(events.map((e) => e.type)).toContain('session.state_changed');
+  });
+
+  it('answers NOT_FOUND when nothing is active or registered, and changes nothing', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'idle');
+    const before = await h.getTask(task.id);
+    await expect(stop(task.id)).rejects.toMatchObject({ code: 'NOT_FOUND', message: 'execution not found' });
+    expect(await h.getTask(task.id)).toEqual(before);
+  });
+
+  it('does not fail on a repeat after the executions are gone, and makes no duplicate transition', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'repeat');
+    const s = await h.startSession(task.id, 'work');
+    await stop(task.id);
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    h.life.forget(exec.execution_id);
+    const mid = await h.getTask(task.id);
+    await expect(stop(task.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
+    expect(await h.getTask(task.id)).toEqual(mid);
+    const [n] = await h.sql`SELECT count(*)::int AS n FROM orchestrator.outbox WHERE payload->>'session_id' = ${s.id} AND payload->'data'->>'to' = 'CANCELLED'`;
+    expect(n!.n).toBe(1);
+  });
+
+  it('refuses an operator whose token excludes the workspace, without leaking or stopping', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'private');
+    await h.startSession(task.id, 'work');
+    const stops = h.life.stops.length;
+    await expect(stop(task.id, { type: 'operator', id: 'op-2', workspaces: ['00000000-0000-4000-8000-000000000000'] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    expect(h.life.stops.length).toBe(stops);
+  });
+
+  it('records the stop in the audit log', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'audited');
+    await h.startSession(task.id, 'work');
+    await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id, reason: 'wrong branch' }, { requestId: 'req-42' });
+    const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: task.id });
+    expect(audit[0]).toMatchObject({ action: 'task.stop', actor: 'operator:op-1', reason: 'wrong branch', request_id: 'req-42', outcome: 'stopped' });
+  });
+});
