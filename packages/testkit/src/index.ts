@@ -1,3 +1,5 @@
 export * from './paths.js';
 export * from './nats.js';
 export * from './pg.js';
+export * from './stack.js';
+export * from './clients.js';

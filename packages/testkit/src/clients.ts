@@ -1,0 +1,146 @@
+import WebSocket from 'ws';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+/** A thin HTTP client for the gateway API: JSON in, `{status, body}` out (never throws on 4xx/5xx). */
+export class ApiClient {
+  constructor(
+    readonly baseUrl: string,
+    private readonly token: string | null,
+  ) {}
+  async call<T = any>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
+    const res = await fetch(this.baseUrl + path, {
+      method,
+      headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(this.token ? { authorization: `Bearer ${this.token}` } : {}), ...headers },
+      ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    return { status: res.status, body: (text ? JSON.parse(text) : null) as T };
+  }
+  get = <T = any>(p: string) => this.call<T>('GET', p);
+  post = <T = any>(p: string, b: unknown = {}) => this.call<T>('POST', p, b);
+  patch = <T = any>(p: string, b: unknown) => this.call<T>('PATCH', p, b);
+  /** POST that must succeed; returns the body. */
+  async ok<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+    const r = await this.call<T>(method, path, body);
+    if (r.status >= 300) throw new Error(`${method} ${path} → ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  }
+}
+
+export interface WsFrame {
+  id?: string;
+  type: 'response' | 'error' | 'notification';
+  action: string;
+  payload: any;
+}
+
+/** A /ws client with request/response correlation and a notification inbox. */
+export class WsClient {
+  private seq = 0;
+  readonly notifications: WsFrame[] = [];
+  private readonly waiters = new Map<string, (f: WsFrame) => void>();
+  private readonly listeners = new Set<() => void>();
+  private constructor(readonly socket: WebSocket) {
+    socket.on('message', (data) => {
+      const frame = JSON.parse(String(data)) as WsFrame;
+      if (frame.type === 'notification') {
+        this.notifications.push(frame);
+        this.listeners.forEach((l) => l());
+      } else if (frame.id && this.waiters.has(frame.id)) {
+        this.waiters.get(frame.id)!(frame);
+        this.waiters.delete(frame.id);
+      }
+    });
+  }
+  static connect(url: string, token: string): Promise<WsClient> {
+    return new Promise((resolve, reject) => {
+      const s = new WebSocket(`${url}?token=${encodeURIComponent(token)}`);
+      s.once('open', () => resolve(new WsClient(s)));
+      s.once('error', reject);
+      s.once('unexpected-response', (_req, res) => reject(new Error(`ws upgrade refused: ${res.statusCode}`)));
+    });
+  }
+  request(action: string, payload: unknown, timeoutMs = 15_000): Promise<WsFrame> {
+    const id = String(++this.seq);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error(`no answer to ${action}`)), timeoutMs);
+      this.waiters.set(id, (f) => {
+        clearTimeout(t);
+        resolve(f);
+      });
+      this.socket.send(JSON.stringify({ id, type: 'request', action, payload }));
+    });
+  }
+  sendRaw(text: string) {
+    this.socket.send(text);
+  }
+  /** Resolves with the first notification (already received or future) matching `pred`. */
+  waitFor(pred: (f: WsFrame) => boolean, timeoutMs = 15_000): Promise<WsFrame> {
+    const found = this.notifications.find(pred);
+    if (found) return Promise.resolve(found);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.listeners.delete(check);
+        reject(new Error(`notification not received; got ${this.notifications.map((n) => n.action).join(', ')}`));
+      }, timeoutMs);
+      const check = () => {
+        const f = this.notifications.find(pred);
+        if (f) {
+          clearTimeout(t);
+          this.listeners.delete(check);
+          resolve(f);
+        }
+      };
+      this.listeners.add(check);
+    });
+  }
+  close() {
+    this.socket.close();
+  }
+}
+
+/** A real MCP client (Streamable HTTP) acting as an agent with a bearer token. */
+export async function connectMcp(url: string, token: string): Promise<Client & { callJson(name: string, args: Record<string, unknown>): Promise<{ isError: boolean; json: any; text: string }> }> {
+  const client = new Client({ name: 'kandev-test-agent', version: '0.1.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+  return Object.assign(client, {
+    async callJson(name: string, args: Record<string, unknown>) {
+      const res = (await client.callTool({ name, arguments: args })) as { isError?: boolean; content: Array<{ type: string; text?: string }> };
+      const text = res.content.find((c) => c.type === 'text')?.text ?? '';
+      let json: unknown = null;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        /* error text */
+      }
+      return { isError: Boolean(res.isError), json, text };
+    },
+  });
+}
+
+/** Poll until fn returns a truthy value (or throw after timeoutMs). */
+export async function eventually<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000, intervalMs = 50): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Is this pid alive? (signal 0) */
+export function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,95 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { signAgentToken, signOperatorToken } from '@kandev/runtime';
+import { spawnServiceProcess, type ServiceProcess } from '@kandev/runtime/dev/launch';
+import type { McpMode } from '@kandev/contracts';
+import { startNats, type TestNats } from './nats.js';
+import { createTestDatabase, type TestDatabase } from './pg.js';
+import { serviceEntry } from './paths.js';
+
+export const STACK_SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'] as const;
+export type StackService = (typeof STACK_SERVICES)[number];
+
+export interface Stack {
+  gatewayUrl: string;
+  wsUrl: string;
+  mcpUrl: string;
+  nats: TestNats;
+  db: TestDatabase;
+  stateDir: string;
+  secret: string;
+  services: Map<StackService, ServiceProcess>;
+  operatorToken(workspaces?: string[]): Promise<string>;
+  agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
+  /** Restart one service process (same env). */
+  restart(name: StackService): Promise<ServiceProcess>;
+  stop(): Promise<void>;
+}
+
+/**
+ * The whole system as processes, the way `npm start` runs it, on a nats-server and database of
+ * this test's own. Tests then drive it only through the public surfaces (INTERFACES.md).
+ */
+export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Stack> {
+  const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
+  const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
+  const secret = 'stack-test-secret-0123456789abcdef';
+  const baseEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    NATS_URL: nats.url,
+    DATABASE_URL: db.url,
+    KANDEV_JWT_SECRET: secret,
+    KANDEV_STATE_DIR: stateDir,
+    GATEWAY_PORT: '0',
+    MCP_PORT: '0',
+    LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
+    ...opts.env,
+  };
+  const services = new Map<StackService, ServiceProcess>();
+  const envFor = (name: StackService): NodeJS.ProcessEnv => ({
+    ...baseEnv,
+    INSTANCE_ID: `${name}-1`,
+    ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
+  });
+  const launch = async (name: StackService) => {
+    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: process.env.STACK_LOGS ? (l) => process.stderr.write(`[${name}] ${l}\n`) : undefined });
+    services.set(name, p);
+    return p;
+  };
+  try {
+    // Orchestrator first (owns the schema the others reference by id), then holds and mcp, then
+    // lifecycle (it hands the MCP URL to agents), then the gateway that fronts them all.
+    await launch('orchestrator');
+    await Promise.all([launch('holds'), launch('mcp')]);
+    await launch('lifecycle');
+    await launch('gateway');
+  } catch (e) {
+    await Promise.all([...services.values()].map((s) => s.stop()));
+    await Promise.all([nats.stop(), db.drop()]);
+    rmSync(stateDir, { recursive: true, force: true });
+    throw e;
+  }
+  const gatewayUrl = services.get('gateway')!.urls.http!;
+  return {
+    gatewayUrl,
+    wsUrl: gatewayUrl.replace(/^http/, 'ws') + '/ws',
+    mcpUrl: services.get('mcp')!.urls.mcp!,
+    nats,
+    db,
+    stateDir,
+    secret,
+    services,
+    operatorToken: (workspaces = ['*']) => signOperatorToken(secret, { sub: 'test-operator', workspaces }),
+    agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(secret, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+    async restart(name) {
+      await services.get(name)?.stop();
+      return launch(name);
+    },
+    async stop() {
+      for (const name of [...STACK_SERVICES].reverse()) await services.get(name)?.stop();
+      await Promise.all([nats.stop(), db.drop()]);
+      rmSync(stateDir, { recursive: true, force: true });
+    },
+  };
+}
