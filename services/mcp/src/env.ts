@@ -1,0 +1,9 @@
+import { BaseEnv } from '@kandev/runtime';
+import { z } from 'zod';
+
+export const McpEnv = BaseEnv.extend({
+  /** Port of the MCP Streamable HTTP endpoint (`/mcp`); 0 = any free port. */
+  MCP_PORT: z.coerce.number().int().min(0).max(65535).default(8090),
+  MCP_HOST: z.string().default('127.0.0.1'),
+});
+export type McpEnv = z.infer<typeof McpEnv>;

@@ -1,0 +1,4 @@
+import { runService } from '@kandev/runtime';
+import { mcpService } from './service.js';
+
+await runService(mcpService);

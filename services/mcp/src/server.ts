@@ -1,0 +1,101 @@
+import { KandevError, validationError, type McpMode } from '@kandev/contracts';
+import { inSpan, SpanKind, type AgentClaims, type Context, type Logger, type NatsConnection } from '@kandev/runtime';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool as ToolListing } from '@modelcontextprotocol/sdk/types.js';
+import { SpanStatusCode } from '@opentelemetry/api';
+import { instructionsFor } from './domain/guidance.js';
+import { toolFailure, toolSuccess } from './domain/tool-result.js';
+import { toolsFor, type Tool, type ToolContext } from './tools/index.js';
+
+export const SERVER_INFO = { name: 'kandev', version: '0.1.0' } as const;
+
+export interface CallScope {
+  nc: NatsConnection;
+  log: Logger;
+  caller: AgentClaims;
+  requestId: string;
+  requestTimeoutMs: number;
+  /** Trace context extracted from the HTTP request (`traceparent`), parent of every tool span. */
+  trace: Context;
+}
+
+const listings = new Map<McpMode, ToolListing[]>();
+function listingFor(mode: McpMode): ToolListing[] {
+  let tools = listings.get(mode);
+  if (!tools) {
+    tools = [...toolsFor(mode).values()].map((t) => ({
+      name: t.name,
+      title: t.title,
+      description: t.description,
+      inputSchema: t.inputJsonSchema,
+      annotations: t.annotations,
+    }));
+    listings.set(mode, tools);
+  }
+  return tools;
+}
+
+/**
+ * One MCP server for one HTTP request (stateless), bound to the verified caller.
+ *
+ * This is the protocol-level `Server`, not `McpServer`, on purpose: McpServer validates arguments
+ * before the handler runs and reports a failure as a bare "Input validation error" text with no
+ * code and no structuredContent, while the pinned failure shape is
+ * `backend error [VALIDATION_ERROR]: …` with `{code, message}`; a lenient schema would instead
+ * advertise no required keys. So tools/list and tools/call are served here, from the same zod
+ * shapes: listed as JSON Schema, parsed with unknown keys dropped.
+ */
+export function createMcpServer(scope: CallScope): Server {
+  const mode = scope.caller.mode;
+  const tools = toolsFor(mode);
+  const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: instructionsFor(mode) });
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: listingFor(mode) }));
+  server.setRequestHandler(CallToolRequestSchema, (req) => callTool(tools.get(req.params.name), req.params.name, req.params.arguments, scope));
+  return server;
+}
+
+async function callTool(tool: Tool | undefined, requested: string, args: unknown, scope: CallScope): Promise<CallToolResult> {
+  // Span names carry no caller-chosen text: an unknown name is reported as an attribute.
+  const spanName = `mcp tool ${tool ? tool.name : 'unknown'}`;
+  const attributes = { 'rpc.system': 'mcp', 'mcp.tool.name': requested, 'kandev.task_id': scope.caller.task_id, 'kandev.request_id': scope.requestId };
+  return inSpan(spanName, { kind: SpanKind.SERVER, parent: scope.trace, attributes }, async (span) => {
+    const started = performance.now();
+    const result = await runTool(tool, requested, args, scope);
+    const code = result.isError ? String((result.structuredContent as { code?: unknown } | undefined)?.code ?? 'INTERNAL_ERROR') : 'OK';
+    if (result.isError) {
+      span.setAttribute('kandev.error_code', code);
+      if (code === 'INTERNAL_ERROR' || code === 'UNAVAILABLE') span.setStatus({ code: SpanStatusCode.ERROR, message: code });
+    }
+    scope.log.info(
+      {
+        task_id: scope.caller.task_id,
+        session_id: scope.caller.session_id,
+        execution_id: scope.caller.execution_id,
+        request_id: scope.requestId,
+        tool: requested,
+        outcome: result.isError ? 'error' : 'ok',
+        code,
+        duration_ms: Math.round((performance.now() - started) * 10) / 10,
+      },
+      'mcp tool call',
+    );
+    return result;
+  });
+}
+
+async function runTool(tool: Tool | undefined, requested: string, args: unknown, scope: CallScope): Promise<CallToolResult> {
+  if (!tool) return toolFailure(new KandevError('UNKNOWN_ACTION', `tool ${requested} is not available in ${scope.caller.mode} mode`));
+  const parsed = tool.schema.safeParse(args ?? {});
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+    const summary = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ');
+    return toolFailure(validationError(`invalid arguments for ${tool.name}: ${summary}`, { issues }));
+  }
+  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs };
+  try {
+    return toolSuccess(await tool.run(parsed.data, ctx));
+  } catch (e) {
+    if (!(e instanceof KandevError)) scope.log.error({ err: e, tool: tool.name }, 'mcp tool failed unexpectedly');
+    return toolFailure(e);
+  }
+}

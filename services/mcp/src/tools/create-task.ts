@@ -1,0 +1,42 @@
+import { OrchMcp } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { z } from 'zod';
+import { defineTool } from './tool.js';
+
+/** SPEC: a coordinator creates a child of itself, optionally starting it with a prompt. */
+export const createTaskTool = defineTool({
+  name: 'create_task_kandev',
+  title: 'Create a child task',
+  description:
+    'Create a child task of your task in your workspace. With a prompt, a session starts at once and works on it. ' +
+    'Returns the child task (with "session_id" when a session was started). ' +
+    'Steer it later with message_task_kandev and halt it with stop_task_kandev.',
+  modes: ['task'],
+  input: {
+    title: z.string().min(1).max(500).describe('Short title of the child task.'),
+    description: z.string().max(20_000).optional().describe('Longer description of the work.'),
+    agent: z.string().min(1).max(200).optional().describe('Agent to run it (default: the workspace default).'),
+    prompt: z.string().min(1).optional().describe('First prompt; when given, the child starts working immediately.'),
+  },
+  annotations: {
+    title: 'Create a child task',
+    readOnlyHint: false,
+    destructiveHint: false,
+    idempotentHint: false,
+    openWorldHint: false,
+  },
+  async run(args, ctx) {
+    return request(
+      ctx.nc,
+      OrchMcp.createTask,
+      {
+        caller_task_id: ctx.caller.task_id,
+        title: args.title,
+        ...(args.description !== undefined ? { description: args.description } : {}),
+        ...(args.agent !== undefined ? { agent: args.agent } : {}),
+        ...(args.prompt !== undefined ? { prompt: args.prompt } : {}),
+      },
+      { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
+    );
+  },
+});

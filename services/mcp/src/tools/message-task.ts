@@ -1,0 +1,50 @@
+import { DeliveryMode, OrchMcp } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { z } from 'zod';
+import { CHOOSING_TABLE, PREFER_INTERRUPT_OR_STOP } from '../domain/guidance.js';
+import { defineTool } from './tool.js';
+
+/** SPEC: queued or interrupting message to a child task. */
+export const messageTaskTool = defineTool({
+  name: 'message_task_kandev',
+  title: 'Message a child task (queued or interrupt)',
+  description: [
+    'Send a prompt to a child task. Returns {"task_id", "session_id", "status": "queued" | "sent" | "started"}.',
+    'delivery_mode="queued" (the default) appends the message FIFO and lets the current turn continue (status "queued"). ' +
+      'delivery_mode="interrupt" (direct children only) cancels the running turn and dispatches this exact message at once ' +
+      '(status "sent"); if it cannot land safely it stays queued and the status says "queued". ' +
+      'An idle child receives the message immediately ("sent", or "started" when a session had to start). ' +
+      'A full queue is a CONFLICT error that reports the queue size and limit.',
+    PREFER_INTERRUPT_OR_STOP,
+    CHOOSING_TABLE,
+  ].join('\n\n'),
+  modes: ['task'],
+  input: {
+    task_id: z.uuid().describe('Full UUID of the child task.'),
+    prompt: z.string().min(1).max(100_000).describe('The message for the child agent.'),
+    session_id: z.uuid().optional().describe("A specific session of the child; default: the child's primary session."),
+    delivery_mode: DeliveryMode.optional().describe('"queued" (default): information that can wait. "interrupt": stop the current approach and act on this now.'),
+  },
+  annotations: {
+    title: 'Message a child task (queued or interrupt)',
+    readOnlyHint: false,
+    // An interrupt cancels the child's running turn.
+    destructiveHint: true,
+    idempotentHint: false,
+    openWorldHint: false,
+  },
+  async run(args, ctx) {
+    return request(
+      ctx.nc,
+      OrchMcp.messageTask,
+      {
+        caller_task_id: ctx.caller.task_id,
+        task_id: args.task_id,
+        prompt: args.prompt,
+        ...(args.session_id !== undefined ? { session_id: args.session_id } : {}),
+        ...(args.delivery_mode !== undefined ? { delivery_mode: args.delivery_mode } : {}),
+      },
+      { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
+    );
+  },
+});
