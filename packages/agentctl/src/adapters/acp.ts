@@ -1,0 +1,214 @@
+import { randomUUID } from 'node:crypto';
+import { Readable, Writable } from 'node:stream';
+import * as acp from '@agentclientprotocol/sdk';
+import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
+import { z } from 'zod';
+import { AgentProcess, type AgentExit, type Termination } from '../agent-process.js';
+import type { AgentSpec } from '../catalogue.js';
+import type { Logger } from '../log.js';
+import { AGENTCTL_VERSION } from '../version.js';
+import { unlessAgentExits, withinDeadline, type AdapterOptions, type AdapterSink, type AgentAdapter } from './adapter.js';
+import { PendingPermissions, type PermissionAnswers } from './permissions.js';
+
+/**
+ * Exact per-report usage in `usage_update._meta.kandev` (what the scripted agent sends). Agents that
+ * only report ACP's cumulative `cost` get a delta of it instead, with no token counts.
+ */
+const KandevUsageMeta = z.object({
+  kandev: z.object({
+    cost_cents: z.number().nonnegative(),
+    tokens_in: z.number().int().nonnegative(),
+    tokens_cached_in: z.number().int().nonnegative(),
+    tokens_out: z.number().int().nonnegative(),
+  }),
+});
+
+type ToolCallState = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
+
+export class AcpAdapter implements AgentAdapter {
+  readonly protocol = 'acp' as const;
+  private process: AgentProcess | undefined;
+  private connection: acp.ClientConnection | undefined;
+  private sessionId: string | undefined;
+  private turnId: string | undefined;
+  /** Usage that arrives between turns is charged to the turn that just ended. */
+  private lastTurnId: string | undefined;
+  private readonly toolCalls = new Map<string, ToolCallState>();
+  private readonly permissions: PendingPermissions<acp.RequestPermissionResponse>;
+  private cumulativeCostUsd = 0;
+
+  constructor(
+    private readonly spec: AgentSpec,
+    private readonly options: AdapterOptions,
+    private readonly sink: AdapterSink,
+    private readonly log: Logger,
+  ) {
+    this.permissions = new PendingPermissions(sink);
+  }
+
+  get pid(): number {
+    return this.agent.pid;
+  }
+
+  get exited(): Promise<AgentExit> {
+    return this.agent.exited;
+  }
+
+  private get agent(): AgentProcess {
+    if (!this.process) throw new Error('agent not started');
+    return this.process;
+  }
+
+  private get session(): { connection: acp.ClientConnection; sessionId: string } {
+    if (!this.connection || !this.sessionId) throw new Error('ACP session not established');
+    return { connection: this.connection, sessionId: this.sessionId };
+  }
+
+  async start(): Promise<void> {
+    const agent = await AgentProcess.start(this.spec, this.options.cwd, this.options.env, this.log);
+    this.process = agent;
+    const stream = acp.ndJsonStream(
+      Writable.toWeb(agent.child.stdin) as WritableStream<Uint8Array>,
+      Readable.toWeb(agent.child.stdout) as ReadableStream<Uint8Array>,
+    );
+    const client = acp
+      .client({ name: 'kandev-agentctl' })
+      .onRequest(acp.methods.client.session.requestPermission, ({ params }) => this.onPermissionRequest(params))
+      .onNotification(acp.methods.client.session.update, ({ params }) => this.onSessionUpdate(params));
+    const connection = client.connect(stream);
+    this.connection = connection;
+
+    const deadline = <T>(work: Promise<T>, step: string) =>
+      withinDeadline(work, this.options.handshakeTimeoutMs, `agent did not answer ${step} within ${this.options.handshakeTimeoutMs} ms`, agent.exited);
+    const init = await deadline(
+      connection.agent.request(acp.methods.agent.initialize, {
+        protocolVersion: acp.PROTOCOL_VERSION,
+        // agentctl runs headless: it offers no file system or terminal to the agent.
+        clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+        clientInfo: { name: 'kandev-agentctl', version: AGENTCTL_VERSION },
+      }),
+      'initialize',
+    );
+    const mcpServers: acp.McpServer[] = [];
+    if (this.options.mcp) {
+      if (init.agentCapabilities?.mcpCapabilities?.http !== true) {
+        this.log.warn('agent does not advertise HTTP MCP support; offering the kandev server anyway', { agent: this.spec.name });
+      }
+      const headers = this.options.mcp.token ? [{ name: 'Authorization', value: `Bearer ${this.options.mcp.token}` }] : [];
+      mcpServers.push({ type: 'http', name: 'kandev', url: this.options.mcp.url, headers });
+    }
+    const session = await deadline(connection.agent.request(acp.methods.agent.session.new, { cwd: this.options.cwd, mcpServers }), 'session/new');
+    this.sessionId = session.sessionId;
+    this.log.info('ACP session ready', { session_id: session.sessionId, protocol_version: init.protocolVersion, mcp: mcpServers.length > 0 });
+  }
+
+  async prompt(turnId: string, text: string): Promise<AgentctlStopReason> {
+    const { connection, sessionId } = this.session;
+    this.turnId = turnId;
+    this.lastTurnId = turnId;
+    this.toolCalls.clear();
+    try {
+      const response = await unlessAgentExits(
+        connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text }] }),
+        this.agent.exited,
+      );
+      return response.stopReason;
+    } finally {
+      this.turnId = undefined;
+      // Nothing may keep waiting on a turn that is over.
+      this.permissions.cancelAll();
+    }
+  }
+
+  async cancel(): Promise<void> {
+    const { connection, sessionId } = this.session;
+    // ACP asks the client to treat unfinished tool calls of the turn as cancelled from here on.
+    let marked = 0;
+    for (const [id, state] of this.toolCalls) {
+      if (state === 'pending' || state === 'in_progress') {
+        this.toolCalls.set(id, 'cancelled');
+        marked++;
+      }
+    }
+    await connection.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    const released = this.permissions.cancelAll();
+    this.log.info('sent session/cancel', { session_id: sessionId, turn_id: this.turnId, tool_calls_cancelled: marked, permissions_cancelled: released });
+  }
+
+  answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined {
+    return this.permissions.answer(permissionId, decision);
+  }
+
+  async stop(graceMs: number): Promise<Termination> {
+    const result = await this.agent.terminate(graceMs);
+    this.connection?.close();
+    return result;
+  }
+
+  private onPermissionRequest(params: acp.RequestPermissionRequest): Promise<acp.RequestPermissionResponse> {
+    const cancelled: acp.RequestPermissionResponse = { outcome: { outcome: 'cancelled' } };
+    if (this.turnId === undefined || params.sessionId !== this.sessionId) return Promise.resolve(cancelled);
+    const pick = (...kinds: acp.PermissionOptionKind[]) => {
+      for (const kind of kinds) {
+        const option = params.options.find((o) => o.kind === kind);
+        if (option) return option;
+      }
+      return undefined;
+    };
+    const selected = (option: acp.PermissionOption | undefined, outcome: AgentctlPermissionOutcome) =>
+      option ? { answer: { outcome: { outcome: 'selected' as const, optionId: option.optionId } }, outcome } : { answer: cancelled, outcome: 'cancelled' as const };
+    const answers: PermissionAnswers<acp.RequestPermissionResponse> = {
+      allow: selected(pick('allow_once', 'allow_always'), 'allowed'),
+      deny: selected(pick('reject_once', 'reject_always'), 'denied'),
+      cancel: cancelled,
+    };
+    return this.permissions.open(
+      {
+        turn_id: this.turnId,
+        permission_id: randomUUID(),
+        title: params.toolCall.title ?? params.toolCall.toolCallId,
+        options: params.options.map((o) => ({ id: o.optionId, name: o.name, kind: o.kind })),
+      },
+      answers,
+    );
+  }
+
+  private onSessionUpdate(params: acp.SessionNotification): void {
+    if (params.sessionId !== this.sessionId) return;
+    const update = params.update;
+    switch (update.sessionUpdate) {
+      case 'agent_message_chunk':
+        if (update.content.type === 'text' && this.turnId) this.sink.agentMessage(this.turnId, update.content.text);
+        break;
+      case 'tool_call':
+        this.toolCalls.set(update.toolCallId, update.status ?? 'pending');
+        break;
+      case 'tool_call_update':
+        if (update.status === 'completed' || update.status === 'failed') this.toolCalls.delete(update.toolCallId);
+        else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
+        break;
+      case 'usage_update':
+        this.onUsage(update);
+        break;
+      default:
+        break;
+    }
+  }
+
+  private onUsage(update: acp.UsageUpdate): void {
+    const turnId = this.turnId ?? this.lastTurnId;
+    const previousCost = this.cumulativeCostUsd;
+    if (update.cost && update.cost.currency === 'USD') this.cumulativeCostUsd = update.cost.amount;
+    if (!turnId) {
+      this.log.warn('usage reported before any turn; dropped');
+      return;
+    }
+    const exact = KandevUsageMeta.safeParse(update._meta ?? {});
+    if (exact.success) {
+      this.sink.usage(turnId, exact.data.kandev);
+      return;
+    }
+    const deltaCents = Math.round((this.cumulativeCostUsd - previousCost) * 100 * 1e6) / 1e6;
+    if (deltaCents > 0) this.sink.usage(turnId, { cost_cents: deltaCents, tokens_in: 0, tokens_cached_in: 0, tokens_out: 0 });
+  }
+}

@@ -1,0 +1,246 @@
+import { randomUUID } from 'node:crypto';
+import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
+import { z } from 'zod';
+import { AgentProcess, type AgentExit, type Termination } from '../agent-process.js';
+import type { AgentSpec } from '../catalogue.js';
+import { errorMessage, type Logger } from '../log.js';
+import { AGENTCTL_VERSION } from '../version.js';
+import { unlessAgentExits, withinDeadline, type AdapterOptions, type AdapterSink, type AgentAdapter } from './adapter.js';
+import { JsonLineRpc, RpcError } from './jsonl-rpc.js';
+import { PendingPermissions } from './permissions.js';
+
+// ---------------------------------------------------------------- the Codex app-server messages agentctl reads
+
+const ThreadStartResult = z.looseObject({ thread: z.looseObject({ id: z.string().min(1) }) });
+const TurnStatus = z.enum(['completed', 'interrupted', 'failed', 'inProgress']);
+const TurnStartResult = z.looseObject({ turn: z.looseObject({ id: z.string().min(1), status: TurnStatus.optional() }) });
+const TurnCompleted = z.looseObject({
+  threadId: z.string(),
+  turn: z.looseObject({
+    id: z.string(),
+    status: TurnStatus,
+    error: z.looseObject({ message: z.string() }).nullish(),
+  }),
+});
+const AgentMessageDelta = z.looseObject({ threadId: z.string().optional(), turnId: z.string().optional(), delta: z.string() });
+const TokenBreakdown = z.looseObject({
+  inputTokens: z.number().int().nonnegative(),
+  cachedInputTokens: z.number().int().nonnegative().default(0),
+  outputTokens: z.number().int().nonnegative(),
+});
+const TokenUsageUpdated = z.looseObject({
+  threadId: z.string(),
+  turnId: z.string().optional(),
+  tokenUsage: z.looseObject({ last: TokenBreakdown }),
+  /** Codex has no cost field; the scripted agent puts the exact report (with cost_cents) here. */
+  _meta: z
+    .looseObject({
+      kandev: z
+        .object({
+          cost_cents: z.number().nonnegative(),
+          tokens_in: z.number().int().nonnegative(),
+          tokens_cached_in: z.number().int().nonnegative(),
+          tokens_out: z.number().int().nonnegative(),
+        })
+        .optional(),
+    })
+    .optional(),
+});
+const ApprovalRequest = z.looseObject({
+  threadId: z.string(),
+  turnId: z.string().optional(),
+  itemId: z.string().optional(),
+  command: z.union([z.string(), z.array(z.string())]).nullish(),
+  reason: z.string().nullish(),
+});
+
+type ApprovalDecision = 'accept' | 'decline' | 'cancel';
+
+const APPROVAL_METHODS = new Set(['item/commandExecution/requestApproval', 'item/fileChange/requestApproval']);
+
+const stopReasonOf: Record<z.infer<typeof TurnStatus>, AgentctlStopReason> = {
+  completed: 'end_turn',
+  interrupted: 'cancelled',
+  failed: 'error',
+  inProgress: 'error',
+};
+
+interface CodexTurn {
+  turnId: string;
+  /** Codex's own id for the turn, known once turn/start answers. */
+  codexTurnId: string | undefined;
+  interruptRequested: boolean;
+  settle(result: { status: z.infer<typeof TurnStatus>; error: string | undefined }): void;
+}
+
+export class TurnFailedError extends Error {}
+
+export class CodexAdapter implements AgentAdapter {
+  readonly protocol = 'codex' as const;
+  private process: AgentProcess | undefined;
+  private rpc: JsonLineRpc | undefined;
+  private threadId: string | undefined;
+  private turn: CodexTurn | undefined;
+  private lastTurnId: string | undefined;
+  /** turn/completed can outrun the turn/start answer; it waits here until the id is known. */
+  private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
+  private readonly permissions: PendingPermissions<{ decision: ApprovalDecision }>;
+
+  constructor(
+    private readonly spec: AgentSpec,
+    private readonly options: AdapterOptions,
+    private readonly sink: AdapterSink,
+    private readonly log: Logger,
+  ) {
+    this.permissions = new PendingPermissions(sink);
+  }
+
+  get pid(): number {
+    return this.agent.pid;
+  }
+
+  get exited(): Promise<AgentExit> {
+    return this.agent.exited;
+  }
+
+  private get agent(): AgentProcess {
+    if (!this.process) throw new Error('agent not started');
+    return this.process;
+  }
+
+  private get thread(): { rpc: JsonLineRpc; threadId: string } {
+    if (!this.rpc || !this.threadId) throw new Error('Codex thread not established');
+    return { rpc: this.rpc, threadId: this.threadId };
+  }
+
+  async start(): Promise<void> {
+    const agent = await AgentProcess.start(this.spec, this.options.cwd, this.options.env, this.log);
+    this.process = agent;
+    const rpc = new JsonLineRpc(agent.child.stdout, agent.child.stdin, this.log);
+    this.rpc = rpc;
+    rpc.onNotification((method, params) => this.onNotification(method, params));
+    rpc.onRequest((method, params) => this.onRequest(method, params));
+
+    const deadline = <T>(work: Promise<T>, step: string) =>
+      withinDeadline(work, this.options.handshakeTimeoutMs, `agent did not answer ${step} within ${this.options.handshakeTimeoutMs} ms`, agent.exited);
+    await deadline(rpc.request('initialize', { clientInfo: { name: 'kandev-agentctl', title: 'Kandev agentctl', version: AGENTCTL_VERSION } }), 'initialize');
+    rpc.notify('initialized');
+    const mcp = this.options.mcp;
+    const config = mcp ? { mcp_servers: { kandev: { url: mcp.url, ...(mcp.token ? { bearer_token: mcp.token } : {}) } } } : undefined;
+    const started = ThreadStartResult.parse(await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'));
+    this.threadId = started.thread.id;
+    this.log.info('Codex thread ready', { thread_id: this.threadId, mcp: mcp !== undefined });
+  }
+
+  async prompt(turnId: string, text: string): Promise<AgentctlStopReason> {
+    const { rpc, threadId } = this.thread;
+    const completion = new Promise<{ status: z.infer<typeof TurnStatus>; error: string | undefined }>((settle) => {
+      this.turn = { turnId, codexTurnId: undefined, interruptRequested: false, settle };
+    });
+    const turn = this.turn;
+    if (!turn) throw new Error('turn bookkeeping failed');
+    this.lastTurnId = turnId;
+    try {
+      const started = TurnStartResult.parse(await unlessAgentExits(rpc.request('turn/start', { threadId, input: [{ type: 'text', text }] }), this.agent.exited));
+      turn.codexTurnId = started.turn.id;
+      const early = this.earlyCompletions.get(started.turn.id);
+      this.earlyCompletions.clear();
+      if (early) turn.settle({ status: early.status, error: early.error?.message });
+      else if (turn.interruptRequested) this.interrupt(turn);
+      const result = await unlessAgentExits(completion, this.agent.exited);
+      if (result.status === 'failed') throw new TurnFailedError(result.error ?? 'turn failed');
+      return stopReasonOf[result.status];
+    } finally {
+      this.turn = undefined;
+      this.permissions.cancelAll();
+    }
+  }
+
+  async cancel(): Promise<void> {
+    const turn = this.turn;
+    if (turn) {
+      turn.interruptRequested = true;
+      // Without Codex's turn id there is nothing to name yet; prompt() interrupts as soon as it arrives.
+      if (turn.codexTurnId) this.interrupt(turn);
+    }
+    const released = this.permissions.cancelAll();
+    this.log.info('interrupt requested', { turn_id: turn?.turnId, codex_turn_id: turn?.codexTurnId, permissions_cancelled: released });
+  }
+
+  answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined {
+    return this.permissions.answer(permissionId, decision);
+  }
+
+  async stop(graceMs: number): Promise<Termination> {
+    return this.agent.terminate(graceMs);
+  }
+
+  private interrupt(turn: CodexTurn): void {
+    const { rpc, threadId } = this.thread;
+    rpc.request('turn/interrupt', { threadId, turnId: turn.codexTurnId }).then(
+      () => this.log.debug('turn/interrupt acknowledged', { turn_id: turn.turnId }),
+      (err: unknown) => this.log.warn('turn/interrupt failed', { turn_id: turn.turnId, err: errorMessage(err) }),
+    );
+  }
+
+  private onNotification(method: string, params: unknown): void {
+    switch (method) {
+      case 'turn/completed': {
+        const parsed = TurnCompleted.safeParse(params);
+        if (!parsed.success || parsed.data.threadId !== this.threadId) return;
+        const done = parsed.data.turn;
+        const turn = this.turn;
+        if (turn?.codexTurnId === done.id) turn.settle({ status: done.status, error: done.error?.message });
+        else if (turn && turn.codexTurnId === undefined) this.earlyCompletions.set(done.id, done);
+        return;
+      }
+      case 'item/agentMessage/delta': {
+        const parsed = AgentMessageDelta.safeParse(params);
+        const turnId = this.turn?.turnId;
+        if (parsed.success && turnId) this.sink.agentMessage(turnId, parsed.data.delta);
+        return;
+      }
+      case 'thread/tokenUsage/updated': {
+        const parsed = TokenUsageUpdated.safeParse(params);
+        const turnId = this.turn?.turnId ?? this.lastTurnId;
+        if (!parsed.success || !turnId) return;
+        const exact = parsed.data._meta?.kandev;
+        const last = parsed.data.tokenUsage.last;
+        this.sink.usage(
+          turnId,
+          exact ?? { cost_cents: 0, tokens_in: last.inputTokens, tokens_cached_in: last.cachedInputTokens, tokens_out: last.outputTokens },
+        );
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  private async onRequest(method: string, params: unknown): Promise<unknown> {
+    if (!APPROVAL_METHODS.has(method)) throw new RpcError(-32601, `agentctl does not serve ${method}`);
+    const parsed = ApprovalRequest.safeParse(params);
+    if (!parsed.success) throw new RpcError(-32602, 'invalid approval request');
+    const turnId = this.turn?.turnId;
+    // An approval outside a turn has no one to ask; refuse it rather than leave the agent hanging.
+    if (!turnId) return { decision: 'cancel' };
+    const command = parsed.data.command;
+    const title = (Array.isArray(command) ? command.join(' ') : command) ?? parsed.data.reason ?? method;
+    return this.permissions.open(
+      {
+        turn_id: turnId,
+        permission_id: randomUUID(),
+        title,
+        options: [
+          { id: 'accept', name: 'Accept', kind: 'allow_once' },
+          { id: 'decline', name: 'Decline', kind: 'reject_once' },
+        ],
+      },
+      {
+        allow: { answer: { decision: 'accept' }, outcome: 'allowed' },
+        deny: { answer: { decision: 'decline' }, outcome: 'denied' },
+        cancel: { decision: 'cancel' },
+      },
+    );
+  }
+}

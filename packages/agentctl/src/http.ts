@@ -1,0 +1,123 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, propagation, trace } from '@opentelemetry/api';
+import {
+  AgentctlCancelRequest,
+  AgentctlCancelResponse,
+  AgentctlErrorResponse,
+  AgentctlPaths,
+  AgentctlPermissionAnswerRequest,
+  AgentctlPermissionAnswerResponse,
+  AgentctlPromptRequest,
+  AgentctlPromptResponse,
+  AgentctlStatusResponse,
+  AgentctlStopRequest,
+  AgentctlStopResponse,
+} from '@kandev/contracts/agentctl';
+import { z } from 'zod';
+import { AgentctlError } from './errors.js';
+import type { Execution } from './execution.js';
+import { errorMessage, type Logger } from './log.js';
+
+/*
+ * The loopback HTTP API: parse and validate, call the execution, validate and send the answer. The
+ * W3C trace context of each request becomes the parent of its span.
+ */
+
+const MAX_BODY_BYTES = 1024 * 1024;
+const tracer = trace.getTracer('@kandev/agentctl');
+
+interface Reply {
+  status: number;
+  body: unknown;
+  /** Runs once the response has been flushed to the client. */
+  after?: () => void;
+}
+
+type Handler = (req: IncomingMessage) => Promise<Reply>;
+
+export interface HttpOptions {
+  /** Called after the stop response is on the wire: agentctl exits then. */
+  onStopped(): void;
+}
+
+export function createHttpServer(execution: Execution, log: Logger, options: HttpOptions): Server {
+  const routes: Record<string, Handler> = {
+    [`GET ${AgentctlPaths.health}`]: async () => ({ status: 200, body: { ok: true } }),
+    [`GET ${AgentctlPaths.status}`]: async () => ({ status: 200, body: AgentctlStatusResponse.parse(execution.status()) }),
+    [`POST ${AgentctlPaths.prompt}`]: async (req) => {
+      const body = await readBody(req, AgentctlPromptRequest);
+      return { status: 202, body: AgentctlPromptResponse.parse(execution.startTurn(body.prompt, body.turn_id)) };
+    },
+    [`POST ${AgentctlPaths.cancel}`]: async (req) => {
+      const body = await readBody(req, AgentctlCancelRequest);
+      return { status: 200, body: AgentctlCancelResponse.parse(await execution.cancel(body.turn_id)) };
+    },
+    [`POST ${AgentctlPaths.permission}`]: async (req) => {
+      const body = await readBody(req, AgentctlPermissionAnswerRequest);
+      return { status: 200, body: AgentctlPermissionAnswerResponse.parse(execution.answerPermission(body)) };
+    },
+    [`POST ${AgentctlPaths.stop}`]: async (req) => {
+      const body = await readBody(req, AgentctlStopRequest);
+      const stopped = AgentctlStopResponse.parse(await execution.stop(body.grace_ms));
+      return { status: 200, body: stopped, after: options.onStopped };
+    },
+  };
+
+  return createServer((req, res) => {
+    const path = new URL(req.url ?? '/', 'http://agentctl').pathname;
+    const route = `${req.method ?? 'GET'} ${path}`;
+    const handler = routes[route];
+    const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+    const span = tracer.startSpan(route, { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? 'GET', 'url.path': path } }, parent);
+    void context.with(trace.setSpan(parent, span), async () => {
+      let reply: Reply;
+      try {
+        reply = handler ? await handler(req) : errorReply(new AgentctlError('NOT_FOUND', `no route ${route}`));
+      } catch (err) {
+        reply = errorReply(err);
+        if (reply.status >= 500) log.warn('request failed', { route, status: reply.status, err: errorMessage(err) });
+      }
+      span.setAttribute('http.response.status_code', reply.status);
+      if (reply.status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.end();
+      send(res, reply);
+    });
+  });
+}
+
+function send(res: ServerResponse, reply: Reply): void {
+  const payload = JSON.stringify(reply.body);
+  res.writeHead(reply.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+  res.end(payload, () => reply.after?.());
+}
+
+function errorReply(err: unknown): Reply {
+  const failure = err instanceof AgentctlError ? err : new AgentctlError('INTERNAL_ERROR', errorMessage(err));
+  return { status: failure.status, body: AgentctlErrorResponse.parse(failure.toBody()) };
+}
+
+/** The JSON body validated by `schema`; an empty body counts as `{}`. */
+async function readBody<T extends z.ZodType>(req: IncomingMessage, schema: T): Promise<z.infer<T>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const buffer = chunk instanceof Buffer ? chunk : Buffer.from(String(chunk));
+    size += buffer.length;
+    if (size > MAX_BODY_BYTES) throw new AgentctlError('BAD_REQUEST', `body larger than ${MAX_BODY_BYTES} bytes`);
+    chunks.push(buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  let raw: unknown = {};
+  if (text.trim() !== '') {
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      throw new AgentctlError('BAD_REQUEST', 'body is not JSON');
+    }
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    throw new AgentctlError('VALIDATION_ERROR', z.prettifyError(parsed.error), { details: { issues: parsed.error.issues } });
+  }
+  return parsed.data;
+}

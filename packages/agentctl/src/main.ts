@@ -1,0 +1,135 @@
+#!/usr/bin/env node
+import type { AddressInfo } from 'node:net';
+import { AcpAdapter } from './adapters/acp.js';
+import type { AdapterOptions, AgentAdapter } from './adapters/adapter.js';
+import { CodexAdapter } from './adapters/codex.js';
+import { CatalogueError, resolveAgent } from './catalogue.js';
+import { ConfigError, SECRET_ENV, describeConfig, loadConfig, type AgentctlConfig } from './config.js';
+import { EventStream } from './events.js';
+import { Execution } from './execution.js';
+import { createHttpServer } from './http.js';
+import { createLogger, errorMessage, type Logger } from './log.js';
+
+/*
+ * agentctl: one process per execution, next to its agent. It spawns the agent, completes the
+ * protocol handshake, serves the loopback HTTP API and reports on stdout (one `ready` line, then
+ * NDJSON events). It exits once its agent is gone, whether the agent ended or was stopped.
+ */
+
+/** Grace period when agentctl itself is asked to terminate. */
+const SIGNAL_GRACE_MS = 2000;
+
+async function main(): Promise<void> {
+  let config: AgentctlConfig;
+  try {
+    config = loadConfig(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'error', msg: 'invalid configuration', err: err.message })}\n`);
+    process.exit(2);
+  }
+
+  const log = createLogger(
+    { service: 'agentctl', ...(config.executionId ? { execution_id: config.executionId } : {}), ...(config.taskId ? { task_id: config.taskId } : {}) },
+    config.logLevel,
+  );
+  log.info('starting', { config: describeConfig(config) });
+
+  const spec = (() => {
+    try {
+      return resolveAgent(config.agent, process.env);
+    } catch (err) {
+      if (!(err instanceof CatalogueError)) throw err;
+      log.error('cannot resolve agent', { err: err.message });
+      process.exit(2);
+    }
+  })();
+
+  const agentEnv: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of SECRET_ENV) delete agentEnv[name];
+  const adapterOptions: AdapterOptions = {
+    cwd: config.cwd,
+    env: agentEnv,
+    mcp: config.mcpUrl ? { url: config.mcpUrl, token: config.mcpToken } : undefined,
+    handshakeTimeoutMs: config.handshakeTimeoutMs,
+  };
+  const events = new EventStream(process.stdout, log);
+  const execution = new Execution(
+    (sink): AgentAdapter =>
+      spec.protocol === 'acp' ? new AcpAdapter(spec, adapterOptions, sink, log) : new CodexAdapter(spec, adapterOptions, sink, log),
+    events,
+    { executionId: config.executionId, cancelTimeoutMs: config.cancelTimeoutMs },
+    log,
+  );
+
+  try {
+    await execution.adapter.start();
+  } catch (err) {
+    log.error('agent handshake failed', { agent: spec.name, err: errorMessage(err) });
+    await execution.adapter.stop(500).catch(() => undefined);
+    process.exit(1);
+  }
+
+  // A crash must not leave the agent behind: nobody else knows its pid well enough to clean it up.
+  process.once('uncaughtException', (err) => {
+    log.error('agentctl crashed; killing the agent', { err: errorMessage(err) });
+    try {
+      process.kill(execution.adapter.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+    process.exit(1);
+  });
+
+  let exiting = false;
+  const server = createHttpServer(execution, log, { onStopped: () => void exitAfterAgent() });
+
+  /** Reports the agent's end, then leaves: there is nothing left to control. */
+  async function exitAfterAgent(): Promise<void> {
+    if (exiting) return;
+    exiting = true;
+    const exit = await execution.adapter.exited;
+    events.emit({ type: 'agent_exited', code: exit.code, signal: exit.signal });
+    await events.flush();
+    server.close();
+    server.closeAllConnections();
+    log.info('agentctl exiting');
+    process.exit(0);
+  }
+
+  void execution.adapter.exited.then(async (exit) => {
+    if (execution.isStopping) return; // the stop path reports and exits after its HTTP answer
+    log.warn('agent exited on its own', { code: exit.code, signal: exit.signal });
+    await execution.agentExited();
+    await exitAfterAgent();
+  });
+
+  const onSignal = (signal: NodeJS.Signals) => {
+    log.info('signal received; stopping the agent', { signal, grace_ms: SIGNAL_GRACE_MS });
+    void execution.stop(SIGNAL_GRACE_MS).then(
+      () => exitAfterAgent(),
+      (err: unknown) => {
+        log.error('stop failed', { err: errorMessage(err) });
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  const url = `http://${host}:${port}`;
+  events.emit({ type: 'ready', url, agent_pid: execution.adapter.pid, protocol: spec.protocol });
+  log.info('ready', { url, agent: spec.name, agent_pid: execution.adapter.pid, protocol: spec.protocol });
+}
+
+main().catch((err: unknown) => {
+  const log: Logger = createLogger({ service: 'agentctl' });
+  log.error('agentctl failed', { err: errorMessage(err) });
+  process.exit(1);
+});

@@ -1,0 +1,1 @@
+export const AGENTCTL_VERSION = '0.1.0';

@@ -1,0 +1,223 @@
+// `npm start` end to end: the real script, its own nats-server and embedded PostgreSQL, the five
+// services as processes; the gateway gets ready; Ctrl-C (SIGINT) exits 0 and leaves no process
+// behind. Expects a built tree (`npm test` builds first).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
+import { repoRoot } from '../src/paths.js';
+
+interface Proc {
+  pid: number;
+  start: string;
+  cmd: string;
+}
+
+/** (state, ppid, start time) from /proc/<pid>/stat; the comm field may hold spaces and parens. */
+function stat(pid: number): { state: string; ppid: number; start: string } | null {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return { state: rest[0]!, ppid: Number(rest[1]), start: rest[19]! };
+  } catch {
+    return null;
+  }
+}
+
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch {
+    return '';
+  }
+}
+
+/** Every process below `root`, found by walking ppid chains over /proc. */
+function descendants(root: number): Proc[] {
+  const children = new Map<number, number[]>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const st = stat(Number(name));
+    if (!st) continue;
+    children.set(st.ppid, [...(children.get(st.ppid) ?? []), Number(name)]);
+  }
+  const out: Proc[] = [];
+  const queue = [root];
+  while (queue.length) {
+    for (const pid of children.get(queue.shift()!) ?? []) {
+      const st = stat(pid);
+      if (st) out.push({ pid, start: st.start, cmd: cmdline(pid) });
+      queue.push(pid);
+    }
+  }
+  return out;
+}
+
+const alive = (p: Proc) => {
+  const st = stat(p.pid);
+  return st !== null && st.start === p.start && st.state !== 'Z';
+};
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A port nothing listens on (bound by the OS, then released). */
+function deadPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** A state dir PostgreSQL can use: as root the embedded server runs as `postgres`, which must enter it. */
+function tempStateDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'kandev-start-'));
+  chmodSync(dir, 0o755);
+  return join(dir, 'state');
+}
+
+function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
+  return { ...env, ...extra };
+}
+
+const cleanups: Array<() => void | Promise<void>> = [];
+afterAll(async () => {
+  for (const fn of cleanups.reverse()) await fn();
+});
+
+describe('npm start', () => {
+  it('starts NATS, PostgreSQL and every service, serves /readyz, and stops cleanly on SIGINT', async () => {
+    const state = tempStateDir();
+    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
+    const started = Date.now();
+    const child: ChildProcess = spawn(process.execPath, ['scripts/start.mjs'], {
+      cwd: repoRoot,
+      env: childEnv({
+        KANDEV_STATE_DIR: state,
+        GATEWAY_PORT: '0',
+        MCP_PORT: '0',
+        // Unreachable on purpose: start.mjs must spawn a nats-server of its own.
+        NATS_URL: `nats://127.0.0.1:${await deadPort()}`,
+        LOG_LEVEL: 'info',
+      }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    let hasExited = false;
+    void exited.then(() => (hasExited = true));
+
+    // Everything start.mjs ever starts, sampled while it runs (key: pid + start time).
+    const seen = new Map<string, Proc>();
+    const sample = () => {
+      for (const p of descendants(child.pid!)) seen.set(`${p.pid}:${p.start}`, p);
+    };
+    const sampler = setInterval(sample, 100);
+    cleanups.push(async () => {
+      clearInterval(sampler);
+      if (!hasExited) child.kill('SIGKILL');
+      for (const p of seen.values()) if (alive(p)) process.kill(p.pid, 'SIGKILL');
+    });
+
+    let gateway: string | undefined;
+    for (const deadline = Date.now() + 75_000; !gateway && !hasExited && Date.now() < deadline; await sleep(100)) {
+      gateway = /^\s*Gateway:\s+(http\S+)/m.exec(stdout)?.[1];
+    }
+    expect(gateway, `npm start printed no gateway URL.\nstdout:\n${stdout}\nstderr:\n${stderr}`).toBeDefined();
+    const readyAfterMs = Date.now() - started;
+
+    let status = 0;
+    for (const deadline = Date.now() + 30_000; status !== 200 && Date.now() < deadline; ) {
+      status = await fetch(`${gateway}/readyz`).then((r) => r.status, () => 0);
+      if (status !== 200) await sleep(250);
+    }
+    expect(status, `GET ${gateway}/readyz\nstderr:\n${stderr}`).toBe(200);
+
+    // The banner's token is an operator token for every workspace, signed with the stored secret.
+    const secret = readFileSync(join(state, 'secret'), 'utf8').trim();
+    const token = /Operator token[^\n]*\n\s*(\S+)/.exec(stdout)?.[1];
+    expect(await verifyOperatorToken(secret, token!)).toMatchObject({ sub: 'local-operator', workspaces: ['*'] });
+    expect(stdout).toMatch(/Console:\s+http\S+\/ui\//);
+    expect(stdout).toMatch(/Database:\s+postgres:\/\/kandev:\*\*\*\*@/);
+
+    sample();
+    const cmds = [...seen.values()].map((p) => p.cmd);
+    expect(cmds.some((c) => /nats-server/.test(c)), cmds.join('\n')).toBe(true);
+    expect(cmds.some((c) => /bin\/postgres/.test(c)), cmds.join('\n')).toBe(true);
+    for (const svc of ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway']) {
+      expect(cmds.some((c) => c.includes(`services/${svc}/dist/main.js`)), `${svc} process`).toBe(true);
+    }
+
+    const stopAt = Date.now();
+    child.kill('SIGINT');
+    const exit = await Promise.race([exited, sleep(45_000).then(() => null)]);
+    clearInterval(sampler);
+    expect(exit, `start.mjs did not exit within 45 s of SIGINT\nstderr:\n${stderr}`).not.toBeNull();
+    expect(exit, `stderr:\n${stderr}`).toEqual({ code: 0, signal: null });
+
+    let survivors = [...seen.values()].filter(alive);
+    for (const deadline = Date.now() + 5_000; survivors.length && Date.now() < deadline; await sleep(100)) survivors = survivors.filter(alive);
+    expect(survivors.map((p) => `${p.pid} ${p.cmd}`), `processes left behind\nstderr:\n${stderr}`).toEqual([]);
+
+    console.info(`npm start: gateway URL after ${readyAfterMs} ms; stopped ${Date.now() - stopAt} ms after SIGINT; ${seen.size} processes`);
+  }, 120_000);
+});
+
+describe('npm run token', () => {
+  const run = (args: string[], env: Record<string, string>) =>
+    spawnSync(process.execPath, ['scripts/token.mjs', ...args], { cwd: repoRoot, env: childEnv(env), encoding: 'utf8' });
+
+  it('signs operator and agent tokens with the secret npm start stored', async () => {
+    const state = tempStateDir();
+    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
+    const secret = 'a-secret-of-at-least-sixteen-chars';
+    mkdirSync(state, { recursive: true });
+    writeFileSync(join(state, 'secret'), secret + '\n');
+
+    const all = run(['operator'], { KANDEV_STATE_DIR: state });
+    expect(all.status, all.stderr).toBe(0);
+    expect(all.stdout.trim().split('\n')).toHaveLength(1);
+    expect(await verifyOperatorToken(secret, all.stdout.trim())).toMatchObject({ workspaces: ['*'] });
+
+    const two = run(['operator', '--workspace', 'w1', '--workspace=w2'], { KANDEV_STATE_DIR: state });
+    expect(await verifyOperatorToken(secret, two.stdout.trim())).toMatchObject({ workspaces: ['w1', 'w2'] });
+
+    const task = '3f1c2a7e-1234-4abc-8def-0123456789ab';
+    const session = '9b2d4c6e-5678-4def-9abc-abcdef012345';
+    const agent = run(['agent', '--task', task, '--session', session, '--mode', 'office'], { KANDEV_STATE_DIR: state });
+    expect(agent.status, agent.stderr).toBe(0);
+    expect(await verifyAgentToken(secret, agent.stdout.trim())).toMatchObject({ task_id: task, session_id: session, mode: 'office' });
+
+    // KANDEV_JWT_SECRET wins over the stored secret.
+    const fromEnv = run(['operator'], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'another-secret-sixteen-plus' });
+    expect(await verifyOperatorToken('another-secret-sixteen-plus', fromEnv.stdout.trim())).toMatchObject({ sub: 'local-operator' });
+  });
+
+  it('fails clearly without a secret or with bad arguments', () => {
+    const state = tempStateDir();
+    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
+    const none = run(['operator'], { KANDEV_STATE_DIR: state });
+    expect(none.status).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toMatch(/KANDEV_JWT_SECRET/);
+
+    const secretEnv = { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'a-secret-of-at-least-sixteen-chars' };
+    expect(run(['agent'], secretEnv).stderr).toMatch(/--task/);
+    expect(run(['agent', '--task', 'not-a-uuid'], secretEnv).status).toBe(2);
+    expect(run(['agent', '--task', '3f1c2a7e-1234-4abc-8def-0123456789ab', '--mode', 'boss'], secretEnv).stderr).toMatch(/--mode/);
+    expect(run(['admin'], secretEnv).status).toBe(2);
+  });
+});
