@@ -81,7 +81,7 @@ export class Execution {
   }
 
   /** Starts a turn in the background; its end is the `turn_completed` event. */
-  startTurn(text: string, turnId: string = randomUUID()): AgentctlPromptResponse {
+  startTurn(text: string, turnId: string = randomUUID(), context?: string): AgentctlPromptResponse {
     if (this.state === 'stopping' || this.state === 'exited') throw new AgentctlError('UNAVAILABLE', 'agent not running');
     if (this.turn) {
       // The same turn id again is a retry of the request that started it, not a second turn.
@@ -95,7 +95,7 @@ export class Execution {
     this.state = 'running';
     this.events.emit({ type: 'turn_started', turn_id: turnId });
     this.log.info('turn started', { turn_id: turnId });
-    turn.completion = this.adapter.prompt(turnId, text).then(
+    turn.completion = this.adapter.prompt(turnId, text, context).then(
       (stopReason) => this.finishTurn(turn, stopReason),
       (err: unknown) => {
         // A turn that dies while being cancelled or torn down was cancelled, whatever the agent said last.

@@ -46,7 +46,7 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
     [`GET ${AgentctlPaths.status}`]: async () => ({ status: 200, body: AgentctlStatusResponse.parse(execution.status()) }),
     [`POST ${AgentctlPaths.prompt}`]: async (req) => {
       const body = await readBody(req, AgentctlPromptRequest);
-      return { status: 202, body: AgentctlPromptResponse.parse(execution.startTurn(body.prompt, body.turn_id)) };
+      return { status: 202, body: AgentctlPromptResponse.parse(execution.startTurn(body.prompt, body.turn_id, body.context)) };
     },
     [`POST ${AgentctlPaths.cancel}`]: async (req) => {
       const body = await readBody(req, AgentctlCancelRequest);

@@ -55,6 +55,17 @@ export function describeProtocol(agent: ScriptedAgent): void {
       expect((await ctl.waitForEvent('turn_completed', (e) => e.turn_id === next)).stop_reason).toBe('end_turn');
     });
 
+    it('sends context (who sent the message) as its own block before the prompt, which still runs as a script', async () => {
+      const ctl = await startAgentctl(agent);
+      const turnId = randomUUID();
+      const reply = await ctl.http('POST', '/api/v1/acp/prompt', { prompt: script([{ say: 'scripted' }]), turn_id: turnId, context: '[Message from task "lead" (t-1)]' });
+      expect(reply.status).toBe(202);
+      await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId);
+      expect(ctl.events).toContainEqual({ type: 'agent_message', turn_id: turnId, text: 'scripted' });
+      const prompt = readAgentEvents(ctl.eventsFile).find((e) => e.kind === 'prompt');
+      expect(prompt).toMatchObject({ context: '[Message from task "lead" (t-1)]' });
+    });
+
     it('treats a cancel with no turn in flight as a no-op', async () => {
       const ctl = await startAgentctl(agent);
       const reply = await ctl.http('POST', '/api/v1/acp/cancel', {});

@@ -49,6 +49,8 @@ export type AgentctlErrorResponse = z.infer<typeof AgentctlErrorResponse>;
 export const AgentctlPromptRequest = z.object({
   prompt: nonEmpty,
   turn_id: nonEmpty.optional(),
+  /** Sent to the agent as its own text block before the prompt (e.g. which task sent this message). */
+  context: z.string().min(1).max(10_000).optional(),
 });
 export type AgentctlPromptRequest = z.infer<typeof AgentctlPromptRequest>;
 

@@ -141,6 +141,8 @@ export const LaunchRequest = z.object({
   /** First prompt, sent once the agent is up. */
   prompt: z.string().optional(),
   turn_id: id.optional(),
+  /** Context sent as its own block before the prompt (who sent it). */
+  context: z.string().max(10_000).optional(),
 });
 export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
@@ -148,7 +150,12 @@ export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
   list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),
   get: endpoint('life.exec.get', z.object({ execution_id: id }), Execution.nullable()),
-  prompt: instanceEndpoint('life', 'exec.prompt', z.object({ execution_id: id, turn_id: id, prompt: z.string().min(1) }), z.object({ turn_id: id })),
+  prompt: instanceEndpoint(
+    'life',
+    'exec.prompt',
+    z.object({ execution_id: id, turn_id: id, prompt: z.string().min(1), context: z.string().max(10_000).optional() }),
+    z.object({ turn_id: id }),
+  ),
   cancel: instanceEndpoint(
     'life',
     'exec.cancel',

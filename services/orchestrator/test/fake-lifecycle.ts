@@ -10,7 +10,7 @@ export class FakeLifecycle {
   readonly registry = new Map<string, Execution>();
   readonly stops: Array<{ execution_id: string; reason: string; orphaned?: boolean | undefined }> = [];
   readonly cancels: Array<{ execution_id: string; turn_id: string | null | undefined }> = [];
-  readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string }> = [];
+  readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string; context?: string | undefined }> = [];
   /** Test hooks. */
   beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
   listFails = false;
@@ -89,7 +89,7 @@ export class FakeLifecycle {
     if (req.prompt && req.turn_id) {
       e.status = 'RUNNING';
       e.turn_id = req.turn_id;
-      this.prompts.push({ execution_id: e.execution_id, turn_id: req.turn_id, prompt: req.prompt });
+      this.prompts.push({ execution_id: e.execution_id, turn_id: req.turn_id, prompt: req.prompt, context: req.context });
     }
     return e;
   }

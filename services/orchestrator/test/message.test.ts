@@ -33,8 +33,8 @@ describe('orch.mcp.message_task', () => {
     expect(res.status).toBe('started');
     const t = await h.getTask(child.id);
     expect(t.sessions.map((s) => s.id)).toEqual([res.session_id]);
-    expect(h.life.prompts.at(-1)!.prompt).toContain('do it');
-    expect(h.life.prompts.at(-1)!.prompt).toContain(parent.id); // sender attribution
+    expect(h.life.prompts.at(-1)!.prompt).toBe('do it'); // exactly what the sender wrote
+    expect(h.life.prompts.at(-1)!.context).toContain(parent.id); // sender attribution, as its own block
   });
 
   it('queues behind a running turn, FIFO, and delivers when the turn ends', async () => {
@@ -43,7 +43,7 @@ describe('orch.mcp.message_task', () => {
     expect((await h.message(parent.id, child.id, 'first')).status).toBe('queued');
     expect((await h.message(parent.id, child.id, 'second')).status).toBe('queued');
     const queue = await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id });
-    expect(queue.map((m) => m.prompt.split('\n').at(-1))).toEqual(['first', 'second']);
+    expect(queue.map((m) => m.prompt)).toEqual(['first', 'second']);
     expect(queue[0]!.sender_task_id).toBe(parent.id);
     // The turn ends: the oldest message is delivered.
     const e = execOf(s.id);
@@ -52,7 +52,7 @@ describe('orch.mcp.message_task', () => {
     e.turn_id = null;
     await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' });
     await until(async () => (await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).length === 1);
-    expect(h.life.prompts.at(-1)!.prompt).toMatch(/first$/);
+    expect(h.life.prompts.at(-1)).toMatchObject({ prompt: 'first', context: expect.stringContaining(parent.id) });
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
     expect(detail.state).toBe('RUNNING');
     expect(detail.turns).toHaveLength(2);
@@ -66,9 +66,9 @@ describe('orch.mcp.message_task', () => {
     const res = await h.message(parent.id, child.id, 'change course now', 'interrupt');
     expect(res).toMatchObject({ status: 'sent', session_id: s.id });
     expect(h.life.cancels.at(-1)!.execution_id).toBe(execOf(s.id).execution_id);
-    expect(h.life.prompts.at(-1)!.prompt).toMatch(/change course now$/);
+    expect(h.life.prompts.at(-1)!.prompt).toBe('change course now');
     const queue = await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id });
-    expect(queue.map((m) => m.prompt.split('\n').at(-1))).toEqual(['queued earlier']);
+    expect(queue.map((m) => m.prompt)).toEqual(['queued earlier']);
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
     expect(detail.turns.map((t) => t.stop_reason)).toEqual(['cancelled', null]);
   });

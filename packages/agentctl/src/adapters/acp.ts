@@ -102,14 +102,14 @@ export class AcpAdapter implements AgentAdapter {
     this.log.info('ACP session ready', { session_id: session.sessionId, protocol_version: init.protocolVersion, mcp: mcpServers.length > 0 });
   }
 
-  async prompt(turnId: string, text: string): Promise<AgentctlStopReason> {
+  async prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason> {
     const { connection, sessionId } = this.session;
     this.turnId = turnId;
     this.lastTurnId = turnId;
     this.toolCalls.clear();
     try {
       const response = await unlessAgentExits(
-        connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text }] }),
+        connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...(context ? [{ type: 'text' as const, text: context }] : []), { type: 'text', text }] }),
         this.agent.exited,
       );
       return response.stopReason;

@@ -35,7 +35,7 @@ export interface AgentAdapter {
   /** Spawns the agent and completes the handshake (ACP initialize + session/new; Codex initialize + thread/start). */
   start(): Promise<void>;
   /** Runs one turn; resolves with its normalised stop reason, rejects when the turn failed. */
-  prompt(turnId: string, text: string): Promise<AgentctlStopReason>;
+  prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason>;
   /** Asks the agent to end the in-flight turn and releases pending permission requests; does not wait for the turn. */
   cancel(): Promise<void>;
   /** Answers a pending permission request; undefined when there is no such request. */

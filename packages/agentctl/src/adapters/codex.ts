@@ -132,7 +132,7 @@ export class CodexAdapter implements AgentAdapter {
     this.log.info('Codex thread ready', { thread_id: this.threadId, mcp: mcp !== undefined });
   }
 
-  async prompt(turnId: string, text: string): Promise<AgentctlStopReason> {
+  async prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason> {
     const { rpc, threadId } = this.thread;
     const completion = new Promise<{ status: z.infer<typeof TurnStatus>; error: string | undefined }>((settle) => {
       this.turn = { turnId, codexTurnId: undefined, interruptRequested: false, settle };
@@ -141,7 +141,7 @@ export class CodexAdapter implements AgentAdapter {
     if (!turn) throw new Error('turn bookkeeping failed');
     this.lastTurnId = turnId;
     try {
-      const started = TurnStartResult.parse(await unlessAgentExits(rpc.request('turn/start', { threadId, input: [{ type: 'text', text }] }), this.agent.exited));
+      const started = TurnStartResult.parse(await unlessAgentExits(rpc.request('turn/start', { threadId, input: [...(context ? [{ type: 'text', text: context }] : []), { type: 'text', text }] }), this.agent.exited));
       turn.codexTurnId = started.turn.id;
       const early = this.earlyCompletions.get(started.turn.id);
       this.earlyCompletions.clear();

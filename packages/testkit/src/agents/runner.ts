@@ -23,6 +23,8 @@ export interface TurnEnvironment {
   mcp: McpTarget | undefined;
   mcpCaller: McpToolCaller;
   ignoreSigterm(): void;
+  /** Context blocks that came before the instruction (e.g. who sent the message). */
+  context?: string | undefined;
 }
 
 export type TurnResult = { status: 'completed' } | { status: 'cancelled' } | { status: 'failed'; message: string };
@@ -31,6 +33,15 @@ class TurnCancelled extends Error {
   constructor() {
     super('turn cancelled');
   }
+}
+
+/**
+ * A prompt may arrive as several text blocks: the client's context first (who sent the message),
+ * the instruction last. The script grammar applies to the last block.
+ */
+export function splitPromptBlocks(blocks: string[]): { text: string; context: string | undefined } {
+  if (blocks.length <= 1) return { text: blocks[0] ?? '', context: undefined };
+  return { text: blocks.at(-1)!, context: blocks.slice(0, -1).join('\n') };
 }
 
 /** One prompt turn; `cancel()` ends it at once unless its script asked to ignore cancels. */
@@ -81,7 +92,7 @@ export class ScriptedTurn {
   }
 
   async run(): Promise<TurnResult> {
-    this.env.log('prompt', { turn: this.id, text: this.promptText });
+    this.env.log('prompt', { turn: this.id, text: this.promptText, ...(this.env.context ? { context: this.env.context } : {}) });
     if (this.ignoreSigterm) this.env.ignoreSigterm();
     const cancelled = new Promise<TurnResult>((resolve) => {
       const settle = () => resolve({ status: 'cancelled' });

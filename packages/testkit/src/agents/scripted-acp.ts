@@ -13,7 +13,7 @@ import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
 import { createAgentEventSink } from './events.js';
 import { McpToolCaller, mcpTargetFrom, type McpTarget } from './mcp.js';
-import { ScriptedTurn, agentLogger, installSigtermHandling, type TurnIO } from './runner.js';
+import { ScriptedTurn, agentLogger, splitPromptBlocks, installSigtermHandling, type TurnIO } from './runner.js';
 
 const AGENT = 'scripted-acp';
 const log = createAgentEventSink(AGENT);
@@ -116,8 +116,8 @@ const app = acp
     const session = sessions.get(params.sessionId);
     if (!session) throw acp.RequestError.invalidParams({ sessionId: params.sessionId }, 'unknown session');
     if (session.turn) throw acp.RequestError.invalidRequest({ sessionId: session.id }, 'a prompt turn is already in flight');
-    const text = params.prompt.map((block) => (block.type === 'text' ? block.text : '')).join('');
-    const turn = new ScriptedTurn(text, { io: turnIO(client, session), log, mcp: session.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() });
+    const { text, context } = splitPromptBlocks(params.prompt.flatMap((block) => (block.type === 'text' ? [block.text] : [])));
+    const turn = new ScriptedTurn(text, { context, io: turnIO(client, session), log, mcp: session.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() });
     session.turn = turn;
     try {
       const result = await turn.run();

@@ -12,7 +12,7 @@ import { z } from 'zod';
 import { createAgentEventSink } from './events.js';
 import { JsonLinePeer, RpcFailure } from './jsonl-peer.js';
 import { McpToolCaller, mcpTargetFrom, type McpTarget } from './mcp.js';
-import { ScriptedTurn, agentLogger, installSigtermHandling, type TurnIO } from './runner.js';
+import { ScriptedTurn, agentLogger, splitPromptBlocks, installSigtermHandling, type TurnIO } from './runner.js';
 import type { Usage } from './script.js';
 
 const AGENT = 'scripted-codex';
@@ -151,9 +151,9 @@ peer.onRequest(async (method, params) => {
       const thread = threads.get(p.threadId);
       if (!thread) throw new RpcFailure(-32602, `unknown thread ${p.threadId}`);
       if (thread.turn) throw new RpcFailure(-32600, `turn ${thread.turn.id} is still in progress`);
-      const text = p.input.map((i) => ('text' in i && typeof i.text === 'string' ? i.text : '')).join('');
+      const { text, context } = splitPromptBlocks(p.input.flatMap((i) => ('text' in i && typeof i.text === 'string' ? [i.text] : [])));
       const turnId = `turn_${randomUUID()}`;
-      const scripted = new ScriptedTurn(text, { io: turnIO(thread, turnId), log, mcp: thread.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() }, turnId);
+      const scripted = new ScriptedTurn(text, { context, io: turnIO(thread, turnId), log, mcp: thread.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() }, turnId);
       thread.turn = { id: turnId, scripted };
       // The response goes out first (a microtask), the turn's notifications after it.
       setImmediate(() => void runTurn(thread, turnId, scripted));

@@ -9,7 +9,7 @@ export function assertQueueHasRoom(size: number, limit: number): void {
 /** An idle session (between turns) takes a message at once; a working one queues it. */
 export const sessionIsIdle = (state: SessionState) => state === 'WAITING_FOR_INPUT';
 
-/** Attribution the child agent sees in front of a message from another task. */
-export function attributedPrompt(prompt: string, sender: { id: string; title: string } | null): string {
-  return sender ? `[Message from task "${sender.title}" (${sender.id})]\n${prompt}` : prompt;
+/** Attribution the child agent receives, as its own block before a message from another task. */
+export function senderContext(sender: { id: string; title: string }): string {
+  return `[Message from task "${sender.title}" (${sender.id})]`;
 }

@@ -1,7 +1,7 @@
 import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf, type OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
-import { assertQueueHasRoom, attributedPrompt, sessionIsIdle } from '../domain/messages.js';
+import { assertQueueHasRoom, sessionIsIdle } from '../domain/messages.js';
 import { recordAudit } from '../store/audit.js';
 import { enqueue, queueOfSession, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
@@ -46,7 +46,7 @@ export async function messageTask(rt: OrchRuntime, call: CallContext, req: Reque
   if (mode === 'interrupt') assertDirectParent(caller, task);
   else assertSameWorkspace(caller, task);
   const actor: Actor = { type: 'agent', task_id: caller.id };
-  const prompt = attributedPrompt(req.prompt, { id: caller.id, title: caller.title });
+  const prompt = req.prompt;
   const log = rt.log.child({ task_id: task.id, caller_task_id: caller.id, request_id: call.requestId, delivery_mode: mode });
 
   const session = await targetSession(rt, task, req.session_id);

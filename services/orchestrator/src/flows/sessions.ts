@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { conflict, isKandevError, Life, notFound, type Actor } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
-import { sessionIsIdle } from '../domain/messages.js';
+import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusOnSessionStart } from '../domain/transitions.js';
 import { getSession, hasPrimarySession, insertSession, lockSession, sessionsOfTask, setQueuePaused } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
@@ -28,6 +28,7 @@ export async function startSession(
   opts: { actor: Actor; task_id: string; agent?: string | undefined; prompt?: string | undefined; sender_task_id?: string | null },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
+  const context = await contextFor(rt.sql, opts.sender_task_id);
   const { task, session, epoch } = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
@@ -53,7 +54,7 @@ export async function startSession(
         agent: session.agent!,
         fence_epoch: epoch,
         mcp_mode: task.office ? 'office' : 'task',
-        ...(opts.prompt && turnId ? { prompt: opts.prompt, turn_id: turnId } : {}),
+        ...(opts.prompt && turnId ? { prompt: opts.prompt, turn_id: turnId, ...(context ? { context } : {}) } : {}),
       },
       { timeoutMs: rt.env.LAUNCH_TIMEOUT_MS, requestId: call.requestId },
     );
@@ -130,10 +131,14 @@ export async function dispatchTurn(
 ): Promise<string> {
   const turn = await insertTurn(tx, { session_id: s.id, execution_id: s.execution_id, prompt, sender_task_id: senderTaskId });
   await changeSessionState(tx, emit, task, s, 'RUNNING', { reason: 'turn_started' });
-  await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt }, { requestId: call.requestId });
+  const context = await contextFor(tx, senderTaskId);
+  await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) }, { requestId: call.requestId });
   return turn.id;
 }
 
-export async function activeSessionsSummary(rt: OrchRuntime, taskId: string) {
-  return (await sessionsOfTask(rt.sql, taskId)).map(toSession);
+/** Sender attribution for a message from another task, or nothing for an operator's prompt. */
+async function contextFor(q: Parameters<typeof getTask>[0], senderTaskId: string | null | undefined): Promise<string | undefined> {
+  if (!senderTaskId) return undefined;
+  const sender = await getTask(q, senderTaskId);
+  return sender ? senderContext(sender) : undefined;
 }
