@@ -1,0 +1,46 @@
+import { httpStatusOf, isKandevError, type ErrorBody, type ErrorCode } from '@kandev/contracts';
+
+export interface ErrorResponse {
+  status: number;
+  body: { error: ErrorBody };
+  /** True when the failure is ours (5xx that is not a downstream's answer) and deserves an error log. */
+  unexpected: boolean;
+}
+
+const respond = (code: ErrorCode, message: string, details?: Record<string, unknown>, unexpected = false): ErrorResponse => ({
+  status: httpStatusOf(code),
+  body: { error: details ? { code, message, details } : { code, message } },
+  unexpected,
+});
+
+interface FrameworkError {
+  code?: unknown;
+  statusCode?: unknown;
+  validation?: unknown;
+  message?: unknown;
+}
+
+/**
+ * Any failure on the HTTP surface → SPEC §5 status and body. KandevErrors (ours, or a service's
+ * answer carried back by `request`) keep their code; Fastify's own errors are folded into the
+ * closed set, so no response ever has Fastify's default `{statusCode, error, message}` shape.
+ */
+export function errorResponseOf(err: unknown): ErrorResponse {
+  if (isKandevError(err)) return respond(err.code, err.message, err.details);
+  const e = (typeof err === 'object' && err !== null ? err : {}) as FrameworkError;
+  const fst = typeof e.code === 'string' ? e.code : '';
+  if (e.validation) return respond('VALIDATION_ERROR', 'invalid request', { issues: e.validation });
+  switch (fst) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return respond('BAD_REQUEST', 'request body is not valid JSON');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return respond('BAD_REQUEST', 'request body must be application/json');
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return respond('BAD_REQUEST', 'request body is too large');
+    case 'FST_ERR_NOT_FOUND':
+      return respond('NOT_FOUND', 'not found');
+  }
+  const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
+  if (status >= 400 && status < 500) return respond('BAD_REQUEST', typeof e.message === 'string' && e.message ? e.message : 'bad request');
+  return respond('INTERNAL_ERROR', 'internal error', undefined, true);
+}

@@ -1,0 +1,42 @@
+import { PUSHED_EVENT_TYPES, type EventEnvelope } from '@kandev/contracts';
+import type { NotificationFrame } from './frames.js';
+
+const pushed = new Set<string>(PUSHED_EVENT_TYPES);
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Task ids whose subscribers should see this event: the event's own task and, for tree-hold events,
+ * every member of the hold (an operator watching a child sees its tree being paused, R-4.9).
+ * Empty for events the gateway does not push.
+ */
+export function notificationTargets(ev: EventEnvelope): string[] {
+  if (!pushed.has(ev.type)) return [];
+  const targets = new Set<string>();
+  if (ev.task_id) targets.add(ev.task_id);
+  const data: Record<string, unknown> = isRecord(ev.data) ? ev.data : {};
+  const hold = isRecord(data.hold) ? data.hold : null;
+  if (hold && typeof hold.root_task_id === 'string') targets.add(hold.root_task_id);
+  if (hold && Array.isArray(hold.members)) {
+    for (const m of hold.members) if (isRecord(m) && typeof m.task_id === 'string') targets.add(m.task_id);
+  }
+  return [...targets];
+}
+
+/** The frame pushed for an event: its data plus where and when it happened. */
+export function toNotification(ev: EventEnvelope): NotificationFrame {
+  const data: Record<string, unknown> = isRecord(ev.data) ? ev.data : {};
+  const sessionId = ev.session_id ?? (typeof data.session_id === 'string' ? data.session_id : null);
+  return {
+    type: 'notification',
+    action: ev.type,
+    payload: {
+      ...data,
+      workspace_id: ev.workspace_id,
+      task_id: ev.task_id ?? null,
+      session_id: sessionId,
+      event_id: ev.id,
+      occurred_at: ev.occurred_at,
+    },
+  };
+}

@@ -1,0 +1,129 @@
+import { ROOT_CONTEXT, SpanStatusCode, type Context, type Span } from '@opentelemetry/api';
+import { bearer, context, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
+import { unavailable, type OperatorActor } from '@kandev/contracts';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { authenticate, type Operator } from '../auth.js';
+import { errorResponseOf } from '../domain/http-errors.js';
+import { requestIdFrom } from '../domain/request-id.js';
+
+/** What the gateway knows about one HTTP request (or WebSocket upgrade) once it is routed. */
+export interface RequestContext {
+  requestId: string;
+  log: Logger;
+  /** The server span of a traced route, else null. */
+  span: Span | null;
+  /** Context to run the handler in, so outgoing NATS requests carry the trace. */
+  otel: Context;
+  started: number;
+  operator: Operator | null;
+  route: string;
+  errorCode: string | null;
+  finished: boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    kandev: RequestContext;
+  }
+  interface FastifyContextConfig {
+    /** Require an operator bearer token (checked before the body is read). */
+    auth?: boolean;
+    /** Also accept the token as `?token=` (WebSocket upgrades, where browsers cannot set headers). */
+    queryToken?: boolean;
+    /** Open a server span `HTTP <METHOD> <route template>` for the request. */
+    traced?: boolean;
+  }
+}
+
+const queryTokenOf = (req: FastifyRequest): string | null => {
+  const q = req.query as Record<string, unknown> | undefined;
+  return typeof q?.token === 'string' && q.token.length > 0 ? q.token : null;
+};
+
+/**
+ * Request id, trace span, authentication, error format and access log for every request. Runs in
+ * `onRequest`, i.e. before the body is parsed: a request without a valid token is answered 401
+ * whatever its body.
+ */
+export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logger; jwtSecret: string; isStopping: () => boolean }): void {
+  app.decorateRequest('kandev', null as unknown as RequestContext);
+
+  app.addHook('onRequest', async (req, reply) => {
+    const requestId = requestIdFrom(req.headers['x-request-id']);
+    void reply.header('x-request-id', requestId);
+    const config = req.routeOptions.config ?? {};
+    const route = req.routeOptions.url ?? 'unmatched';
+    let span: Span | null = null;
+    let otel: Context = ROOT_CONTEXT;
+    if (config.traced) {
+      const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+      span = tracer().startSpan(
+        `HTTP ${req.method} ${route}`,
+        { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method, 'http.route': route, 'kandev.request_id': requestId } },
+        parent,
+      );
+      otel = trace.setSpan(parent, span);
+    }
+    req.kandev = { requestId, log: deps.log.child({ request_id: requestId }), span, otel, started: performance.now(), operator: null, route, errorCode: null, finished: false };
+    if (config.auth) {
+      // Draining: refuse new API work (503, so a load balancer retries elsewhere); probes still answer.
+      if (deps.isStopping()) throw unavailable('gateway is shutting down');
+      const token = bearer(req.headers.authorization) ?? (config.queryToken ? queryTokenOf(req) : null);
+      req.kandev.operator = await authenticate(deps.jwtSecret, token);
+      span?.setAttribute('enduser.id', req.kandev.operator.actor.id);
+    }
+  });
+
+  app.addHook('onResponse', async (req, reply) => finishRequest(req, reply.statusCode));
+  app.addHook('onRequestAbort', async (req) => finishRequest(req, 499));
+
+  app.setErrorHandler((err, req, reply) => {
+    const res = errorResponseOf(err);
+    const k = req.kandev as RequestContext | null;
+    if (k) {
+      k.errorCode = res.body.error.code;
+      if (res.status >= 500) k.span?.recordException(err as Error);
+    }
+    if (res.unexpected) (k?.log ?? deps.log).error({ err }, 'request failed');
+    return reply.code(res.status).send(res.body);
+  });
+
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0]?.slice(0, 200) ?? '';
+    if (req.kandev) req.kandev.errorCode = 'NOT_FOUND';
+    return reply.code(404).send({ error: { code: 'NOT_FOUND', message: `no route ${req.method} ${path}` } });
+  });
+}
+
+/** End the request's span and write its access-log line (once; the WS route calls it at upgrade). */
+export function finishRequest(req: FastifyRequest, status: number): void {
+  const k = req.kandev as RequestContext | null;
+  if (!k || k.finished) return;
+  k.finished = true;
+  const durationMs = Math.round((performance.now() - k.started) * 10) / 10;
+  let traceId: string | undefined;
+  if (k.span) {
+    k.span.setAttribute('http.response.status_code', status);
+    if (k.errorCode) k.span.setAttribute('kandev.error_code', k.errorCode);
+    if (status >= 500) k.span.setStatus({ code: SpanStatusCode.ERROR });
+    traceId = k.span.spanContext().traceId;
+    k.span.end();
+  }
+  const line = { method: req.method, route: k.route, status, duration_ms: durationMs, ...(k.errorCode ? { code: k.errorCode } : {}), ...(traceId ? { trace_id: traceId } : {}) };
+  // Probes and scrapes are untraced and would drown the log at info.
+  if (k.span) k.log.info(line, 'http request');
+  else k.log.debug(line, 'http request');
+}
+
+/** Run a handler inside the request's trace context (log lines and NATS requests pick it up). */
+export function inRequestContext<T>(req: FastifyRequest, fn: () => Promise<T>): Promise<T> {
+  return context.with(req.kandev.otel, fn);
+}
+
+/** The verified operator of an authenticated route. */
+export function operatorOf(req: FastifyRequest): OperatorActor {
+  const op = req.kandev.operator;
+  // Unreachable on routes declared with `auth: true`; a route that forgot it fails closed.
+  if (!op) throw Object.assign(new Error('route is missing auth: true'), { statusCode: 500 });
+  return op.actor;
+}

@@ -1,0 +1,4 @@
+import { runService } from '@kandev/runtime';
+import { gatewayService } from './service.js';
+
+await runService(gatewayService);

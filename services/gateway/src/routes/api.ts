@@ -1,0 +1,71 @@
+import { Orch, validationError, type Endpoint } from '@kandev/contracts';
+import { request, type NatsConnection } from '@kandev/runtime';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { inRequestContext, operatorOf } from '../http/request-context.js';
+
+/**
+ * One HTTP route of INTERFACES.md ↔ one contracts endpoint. The gateway adds nothing but identity:
+ * the JSON body, the path id and the verified operator become the endpoint's request, which
+ * `request` validates against the contract before it leaves (so a bad body is VALIDATION_ERROR with
+ * the contract's issues), and the endpoint's result is the response body.
+ */
+interface ApiRoute {
+  method: 'GET' | 'POST' | 'PATCH';
+  url: string;
+  endpoint: Endpoint;
+  status: 200 | 201 | 202;
+  /** The request field that `:id` fills. */
+  idField: 'task_id' | 'session_id' | null;
+  /** Whether the route forwards a JSON body (absent body = `{}`). */
+  body: boolean;
+}
+
+export const API_ROUTES: readonly ApiRoute[] = [
+  { method: 'POST', url: '/workspaces', endpoint: Orch.workspaceCreate, status: 201, idField: null, body: true },
+  { method: 'POST', url: '/tasks', endpoint: Orch.taskCreate, status: 201, idField: null, body: true },
+  { method: 'GET', url: '/tasks/:id', endpoint: Orch.taskGet, status: 200, idField: 'task_id', body: false },
+  { method: 'PATCH', url: '/tasks/:id', endpoint: Orch.taskUpdate, status: 200, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/sessions', endpoint: Orch.sessionStart, status: 201, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/stop', endpoint: Orch.taskStop, status: 200, idField: 'task_id', body: true },
+  { method: 'GET', url: '/tasks/:id/executions', endpoint: Orch.taskExecutions, status: 200, idField: 'task_id', body: false },
+  { method: 'GET', url: '/tasks/:id/queue', endpoint: Orch.taskQueue, status: 200, idField: 'task_id', body: false },
+  { method: 'GET', url: '/tasks/:id/audit', endpoint: Orch.taskAudit, status: 200, idField: 'task_id', body: false },
+  { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
+  { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true },
+  { method: 'POST', url: '/sessions/:id/cancel', endpoint: Orch.agentCancel, status: 200, idField: 'session_id', body: true },
+];
+
+const Uuid = z.uuid();
+
+/** A path id that is not a UUID is the caller's mistake: VALIDATION_ERROR (400), not NOT_FOUND. */
+function pathId(req: FastifyRequest): string {
+  const id = (req.params as Record<string, string | undefined>).id;
+  if (!Uuid.safeParse(id).success) throw validationError('path parameter id must be a UUID', { param: 'id' });
+  return id as string;
+}
+
+function bodyFields(body: unknown): Record<string, unknown> {
+  if (body === undefined || body === null) return {};
+  if (typeof body !== 'object' || Array.isArray(body)) throw validationError('request body must be a JSON object');
+  return body as Record<string, unknown>;
+}
+
+export function registerApiRoutes(app: FastifyInstance, deps: { nc: NatsConnection; timeoutMs: number }): void {
+  for (const r of API_ROUTES) {
+    app.route({
+      method: r.method,
+      url: r.url,
+      config: { auth: true, traced: true },
+      handler: (req, reply) =>
+        inRequestContext(req, async () => {
+          const actor = operatorOf(req);
+          const fields = r.body ? bodyFields(req.body) : {};
+          // Path id and actor are set last: a body cannot name another task or claim another identity.
+          const payload = { ...fields, ...(r.idField ? { [r.idField]: pathId(req) } : {}), actor };
+          const result = await request(deps.nc, r.endpoint, payload, { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
+          return reply.code(r.status).send(result);
+        }),
+    });
+  }
+}

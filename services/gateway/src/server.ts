@@ -1,0 +1,72 @@
+import fastifyWebsocket from '@fastify/websocket';
+import type { Logger, NatsConnection } from '@kandev/runtime';
+import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
+import { installRequestLifecycle } from './http/request-context.js';
+import { registerApiRoutes } from './routes/api.js';
+import { registerConsoleRoutes } from './routes/console.js';
+import { registerSystemRoutes } from './routes/system.js';
+import { registerWebSocketRoute, WsHub } from './ws/connection.js';
+
+const BODY_LIMIT_BYTES = 1024 * 1024;
+
+export interface GatewayServerOptions {
+  nc: NatsConnection;
+  log: Logger;
+  jwtSecret: string;
+  /** Timeout of every NATS request made on a client's behalf. */
+  timeoutMs: number;
+  consoleDir: string | null;
+  isStopping: () => boolean;
+}
+export interface GatewayServer {
+  app: FastifyInstance;
+  hub: WsHub;
+}
+
+/** The gateway's Fastify instance with every route, not yet listening. */
+export async function buildGatewayServer(opts: GatewayServerOptions): Promise<GatewayServer> {
+  const app = fastify({
+    // Logging goes through the service's pino logger (request-context), one JSON line per request.
+    logger: false,
+    requestIdHeader: false,
+    // Fastify's own 503-on-close body is not the SPEC shape; request-context sheds load instead.
+    return503OnClosing: false,
+    bodyLimit: BODY_LIMIT_BYTES,
+    frameworkErrors: (_err, _req, reply) => {
+      void (reply as unknown as FastifyReply).code(400).send({ error: { code: 'BAD_REQUEST', message: 'malformed request' } });
+    },
+  });
+
+  // JSON only. An empty body with a JSON content type counts as no body (POST /tasks/:id/stop from
+  // clients that always set the header); anything else that is not JSON is BAD_REQUEST.
+  app.removeAllContentTypeParsers();
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
+    if (text.trim() === '') return done(null, undefined);
+    parseJson(req, text, done);
+  });
+
+  const hub = new WsHub({ nc: opts.nc, log: opts.log, timeoutMs: opts.timeoutMs });
+  await app.register(fastifyWebsocket, {
+    options: { maxPayload: BODY_LIMIT_BYTES },
+    errorHandler: (err, socket) => {
+      opts.log.warn({ err }, 'websocket error');
+      socket.terminate();
+    },
+    preClose(done) {
+      hub.close();
+      done();
+    },
+  });
+  // After the websocket plugin on purpose: its onRequest hook marks upgrade requests, so when our
+  // auth refuses one (401) the plugin's onResponse destroys the raw socket instead of leaking it.
+  installRequestLifecycle(app, { log: opts.log, jwtSecret: opts.jwtSecret, isStopping: opts.isStopping });
+
+  registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
+  await registerConsoleRoutes(app, opts.consoleDir);
+  registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerWebSocketRoute(app, hub);
+  await app.ready();
+  return { app, hub };
+}
