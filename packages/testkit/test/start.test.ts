@@ -94,7 +94,7 @@ afterAll(async () => {
 });
 
 describe('npm start', () => {
-  it('starts NATS, PostgreSQL and every service, serves /readyz, and stops cleanly on SIGINT', async () => {
+  it('starts NATS, PostgreSQL and every service, serves /readyz, and leaves no process behind on SIGINT', async () => {
     const state = tempStateDir();
     cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
     const started = Date.now();
@@ -151,9 +151,36 @@ describe('npm start', () => {
     const token = /Operator token[^\n]*\n\s*(\S+)/.exec(stdout)?.[1];
     expect(await verifyOperatorToken(secret, token!)).toMatchObject({ sub: 'local-operator', workspaces: ['*'] });
     expect(stdout).toMatch(/Console:\s+http\S+\/ui\//);
+    // The printed MCP URL is the live endpoint: it answers, and wants an agent token.
+    const mcp = /^\s*MCP:\s+(http\S+)/m.exec(stdout)?.[1];
+    expect(mcp, stdout).toMatch(/\/mcp$/);
+    const mcpStatus = await fetch(mcp!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }).then((r) => r.status);
+    expect(mcpStatus).toBe(401);
     expect(stdout).toMatch(/Database:\s+postgres:\/\/kandev:\*\*\*\*@/);
 
+    // A running agent that ignores SIGTERM: Ctrl-C must still leave neither it nor its agentctl.
+    const api = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${gateway}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      expect(res.status, `${method} ${path}: ${text}`).toBeLessThan(300);
+      return JSON.parse(text) as Record<string, unknown>;
+    };
+    const workspace = await api('POST', '/workspaces', { name: 'npm-start-test' });
+    const task = await api('POST', '/tasks', { workspace_id: workspace.id, title: 'long-running agent' });
+    await api('POST', `/tasks/${task.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }], ignore_sigterm: true }) });
+    let agentPid: number | null = null;
+    for (const deadline = Date.now() + 20_000; agentPid === null && Date.now() < deadline; await sleep(200)) {
+      const execs = (await fetch(`${gateway}/tasks/${task.id}/executions`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.json())) as Array<{ pid: number | null; status: string }>;
+      agentPid = execs.find((e) => e.status === 'RUNNING' && e.pid)?.pid ?? null;
+    }
+    expect(agentPid, 'the agent never ran').not.toBeNull();
+
     sample();
+    expect([...seen.values()].some((p) => p.pid === agentPid), 'agent is a descendant of npm start').toBe(true);
     const cmds = [...seen.values()].map((p) => p.cmd);
     expect(cmds.some((c) => /nats-server/.test(c)), cmds.join('\n')).toBe(true);
     expect(cmds.some((c) => /bin\/postgres/.test(c)), cmds.join('\n')).toBe(true);

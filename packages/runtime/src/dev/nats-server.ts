@@ -24,7 +24,7 @@ export async function spawnNatsServer(opts: { storeDir: string; port?: number; c
   if (!natsServerAvailable()) throw new Error(NATS_INSTALL_HINT);
   mkdirSync(opts.storeDir, { recursive: true });
   const args = opts.configFile
-    ? ['-c', opts.configFile, ...(opts.port !== undefined ? ['-p', String(opts.port)] : [])]
+    ? ['-c', opts.configFile, '-sd', opts.storeDir, ...(opts.port !== undefined ? ['-p', String(opts.port)] : [])]
     : ['-a', '127.0.0.1', '-p', String(opts.port ?? -1), '-js', '-sd', opts.storeDir];
   const child = spawn('nats-server', [...args, ...(opts.extraArgs ?? [])], { stdio: ['ignore', 'pipe', 'pipe'] });
   const port = await new Promise<number>((resolve, reject) => {

@@ -4,7 +4,7 @@ import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusOnSessionStart } from '../domain/transitions.js';
-import { getSession, hasPrimarySession, insertSession, lockSession, sessionsOfTask, setQueuePaused } from '../store/sessions.js';
+import { attachExecution, getSession, hasPrimarySession, insertSession, lockSession, setQueuePaused } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
@@ -61,7 +61,9 @@ export async function startSession(
     log.info({ execution_id: execution.execution_id, pid: execution.pid }, 'execution launched');
     const updated = await transact(rt, async (tx, emit) => {
       const s = (await lockSession(tx, session.id))!;
-      if (s.state !== 'STARTING') return s; // a stop got there first; the fence already refused or tore it down
+      // Admission recorded the execution; make sure the owner instance is known too (commands are routed to it).
+      if (s.execution_id === execution.execution_id && s.instance_id !== execution.instance_id) await attachExecution(tx, s.id, execution.execution_id, execution.instance_id);
+      if (s.state !== 'STARTING') return s; // a stop or a fast first turn got there first
       return changeSessionState(tx, emit, task, s, turnId ? 'RUNNING' : 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
     });
     return { session: updated, turn_id: turnId };

@@ -1,0 +1,362 @@
+// The local stack behind `npm start` (started by scripts/start.mjs; runnable on its own too):
+// NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
+// an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
+// started, and exit 0 with no process of ours left behind. See docs/operations.md.
+import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startEmbeddedPostgres } from './embedded-pg.mjs';
+import { canConnect, firstNatsServer, freePort, portFree } from './net.mjs';
+import { descendants, isAlive, readStat, reap } from './proc.mjs';
+import { ensureSecret, makeTraversable, stateDir } from './state.mjs';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+/** Start order: owners of data and of the subjects others call first, the edges last. */
+const SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'];
+const env = process.env;
+const num = (v, d) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : d);
+/** How long a service gets between SIGTERM and SIGKILL: its own bounded shutdown plus slack. */
+const STOP_GRACE_MS = num(env.KANDEV_STOP_GRACE_MS, num(env.SHUTDOWN_TIMEOUT_MS, 10_000) + 5_000);
+const START_TIMEOUT_MS = num(env.KANDEV_START_TIMEOUT_MS, 30_000);
+const READY_TIMEOUT_MS = 20_000;
+
+const t0 = performance.now();
+const secs = (from = t0) => `${((performance.now() - from) / 1000).toFixed(1)}s`;
+const say = (msg) => process.stderr.write(`[kandev] ${msg}\n`);
+
+class StartError extends Error {}
+
+const state = stateDir();
+const logsDir = join(state, 'logs');
+const lockFile = join(state, 'start.pid');
+const running = { services: [], nats: null, pg: null };
+const logStreams = [];
+let stopping = null;
+let inflight = null;
+let firstSignalAt = 0;
+
+function serviceNames() {
+  if (!env.KANDEV_SERVICES) return SERVICES;
+  const wanted = env.KANDEV_SERVICES.split(',').map((s) => s.trim()).filter(Boolean);
+  const unknown = wanted.filter((s) => !SERVICES.includes(s));
+  if (unknown.length) throw new StartError(`KANDEV_SERVICES names unknown service(s): ${unknown.join(', ')} (known: ${SERVICES.join(', ')})`);
+  return SERVICES.filter((s) => wanted.includes(s));
+}
+
+async function importRuntime() {
+  try {
+    const [nats, launch, jwt] = await Promise.all([
+      import('@kandev/runtime/dev/nats-server'),
+      import('@kandev/runtime/dev/launch'),
+      import('@kandev/runtime/jwt'),
+    ]);
+    return { ...nats, ...launch, ...jwt };
+  } catch (e) {
+    throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
+  }
+}
+
+/** One `npm start` per state dir: a second one would fight over the PostgreSQL data dir. */
+function acquireLock() {
+  if (existsSync(lockFile)) {
+    const pid = Number(readFileSync(lockFile, 'utf8').trim());
+    const st = pid ? readStat(pid) : null;
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      /* gone */
+    }
+    if (st && st.state !== 'Z' && cmd.includes('stack.mjs')) throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
+  }
+  writeFileSync(lockFile, `${process.pid}\n`);
+}
+function releaseLock() {
+  try {
+    if (readFileSync(lockFile, 'utf8').trim() === String(process.pid)) rmSync(lockFile);
+  } catch {
+    /* not ours / gone */
+  }
+}
+
+/** Run one start-up step; shutdown waits for the step in flight so nothing starts after it. */
+function step(fn) {
+  if (stopping) throw new StartError('stopping');
+  inflight = fn();
+  return inflight;
+}
+
+function logStream(file) {
+  const s = createWriteStream(file, { flags: 'a' });
+  logStreams.push(s);
+  return s;
+}
+
+/** Exit of a process we rely on, outside a shutdown we asked for, takes everything down. */
+function watch(child, label) {
+  child.once('exit', (code, signal) => {
+    if (stopping) return;
+    say(`${label} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping everything (logs: ${logsDir})`);
+    void shutdown(1, `${label} exited`);
+  });
+}
+
+async function startNats(rt) {
+  const url = env.NATS_URL || 'nats://127.0.0.1:4222';
+  const { host, port } = firstNatsServer(url);
+  if (await canConnect(host, port, 500)) {
+    say(`using NATS at ${url}`);
+    return { url, own: false };
+  }
+  if (env.NATS_URL) say(`NATS_URL ${url} is not reachable; starting a nats-server of our own`);
+  const storeDir = join(state, 'nats');
+  const handle = await rt.spawnNatsServer({ storeDir, port: (await portFree(4222)) ? 4222 : -1 });
+  running.nats = handle;
+  const out = logStream(join(logsDir, 'nats-server.log'));
+  handle.process.stderr?.on('data', (d) => out.write(d));
+  watch(handle.process, 'nats-server');
+  say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir})`);
+  return { url: handle.url, own: true };
+}
+
+/** As root, the embedded server runs as `postgres`, which must reach the data dir. */
+function checkTraversable(dir) {
+  makeTraversable(dir);
+  for (let d = dirname(dir); ; d = dirname(d)) {
+    if ((statSync(d).mode & 0o001) === 0) {
+      throw new StartError(`PostgreSQL runs as the 'postgres' user here (we are root) and cannot enter ${d} (mode ${(statSync(d).mode & 0o777).toString(8)}). Use a KANDEV_STATE_DIR outside it, or chmod o+x ${d}.`);
+    }
+    if (d === dirname(d)) break;
+  }
+}
+
+async function startDatabase() {
+  if (env.DATABASE_URL) {
+    say('using DATABASE_URL');
+    return { url: env.DATABASE_URL, own: false };
+  }
+  if (process.getuid?.() === 0) checkTraversable(state);
+  const t = performance.now();
+  const pg = await startEmbeddedPostgres({
+    dataDir: join(state, 'pg'),
+    credentialsFile: join(state, 'pg-credentials.json'),
+    logFile: join(logsDir, 'postgres.log'),
+    port: await freePort(),
+    log: say,
+  });
+  running.pg = pg;
+  watch(pg.process, 'PostgreSQL');
+  say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
+  return { url: pg.url, own: true };
+}
+
+const procKey = (p) => `${p.pid}:${p.start}`;
+/** A process and everything below it. */
+function tree(pid) {
+  const st = readStat(pid);
+  return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
+}
+
+async function startService(rt, name, childEnv) {
+  const entry = join(ROOT, 'services', name, 'dist', 'main.js');
+  const out = logStream(join(logsDir, `${name}.log`));
+  const echo = env.KANDEV_LOG_STDOUT === '1';
+  const onLog = (line) => {
+    out.write(line + '\n');
+    if (echo) process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
+  };
+  const before = new Set(descendants(process.pid).map(procKey));
+  const t = performance.now();
+  try {
+    const svc = await rt.spawnServiceProcess({ name, entry, env: childEnv, onLog, startTimeoutMs: START_TIMEOUT_MS });
+    running.services.push(svc);
+    watch(svc.process, name);
+    say(`${name} started (pid ${svc.pid}, ${secs(t)})`);
+    return svc;
+  } catch (e) {
+    // A service that timed out is still running: its process is the new direct child.
+    const strays = descendants(process.pid).filter((p) => !before.has(procKey(p)) && readStat(p.pid)?.ppid === process.pid);
+    await reap(strays.flatMap((p) => tree(p.pid)));
+    throw new StartError(`${name} failed to start (full log: ${join(logsDir, `${name}.log`)}):\n${e.message}`);
+  }
+}
+
+async function waitReady(url) {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < deadline && !stopping) {
+    try {
+      const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(2_000) });
+      if (res.ok) return true;
+    } catch {
+      /* not yet */
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  return false;
+}
+
+function maskUrl(url) {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '****';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}
+
+async function main() {
+  const names = serviceNames();
+  const missing = names.filter((n) => !existsSync(join(ROOT, 'services', n, 'dist', 'main.js')));
+  if (missing.length) {
+    throw new StartError(
+      `no compiled entry point for: ${missing.map((n) => `services/${n}/dist/main.js`).join(', ')}.\n` +
+        `Run \`npm run build\` (npm start builds first; a service without src/main.ts is not written yet).`,
+    );
+  }
+  const rt = await importRuntime();
+  mkdirSync(logsDir, { recursive: true });
+  acquireLock();
+
+  const gatewayPort = env.GATEWAY_PORT ?? '8080';
+  // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
+  // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
+  const mcpPort = env.MCP_PORT === '0' ? String(await freePort()) : env.MCP_PORT ?? '8090';
+  for (const [svc, port, v] of [['gateway', gatewayPort, 'GATEWAY_PORT'], ['mcp', mcpPort, 'MCP_PORT']]) {
+    if (names.includes(svc) && Number(port) > 0 && !(await portFree(Number(port), '0.0.0.0'))) {
+      throw new StartError(`port ${port} (${v}) is already in use; set ${v}=<port> (0 = any free port)`);
+    }
+  }
+
+  const secret = ensureSecret();
+  if (secret.created) say(`generated a JWT secret in ${secret.source}`);
+
+  const nats = await step(() => startNats(rt)).catch((e) => {
+    throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
+  });
+  const db = await step(() => startDatabase()).catch((e) => {
+    throw e instanceof StartError ? e : new StartError(`could not start the embedded PostgreSQL: ${e.message}`);
+  });
+
+  let level = env.LOG_LEVEL || 'info';
+  if (['warn', 'error', 'fatal', 'silent'].includes(level)) {
+    say(`LOG_LEVEL=${level} would hide the "<service> started" lines npm start waits for; services log at info`);
+    level = 'info';
+  }
+  const baseEnv = {
+    ...env,
+    NATS_URL: nats.url,
+    DATABASE_URL: db.url,
+    KANDEV_JWT_SECRET: secret.secret,
+    GATEWAY_PORT: gatewayPort,
+    MCP_PORT: mcpPort,
+    KANDEV_STATE_DIR: state,
+    LOG_LEVEL: level,
+    // Five processes on one host: each takes a free port for /healthz, /readyz and /metrics.
+    HEALTH_PORT: '0',
+  };
+  // Each process names itself for tracing (kandev-<service>), whatever the shell exports.
+  delete baseEnv.OTEL_SERVICE_NAME;
+
+  for (const name of names) {
+    await step(() => startService(rt, name, { ...baseEnv, INSTANCE_ID: `${name}-1` }));
+  }
+  inflight = null;
+
+  const urlsOf = (n) => running.services.find((s) => s.name === n)?.urls ?? {};
+  const gateway = urlsOf('gateway').http;
+  const mcp = urlsOf('mcp').mcp;
+  let ready = null;
+  if (gateway) ready = await waitReady(gateway);
+  if (stopping) return;
+  const token = await rt.signOperatorToken(secret.secret, { sub: 'local-operator', workspaces: ['*'] });
+
+  const lines = [
+    '',
+    `kandev is up (${secs()}${ready === false ? `; gateway /readyz not 200 after ${READY_TIMEOUT_MS / 1000}s, see ${logsDir}` : ''})`,
+    gateway ? `  Gateway:   ${gateway}` : '  Gateway:   (not started)',
+    gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
+    mcp ? `  MCP:       ${mcp}` : null,
+    `  NATS:      ${nats.url}${nats.own ? ' (started here)' : ''}`,
+    `  Database:  ${maskUrl(db.url)}${db.own ? ' (embedded, started here)' : ''}`,
+    `  State:     ${state}  (logs in ${logsDir})`,
+    '  Health:    ' + running.services.map((s) => `${s.name} ${s.urls.health ?? '?'}`).join(', '),
+    '',
+    '  Operator token (all workspaces, valid 12h):',
+    `  ${token}`,
+    '',
+    '  More tokens:  npm run token -- operator [--workspace <id>]...',
+    '                npm run token -- agent --task <task-id> [--session <id>] [--mode task|config|office|external]',
+    '',
+    'Ctrl-C stops everything.',
+    '',
+  ];
+  process.stdout.write(lines.filter((l) => l !== null).join('\n'));
+}
+
+/** Stop what we started: services newest first, then NATS and PostgreSQL; then sweep. */
+function shutdown(code, reason) {
+  stopping ??= (async () => {
+    say(`stopping${reason ? ` (${reason})` : ''}`);
+    const t = performance.now();
+    // Let a start-up step in flight finish (each is bounded) so nothing starts behind our back.
+    await inflight?.catch(() => undefined);
+    for (const svc of [...running.services].reverse()) {
+      const procs = tree(svc.pid);
+      const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
+      await svc.stop(STOP_GRACE_MS);
+      const leftovers = await reap(procs);
+      const how = svc.process.signalCode ?? `exit code ${svc.process.exitCode}`;
+      if (wasRunning && svc.process.signalCode === 'SIGKILL') say(`${svc.name} did not stop within ${STOP_GRACE_MS} ms; killed`);
+      say(`${svc.name} stopped (${how})${leftovers.length ? `; reaped leftover pids ${leftovers.join(', ')}` : ''}`);
+    }
+    if (running.nats) {
+      await running.nats.stop();
+      say('nats-server stopped');
+    }
+    if (running.pg) {
+      await running.pg.stop();
+      say('PostgreSQL stopped');
+    }
+    const strays = await reap(descendants(process.pid));
+    if (strays.length) say(`reaped stray pids ${strays.join(', ')}`);
+    releaseLock();
+    await Promise.all(logStreams.map((s) => new Promise((r) => s.end(r))));
+    say(`stopped in ${secs(t)}`);
+    process.exit(code);
+  })();
+  return stopping;
+}
+
+/** A second signal, 2 s or more after the first, skips the grace periods. */
+async function forceStop() {
+  say('second signal: killing everything now');
+  const all = descendants(process.pid);
+  for (const p of all) {
+    try {
+      if (isAlive(p)) process.kill(p.pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
+  }
+  await reap(all, 0);
+  releaseLock();
+  process.exit(1);
+}
+
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(sig, () => {
+    if (!stopping) {
+      firstSignalAt = Date.now();
+      void shutdown(0, sig);
+    } else if (Date.now() - firstSignalAt >= 2_000) void forceStop();
+  });
+}
+// Started by scripts/start.mjs: if the launcher dies (even by SIGKILL), do not outlive it.
+if (process.send) process.once('disconnect', () => void shutdown(1, 'launcher went away'));
+
+main().catch((e) => {
+  if (stopping) return;
+  say(e instanceof StartError ? e.message : `start failed: ${e?.stack ?? e}`);
+  void shutdown(1);
+});

@@ -1,0 +1,94 @@
+#!/usr/bin/env node
+// `npm run token -- operator [--workspace ID]...`
+// `npm run token -- agent --task ID [--session ID] [--mode task|config|office|external]`
+// Prints only the token on stdout. Secret: KANDEV_JWT_SECRET, else ${KANDEV_STATE_DIR:-.kandev}/secret.
+import { readSecret, secretFile, stateDir } from './lib/state.mjs';
+
+const USAGE = `usage:
+  npm run token -- operator [--workspace <id>]... [--sub <name>] [--ttl 12h]
+  npm run token -- agent --task <task-id> [--session <session-id>] [--mode task|config|office|external] [--ttl 24h]
+
+Without --workspace the operator token covers all workspaces.
+The secret is KANDEV_JWT_SECRET, else the one npm start stored in \${KANDEV_STATE_DIR:-.kandev}/secret.`;
+
+const MODES = ['task', 'config', 'office', 'external'];
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function fail(message) {
+  process.stderr.write(`token: ${message}\n\n${USAGE}\n`);
+  process.exit(2);
+}
+
+/** `--name value` and `--name=value`; repeatable flags collect into arrays. */
+function parseFlags(args, allowed) {
+  const flags = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i];
+    if (arg === '-h' || arg === '--help') {
+      process.stdout.write(USAGE + '\n');
+      process.exit(0);
+    }
+    const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
+    if (!m || !allowed.includes(m[1])) fail(`unexpected argument ${arg}`);
+    const value = m[2] ?? args[++i];
+    if (value === undefined || value.startsWith('--')) fail(`--${m[1]} needs a value`);
+    (flags[m[1]] ??= []).push(value);
+  }
+  return flags;
+}
+
+const one = (flags, name) => {
+  const v = flags[name];
+  if (v && v.length > 1) fail(`--${name} given more than once`);
+  return v?.[0];
+};
+
+const [kind, ...rest] = process.argv.slice(2);
+if (!kind || kind === '-h' || kind === '--help') {
+  process.stdout.write(USAGE + '\n');
+  process.exit(kind ? 0 : 2);
+}
+if (kind !== 'operator' && kind !== 'agent') fail(`unknown token kind "${kind}" (operator or agent)`);
+
+const found = readSecret();
+if (!found) {
+  process.stderr.write(
+    `token: no secret. Set KANDEV_JWT_SECRET, or run \`npm start\` once so it stores one in ${secretFile(stateDir())} (same KANDEV_STATE_DIR).\n`,
+  );
+  process.exit(1);
+}
+
+let jwt;
+try {
+  jwt = await import('@kandev/runtime/jwt');
+} catch (e) {
+  process.stderr.write(`token: cannot load @kandev/runtime (${e.message}). Build first: npm run build\n`);
+  process.exit(1);
+}
+
+let token;
+if (kind === 'operator') {
+  const flags = parseFlags(rest, ['workspace', 'sub', 'ttl']);
+  const workspaces = flags.workspace ?? ['*'];
+  try {
+    token = await jwt.signOperatorToken(found.secret, { sub: one(flags, 'sub') ?? 'local-operator', workspaces }, one(flags, 'ttl') ?? '12h');
+  } catch (e) {
+    fail(e.message);
+  }
+} else {
+  const flags = parseFlags(rest, ['task', 'session', 'mode', 'ttl']);
+  const task = one(flags, 'task');
+  const session = one(flags, 'session');
+  const mode = one(flags, 'mode') ?? 'task';
+  if (!task) fail('agent tokens need --task <task-id>');
+  if (!UUID.test(task)) fail(`--task must be a UUID, got "${task}"`);
+  if (session !== undefined && !UUID.test(session)) fail(`--session must be a UUID, got "${session}"`);
+  if (!MODES.includes(mode)) fail(`--mode must be one of ${MODES.join(', ')}`);
+  try {
+    token = await jwt.signAgentToken(found.secret, { task_id: task, ...(session ? { session_id: session } : {}), mode }, one(flags, 'ttl') ?? '24h');
+  } catch (e) {
+    // The claims schema may be stricter than the flag checks; jose rejects a bad --ttl.
+    fail(`invalid agent claims: ${e?.issues?.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') ?? e.message}`);
+  }
+}
+process.stdout.write(token + '\n');
