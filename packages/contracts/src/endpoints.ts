@@ -137,7 +137,8 @@ export const LaunchRequest = z.object({
   workspace_id: id,
   agent: z.string().min(1),
   fence_epoch: z.number().int().nonnegative(),
-  mcp_mode: McpMode.default('task'),
+  /** Tool set of the agent's MCP token; unset = the lifecycle deployment's AGENT_MCP_MODE. */
+  mcp_mode: McpMode.optional(),
   /** First prompt, sent once the agent is up. */
   prompt: z.string().optional(),
   turn_id: id.optional(),

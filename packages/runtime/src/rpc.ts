@@ -21,7 +21,10 @@ export type Handler<E extends Endpoint> = (req: z.infer<E['request']>, ctx: Hand
 export interface Registration<E extends Endpoint = Endpoint> {
   endpoint: E;
   handler: Handler<E>;
-  /** Default: the service's queue group. `''` = every instance receives it (instance-routed subjects). */
+  /**
+   * Queue group; default the service's. (@nats-io/services falls back to the service's group for
+   * an empty string, so instance-routed endpoints rely on their subject being unique instead.)
+   */
   queue?: string;
 }
 /** Helper that keeps the endpoint and handler types tied together. */
@@ -67,6 +70,9 @@ export async function serveEndpoints(
       },
     });
   }
+  // The subscriptions exist once the server has seen them: a request sent right after start-up
+  // must not meet "no responders".
+  await nc.flush();
   return svc;
 }
 

@@ -1,0 +1,153 @@
+import { AgentctlEvent, type AgentctlReadyEvent } from '@kandev/contracts';
+import type { Logger } from '@kandev/runtime';
+import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { processRef, type ProcessRef } from '../processes.js';
+
+/** agentctl's build inside the monorepo (the package export `@kandev/agentctl/main`). */
+export function defaultAgentctlBin(): string {
+  return fileURLToPath(import.meta.resolve('@kandev/agentctl/main'));
+}
+
+export interface AgentctlSpawnOptions {
+  bin: string;
+  agent: string;
+  executionId: string;
+  sessionId: string;
+  taskId: string;
+  mcpUrl: string;
+  mcpToken: string;
+  cancelTimeoutMs: number;
+  handshakeTimeoutMs: number;
+  log: Logger;
+}
+
+export interface ProcessExit {
+  code: number | null;
+  signal: string | null;
+}
+
+/** Variables the agent (and agentctl) must never inherit: credentials of the control plane itself. */
+const WITHHELD_ENV = /^(KANDEV_JWT_SECRET|DATABASE_URL|NATS_USER|NATS_PASS|NATS_URL|PG.*)$/;
+
+export type AgentctlLine = Exclude<AgentctlEvent, AgentctlReadyEvent>;
+
+/**
+ * One agentctl child process. Its first stdout line is `ready`; every later line is an event that
+ * is buffered until a listener is attached, so nothing said between `ready` and the relay being
+ * wired up is lost.
+ */
+export class AgentctlProcess {
+  readonly ref: ProcessRef;
+  readonly ready: Promise<AgentctlReadyEvent>;
+  readonly exited: Promise<ProcessExit>;
+  /** After `exited`, once stdout and stderr are drained: every line has been delivered. */
+  readonly closed: Promise<ProcessExit>;
+  private exit: ProcessExit | undefined;
+  private listener: ((ev: AgentctlLine) => void) | undefined;
+  private readonly pending: AgentctlLine[] = [];
+  private readonly stderrLines: string[] = [];
+
+  private constructor(
+    private readonly child: ChildProcessByStdio<null, Readable, Readable>,
+    private readonly log: Logger,
+    readyTimeoutMs: number,
+  ) {
+    this.ref = processRef(child.pid!);
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.exit = { code, signal };
+        resolve(this.exit);
+      });
+    });
+    this.closed = new Promise((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
+    let resolveReady!: (r: AgentctlReadyEvent) => void;
+    let rejectReady!: (e: Error) => void;
+    this.ready = new Promise((res, rej) => {
+      resolveReady = res;
+      rejectReady = rej;
+    });
+    this.ready.catch(() => undefined);
+    const timer = setTimeout(() => rejectReady(new Error(`agentctl not ready within ${readyTimeoutMs} ms`)), readyTimeoutMs);
+    void this.exited.then((x) => {
+      clearTimeout(timer);
+      rejectReady(new Error(`agentctl exited before ready (code ${x.code}, signal ${x.signal})${this.stderrTail() ? `: ${this.stderrTail()}` : ''}`));
+    });
+
+    createInterface({ input: child.stdout, crlfDelay: Infinity }).on('line', (line) => {
+      if (!line.trim()) return;
+      let parsed;
+      try {
+        parsed = AgentctlEvent.safeParse(JSON.parse(line));
+      } catch {
+        log.warn({ line: line.slice(0, 500) }, 'agentctl wrote a non-JSON line');
+        return;
+      }
+      if (!parsed.success) {
+        log.warn({ line: line.slice(0, 500) }, 'agentctl event breaks its contract; ignored');
+        return;
+      }
+      const ev = parsed.data;
+      if (ev.type === 'ready') {
+        clearTimeout(timer);
+        resolveReady(ev);
+        return;
+      }
+      if (this.listener) this.listener(ev);
+      else this.pending.push(ev);
+    });
+    createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', (line) => {
+      this.stderrLines.push(line);
+      if (this.stderrLines.length > 20) this.stderrLines.shift();
+      log.debug({ agentctl_log: line.slice(0, 2000) }, 'agentctl');
+    });
+  }
+
+  static spawn(opts: AgentctlSpawnOptions): AgentctlProcess {
+    const env: NodeJS.ProcessEnv = {};
+    for (const [k, v] of Object.entries(process.env)) if (!WITHHELD_ENV.test(k)) env[k] = v;
+    // The token goes in the environment, not argv: a flag is visible to anyone who can list processes.
+    env.AGENTCTL_MCP_TOKEN = opts.mcpToken;
+    const args = [
+      opts.bin,
+      '--agent', opts.agent,
+      '--port', '0',
+      '--execution-id', opts.executionId,
+      '--session-id', opts.sessionId,
+      '--task-id', opts.taskId,
+      '--mcp-url', opts.mcpUrl,
+      '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
+      '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
+    ];
+    // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
+    // when an agent dies (R-6.1).
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env, detached: true });
+    if (child.pid === undefined) throw new Error('agentctl could not be spawned');
+    child.once('error', (e) => opts.log.error({ err: e }, 'agentctl process error'));
+    return new AgentctlProcess(child, opts.log, opts.handshakeTimeoutMs);
+  }
+
+  get pid(): number {
+    return this.ref.pid;
+  }
+
+  get exitInfo(): ProcessExit | undefined {
+    return this.exit;
+  }
+
+  /** Attach the event relay; buffered events are delivered first, in order. */
+  listen(fn: (ev: AgentctlLine) => void): void {
+    this.listener = fn;
+    for (const ev of this.pending.splice(0)) fn(ev);
+  }
+
+  stderrTail(): string {
+    return this.stderrLines.slice(-3).join(' | ').slice(0, 1000);
+  }
+
+  kill(signal: NodeJS.Signals): void {
+    if (!this.exit) this.child.kill(signal);
+  }
+}

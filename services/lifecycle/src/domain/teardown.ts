@@ -1,0 +1,98 @@
+import type { EventDataOf, Execution } from '@kandev/contracts';
+
+/*
+ * The rules of tearing an execution down (R-6.3, B-4), free of I/O so they are easy to test. The
+ * executor (src/teardown.ts) performs them: STOPPING in the registry → agentctl `POST /stop` →
+ * (agentctl silent) SIGTERM the agent ourselves → grace → SIGKILL → reconcile until both processes
+ * are gone → `execution.stopped` → registry key deleted.
+ */
+
+export type StopHow = EventDataOf<'execution.stopped'>['how'];
+
+export interface TeardownRequest {
+  reason: string;
+  graceMs: number;
+  orphaned: boolean;
+}
+
+/** Never wait longer than a bound the caller cannot see: a stop's grace is capped. */
+export const MAX_GRACE_MS = 600_000;
+
+export function teardownGrace(requested: number | undefined, fallback: number): number {
+  return Math.min(requested ?? fallback, MAX_GRACE_MS);
+}
+
+/** At service shutdown every execution is torn down within a third of the shutdown budget. */
+export function shutdownGrace(graceMs: number, shutdownTimeoutMs: number): number {
+  return Math.max(0, Math.min(graceMs, Math.floor(shutdownTimeoutMs / 3)));
+}
+
+/** What we learnt while stopping, from which the recorded `how` follows. */
+export interface StopObservation {
+  /** The agent was already gone before we asked it to stop (it exited on its own). */
+  exitedOnItsOwn: boolean;
+  /** agentctl's own account, when it answered `POST /api/v1/stop`. */
+  agentctlHow?: 'graceful' | 'killed' | undefined;
+  /** We had to send SIGKILL to the agent ourselves. */
+  killedByUs: boolean;
+}
+
+export function stopHow(o: StopObservation): StopHow {
+  if (o.exitedOnItsOwn) return 'exited';
+  if (o.killedByUs) return 'killed';
+  return o.agentctlHow ?? 'graceful';
+}
+
+/** Backoff between SIGKILL retries while a process refuses to disappear (logged on each retry). */
+export function killRetryDelayMs(attempt: number): number {
+  return Math.min(2_000, 50 * 2 ** Math.max(0, attempt));
+}
+
+/**
+ * HTTP budget for `POST /api/v1/stop`: agentctl first lets the turn cancel (up to the grace), then
+ * SIGTERM → grace → SIGKILL, then waits briefly for the turn to report; beyond that it is silent.
+ */
+export function stopRequestTimeoutMs(graceMs: number): number {
+  return 2 * graceMs + 3_000;
+}
+
+export function stoppedEvent(
+  exec: Pick<Execution, 'execution_id' | 'pid'>,
+  how: StopHow,
+  req: { reason: string; graceMs: number | null; orphaned: boolean },
+  exit: { code: number | null; signal: string | null },
+): EventDataOf<'execution.stopped'> {
+  return {
+    execution_id: exec.execution_id,
+    how,
+    grace_ms: req.graceMs,
+    reason: req.reason,
+    pid: exec.pid,
+    exit_code: exit.code,
+    signal: exit.signal,
+    orphaned: req.orphaned,
+  };
+}
+
+/** One execution a previous run of this instance left behind (state file and/or registry). */
+export interface Leftover {
+  execution_id: string;
+  workspace_id: string;
+  task_id: string;
+  session_id: string;
+  pid: number | null;
+}
+
+/**
+ * Start-up cleanup (R-6.4): everything this instance id recorded in its state file, plus every
+ * registry entry it still owns, is reported lost exactly once.
+ */
+export function leftoversToReport(fromStateFile: readonly Leftover[], fromRegistry: readonly Execution[], instanceId: string): Leftover[] {
+  const out = new Map<string, Leftover>();
+  for (const l of fromStateFile) out.set(l.execution_id, l);
+  for (const e of fromRegistry) {
+    if (e.instance_id !== instanceId || out.has(e.execution_id)) continue;
+    out.set(e.execution_id, { execution_id: e.execution_id, workspace_id: e.workspace_id, task_id: e.task_id, session_id: e.session_id, pid: e.pid });
+  }
+  return [...out.values()];
+}

@@ -1,0 +1,28 @@
+import { BaseEnv } from '@kandev/runtime';
+import { McpMode } from '@kandev/contracts';
+import { z } from 'zod';
+
+const millis = (fallback: number) => z.coerce.number().int().nonnegative().default(fallback);
+
+export const LifecycleEnv = BaseEnv.extend({
+  /** Root of local state; this service keeps `lifecycle/<instance>.json` under it (R-6.4). */
+  KANDEV_STATE_DIR: z.string().min(1).default('.kandev'),
+  /** Grace between SIGTERM and SIGKILL when a stop names none (R-6.3). */
+  TEARDOWN_GRACE_MS: millis(2000),
+  /** How long agentctl waits for the agent to acknowledge a cancel before answering 504 (R-3.4). */
+  CANCEL_TIMEOUT_MS: millis(5000),
+  /** Registry entry lifetime; the owner refreshes every TTL/3, so a dead owner's entries expire. */
+  REGISTRY_TTL_MS: z.coerce.number().int().min(300).default(15_000),
+  /** Upper bound on agentctl reaching `ready` (agent spawned, protocol handshake done). */
+  LAUNCH_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+  MCP_PORT: z.coerce.number().int().min(0).max(65535).default(8090),
+  /** MCP endpoint handed to agents; unset = the local mcp service on MCP_PORT (see mcpPublicUrl). */
+  MCP_PUBLIC_URL: z.url().optional(),
+  /** MCP mode minted into agent tokens when the launch request names none (a request's mode wins). */
+  AGENT_MCP_MODE: McpMode.default('task'),
+  /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
+  AGENTCTL_BIN: z.string().optional(),
+});
+export type LifecycleEnv = z.infer<typeof LifecycleEnv>;
+
+export const mcpPublicUrl = (env: LifecycleEnv): string => env.MCP_PUBLIC_URL ?? `http://127.0.0.1:${env.MCP_PORT}/mcp`;

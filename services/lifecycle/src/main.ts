@@ -1,0 +1,4 @@
+import { runService } from '@kandev/runtime';
+import { lifecycleService } from './service.js';
+
+await runService(lifecycleService);

@@ -1,0 +1,42 @@
+import type { ServiceDefinition } from '@kandev/runtime';
+import { defaultAgentctlBin } from './agentctl/process.js';
+import { launchEndpoints } from './endpoints/launch.js';
+import { ownedExecutionEndpoints } from './endpoints/owned.js';
+import { registryEndpoints } from './endpoints/registry.js';
+import { LifecycleEnv } from './env.js';
+import { cleanUpLeftovers } from './startup-cleanup.js';
+import { ExecutionRegistry } from './store/registry.js';
+import { StateFile } from './store/state-file.js';
+import { ExecutionSupervisor } from './supervisor.js';
+
+/**
+ * Execution registry, launch, cancel and teardown (SPEC R-3, R-6, B-1, B-2, B-4). The only
+ * component that signals agent processes.
+ */
+export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
+  name: 'lifecycle',
+  env: LifecycleEnv,
+  async start(rt) {
+    const { env, instanceId, log } = rt;
+    const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log);
+    const stateFile = new StateFile(env.KANDEV_STATE_DIR, instanceId);
+    // Before serving anything: a previous run with this instance id may have left agents behind.
+    const lost = await cleanUpLeftovers({ instanceId, stateFile, registry, publisher: rt.publisher, log });
+    if (lost) log.warn({ lost }, 'cleaned up executions of a previous run');
+
+    const supervisor = new ExecutionSupervisor({
+      env,
+      instanceId,
+      nc: rt.nc,
+      log,
+      publisher: rt.publisher,
+      registry,
+      stateFile,
+      agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
+    });
+    supervisor.startRefreshing();
+    rt.onStop(() => supervisor.shutdown());
+    await rt.serve([...registryEndpoints(registry), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
+    log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'lifecycle ready');
+  },
+};

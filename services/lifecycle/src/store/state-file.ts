@@ -1,0 +1,73 @@
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { z } from 'zod';
+
+/*
+ * `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.json`: the processes this instance is responsible
+ * for, with their start times, so a restart with the same instance id can kill exactly the
+ * processes its previous run left behind, and never a process that merely reuses one of the pids
+ * (R-6.4). Written atomically (temp file + rename) after every change.
+ */
+
+const Proc = z.object({ pid: z.number().int().positive(), start_time: z.string().nullable() });
+export const StateEntry = z.object({
+  execution_id: z.string(),
+  workspace_id: z.string(),
+  task_id: z.string(),
+  session_id: z.string(),
+  agentctl: Proc,
+  agent: Proc.nullable(),
+});
+export type StateEntry = z.infer<typeof StateEntry>;
+const StateFileBody = z.object({ instance_id: z.string(), executions: z.array(StateEntry) });
+
+export class StateFile {
+  readonly path: string;
+  private readonly entries = new Map<string, StateEntry>();
+
+  constructor(
+    stateDir: string,
+    private readonly instanceId: string,
+  ) {
+    this.path = join(stateDir, 'lifecycle', `${instanceId}.json`);
+  }
+
+  /** What a previous run recorded; a missing or unreadable file means nothing was left. */
+  readLeftovers(): { entries: StateEntry[]; problem: string | null } {
+    let raw: string;
+    try {
+      raw = readFileSync(this.path, 'utf8');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], problem: null };
+      return { entries: [], problem: (e as Error).message };
+    }
+    const parsed = StateFileBody.safeParse(safeJson(raw));
+    if (!parsed.success) return { entries: [], problem: 'state file is malformed' };
+    return { entries: parsed.data.executions, problem: null };
+  }
+
+  set(entry: StateEntry): void {
+    this.entries.set(entry.execution_id, entry);
+    this.flush();
+  }
+
+  remove(executionId: string): void {
+    if (this.entries.delete(executionId)) this.flush();
+  }
+
+  /** Rewrite the file with what is live now (start-up writes it empty after cleanup). */
+  flush(): void {
+    mkdirSync(dirname(this.path), { recursive: true });
+    const tmp = `${this.path}.${process.pid}.tmp`;
+    writeFileSync(tmp, JSON.stringify({ instance_id: this.instanceId, executions: [...this.entries.values()] }, null, 2));
+    renameSync(tmp, this.path);
+  }
+}
+
+function safeJson(raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return null;
+  }
+}

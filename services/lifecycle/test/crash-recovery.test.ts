@@ -1,0 +1,139 @@
+import { Buckets, pingEndpoint } from '@kandev/contracts';
+import { request, type NatsConnection } from '@kandev/runtime';
+import { repoRoot, startNats, type TestNats } from '@kandev/testkit';
+import { Kvm, type KV } from '@nats-io/kv';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterEach, describe, expect, it } from 'vitest';
+import { EventLog, FakeOrchestrator, eventually, launch, launchRequest, natsClient, processGone, promptAt, script, tmpStateDir } from './helpers.js';
+
+const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
+
+/** The lifecycle service as its own OS process, so it can be killed hard. */
+async function spawnLifecycle(env: Record<string, string>): Promise<ChildProcess> {
+  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
+  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`lifecycle exited with ${code}:\n${lines.join('\n')}`));
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      if (line.includes('"msg":"lifecycle started"')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    createInterface({ input: child.stderr! }).on('line', (line) => lines.push(line));
+  });
+  child.removeAllListeners('exit');
+  return child;
+}
+
+function killHard(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+const kvEntry = async (kv: KV, id: string) => {
+  const e = await kv.get(id);
+  return e && e.operation === 'PUT' ? e : null;
+};
+
+describe('a lifecycle instance killed hard (R-6.4)', () => {
+  const children: ChildProcess[] = [];
+  const leftoverPids: number[] = [];
+  const cleanups: Array<() => Promise<void>> = [];
+
+  afterEach(async () => {
+    for (const c of children.splice(0)) await killHard(c);
+    // Never leak agents from a failed run.
+    for (const pid of leftoverPids.splice(0)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    for (const fn of cleanups.splice(0)) await fn();
+  });
+
+  async function setup(ttlMs: number) {
+    const nats: TestNats = await startNats();
+    const nc: NatsConnection = await natsClient(nats.url, 'crash-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    await FakeOrchestrator.start(nc);
+    const events = new EventLog(nc);
+    const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-crash', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(ttlMs) };
+    const start = async () => {
+      const c = await spawnLifecycle(env);
+      children.push(c);
+      // Its endpoints answer (the subscriptions reached the server) before the test sends anything.
+      await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+      return c;
+    };
+    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs });
+    return { nc, events, start, kv, stateDir };
+  }
+
+  it('its registry entries expire after the TTL; a restart with the same instance id and state dir kills the leftover agents', async () => {
+    const { nc, events, start, kv, stateDir } = await setup(1500);
+    const first = await start();
+    const execs = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest({ agent: 'scripted-codex' }))]);
+    const busy = randomUUID();
+    await promptAt(nc, 'life-crash', { execution_id: execs[0].execution_id, turn_id: busy, prompt: script([{ sleep_ms: 60_000 }]) });
+    const pids = execs.flatMap((x) => [x.pid!, x.agentctl_pid!]);
+    leftoverPids.push(...pids);
+    const state = JSON.parse(readFileSync(join(stateDir, 'lifecycle', 'life-crash.json'), 'utf8')) as { executions: Array<{ execution_id: string; agent: { pid: number } }> };
+    expect(state.executions.map((e) => e.agent.pid).sort()).toEqual(execs.map((x) => x.pid!).sort());
+
+    await killHard(first);
+    // Nobody refreshes the entries any more, but the agents live on.
+    for (const pid of pids) expect(processGone(pid)).toBe(false);
+    for (const x of execs) expect(await kvEntry(kv, x.execution_id)).not.toBeNull();
+    const t0 = performance.now();
+    for (const x of execs) await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, 6_000, 100);
+    console.info(`[timing] registry entries of the killed instance expired ${(performance.now() - t0).toFixed(0)} ms after the kill (TTL 1500 ms)`);
+    for (const pid of pids) expect(processGone(pid)).toBe(false);
+
+    await start();
+    for (const pid of pids) expect(processGone(pid)).toBe(true);
+    for (const x of execs) {
+      const lost = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id);
+      expect(lost.data).toMatchObject({ how: 'lost', pid: x.pid, reason: 'lifecycle_instance_restarted' });
+      expect(lost).toMatchObject({ task_id: x.task_id, session_id: x.session_id, workspace_id: x.workspace_id });
+    }
+    const after = JSON.parse(readFileSync(join(stateDir, 'lifecycle', 'life-crash.json'), 'utf8')) as { executions: unknown[] };
+    expect(after.executions).toEqual([]);
+  });
+
+  it('a restart before the TTL deletes the entries the dead run still owned', async () => {
+    const { nc, events, start, kv } = await setup(30_000);
+    const first = await start();
+    const x = await launch(nc, launchRequest());
+    leftoverPids.push(x.pid!, x.agentctl_pid!);
+    await killHard(first);
+    expect(await kvEntry(kv, x.execution_id)).not.toBeNull();
+
+    await start();
+    expect(await kvEntry(kv, x.execution_id)).toBeNull();
+    expect(processGone(x.pid!)).toBe(true);
+    expect(processGone(x.agentctl_pid!)).toBe(true);
+    const lost = events.of('execution.stopped', x.execution_id);
+    expect(lost.map((e) => e.data.how)).toEqual(['lost']);
+  });
+});

@@ -1,0 +1,159 @@
+import type { Execution } from '@kandev/contracts';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { decideCancel } from '../src/domain/cancel.js';
+import { killRetryDelayMs, leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, teardownGrace } from '../src/domain/teardown.js';
+import { promptAccepted, promptRefusal, turnCompleted, turnStarted, type TurnView } from '../src/domain/turns.js';
+import { isAlive, processRef, signalProcess } from '../src/processes.js';
+import { StateFile } from '../src/store/state-file.js';
+
+const T1 = '00000000-0000-4000-8000-000000000001';
+const T2 = '00000000-0000-4000-8000-000000000002';
+
+describe('cancel target fencing (B-2)', () => {
+  it('cancels the current turn when none or the same turn is named', () => {
+    expect(decideCancel({ status: 'RUNNING', turn_id: T1 }, undefined)).toEqual({ kind: 'cancel', turnId: T1 });
+    expect(decideCancel({ status: 'RUNNING', turn_id: T1 }, null)).toEqual({ kind: 'cancel', turnId: T1 });
+    expect(decideCancel({ status: 'RUNNING', turn_id: T1 }, T1)).toEqual({ kind: 'cancel', turnId: T1 });
+  });
+  it('fails closed on another turn', () => {
+    expect(decideCancel({ status: 'RUNNING', turn_id: T2 }, T1)).toEqual({ kind: 'turn_mismatch', current: T2, requested: T1 });
+  });
+  it('no turn in flight is a no-op, whether or not an (old) turn is named', () => {
+    expect(decideCancel({ status: 'READY', turn_id: null }, undefined)).toEqual({ kind: 'no_active_turn' });
+    expect(decideCancel({ status: 'READY', turn_id: null }, T1)).toEqual({ kind: 'no_active_turn' });
+    expect(decideCancel({ status: 'STARTING', turn_id: null }, undefined)).toEqual({ kind: 'no_active_turn' });
+  });
+  it('a stopping execution is not running', () => {
+    expect(decideCancel({ status: 'STOPPING', turn_id: T1 }, T1)).toEqual({ kind: 'not_running' });
+  });
+});
+
+describe('turn bookkeeping', () => {
+  const idle: TurnView = { status: 'READY', turn_id: null, finished: [] };
+
+  it('prompt → started → completed publishes each once and returns to READY', () => {
+    const a = promptAccepted(idle, T1).view;
+    expect(a).toMatchObject({ status: 'RUNNING', turn_id: T1 });
+    const s = turnStarted(a, T1);
+    expect(s.publish).toBe(true);
+    expect(s.changed).toBe(false);
+    const c = turnCompleted(s.view, T1);
+    expect(c).toMatchObject({ publish: true, changed: true, view: { status: 'READY', turn_id: null, finished: [T1] } });
+    // The cancel reply and agentctl's line both report the end: the second is a no-op.
+    expect(turnCompleted(c.view, T1)).toMatchObject({ publish: false, changed: false });
+    // A late start line for a finished turn does not bring it back.
+    expect(turnStarted(c.view, T1)).toMatchObject({ publish: false, changed: false, view: { turn_id: null } });
+  });
+  it('a completion for a turn that is not current leaves the current turn in flight', () => {
+    const running: TurnView = { status: 'RUNNING', turn_id: T2, finished: [] };
+    expect(turnCompleted(running, T1).view).toMatchObject({ status: 'RUNNING', turn_id: T2, finished: [T1] });
+  });
+  it('STOPPING stays STOPPING whatever turns do', () => {
+    const stopping: TurnView = { status: 'STOPPING', turn_id: T1, finished: [] };
+    expect(turnCompleted(stopping, T1).view.status).toBe('STOPPING');
+    expect(turnStarted({ ...stopping, turn_id: null }, T2).view.status).toBe('STOPPING');
+  });
+  it('refuses prompts while a turn is in flight, while starting and while stopping', () => {
+    expect(promptRefusal(idle)).toBeNull();
+    expect(promptRefusal({ ...idle, status: 'RUNNING', turn_id: T1 })?.code).toBe('CONFLICT');
+    expect(promptRefusal({ ...idle, status: 'STARTING' })?.message).toMatch(/starting/);
+    expect(promptRefusal({ ...idle, status: 'STOPPING' })?.message).toBe('agent not running');
+  });
+  it('keeps a bounded memory of finished turns', () => {
+    let v = idle;
+    for (let i = 0; i < 100; i++) v = turnCompleted(v, `turn-${i}`).view;
+    expect(v.finished).toHaveLength(32);
+    expect(v.finished.at(-1)).toBe('turn-99');
+  });
+});
+
+describe('teardown rules (R-6.3, B-4)', () => {
+  it('records how the execution ended', () => {
+    expect(stopHow({ exitedOnItsOwn: true, killedByUs: true })).toBe('exited');
+    expect(stopHow({ exitedOnItsOwn: false, killedByUs: true, agentctlHow: 'graceful' })).toBe('killed');
+    expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlHow: 'killed' })).toBe('killed');
+    expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlHow: 'graceful' })).toBe('graceful');
+    expect(stopHow({ exitedOnItsOwn: false, killedByUs: false })).toBe('graceful');
+  });
+  it('grace: the request wins, the default fills in, both are capped; shutdown uses a third of its budget at most', () => {
+    expect(teardownGrace(300, 2000)).toBe(300);
+    expect(teardownGrace(0, 2000)).toBe(0);
+    expect(teardownGrace(undefined, 2000)).toBe(2000);
+    expect(teardownGrace(10_000_000, 2000)).toBe(600_000);
+    expect(shutdownGrace(2000, 10_000)).toBe(2000);
+    expect(shutdownGrace(5000, 9000)).toBe(3000);
+  });
+  it('gives agentctl time to cancel, wait the grace and kill before calling it silent', () => {
+    expect(stopRequestTimeoutMs(1000)).toBeGreaterThan(2 * 1000);
+  });
+  it('backs SIGKILL retries off up to 2 s', () => {
+    expect([0, 1, 2, 3].map(killRetryDelayMs)).toEqual([50, 100, 200, 400]);
+    expect(killRetryDelayMs(20)).toBe(2000);
+  });
+  it('reports each leftover of this instance once, from the state file and the registry', () => {
+    const entry = (id: string, instance: string): Execution => ({
+      execution_id: id,
+      session_id: T1,
+      task_id: T1,
+      workspace_id: T1,
+      instance_id: instance,
+      protocol: 'acp',
+      agent: 'scripted-acp',
+      pid: 42,
+      agentctl_pid: 41,
+      agentctl_url: null,
+      status: 'READY',
+      turn_id: null,
+      fence_epoch: 0,
+      started_at: '',
+      updated_at: '',
+    });
+    const fromState = [{ execution_id: 'a', workspace_id: T1, task_id: T1, session_id: T1, pid: 7 }];
+    const out = leftoversToReport(fromState, [entry('a', 'me'), entry('b', 'me'), entry('c', 'someone-else')], 'me');
+    expect(out.map((l) => [l.execution_id, l.pid])).toEqual([
+      ['a', 7],
+      ['b', 42],
+    ]);
+  });
+});
+
+describe('process handles', () => {
+  it('identify a process by pid and start time, and never signal a different process', async () => {
+    const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 30000)']);
+    const ref = processRef(child.pid!);
+    expect(ref.startTime).not.toBeNull();
+    expect(isAlive(ref)).toBe(true);
+    // Same pid, another start time: a recycled pid must not be touched.
+    const impostor = { pid: ref.pid, startTime: String(Number(ref.startTime) + 1) };
+    expect(isAlive(impostor)).toBe(false);
+    expect(signalProcess(impostor, 'SIGKILL')).toBe(false);
+    expect(isAlive(ref)).toBe(true);
+    const exited = new Promise((r) => child.once('exit', r));
+    expect(signalProcess(ref, 'SIGKILL')).toBe(true);
+    await exited;
+    expect(isAlive(ref)).toBe(false);
+  });
+});
+
+describe('state file', () => {
+  it('round-trips what is live and reads a missing or malformed file as nothing left (with the problem named)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kandev-state-'));
+    try {
+      const f = new StateFile(dir, 'life-x');
+      expect(f.readLeftovers()).toEqual({ entries: [], problem: null });
+      const e = { execution_id: 'e1', workspace_id: T1, task_id: T1, session_id: T2, agentctl: { pid: 10, start_time: '5' }, agent: { pid: 11, start_time: '6' } };
+      f.set(e);
+      expect(new StateFile(dir, 'life-x').readLeftovers()).toEqual({ entries: [e], problem: null });
+      f.remove('e1');
+      expect(new StateFile(dir, 'life-x').readLeftovers().entries).toEqual([]);
+      writeFileSync(f.path, '{broken');
+      expect(new StateFile(dir, 'life-x').readLeftovers()).toEqual({ entries: [], problem: 'state file is malformed' });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
