@@ -150,6 +150,10 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
     console.error(JSON.stringify({ level: 'fatal', service: def.name, msg: 'start failed', err: String((e as Error)?.stack ?? e) }));
     process.exit(1);
   }
+  // Supervisors (npm start, the test stack) wait for this line; announce it whatever LOG_LEVEL hides.
+  if (!running.runtime.log.isLevelEnabled('info')) {
+    process.stdout.write(`${JSON.stringify({ level: 'info', service: def.name, instance_id: running.runtime.instanceId, msg: `${def.name} started`, urls: running.urls })}\n`);
+  }
   const onSignal = (sig: string) => {
     running.runtime.log.info({ signal: sig }, 'shutting down');
     void running.stop().then(() => process.exit(0));

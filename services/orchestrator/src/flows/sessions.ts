@@ -83,13 +83,15 @@ async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: st
 }
 
 export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: string) {
-  const session = await getSession(rt.sql, sessionId);
-  if (!session) throw notFound('session not found');
-  assertCanAccess(actor, await getTask(rt.sql, session.task_id), 'session');
-  const [turns, execution] = await Promise.all([
-    turnsOfSession(rt.sql, sessionId),
-    session.execution_id ? request(rt.nc, Life.get, { execution_id: session.execution_id }).catch(() => null) : Promise.resolve(null),
-  ]);
+  // One snapshot for the session and its turns: a turn never shows as finished while its session still says RUNNING.
+  const snapshot = await rt.sql.begin('isolation level repeatable read read only', async (tx) => {
+    const session = await getSession(tx, sessionId);
+    if (!session) throw notFound('session not found');
+    assertCanAccess(actor, await getTask(tx, session.task_id), 'session');
+    return { session, turns: await turnsOfSession(tx, sessionId) };
+  });
+  const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
+  const execution = session.execution_id ? await request(rt.nc, Life.get, { execution_id: session.execution_id }).catch(() => null) : null;
   return {
     ...toSession(session),
     execution: execution ? { execution_id: execution.execution_id, status: execution.status, pid: execution.pid, protocol: execution.protocol } : null,

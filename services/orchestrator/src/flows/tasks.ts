@@ -1,4 +1,4 @@
-import { badRequest, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf } from '@kandev/contracts';
+import { badRequest, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf, type TaskWithSessions } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
@@ -40,9 +40,12 @@ export async function createTask(rt: OrchRuntime, req: Req<'taskCreate'>) {
 }
 
 export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string) {
-  const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
-  const sessions = await sessionsOfTask(rt.sql, taskId);
-  return { ...toTask(task), sessions: sessions.map(toSession) };
+  // One snapshot, so the task's status and its sessions' states agree.
+  return rt.sql.begin('isolation level repeatable read read only', async (tx) => {
+    const task = assertCanAccess(actor, await getTask(tx, taskId));
+    const sessions = await sessionsOfTask(tx, taskId);
+    return { ...toTask(task), sessions: sessions.map(toSession) };
+  }) as Promise<TaskWithSessions>;
 }
 
 export async function updateTask(rt: OrchRuntime, req: Req<'taskUpdate'>) {
