@@ -8,7 +8,8 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
  */
 let w: World;
 beforeAll(async () => {
-  w = await startWorld();
+  // A short cancel timeout keeps the ignore_cancel case quick; the orchestrator's bound follows it.
+  w = await startWorld({ CANCEL_TIMEOUT_MS: '1000', CANCEL_REQUEST_TIMEOUT_MS: '4000' });
 });
 afterAll(async () => w?.stop());
 
@@ -105,6 +106,11 @@ describe('message_task_kandev', () => {
     const res = await f.mcp.callJson('message_task_kandev', { task_id: f.child.id, prompt: 'stop that', delivery_mode: 'interrupt' });
     expect(res.json.status).toBe('queued');
     expect((await w.api.get(`/tasks/${f.child.id}/queue`)).body).toHaveLength(1);
+    // An interrupt that cannot land does not kill the child: its turn keeps running.
+    await new Promise((r) => setTimeout(r, 500));
+    const s = (await w.api.get(`/sessions/${session.id}`)).body;
+    expect(s).toMatchObject({ state: 'RUNNING', execution: { status: 'RUNNING' } });
+    await w.api.post(`/tasks/${f.child.id}/stop`);
   });
 
   it('refuses an interrupt from a non-parent and queues nothing', async () => {

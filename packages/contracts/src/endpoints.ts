@@ -160,7 +160,15 @@ export const Life = {
   cancel: instanceEndpoint(
     'life',
     'exec.cancel',
-    z.object({ execution_id: id, turn_id: id.nullable().optional() }),
+    z.object({
+      execution_id: id,
+      turn_id: id.nullable().optional(),
+      /**
+       * Tear the execution down when the agent does not acknowledge (R-3.4; default). An interrupt
+       * passes false: its message stays queued and the agent keeps running.
+       */
+      escalate: z.boolean().optional(),
+    }),
     z.object({ cancelled: z.boolean(), turn_id: id.nullable(), stop_reason: z.string().nullable(), reason: z.string().nullable() }),
   ),
   stop: instanceEndpoint(

@@ -264,8 +264,9 @@ export class ExecutionSupervisor {
       }
       // No acknowledgement (504, or silence): report it, and escalate so the session is never wedged (R-3.4, R-6.3).
       const silent = e instanceof AgentctlUnreachable || (e instanceof AgentctlHttpError && (e.status === 504 || e.code === 'UNAVAILABLE'));
-      x.log.warn({ err: e, turn_id: decision.turnId, escalate: true }, 'agent did not acknowledge cancel; tearing down');
-      void this.teardowns.teardown(x, { reason: 'cancel_unacknowledged', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
+      const escalate = req.escalate !== false;
+      x.log.warn({ err: e, turn_id: decision.turnId, escalate }, escalate ? 'agent did not acknowledge cancel; tearing down' : 'agent did not acknowledge cancel');
+      if (escalate) void this.teardowns.teardown(x, { reason: 'cancel_unacknowledged', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
       if (silent) throw unavailable(`agent did not acknowledge cancel within ${env.CANCEL_TIMEOUT_MS} ms`, e);
       throw unavailable(`cancel failed: ${(e as Error).message}`, e);
     }

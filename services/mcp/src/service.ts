@@ -15,7 +15,7 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
       host: rt.env.MCP_HOST,
       port: rt.env.MCP_PORT,
       jwtSecret: rt.env.KANDEV_JWT_SECRET,
-      requestTimeoutMs: rt.env.REQUEST_TIMEOUT_MS,
+      requestTimeoutMs: rt.env.MCP_TOOL_TIMEOUT_MS,
       nc: rt.nc,
       log: rt.log,
     });
