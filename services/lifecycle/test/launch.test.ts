@@ -73,6 +73,7 @@ describe('launch, registry and prompts', () => {
       task_id: req.task_id,
       session_id: req.session_id,
       fence_epoch: 7,
+      instance_id: 'life-a',
     });
     const registered = await events.waitFor('execution.registered', (e) => e.data.execution.execution_id === req.execution_id);
     expect(registered).toMatchObject({ workspace_id: req.workspace_id, task_id: req.task_id, session_id: req.session_id });

@@ -1,0 +1,35 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import postgres from 'postgres';
+import { pingEndpoint } from '@kandev/contracts';
+import { connectNats, request, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
+import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
+import { holdsService } from '../src/service.js';
+
+/** The holds service skeleton: starts, owns its migrated schema, answers pings. Tree controls land with R-4. */
+let nats: TestNats;
+let db: TestDatabase;
+let svc: RunningService;
+let nc: NatsConnection;
+beforeAll(async () => {
+  [nats, db] = await Promise.all([startNats(), createTestDatabase({ migrated: false })]);
+  svc = await startService(holdsService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: 'silent', INSTANCE_ID: 'holds-t' });
+  nc = await connectNats({ url: nats.url, name: 'holds-test' });
+});
+afterAll(async () => {
+  await nc?.close();
+  await svc?.stop();
+  await Promise.all([nats?.stop(), db?.drop()]);
+});
+
+it('migrates its own schema and answers its ping', async () => {
+  await expect(request(nc, pingEndpoint('holds'), {})).resolves.toEqual({ service: 'holds', instance_id: 'holds-t' });
+  const sql = postgres(db.url, { max: 1 });
+  try {
+    const tables = await sql`SELECT table_name FROM information_schema.tables WHERE table_schema = 'holds' ORDER BY table_name`;
+    expect(tables.map((t) => t.table_name)).toEqual(['cost_events', 'inbox', 'outbox', 'schema_migrations', 'task_tree', 'tree_hold_members', 'tree_holds', 'wakeups']);
+  } finally {
+    await sql.end();
+  }
+  const health = await fetch(`${svc.healthUrl}/readyz`);
+  expect(health.status).toBe(200);
+});
