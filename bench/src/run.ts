@@ -148,6 +148,7 @@ async function main() {
         const conns: NatsConnection[] = [];
         const pools: postgres.Sql[] = [];
         const ctx: BenchContext = {
+          round,
           iterations,
           warmup,
           natsUrl: nats.url,

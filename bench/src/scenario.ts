@@ -4,6 +4,8 @@ import type { Stats } from './stats.js';
 
 /** What every scenario gets: real servers of its own, the run's sizes, and cleanup. */
 export interface BenchContext {
+  /** 1-based round number; whole-stack scenarios run in round 1 only (they are slow and carry their own floors). */
+  round: number;
   iterations: number;
   warmup: number;
   /** A nats-server -js started for this run. */
