@@ -38,7 +38,13 @@ export class Outbox {
         this.log.warn({ err: e, event_id: ev.id, type: ev.type }, 'event publish failed; relay will retry');
       }
     }
-    if (published.length) await this.sql`UPDATE outbox SET published_at = now() WHERE id = ANY(${published}) AND published_at IS NULL`;
+    // Not awaited: the events are out; a lost mark only means the relay republishes them later,
+    // and JetStream's msgID dedupe drops the copy. Keeps a round trip off every command's path.
+    if (published.length) {
+      this.sql`UPDATE outbox SET published_at = now() WHERE id = ANY(${published}) AND published_at IS NULL`.catch((e: unknown) =>
+        this.log.warn({ err: e }, 'marking events published failed; relay will republish'),
+      );
+    }
   }
 
   /** Re-publish whatever a crashed or failed flush left behind. */

@@ -3,9 +3,8 @@ import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { sessionStateAfterTurn } from '../domain/transitions.js';
 import { recordAudit } from '../store/audit.js';
-import { getSession, lockSession, setQueuePaused } from '../store/sessions.js';
-import { getTask } from '../store/tasks.js';
-import { completeTurn, openTurn } from '../store/turns.js';
+import { lockSessionWithOpenTurn, sessionInWorkspace, setQueuePaused } from '../store/sessions.js';
+import { completeTurn } from '../store/turns.js';
 import { changeSessionState } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 
@@ -15,39 +14,37 @@ import { transact, type CallContext, type OrchRuntime } from './context.js';
  * turn it captured (B-2). No turn in flight → success, nothing changes.
  */
 export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor: Actor, sessionId: string, reason: string | null) {
-  const found = await getSession(rt.sql, sessionId);
+  const found = await sessionInWorkspace(rt.sql, sessionId);
   if (!found) throw notFound('session not found');
-  const task = assertCanAccess(actor, await getTask(rt.sql, found.task_id), 'session');
+  const task = assertCanAccess(actor, { id: found.task_id, workspace_id: found.workspace_id }, 'session');
   const log = rt.log.child({ task_id: task.id, session_id: sessionId, request_id: call.requestId });
-  let outcome = 'no_active_turn';
+  const audit = (outcome: string) => ({ task_id: task.id, workspace_id: task.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
   try {
     await transact(rt, async (tx, emit) => {
-      const s = (await lockSession(tx, sessionId))!;
+      const s = (await lockSessionWithOpenTurn(tx, sessionId))!;
       if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
-      const turn = await openTurn(tx, s.id);
       const res = await request(
         rt.nc,
         Life.cancel.at(s.instance_id),
-        { execution_id: s.execution_id, turn_id: turn?.id ?? null },
+        { execution_id: s.execution_id, turn_id: s.open_turn_id },
         { requestId: call.requestId, timeoutMs: rt.env.CANCEL_REQUEST_TIMEOUT_MS },
       );
-      if (!res.cancelled) return;
-      outcome = 'cancelled';
+      if (!res.cancelled) {
+        await recordAudit(tx, audit('no_active_turn'));
+        return;
+      }
       // R-3.5: what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
       await setQueuePaused(tx, s.id, true);
       if (res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
       const next = sessionStateAfterTurn(s.state);
       if (next) await changeSessionState(tx, emit, task, s, next, { reason: 'turn_cancelled', actor });
+      await recordAudit(tx, audit('cancelled'));
       log.info({ execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
     });
   } catch (e) {
-    outcome = isKandevError(e) ? `error:${e.code}` : 'error';
+    await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
     throw e;
-  } finally {
-    await recordAudit(rt.sql, { task_id: task.id, workspace_id: task.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } }).catch((e) =>
-      log.warn({ err: e }, 'audit write failed'),
-    );
   }
   return { success: true as const, session_id: sessionId };
 }

@@ -24,10 +24,8 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
 
 /** B-1: every stop bumps the task's launch fence first, so a launch still in flight is refused when it registers. */
 async function fenceLaunches(rt: OrchRuntime, taskId: string): Promise<void> {
-  await transact(rt, async (tx) => {
-    await lockTask(tx, taskId);
-    await bumpFence(tx, taskId);
-  });
+  // One UPDATE: it takes the task's row lock itself and commits on its own.
+  await bumpFence(rt.sql, taskId);
 }
 
 /**

@@ -24,6 +24,24 @@ export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null
   return row ?? null;
 }
 
+/** A session with the workspace of its task, in one round trip (the hot path of a cancel). */
+export async function sessionInWorkspace(q: Q, id: string): Promise<(SessionRow & { workspace_id: string }) | null> {
+  const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
+  const [row] = await q.unsafe<(SessionRow & { workspace_id: string })[]>(`SELECT ${cols}, t.workspace_id FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`, [id]);
+  return row ?? null;
+}
+
+/** The per-session guard plus the session's open turn, in one statement. */
+export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<(SessionRow & { open_turn_id: string | null }) | null> {
+  const [row] = await tx.unsafe<(SessionRow & { open_turn_id: string | null })[]>(
+    `SELECT ${SESSION_COLUMNS},
+       (SELECT t.id FROM turns t WHERE t.session_id = sessions.id AND t.completed_at IS NULL ORDER BY t.started_at DESC LIMIT 1) AS open_turn_id
+     FROM sessions WHERE id = $1 FOR UPDATE`,
+    [id],
+  );
+  return row ?? null;
+}
+
 export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
   return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 ORDER BY created_at, id`, [taskId]);
 }

@@ -35,8 +35,8 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
   return row ? norm(row) : null;
 }
 
-export async function bumpFence(tx: Tx, id: string): Promise<number> {
-  const [row] = await tx<{ fence_epoch: string }[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING fence_epoch`;
+export async function bumpFence(q: Q, id: string): Promise<number> {
+  const [row] = await q<{ fence_epoch: string }[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING fence_epoch`;
   return Number(row!.fence_epoch);
 }
 

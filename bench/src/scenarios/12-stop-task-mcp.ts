@@ -1,0 +1,92 @@
+import postgres from 'postgres';
+import { connectMcp, eventually } from '@kandev/testkit';
+import type { Scenario, ScenarioResult } from '../scenario.js';
+import { e2eIterations, natsAndHttpFloor, samples, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
+
+type Mcp = Awaited<ReturnType<typeof connectMcp>>;
+
+/** A coordinator task with its MCP client, and `n` children each running a long turn. */
+async function family(b: BenchStack, n: number) {
+  const workspace_id = (await b.api.ok('POST', '/workspaces', { name: 'bench' })).id;
+  const parent = await b.api.ok('POST', '/tasks', { workspace_id, title: 'coordinator' });
+  const mcp = await connectMcp(b.stack.mcpUrl, await b.stack.agentToken(parent.id));
+  const children: string[] = [];
+  // Launch a few at a time: every child is two node processes (agentctl + agent).
+  for (let i = 0; i < n; i += 10) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(10, n - i) }, async () => {
+        const child = await b.api.ok('POST', '/tasks', { workspace_id, title: 'child', parent_id: parent.id });
+        const s = await b.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }] }) });
+        await eventually(async () => (await b.api.get(`/sessions/${s.id}`)).body.execution?.status === 'RUNNING', 30_000);
+        return child.id as string;
+      }),
+    );
+    children.push(...batch);
+  }
+  return { parent, mcp, children };
+}
+
+async function stop(mcp: Mcp, taskId: string): Promise<number> {
+  const t = performance.now();
+  const res = await mcp.callJson('stop_task_kandev', { task_id: taskId });
+  const ms = performance.now() - t;
+  if (res.isError || res.json?.status !== 'stopped') throw new Error(`stop failed: ${res.text}`);
+  return ms;
+}
+
+/**
+ * R-1 latency: `stop_task_kandev` through a real MCP client (Streamable HTTP) to a real orchestrator,
+ * lifecycle and agent, each call stopping a child with a turn in flight. At 1 caller and at 50
+ * concurrent callers. Floor, measured in the same run: an MCP call that goes nowhere (`tools/list`)
+ * + a bare NATS round trip + a bare PostgreSQL commit.
+ */
+const scenario: Scenario = {
+  name: 'stop_task_kandev end to end',
+  async run(ctx) {
+    if (ctx.round > 1) return [];
+    const iterations = e2eIterations(40);
+    const concurrency = Number(process.env.BENCH_STOP_CONCURRENCY ?? 50);
+    const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500' });
+    ctx.defer(() => b.stop());
+
+    const floor = await natsAndHttpFloor(b, 500);
+    const sql = postgres(b.stack.db.url, { max: 1, onnotice: () => undefined });
+    await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
+    const pg = await samples(() => sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`), 500);
+    await sql.end();
+    const noop = await connectMcp(b.stack.mcpUrl, await b.stack.agentToken('00000000-0000-4000-8000-000000000001'));
+    const mcpNoop = await samples(() => noop.listTools(), 500);
+    await noop.close();
+
+    // Not-running stops are cheap to repeat: the decision path without a live child.
+    const idle = await family(b, 0);
+    const idleChild = (await b.api.ok('POST', '/tasks', { workspace_id: idle.parent.workspace_id, title: 'idle', parent_id: idle.parent.id })).id;
+    const notRunning = await samples(() => idle.mcp.callJson('stop_task_kandev', { task_id: idleChild }), 300);
+
+    ctx.log(`launching ${iterations} children for the 1-caller run`);
+    const one = await family(b, iterations);
+    const single: number[] = [];
+    for (const child of one.children) single.push(await stop(one.mcp, child));
+
+    ctx.log(`launching ${concurrency} children for the ${concurrency}-caller run`);
+    const many: number[] = [];
+    for (let round = 0; round < 2; round++) {
+      const callers = await Promise.all(Array.from({ length: concurrency }, async () => family(b, 1)));
+      many.push(...(await Promise.all(callers.map((c) => stop(c.mcp, c.children[0]!)))));
+      for (const c of callers) await c.mcp.close();
+    }
+
+    const results: ScenarioResult[] = [
+      { id: 'floor.mcp.noop', label: 'MCP tools/list round trip (Streamable HTTP, auth, no backend call)', stats: summarize(mcpNoop) },
+      { id: 'floor.pg.commit.stop_run', label: 'bare PostgreSQL commit (BEGIN/INSERT/COMMIT), same run', stats: summarize(pg) },
+      { id: 'floor.mcp+nats+pg', label: 'sum of floors: MCP no-op + NATS round trip + PostgreSQL commit (pairwise)', stats: summedFloor(mcpNoop, floor.natsSamples, pg) },
+      { id: 'stop_task.not_running', label: 'stop_task_kandev on a child with nothing running (checks + registry lookup)', stats: summarize(notRunning), baseline: 'floor.mcp+nats+pg' },
+      { id: 'stop_task.stopped.1', label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller', stats: summarize(single), baseline: 'floor.mcp+nats+pg' },
+      { id: `stop_task.stopped.${concurrency}`, label: `stop_task_kandev, ${concurrency} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' },
+    ];
+    await idle.mcp.close();
+    await one.mcp.close();
+    return results;
+  },
+};
+export default scenario;
