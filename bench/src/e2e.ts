@@ -1,11 +1,11 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connectNats, type NatsConnection } from '@kandev/runtime';
 import { ApiClient, eventually, startStack, type Stack } from '@kandev/testkit';
-import { readAgentEvents, type AgentEvent } from '@kandev/testkit/agents/events';
+import { monotonicNow, readAgentEvents, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
 /** Iterations of whole-stack scenarios (each may launch real agent processes). */
@@ -44,8 +44,8 @@ export async function startBenchStack(env: NodeJS.ProcessEnv = {}): Promise<Benc
   };
 }
 
-/** Epoch milliseconds with sub-millisecond precision, comparable with the scripted agents' `t`. */
-export const preciseNow = () => performance.timeOrigin + performance.now();
+/** CLOCK_MONOTONIC ms, the clock the scripted agents log as `mono`: exact across processes. */
+export const preciseNow = monotonicNow;
 
 /** A session of a fresh task whose agent is up and idle; returns its ids and pid. */
 export async function idleSession(b: BenchStack, opts: { agent?: string; workspace_id?: string; parent_id?: string } = {}) {
@@ -56,14 +56,60 @@ export async function idleSession(b: BenchStack, opts: { agent?: string; workspa
   return { workspace_id, task, session, pid: detail.execution.pid as number, execution_id: detail.execution.execution_id as string };
 }
 
-/** Wait (polling the log, 0.2 ms apart) until the agent with `pid` has logged an event matching `pred` after `since`. */
-export async function agentEventAfter(b: BenchStack, pid: number, since: number, pred: (e: AgentEvent) => boolean, timeoutMs = 10_000): Promise<AgentEvent> {
+/**
+ * Reads the agents' observation log incrementally (only new bytes, plain JSON.parse), so waiting for
+ * an event costs next to nothing: a poller that re-read and validated the whole file would steal the
+ * CPU the measured processes need on a 2-core machine.
+ */
+class AgentLogTail {
+  private fd: number;
+  private offset = 0;
+  private partial = '';
+  private readonly buf = Buffer.alloc(1 << 16);
+  private readonly seen: Array<AgentEvent & { mono: number }> = [];
+  constructor(path: string) {
+    writeFileSync(path, '', { flag: 'a' });
+    this.fd = openSync(path, 'r');
+  }
+  poll(): void {
+    for (;;) {
+      const n = readSync(this.fd, this.buf, 0, this.buf.length, this.offset);
+      if (n <= 0) return;
+      this.offset += n;
+      const text = this.partial + this.buf.subarray(0, n).toString('utf8');
+      const lines = text.split('\n');
+      this.partial = lines.pop() ?? '';
+      for (const l of lines) if (l.trim()) this.seen.push(JSON.parse(l) as AgentEvent & { mono: number });
+    }
+  }
+  /** Events from `since` on (monotonic ms), dropping older ones to keep scans short. */
+  find(pid: number, since: number, pred: (e: AgentEvent) => boolean): (AgentEvent & { mono: number }) | undefined {
+    this.poll();
+    return this.seen.find((e) => e.pid === pid && e.mono >= since && pred(e));
+  }
+  trimBefore(since: number): void {
+    const keep = this.seen.filter((e) => e.mono >= since);
+    this.seen.length = 0;
+    this.seen.push(...keep);
+  }
+  close(): void {
+    closeSync(this.fd);
+  }
+}
+
+const tails = new WeakMap<BenchStack, AgentLogTail>();
+
+/** Wait until the agent with `pid` has logged an event matching `pred` at or after `since` (monotonic ms). */
+export async function agentEventAfter(b: BenchStack, pid: number, since: number, pred: (e: AgentEvent) => boolean, timeoutMs = 10_000): Promise<AgentEvent & { mono: number }> {
+  let tail = tails.get(b);
+  if (!tail) tails.set(b, (tail = new AgentLogTail(b.eventsFile)));
+  tail.trimBefore(since - 60_000);
   const end = Date.now() + timeoutMs;
   for (;;) {
-    const hit = b.agentEvents(pid).find((e) => e.t >= since && pred(e));
+    const hit = tail.find(pid, since, pred);
     if (hit) return hit;
     if (Date.now() > end) throw new Error('agent event not seen in time');
-    await new Promise((r) => setTimeout(r, 0.2));
+    await new Promise((r) => setTimeout(r, 0.5));
   }
 }
 

@@ -1,4 +1,6 @@
-import { WsClient } from '@kandev/testkit';
+import { Life, Orch } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { eventually, WsClient } from '@kandev/testkit';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { agentEventAfter, e2eIterations, idleSession, natsAndHttpFloor, preciseNow, startBenchStack, summarize, summedFloor } from '../e2e.js';
 
@@ -40,7 +42,7 @@ const scenario: Scenario = {
         if (res.type !== 'response') throw new Error(`cancel failed: ${JSON.stringify(res.payload)}`);
         const recv = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'recv' && e.method === cancelMethod);
         if (i >= 10) {
-          toAgent.push(recv.t - t0);
+          toAgent.push(recv.mono - t0);
           roundTrip.push(t1 - t0);
         }
       }
@@ -49,6 +51,32 @@ const scenario: Scenario = {
         { id: `cancel.${agent}.ws_round_trip`, label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled, session WAITING_FOR_INPUT)`, stats: summarize(roundTrip), baseline: 'floor.nats+http' },
       );
       ctx.log(`${agent}: to agent p50 ${summarize(toAgent).p50.toFixed(2)} ms, round trip p50 ${summarize(roundTrip).p50.toFixed(2)} ms`);
+    }
+
+    // Where the time goes: the same cancel entered one hop further down each time (ACP agent).
+    const s = await idleSession(b, { agent: 'scripted-acp' });
+    const execution = (await request(b.nc, Life.get, { execution_id: s.execution_id }))!;
+    const operator = { type: 'operator' as const, id: 'bench', workspaces: ['*'] };
+    const entries = {
+      orchestrator: (_turn: string) => request(b.nc, Orch.agentCancel, { actor: operator, session_id: s.session.id }),
+      lifecycle: (turn: string) => request(b.nc, Life.cancel.at(execution.instance_id), { execution_id: s.execution_id, turn_id: turn }),
+      agentctl: (turn: string) => fetch(`${execution.agentctl_url}/api/v1/acp/cancel`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ turn_id: turn }) }),
+    };
+    for (const [hop, send] of Object.entries(entries)) {
+      const toAgent: number[] = [];
+      for (let i = 0; i < Math.min(iterations, 100) + 5; i++) {
+        const promptedAt = preciseNow();
+        const { turn_id } = (await b.api.ok('POST', `/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) })) as { turn_id: string };
+        await agentEventAfter(b, s.pid, promptedAt, (e) => e.kind === 'prompt');
+        const t0 = preciseNow();
+        const done = send(turn_id);
+        const recv = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'recv' && e.method === 'session/cancel');
+        await done;
+        // Entered below the orchestrator, the session still says RUNNING: let its turn-completed handler settle it.
+        await eventually(async () => (await b.api.get(`/sessions/${s.session.id}`)).body.state === 'WAITING_FOR_INPUT');
+        if (i >= 5) toAgent.push(recv.mono - t0);
+      }
+      results.push({ id: `cancel.breakdown.from_${hop}`, label: `scripted-acp: cancel entered at the ${hop} → agent receives session/cancel`, stats: summarize(toAgent), baseline: 'floor.nats+http' });
     }
     return results;
   },

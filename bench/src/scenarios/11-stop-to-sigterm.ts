@@ -26,7 +26,7 @@ const scenario: Scenario = {
       const t1 = preciseNow();
       const sig = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'sigterm');
       if (i >= 3) {
-        toSigterm.push(sig.t - t0);
+        toSigterm.push(sig.mono - t0);
         accepted.push(t1 - t0);
       }
     }

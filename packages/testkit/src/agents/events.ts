@@ -33,6 +33,8 @@ export type AgentEventKind = z.infer<typeof AgentEventKind>;
 export const AgentEvent = z.looseObject({
   /** Epoch milliseconds with sub-millisecond precision (`performance.timeOrigin + performance.now()`). */
   t: z.number(),
+  /** CLOCK_MONOTONIC ms (see monotonicNow): compare across processes with this, not `t`. */
+  mono: z.number().optional(),
   kind: AgentEventKind,
   agent: z.enum(['scripted-acp', 'scripted-codex']),
   pid: z.number().int(),
@@ -45,13 +47,19 @@ export type AgentName = AgentEvent['agent'];
 
 export const preciseNow = (): number => performance.timeOrigin + performance.now();
 
+/**
+ * CLOCK_MONOTONIC in milliseconds: one clock for every process on the machine, so latencies across
+ * processes are exact (performance.timeOrigin is only as good as Date.now at each process's start).
+ */
+export const monotonicNow = (): number => Number(process.hrtime.bigint()) / 1e6;
+
 export type AgentEventSink = (kind: AgentEventKind, fields?: Record<string, unknown>) => void;
 
 /** A sink that appends to `path`, or does nothing when no file is configured. */
 export function createAgentEventSink(agent: AgentName, path: string | undefined = process.env[AGENT_EVENTS_ENV]): AgentEventSink {
   if (!path) return () => {};
   return (kind, fields = {}) => {
-    const line = JSON.stringify({ ...fields, t: preciseNow(), kind, agent, pid: process.pid });
+    const line = JSON.stringify({ ...fields, t: preciseNow(), mono: monotonicNow(), kind, agent, pid: process.pid });
     try {
       appendFileSync(path, `${line}\n`);
     } catch (err) {

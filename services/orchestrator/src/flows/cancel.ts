@@ -3,7 +3,7 @@ import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { sessionStateAfterTurn } from '../domain/transitions.js';
 import { recordAudit } from '../store/audit.js';
-import { lockSessionWithOpenTurn, sessionInWorkspace, setQueuePaused } from '../store/sessions.js';
+import { lockSessionWithOpenTurn, setQueuePaused } from '../store/sessions.js';
 import { completeTurn } from '../store/turns.js';
 import { changeSessionState } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
@@ -14,14 +14,16 @@ import { transact, type CallContext, type OrchRuntime } from './context.js';
  * turn it captured (B-2). No turn in flight → success, nothing changes.
  */
 export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor: Actor, sessionId: string, reason: string | null) {
-  const found = await sessionInWorkspace(rt.sql, sessionId);
-  if (!found) throw notFound('session not found');
-  const task = assertCanAccess(actor, { id: found.task_id, workspace_id: found.workspace_id }, 'session');
-  const log = rt.log.child({ task_id: task.id, session_id: sessionId, request_id: call.requestId });
-  const audit = (outcome: string) => ({ task_id: task.id, workspace_id: task.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
+  const log = rt.log.child({ session_id: sessionId, request_id: call.requestId });
+  // Known once the session is read; audits of refusals before that have no task to hang on.
+  let task: { id: string; workspace_id: string } | null = null;
+  const audit = (outcome: string) => ({ task_id: task!.id, workspace_id: task!.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
   try {
+    // Lookup, access check and guard in one statement: a cancel is latency-critical (R-3).
     await transact(rt, async (tx, emit) => {
-      const s = (await lockSessionWithOpenTurn(tx, sessionId))!;
+      const s = await lockSessionWithOpenTurn(tx, sessionId);
+      if (!s) throw notFound('session not found');
+      task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
       if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
       const res = await request(
         rt.nc,
@@ -40,10 +42,11 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       const next = sessionStateAfterTurn(s.state);
       if (next) await changeSessionState(tx, emit, task, s, next, { reason: 'turn_cancelled', actor });
       await recordAudit(tx, audit('cancelled'));
-      log.info({ execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
+      log.info({ task_id: task.id, execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
     });
   } catch (e) {
-    await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
+    const refusedBeforeLookup = task === null || (isKandevError(e) && (e.code === 'NOT_FOUND' || e.code === 'FORBIDDEN'));
+    if (!refusedBeforeLookup) await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
     throw e;
   }
   return { success: true as const, session_id: sessionId };

@@ -9,6 +9,7 @@ export async function enqueue(tx: Tx, m: { task_id: string; session_id: string; 
   const [row] = await tx.unsafe<QueuedMessage[]>(
     `INSERT INTO queued_messages (id, task_id, session_id, prompt, sender_task_id, queued_by) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${COLS}`,
     [randomUUID(), m.task_id, m.session_id, m.prompt, m.sender_task_id, m.queued_by],
+    { prepare: true },
   );
   return norm(row!);
 }
@@ -17,10 +18,10 @@ export async function queueSize(q: Q, sessionId: string): Promise<number> {
   return row!.n;
 }
 export async function queueOfSession(q: Q, sessionId: string): Promise<QueuedMessage[]> {
-  return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE session_id = $1 ORDER BY position`, [sessionId])).map(norm);
+  return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE session_id = $1 ORDER BY position`, [sessionId], { prepare: true })).map(norm);
 }
 export async function queueOfTask(q: Q, taskId: string): Promise<QueuedMessage[]> {
-  return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE task_id = $1 ORDER BY position`, [taskId])).map(norm);
+  return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE task_id = $1 ORDER BY position`, [taskId], { prepare: true })).map(norm);
 }
 /** Remove one message being dispatched; false when another path already took it. */
 export async function takeMessage(tx: Tx, id: string): Promise<boolean> {

@@ -9,41 +9,37 @@ export async function insertSession(tx: Tx, s: { task_id: string; agent: string;
   const [row] = await tx.unsafe<SessionRow[]>(
     `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at) VALUES ($1, $2, $3, $4, $5, now()) RETURNING ${SESSION_COLUMNS}`,
     [randomUUID(), s.task_id, s.state, s.is_primary, s.agent],
+    { prepare: true },
   );
   return row!;
 }
 
 export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
-  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1`, [id]);
+  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1`, [id], { prepare: true });
   return row ?? null;
 }
 
 /** The per-session guard (DESIGN "MCP stop"): a row lock, so it holds across orchestrator replicas. */
 export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null> {
-  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE`, [id]);
+  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE`, [id], { prepare: true });
   return row ?? null;
 }
 
-/** A session with the workspace of its task, in one round trip (the hot path of a cancel). */
-export async function sessionInWorkspace(q: Q, id: string): Promise<(SessionRow & { workspace_id: string }) | null> {
+/** The per-session guard plus the session's workspace and open turn, in one statement (the hot path of a cancel). */
+export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<(SessionRow & { workspace_id: string; open_turn_id: string | null }) | null> {
   const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
-  const [row] = await q.unsafe<(SessionRow & { workspace_id: string })[]>(`SELECT ${cols}, t.workspace_id FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`, [id]);
-  return row ?? null;
-}
-
-/** The per-session guard plus the session's open turn, in one statement. */
-export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<(SessionRow & { open_turn_id: string | null }) | null> {
-  const [row] = await tx.unsafe<(SessionRow & { open_turn_id: string | null })[]>(
-    `SELECT ${SESSION_COLUMNS},
-       (SELECT t.id FROM turns t WHERE t.session_id = sessions.id AND t.completed_at IS NULL ORDER BY t.started_at DESC LIMIT 1) AS open_turn_id
-     FROM sessions WHERE id = $1 FOR UPDATE`,
+  const [row] = await tx.unsafe<(SessionRow & { workspace_id: string; open_turn_id: string | null })[]>(
+    `SELECT ${cols}, t.workspace_id,
+       (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
+     FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1 FOR UPDATE OF s`,
     [id],
+    { prepare: true },
   );
   return row ?? null;
 }
 
 export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
-  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 ORDER BY created_at, id`, [taskId]);
+  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 ORDER BY created_at, id`, [taskId], { prepare: true });
 }
 
 /** Candidates of a stop: sessions in an active state, in a stable order. */
@@ -51,7 +47,7 @@ export async function activeSessionsOfTask(q: Q, taskId: string): Promise<Sessio
   return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id`, [
     taskId,
     [...ACTIVE_SESSION_STATES],
-  ]);
+  ], { prepare: true });
 }
 
 export async function hasPrimarySession(q: Q, taskId: string): Promise<boolean> {
@@ -72,6 +68,7 @@ export async function setSessionState(
        updated_at = now()
      WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
     [id, state, extra.error_message !== undefined, extra.error_message ?? null, extra.cancel_reason ?? null, extra.terminal ?? false],
+    { prepare: true },
   );
   return row!;
 }

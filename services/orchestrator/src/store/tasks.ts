@@ -20,18 +20,19 @@ export async function insertTask(
   const [row] = await q.unsafe<TaskRow[]>(
     `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${TASK_COLUMNS}`,
     [randomUUID(), t.workspace_id, t.parent_id, t.title, t.description, t.office, t.agent],
+    { prepare: true },
   );
   return norm(row!);
 }
 
 export async function getTask(q: Q, id: string): Promise<TaskRow | null> {
-  const [row] = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1`, [id]);
+  const [row] = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1`, [id], { prepare: true });
   return row ? norm(row) : null;
 }
 
 /** The task's row lock: serialises launches, stops and admissions of one task across replicas. */
 export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE`, [id]);
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE`, [id], { prepare: true });
   return row ? norm(row) : null;
 }
 
@@ -54,6 +55,7 @@ export async function updateTaskFields(
        updated_at = now()
      WHERE id = $1 RETURNING ${TASK_COLUMNS}`,
     [id, f.title ?? null, f.status ?? null, f.archived ?? null],
+    { prepare: true },
   );
   return norm(row!);
 }
