@@ -21,6 +21,9 @@ const scenario: Scenario = {
     const ws = (await b.api.ok('POST', '/workspaces', { name: 'bench' })).id;
     for (let i = 0; i < iterations + 3; i++) {
       const s = await idleSession(b, { workspace_id: ws });
+      // Let the fresh agentctl and agent finish starting (module loading, JIT) so the figure is the
+      // stop path's, not a start-up burst's on 2 cores.
+      await new Promise((r) => setTimeout(r, 300));
       const t0 = preciseNow();
       await request(b.nc, Life.stop.at('lifecycle-1'), { execution_id: s.execution_id, reason: 'bench' });
       const t1 = preciseNow();

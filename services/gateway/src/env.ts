@@ -7,5 +7,10 @@ export const GatewayEnv = BaseEnv.extend({
   GATEWAY_HOST: z.string().min(1).default('127.0.0.1'),
   /** Static files of the operator console; unset = services/gateway/console when it exists. */
   CONSOLE_DIR: z.string().min(1).optional(),
+  /**
+   * How long an API call may wait for the backend. Above the orchestrator's own bounds: a session
+   * start launches an agent (LAUNCH_TIMEOUT_MS), a cancel waits for the agent's acknowledgement.
+   */
+  GATEWAY_REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
 });
 export type GatewayEnv = z.infer<typeof GatewayEnv>;

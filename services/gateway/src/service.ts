@@ -19,7 +19,7 @@ export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
       nc: rt.nc,
       log: rt.log,
       jwtSecret: rt.env.KANDEV_JWT_SECRET,
-      timeoutMs: rt.env.REQUEST_TIMEOUT_MS,
+      timeoutMs: rt.env.GATEWAY_REQUEST_TIMEOUT_MS,
       consoleDir,
       isStopping: () => stopping,
     });

@@ -6,6 +6,7 @@ import { operatorEndpoints } from './endpoints/operator.js';
 import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
 import { LIFECYCLE_CONSUMER, onLifecycleEvent } from './flows/lifecycle-events.js';
+import { startReconciler } from './flows/reconcile.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
 export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
@@ -18,5 +19,6 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: ['turn.completed', 'execution.stopped'], log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
+    rt.onStop(startReconciler(rt));
   },
 };

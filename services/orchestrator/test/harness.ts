@@ -10,12 +10,13 @@ export const operator: OperatorActor = { type: 'operator', id: 'op-1', workspace
 /** A real orchestrator (in-process) on a real nats-server and a fresh database, with a fake lifecycle. */
 export async function startHarness() {
   const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
-  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test' });
+  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000' });
   const nc: NatsConnection = await connectNats({ url: nats.url, name: 'orch-test-client' });
   const life = new FakeLifecycle(nc);
   await life.start();
   const sql = postgres(db.url, { max: 2, onnotice: () => undefined });
   const h = {
+    svc,
     nats,
     db,
     nc,

@@ -3,12 +3,11 @@ import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
 import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
-import { AgentProcess, type AgentExit, type Termination } from '../agent-process.js';
-import type { AgentSpec } from '../catalogue.js';
-import type { Logger } from '../log.js';
+import { AgentProcess, type Termination } from '../agent-process.js';
 import { AGENTCTL_VERSION } from '../version.js';
-import { unlessAgentExits, withinDeadline, type AdapterOptions, type AdapterSink, type AgentAdapter } from './adapter.js';
-import { PendingPermissions, type PermissionAnswers } from './permissions.js';
+import { unlessAgentExits, withinDeadline, type AgentAdapter } from './adapter.js';
+import { type PermissionAnswers } from './permissions.js';
+import { ProcessAdapter } from './process-adapter.js';
 
 /**
  * Exact per-report usage in `usage_update._meta.kandev` (what the scripted agent sends). Agents that
@@ -25,39 +24,16 @@ const KandevUsageMeta = z.object({
 
 type ToolCallState = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
 
-export class AcpAdapter implements AgentAdapter {
+export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> implements AgentAdapter {
   readonly protocol = 'acp' as const;
-  private process: AgentProcess | undefined;
   private connection: acp.ClientConnection | undefined;
   private sessionId: string | undefined;
   private turnId: string | undefined;
   /** Usage that arrives between turns is charged to the turn that just ended. */
   private lastTurnId: string | undefined;
   private readonly toolCalls = new Map<string, ToolCallState>();
-  private readonly permissions: PendingPermissions<acp.RequestPermissionResponse>;
   private cumulativeCostUsd = 0;
 
-  constructor(
-    private readonly spec: AgentSpec,
-    private readonly options: AdapterOptions,
-    private readonly sink: AdapterSink,
-    private readonly log: Logger,
-  ) {
-    this.permissions = new PendingPermissions(sink);
-  }
-
-  get pid(): number {
-    return this.agent.pid;
-  }
-
-  get exited(): Promise<AgentExit> {
-    return this.agent.exited;
-  }
-
-  private get agent(): AgentProcess {
-    if (!this.process) throw new Error('agent not started');
-    return this.process;
-  }
 
   private get session(): { connection: acp.ClientConnection; sessionId: string } {
     if (!this.connection || !this.sessionId) throw new Error('ACP session not established');

@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
-import { AgentProcess, type AgentExit, type Termination } from '../agent-process.js';
-import type { AgentSpec } from '../catalogue.js';
-import { errorMessage, type Logger } from '../log.js';
+import { AgentProcess, type Termination } from '../agent-process.js';
+import { errorMessage } from '../log.js';
 import { AGENTCTL_VERSION } from '../version.js';
-import { unlessAgentExits, withinDeadline, type AdapterOptions, type AdapterSink, type AgentAdapter } from './adapter.js';
+import { unlessAgentExits, withinDeadline, type AgentAdapter } from './adapter.js';
 import { JsonLineRpc, RpcError } from './jsonl-rpc.js';
-import { PendingPermissions } from './permissions.js';
+import { ProcessAdapter } from './process-adapter.js';
 
 // ---------------------------------------------------------------- the Codex app-server messages agentctl reads
 
@@ -75,38 +74,15 @@ interface CodexTurn {
 
 export class TurnFailedError extends Error {}
 
-export class CodexAdapter implements AgentAdapter {
+export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }> implements AgentAdapter {
   readonly protocol = 'codex' as const;
-  private process: AgentProcess | undefined;
   private rpc: JsonLineRpc | undefined;
   private threadId: string | undefined;
   private turn: CodexTurn | undefined;
   private lastTurnId: string | undefined;
   /** turn/completed can outrun the turn/start answer; it waits here until the id is known. */
   private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
-  private readonly permissions: PendingPermissions<{ decision: ApprovalDecision }>;
 
-  constructor(
-    private readonly spec: AgentSpec,
-    private readonly options: AdapterOptions,
-    private readonly sink: AdapterSink,
-    private readonly log: Logger,
-  ) {
-    this.permissions = new PendingPermissions(sink);
-  }
-
-  get pid(): number {
-    return this.agent.pid;
-  }
-
-  get exited(): Promise<AgentExit> {
-    return this.agent.exited;
-  }
-
-  private get agent(): AgentProcess {
-    if (!this.process) throw new Error('agent not started');
-    return this.process;
-  }
 
   private get thread(): { rpc: JsonLineRpc; threadId: string } {
     if (!this.rpc || !this.threadId) throw new Error('Codex thread not established');

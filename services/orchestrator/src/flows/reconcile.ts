@@ -1,0 +1,100 @@
+import { isLiveExecution, Life, type Execution } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { sessionStateAfterExecutionEnd } from '../domain/transitions.js';
+import { StopReasons } from '../domain/stop.js';
+import { lockSession } from '../store/sessions.js';
+import { getTask } from '../store/tasks.js';
+import { completeOpenTurns } from '../store/turns.js';
+import { changeSessionState } from './changes.js';
+import { transact, type OrchRuntime } from './context.js';
+import { scheduleTeardown } from './stop.js';
+
+interface Suspect {
+  id: string;
+  task_id: string;
+  state: string;
+  execution_id: string;
+}
+
+/**
+ * Keeps the database and the registry from disagreeing for long (R-6.3, R-6.4, B-4):
+ * - an active session whose execution left the registry (its lifecycle instance died and the entry
+ *   expired) is marked FAILED instead of looking RUNNING forever;
+ * - a CANCELLED session whose execution is still registered and not being torn down gets its stop
+ *   sent again (a lost teardown request must not leave a living process behind a logical cancel).
+ * One replica at a time (advisory lock); every step is idempotent.
+ */
+export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number }> {
+  // A session-level advisory lock lives on one connection: reserve it, so lock and unlock meet.
+  const conn = await rt.sql.reserve();
+  const [row] = await conn<{ locked: boolean }[]>`SELECT pg_try_advisory_lock(hashtext('kandev-orchestrator-reconcile')) AS locked`;
+  if (!row?.locked) {
+    conn.release();
+    return { lost: 0, restopped: 0 };
+  }
+  try {
+    // Settled rows only: a launch being admitted or a stop in progress is not a disagreement yet.
+    const suspects = await rt.sql<Suspect[]>`
+      SELECT id, task_id, state, execution_id FROM sessions
+      WHERE execution_id IS NOT NULL AND updated_at < now() - interval '5 seconds'
+        AND (state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT', 'CREATED')
+             OR (state = 'CANCELLED' AND updated_at > now() - interval '1 hour'))
+      ORDER BY updated_at LIMIT 500`;
+    let lost = 0;
+    let restopped = 0;
+    for (const s of suspects) {
+      let execution: Execution | null;
+      try {
+        execution = await request(rt.nc, Life.get, { execution_id: s.execution_id });
+      } catch (e) {
+        rt.log.warn({ err: e }, 'registry unreachable; reconciliation postponed');
+        break;
+      }
+      const live = execution !== null && isLiveExecution(execution.status);
+      if (s.state !== 'CANCELLED' && !live) {
+        if (await markLost(rt, s)) lost++;
+      } else if (s.state === 'CANCELLED' && live && execution!.status !== 'STOPPING') {
+        rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
+        await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, StopReasons.operatorStop).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
+        restopped++;
+      }
+    }
+    return { lost, restopped };
+  } finally {
+    await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
+    conn.release();
+  }
+}
+
+async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
+  return transact(rt, async (tx, emit) => {
+    const s = await lockSession(tx, suspect.id);
+    // Re-check under the guard: the session may have moved on since it was listed.
+    if (!s || s.execution_id !== suspect.execution_id || s.state !== suspect.state) return false;
+    const task = (await getTask(tx, s.task_id))!;
+    const end = sessionStateAfterExecutionEnd('lost', null);
+    await completeOpenTurns(tx, s.id, 'error');
+    await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
+    rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
+    return true;
+  });
+}
+
+/** Run reconcileOnce every interval until stopped. */
+export function startReconciler(rt: OrchRuntime): () => void {
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  const tick = async () => {
+    try {
+      await reconcileOnce(rt);
+    } catch (e) {
+      rt.log.warn({ err: e }, 'reconciliation failed');
+    }
+    if (!stopped) timer = setTimeout(tick, rt.env.RECONCILE_INTERVAL_MS).unref();
+  };
+  timer = setTimeout(tick, rt.env.RECONCILE_INTERVAL_MS).unref();
+  return () => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+  };
+}

@@ -1,0 +1,41 @@
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { OrchRuntime } from '../src/flows/context.js';
+import { reconcileOnce } from '../src/flows/reconcile.js';
+import { startHarness, type Harness } from './harness.js';
+
+/** R-6.4 / B-4: the database and the registry do not disagree for long. */
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => h?.stop());
+const rt = () => h.svc.runtime as OrchRuntime;
+
+it('marks an active session FAILED once its execution left the registry (dead lifecycle instance)', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 't');
+  const s = await h.startSession(task.id, 'work');
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  h.life.forget(e.execution_id);
+  // Fresh rows are left alone (a launch or stop may be in progress).
+  expect((await reconcileOnce(rt())).lost).toBe(0);
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
+  expect((await reconcileOnce(rt())).lost).toBe(1);
+  const t = await h.getTask(task.id);
+  expect(t.sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/lost/) });
+  expect((await reconcileOnce(rt())).lost).toBe(0);
+});
+
+it('sends the stop again for a CANCELLED session whose process is still registered and not stopping', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 't');
+  const s = await h.startSession(task.id, 'work');
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  // As if the teardown request had been lost: the session says CANCELLED, the execution still runs.
+  await h.sql`UPDATE orchestrator.sessions SET state = 'CANCELLED', updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
+  const before = h.life.stops.filter((x) => x.execution_id === e.execution_id).length;
+  expect((await reconcileOnce(rt())).restopped).toBe(1);
+  expect(h.life.stops.filter((x) => x.execution_id === e.execution_id).length).toBe(before + 1);
+  // Now STOPPING in the registry: nothing more to do.
+  expect((await reconcileOnce(rt())).restopped).toBe(0);
+});
