@@ -12,9 +12,9 @@ async function family(b: BenchStack, n: number) {
   const mcp = await connectMcp(b.stack.mcpUrl, await b.stack.agentToken(parent.id));
   const children: string[] = [];
   // Launch a few at a time: every child is two node processes (agentctl + agent).
-  for (let i = 0; i < n; i += 10) {
+  for (let i = 0; i < n; i += 8) {
     const batch = await Promise.all(
-      Array.from({ length: Math.min(10, n - i) }, async () => {
+      Array.from({ length: Math.min(8, n - i) }, async () => {
         const child = await b.api.ok('POST', '/tasks', { workspace_id, title: 'child', parent_id: parent.id });
         const s = await b.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }] }) });
         await eventually(async () => (await b.api.get(`/sessions/${s.id}`)).body.execution?.status === 'RUNNING', 30_000);
@@ -71,7 +71,10 @@ const scenario: Scenario = {
     ctx.log(`launching ${concurrency} children for the ${concurrency}-caller run`);
     const many: number[] = [];
     for (let round = 0; round < 2; round++) {
-      const callers = await Promise.all(Array.from({ length: concurrency }, async () => family(b, 1)));
+      // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
+      const callers: Array<Awaited<ReturnType<typeof family>>> = [];
+      for (let i = 0; i < concurrency; i += 8) callers.push(...(await Promise.all(Array.from({ length: Math.min(8, concurrency - i) }, () => family(b, 1)))));
+      await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
       many.push(...(await Promise.all(callers.map((c) => stop(c.mcp, c.children[0]!)))));
       for (const c of callers) await c.mcp.close();
     }

@@ -150,7 +150,8 @@ export type LaunchRequest = z.infer<typeof LaunchRequest>;
 export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
   list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),
-  get: endpoint('life.exec.get', z.object({ execution_id: id }), Execution.nullable()),
+  /** `task_id`, when the caller knows it, makes this one exact-key read instead of a key search. */
+  get: endpoint('life.exec.get', z.object({ execution_id: id, task_id: id.optional() }), Execution.nullable()),
   prompt: instanceEndpoint(
     'life',
     'exec.prompt',

@@ -85,7 +85,7 @@ export class LiveExecution {
     this.writes = this.writes.then(async () => {
       for (let attempt = 0; attempt < 5; attempt++) {
         try {
-          await this.registry.delete(this.id);
+          await this.registry.delete(this.id, this.record.task_id);
           return;
         } catch (e) {
           this.log.warn({ err: e, attempt }, 'registry delete failed; retrying');

@@ -54,7 +54,7 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
       { execution_id: l.execution_id, how: 'lost', grace_ms: null, reason: 'lifecycle_instance_restarted', pid: l.pid, exit_code: null, signal: null, orphaned: false },
     );
     await publisher.publish(ev).catch((e) => log.error({ err: e, execution_id: l.execution_id }, 'publishing execution.stopped (lost) failed'));
-    await registry.delete(l.execution_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
+    await registry.delete(l.execution_id, l.task_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
     log.warn({ execution_id: l.execution_id, task_id: l.task_id, session_id: l.session_id, pid: l.pid }, 'execution left behind by a previous run cleaned up');
   }
   stateFile.flush();

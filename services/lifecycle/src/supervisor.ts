@@ -76,7 +76,7 @@ export class ExecutionSupervisor {
       if (existing.teardown) throw conflict('execution is being stopped', { execution_id: req.execution_id });
       return existing.record;
     }
-    const elsewhere = await deps.registry.get(req.execution_id);
+    const elsewhere = await deps.registry.get(req.execution_id, req.task_id);
     if (elsewhere) throw conflict(`execution is already registered by ${elsewhere.instance_id}`, { execution_id: req.execution_id });
     let protocol: Execution['protocol'];
     try {

@@ -44,8 +44,11 @@ function killHard(child: ChildProcess): Promise<void> {
   });
 }
 
+/** The registry key is `<task_id>.<execution_id>`. */
 const kvEntry = async (kv: KV, id: string) => {
-  const e = await kv.get(id);
+  const keys: string[] = [];
+  for await (const k of await kv.keys(`*.${id}`)) keys.push(k);
+  const e = keys[0] ? await kv.get(keys[0]) : null;
   return e && e.operation === 'PUT' ? e : null;
 };
 

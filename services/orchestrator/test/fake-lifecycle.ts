@@ -13,7 +13,7 @@ export class FakeLifecycle {
   readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string; context?: string | undefined }> = [];
   /** Test hooks. */
   beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
-  listFails = false;
+  registryFails = false;
   cancelBehaviour: 'cancel' | 'timeout' = 'cancel';
   constructor(
     private readonly nc: NatsConnection,
@@ -25,10 +25,13 @@ export class FakeLifecycle {
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: 'lifecycle', log }, [
       on(Life.launch, async (req) => this.launch(req)),
       on(Life.list, async (req) => {
-        if (this.listFails) throw new Error('registry unavailable');
+        if (this.registryFails) throw new Error('registry unavailable');
         return [...this.registry.values()].filter((e) => e.task_id === req.task_id);
       }),
-      on(Life.get, async (req) => this.registry.get(req.execution_id) ?? null),
+      on(Life.get, async (req) => {
+        if (this.registryFails) throw new Error('registry unavailable');
+        return this.registry.get(req.execution_id) ?? null;
+      }),
     ]);
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: '', log }, [
       on(Life.stop.at(this.instanceId), async (req) => {

@@ -164,11 +164,11 @@ describe('orch.mcp.stop_task', () => {
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     await h.startSession(child.id, 'work');
-    h.life.listFails = true;
+    h.life.registryFails = true;
     try {
       await expect(h.stopChild(parent.id, child.id)).rejects.toMatchObject({ code: 'INTERNAL_ERROR' });
     } finally {
-      h.life.listFails = false;
+      h.life.registryFails = false;
     }
     expect((await h.getTask(child.id)).sessions[0]!.state).toBe('RUNNING');
     expect((await h.stopChild(parent.id, child.id)).status).toBe('stopped');

@@ -6,7 +6,7 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 /**
- * The execution registry: NATS KV bucket, one key per execution id, value = Execution. Every
+ * The execution registry: NATS KV bucket, one key per execution, value = Execution. Every
  * value is validated when written and when read. The bucket's max age is the liveness TTL: the
  * owner re-puts its entries every TTL/3, so the entries of a dead instance vanish on their own.
  */
@@ -25,31 +25,56 @@ export class ExecutionRegistry {
     return new ExecutionRegistry(kv, log);
   }
 
+  /**
+   * Key = `<task_id>.<execution_id>`: listing a task's executions is a server-side subject filter
+   * (`<task_id>.*`), not a scan of every running agent (a stop lists its task's registry on the
+   * hot path, R-2.1).
+   */
+  private static key(taskId: string, executionId: string): string {
+    return `${taskId}.${executionId}`;
+  }
+
   async put(e: Execution): Promise<void> {
     const checked = Execution.parse(e);
-    await this.kv.put(checked.execution_id, enc.encode(JSON.stringify(checked)));
+    await this.kv.put(ExecutionRegistry.key(checked.task_id, checked.execution_id), enc.encode(JSON.stringify(checked)));
   }
 
-  async get(executionId: string): Promise<Execution | null> {
-    const entry = await this.kv.get(executionId);
-    if (!entry || entry.operation !== 'PUT' || entry.value.length === 0) return null;
-    return this.decode(executionId, entry.value);
+  /** With `taskId` one exact-key read; without, a key search first (a consumer on the server: slower). */
+  async get(executionId: string, taskId?: string): Promise<Execution | null> {
+    const key = taskId ? ExecutionRegistry.key(taskId, executionId) : (await this.keys(`*.${executionId}`))[0];
+    return key ? this.read(key) : null;
   }
 
-  async delete(executionId: string): Promise<void> {
-    await this.kv.delete(executionId);
+  /** `taskId`, when the caller knows it, saves the key lookup. */
+  async delete(executionId: string, taskId?: string): Promise<void> {
+    const key = taskId ? ExecutionRegistry.key(taskId, executionId) : (await this.keys(`*.${executionId}`))[0];
+    if (key) await this.kv.delete(key);
   }
 
-  /** Every live entry; a bucket of executions is small (one key per running agent). */
+  /** Every live entry (start-up cleanup; not on a request path). */
   async all(): Promise<Execution[]> {
-    const keys: string[] = [];
-    for await (const k of await this.kv.keys()) keys.push(k);
-    const values = await Promise.all(keys.map((k) => this.get(k).catch(() => null)));
-    return values.filter((v): v is Execution => v !== null);
+    return this.readAll(await this.keys());
   }
 
   async listForTask(taskId: string): Promise<Execution[]> {
-    return (await this.all()).filter((e) => e.task_id === taskId).sort((a, b) => a.started_at.localeCompare(b.started_at));
+    return (await this.readAll(await this.keys(`${taskId}.*`))).sort((a, b) => a.started_at.localeCompare(b.started_at));
+  }
+
+  private async keys(filter?: string): Promise<string[]> {
+    const keys: string[] = [];
+    for await (const k of await this.kv.keys(filter)) keys.push(k);
+    return keys;
+  }
+
+  private async readAll(keys: string[]): Promise<Execution[]> {
+    const values = await Promise.all(keys.map((k) => this.read(k).catch(() => null)));
+    return values.filter((v): v is Execution => v !== null);
+  }
+
+  private async read(key: string): Promise<Execution | null> {
+    const entry = await this.kv.get(key);
+    if (!entry || entry.operation !== 'PUT' || entry.value.length === 0) return null;
+    return this.decode(key, entry.value);
   }
 
   private decode(key: string, raw: Uint8Array): Execution | null {

@@ -45,7 +45,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     for (const s of suspects) {
       let execution: Execution | null;
       try {
-        execution = await request(rt.nc, Life.get, { execution_id: s.execution_id });
+        execution = await request(rt.nc, Life.get, { execution_id: s.execution_id, task_id: s.task_id });
       } catch (e) {
         rt.log.warn({ err: e }, 'registry unreachable; reconciliation postponed');
         break;

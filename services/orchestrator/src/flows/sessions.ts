@@ -91,7 +91,7 @@ export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: st
     return { session, turns: await turnsOfSession(tx, sessionId) };
   });
   const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
-  const execution = session.execution_id ? await request(rt.nc, Life.get, { execution_id: session.execution_id }).catch(() => null) : null;
+  const execution = session.execution_id ? await request(rt.nc, Life.get, { execution_id: session.execution_id, task_id: session.task_id }).catch(() => null) : null;
   return {
     ...toSession(session),
     execution: execution ? { execution_id: execution.execution_id, status: execution.status, pid: execution.pid, protocol: execution.protocol } : null,

@@ -22,6 +22,18 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
   }
 }
 
+/** The registry entries of these sessions' executions, one exact read each. A failed read is an error, never "gone". */
+async function executionsOf(rt: OrchRuntime, call: CallContext, sessions: ReadonlyArray<{ task_id: string; execution_id: string | null }>): Promise<Execution[]> {
+  try {
+    const found = await Promise.all(
+      sessions.filter((s) => s.execution_id).map((s) => request(rt.nc, Life.get, { execution_id: s.execution_id!, task_id: s.task_id }, { requestId: call.requestId })),
+    );
+    return found.filter((e): e is Execution => e !== null);
+  } catch (e) {
+    throw internalError('execution registry lookup failed', e);
+  }
+}
+
 /** B-1: every stop bumps the task's launch fence first, so a launch still in flight is refused when it registers. */
 async function fenceLaunches(rt: OrchRuntime, taskId: string): Promise<void> {
   // One UPDATE: it takes the task's row lock itself and commits on its own.
@@ -92,12 +104,15 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
   const log = rt.log.child({ task_id: target.id, caller_task_id: callerTaskId, request_id: call.requestId });
 
+  // Fence first, then read the candidates: a launch admitted before the bump has recorded its
+  // execution on the session by now; one admitted after it is refused (B-1). So each candidate's
+  // own execution is all there is to check, by exact registry key (no registry scan on this path).
+  await fenceLaunches(rt, target.id);
   const candidates = await activeSessionsOfTask(rt.sql, target.id);
   let accepted = 0;
   let failure: unknown = null;
   if (candidates.length > 0) {
-    await fenceLaunches(rt, target.id);
-    const registry = await registryOf(rt, call, target.id);
+    const registry = await executionsOf(rt, call, candidates);
     for (const candidate of candidates) {
       const live = livenessOf(candidate, registry);
       if (live.kind === 'gone') {
