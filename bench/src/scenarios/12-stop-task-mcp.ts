@@ -66,7 +66,13 @@ const scenario: Scenario = {
     ctx.log(`launching ${iterations} children for the 1-caller run`);
     const one = await family(b, iterations);
     const single: number[] = [];
-    for (const child of one.children) single.push(await stop(one.mcp, child));
+    for (const child of one.children) {
+      single.push(await stop(one.mcp, child));
+      // One stop at a time on a quiet machine: the previous child's teardown (SIGTERM, two node
+      // processes exiting, its events) would otherwise share the 2 cores with the next stop.
+      await eventually(async () => (await b.api.get(`/tasks/${child}/executions`)).body.length === 0, 15_000);
+      await new Promise((r) => setTimeout(r, 100));
+    }
 
     ctx.log(`launching ${concurrency} children for the ${concurrency}-caller run`);
     const many: number[] = [];

@@ -25,6 +25,11 @@ export const AgentctlConfig = z.object({
   cancelTimeoutMs: millis(5000),
   handshakeTimeoutMs: millis(30_000),
   logLevel: z.preprocess((v) => (v === '' || v === undefined ? 'info' : v), z.enum(['debug', 'info', 'warn', 'error'])),
+  /**
+   * Stop the agent and exit when stdin closes: the parent (the lifecycle instance) holds the other
+   * end of the pipe, so this fires however the parent dies, SIGKILL included (B-4: no lingering agents).
+   */
+  exitWithParent: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -42,6 +47,7 @@ const options = {
   'cancel-timeout-ms': ['cancelTimeoutMs', 'AGENTCTL_CANCEL_TIMEOUT_MS'],
   'handshake-timeout-ms': ['handshakeTimeoutMs', 'AGENTCTL_HANDSHAKE_TIMEOUT_MS'],
   'log-level': ['logLevel', 'AGENTCTL_LOG_LEVEL'],
+  'exit-with-parent': ['exitWithParent', 'AGENTCTL_EXIT_WITH_PARENT'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */

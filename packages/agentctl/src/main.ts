@@ -116,6 +116,15 @@ async function main(): Promise<void> {
   };
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
+  if (config.exitWithParent) {
+    const onParentGone = () => {
+      log.warn('parent is gone (stdin closed); stopping the agent');
+      onSignal('SIGTERM');
+    };
+    process.stdin.once('end', onParentGone);
+    process.stdin.once('error', onParentGone);
+    process.stdin.resume();
+  }
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

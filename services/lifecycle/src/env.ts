@@ -20,6 +20,12 @@ export const LifecycleEnv = BaseEnv.extend({
   MCP_PUBLIC_URL: z.url().optional(),
   /** MCP mode minted into agent tokens when the launch request names none (a request's mode wins). */
   AGENT_MCP_MODE: McpMode.default('task'),
+  /**
+   * Agents die with this instance (agentctl watches its stdin pipe), so a crashed lifecycle leaves no
+   * agent running (B-4). The start-up cleanup of leftovers (R-6.4) stays as the second line; its test
+   * turns this off to exercise it.
+   */
+  AGENTS_EXIT_WITH_LIFECYCLE: z.preprocess((v) => (v === undefined || v === '' ? true : v === true || v === 'true' || v === '1'), z.boolean()),
   /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
   AGENTCTL_BIN: z.string().optional(),
 });

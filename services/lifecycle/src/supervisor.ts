@@ -99,6 +99,7 @@ export class ExecutionSupervisor {
       mcpToken: token,
       cancelTimeoutMs: env.CANCEL_TIMEOUT_MS,
       handshakeTimeoutMs: env.LAUNCH_TIMEOUT_MS,
+      exitWithParent: env.AGENTS_EXIT_WITH_LIFECYCLE,
       log,
     });
     const now = new Date().toISOString();

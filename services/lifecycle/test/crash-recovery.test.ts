@@ -70,7 +70,7 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     for (const fn of cleanups.splice(0)) await fn();
   });
 
-  async function setup(ttlMs: number) {
+  async function setup(ttlMs: number, exitWithLifecycle = false) {
     const nats: TestNats = await startNats();
     const nc: NatsConnection = await natsClient(nats.url, 'crash-test');
     const stateDir = tmpStateDir();
@@ -81,7 +81,8 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     });
     await FakeOrchestrator.start(nc);
     const events = new EventLog(nc);
-    const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-crash', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(ttlMs) };
+    // Agents outlive their instance here (as when agentctl cannot notice), so the restart cleanup is what is tested.
+    const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-crash', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(ttlMs), AGENTS_EXIT_WITH_LIFECYCLE: exitWithLifecycle ? 'true' : 'false' };
     const start = async () => {
       const c = await spawnLifecycle(env);
       children.push(c);
@@ -139,4 +140,16 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     const lost = events.of('execution.stopped', x.execution_id);
     expect(lost.map((e) => e.data.how)).toEqual(['lost']);
   });
+
+  it('by default, agents die with their lifecycle instance: nothing lingers after a SIGKILL (B-4)', async () => {
+    const { nc, start } = await setup(30_000, true);
+    const first = await start();
+    const x = await launch(nc, launchRequest());
+    leftoverPids.push(x.pid!, x.agentctl_pid!);
+    await promptAt(nc, 'life-crash', { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
+    await killHard(first);
+    // agentctl sees its stdin pipe close and stops the agent (grace 2 s for a signal-less exit).
+    await eventually(() => Promise.resolve(processGone(x.pid!) && processGone(x.agentctl_pid!)), (gone) => gone, 10_000, 100);
+  });
+
 });

@@ -30,7 +30,11 @@ export async function spawnServiceProcess(opts: {
   };
   createInterface({ input: child.stderr! }).on('line', remember);
   const urls = await new Promise<Record<string, string>>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${opts.name} did not start in time:\n${tail.join('\n')}`)), opts.startTimeoutMs ?? 20_000);
+    const timer = setTimeout(() => {
+      // A service that never came up must not linger: nobody else holds a handle to it.
+      child.kill('SIGKILL');
+      reject(new Error(`${opts.name} did not start in time:\n${tail.join('\n')}`));
+    }, opts.startTimeoutMs ?? 20_000);
     const rl = createInterface({ input: child.stdout! });
     let done = false;
     rl.on('line', (line) => {

@@ -2,7 +2,7 @@ import { AgentctlEvent, type AgentctlReadyEvent } from '@kandev/contracts';
 import type { Logger } from '@kandev/runtime';
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import type { Readable } from 'node:stream';
+import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { processRef, type ProcessRef } from '../processes.js';
 
@@ -22,6 +22,8 @@ export interface AgentctlSpawnOptions {
   cancelTimeoutMs: number;
   handshakeTimeoutMs: number;
   log: Logger;
+  /** agentctl stops its agent when this process dies (stdin closes). */
+  exitWithParent: boolean;
 }
 
 export interface ProcessExit {
@@ -51,7 +53,7 @@ export class AgentctlProcess {
   private readonly stderrLines: string[] = [];
 
   private constructor(
-    private readonly child: ChildProcessByStdio<null, Readable, Readable>,
+    private readonly child: ChildProcessByStdio<Writable | null, Readable, Readable>,
     private readonly log: Logger,
     readyTimeoutMs: number,
   ) {
@@ -120,10 +122,13 @@ export class AgentctlProcess {
       '--mcp-url', opts.mcpUrl,
       '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
       '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
+      ...(opts.exitWithParent ? ['--exit-with-parent', '1'] : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
     // when an agent dies.
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env, detached: true });
+    // stdin is a pipe nobody writes to: it closes when this process dies, however it dies, and
+    // agentctl then stops its agent (--exit-with-parent).
+    const child = spawn(process.execPath, args, { stdio: [opts.exitWithParent ? 'pipe' : 'ignore', 'pipe', 'pipe'], env, detached: true }) as ChildProcessByStdio<Writable | null, Readable, Readable>;
     if (child.pid === undefined) throw new Error('agentctl could not be spawned');
     child.once('error', (e) => opts.log.error({ err: e }, 'agentctl process error'));
     return new AgentctlProcess(child, opts.log, opts.handshakeTimeoutMs);
