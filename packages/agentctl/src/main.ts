@@ -9,6 +9,7 @@ import { EventStream } from './events.js';
 import { Execution } from './execution.js';
 import { createHttpServer } from './http.js';
 import { createLogger, errorMessage, type Logger } from './log.js';
+import { startTracing } from './tracing.js';
 
 /*
  * agentctl: one process per execution, next to its agent. It spawns the agent, completes the
@@ -20,6 +21,7 @@ import { createLogger, errorMessage, type Logger } from './log.js';
 const SIGNAL_GRACE_MS = 2000;
 
 async function main(): Promise<void> {
+  const stopTracing = await startTracing();
   let config: AgentctlConfig;
   try {
     config = loadConfig(process.argv.slice(2), process.env);
@@ -94,6 +96,8 @@ async function main(): Promise<void> {
     server.close();
     server.closeAllConnections();
     log.info('agentctl exiting');
+    // Export what is buffered (the stop's spans, with the signal) before leaving.
+    await stopTracing().catch(() => undefined);
     process.exit(0);
   }
 
