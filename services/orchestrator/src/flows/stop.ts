@@ -96,9 +96,8 @@ async function reconcileGoneSession(rt: OrchRuntime, task: TaskRow, sessionId: s
  * effect; then every live execution among the active sessions is stopped.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
-  const caller = await getTask(rt.sql, callerTaskId);
+  const [caller, target] = await Promise.all([getTask(rt.sql, callerTaskId), getTask(rt.sql, targetTaskId)]);
   if (!caller) throw notFound('calling task not found');
-  const target = await getTask(rt.sql, targetTaskId);
   if (!target) throw notFound('task not found');
   assertDirectParent(caller, target);
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
@@ -111,6 +110,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
   const candidates = await activeSessionsOfTask(rt.sql, target.id);
   let accepted = 0;
   let failure: unknown = null;
+  const teardowns: Array<{ session_id: string; execution: Execution }> = [];
   if (candidates.length > 0) {
     const registry = await executionsOf(rt, call, candidates);
     for (const candidate of candidates) {
@@ -131,19 +131,23 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
       }
       if (!captured.accepted) continue;
       accepted++;
-      const execution = live.kind === 'live' ? live.execution : null;
-      if (execution) {
-        try {
-          await scheduleTeardown(rt, call, execution, StopReasons.parentStop);
-          log.info({ session_id: candidate.id, execution_id: execution.execution_id }, 'child session stopped; teardown scheduled');
-        } catch (e) {
-          log.error({ err: e, session_id: candidate.id, execution_id: execution.execution_id }, 'teardown request failed; reconciler will retry');
-          failure ??= e;
-        }
-      }
+      if (live.kind === 'live') teardowns.push({ session_id: candidate.id, execution: live.execution });
     }
   }
-  if (accepted > 0) await moveToReviewIfIdle(rt, target.id, actor);
+  // Teardown requests and the REVIEW transition go out together: neither waits for the other,
+  // and both only follow accepted (persisted) stops.
+  const [torn] = await Promise.all([
+    Promise.allSettled(teardowns.map((t) => scheduleTeardown(rt, call, t.execution, StopReasons.parentStop))),
+    accepted > 0 ? moveToReviewIfIdle(rt, target.id, actor) : Promise.resolve(),
+  ]);
+  torn.forEach((r, i) => {
+    const t = teardowns[i]!;
+    if (r.status === 'fulfilled') log.info({ session_id: t.session_id, execution_id: t.execution.execution_id }, 'child session stopped; teardown scheduled');
+    else {
+      log.error({ err: r.reason, session_id: t.session_id, execution_id: t.execution.execution_id }, 'teardown request failed; reconciler will retry');
+      failure ??= r.reason;
+    }
+  });
   const outcome = failure ? 'error:INTERNAL_ERROR' : accepted > 0 ? 'stopped' : 'not_running';
   if (accepted > 0 || failure) {
     await recordAudit(rt.sql, { task_id: target.id, workspace_id: target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: StopReasons.parentStop, request_id: call.requestId, outcome, details: { accepted } }).catch((e) =>
