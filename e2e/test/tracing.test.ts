@@ -69,10 +69,16 @@ it('links the MCP tool call, the orchestrator, the lifecycle and agentctl signal
   expect((await mcp.callJson('stop_task_kandev', { task_id: child.id })).json.status).toBe('stopped');
 
   const tool = await eventually(async () => spans.find((s) => s.service === 'kandev-mcp' && s.name === 'mcp tool stop_task_kandev'), 15_000);
+  // Spans arrive as each process exports them; parents end (and export) after their children, so
+  // wait until the signal is there and the tree has closed up to the tool call.
+  const connected = (t: CollectedSpan[]) => {
+    const ids = new Set(t.map((s) => s.spanId));
+    return t.every((s) => s === tool || ids.has(s.parentSpanId!));
+  };
   const trace = await eventually(async () => {
     const t = spans.filter((s) => s.traceId === tool.traceId);
-    return t.some((s) => s.service === 'kandev-agentctl' && s.events.some((e) => e.name === 'signal')) ? t : null;
-  }, 15_000);
+    return t.some((s) => s.service === 'kandev-agentctl' && s.events.some((e) => e.name === 'signal')) && connected(t) ? t : null;
+  }, 15_000).catch(() => spans.filter((s) => s.traceId === tool.traceId));
   expect(new Set(trace.map((s) => s.service))).toEqual(new Set(['kandev-mcp', 'kandev-orchestrator', 'kandev-lifecycle', 'kandev-agentctl']));
   const signal = trace.flatMap((s) => s.events).find((e) => e.name === 'signal')!;
   expect(signal.attributes.signal).toBe('SIGTERM');

@@ -8,6 +8,21 @@ import { operator, startHarness, type Harness } from './harness.js';
  * registers the execution, then parks before asking for admission; the stop runs in that window.
  */
 let h: Harness;
+
+/** Park the next launch after it registered and before it asks for admission. */
+function parkNextLaunch() {
+  let release!: () => void;
+  const parked = new Promise<void>((r) => (release = r));
+  let registered!: () => void;
+  const isRegistered = new Promise<void>((r) => (registered = r));
+  h.life.beforeAdmit = async () => {
+    registered();
+    h.life.beforeAdmit = null;
+    await parked;
+  };
+  return { release, isRegistered };
+}
+
 beforeAll(async () => {
   h = await startHarness();
 });
@@ -17,20 +32,12 @@ it('refuses a launch that registers after a stop was accepted for its task', asy
   const ws = await h.workspace();
   const parent = await h.task(ws.id, 'parent');
   const child = await h.task(ws.id, 'child', parent.id);
-  let release!: () => void;
-  const parked = new Promise<void>((r) => (release = r));
-  let registered!: () => void;
-  const isRegistered = new Promise<void>((r) => (registered = r));
-  h.life.beforeAdmit = async () => {
-    registered();
-    await parked;
-  };
+  const { release, isRegistered } = parkNextLaunch();
   const launching = h.startSession(child.id, 'racing work').then(
     (s) => ({ ok: true as const, s }),
     (e) => ({ ok: false as const, e }),
   );
   await isRegistered;
-  h.life.beforeAdmit = null;
   // The stop lands while the launch is between registration and admission.
   const res = await h.stopChild(parent.id, child.id);
   expect(res.status).toBe('stopped');
@@ -50,17 +57,9 @@ it('refuses a launch that registers after a stop was accepted for its task', asy
 it('refuses a launch whose session was stopped by an operator task stop meanwhile', async () => {
   const ws = await h.workspace();
   const task = await h.task(ws.id, 'solo');
-  let release!: () => void;
-  const parked = new Promise<void>((r) => (release = r));
-  let registered!: () => void;
-  const isRegistered = new Promise<void>((r) => (registered = r));
-  h.life.beforeAdmit = async () => {
-    registered();
-    await parked;
-  };
+  const { release, isRegistered } = parkNextLaunch();
   const launching = h.startSession(task.id, 'work').catch((e) => e);
   await isRegistered;
-  h.life.beforeAdmit = null;
   const res = await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id });
   expect(res.status).toBe('stopped');
   release();
