@@ -1,11 +1,9 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { closeSync, mkdtempSync, openSync, readSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { connectNats, type NatsConnection } from '@kandev/runtime';
-import { ApiClient, eventually, startStack, type Stack } from '@kandev/testkit';
-import { monotonicNow, readAgentEvents, type AgentEvent } from '@kandev/testkit/agents/events';
+import { eventually, startAgentStack, type AgentStack } from '@kandev/testkit';
+import { monotonicNow, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
 /** Iterations of whole-stack scenarios (each may launch real agent processes). */
@@ -14,32 +12,20 @@ export const e2eIterations = (fallback: number) => {
   return raw ? Math.max(1, Number(raw)) : fallback;
 };
 
-export interface BenchStack {
-  stack: Stack;
-  api: ApiClient;
-  token: string;
-  eventsFile: string;
+export interface BenchStack extends AgentStack {
   nc: NatsConnection;
-  agentEvents(pid: number): AgentEvent[];
-  stop(): Promise<void>;
 }
 
-/** The whole system as processes (as `npm start` runs it), with the scripted agents' observation log. */
+/** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}): Promise<BenchStack> {
-  const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-bench-events-')), 'events.jsonl');
-  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, LOG_LEVEL: 'warn', ...env } });
-  const token = await stack.operatorToken();
-  const nc = await connectNats({ url: stack.nats.url, name: 'bench-client' });
+  const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env });
+  const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client' });
   return {
-    stack,
-    api: new ApiClient(stack.gatewayUrl, token),
-    token,
-    eventsFile,
+    ...world,
     nc,
-    agentEvents: (pid) => readAgentEvents(eventsFile).filter((e) => e.pid === pid),
     async stop() {
       await nc.close();
-      await stack.stop();
+      await world.stop();
     },
   };
 }

@@ -1,34 +1,11 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { ApiClient, startStack, type Stack } from '@kandev/testkit';
-import { readAgentEvents, type AgentEvent } from '@kandev/testkit/agents/events';
+import { startAgentStack, type AgentStack, type ApiClient } from '@kandev/testkit';
 
 export const AGENTS = ['scripted-acp', 'scripted-codex'] as const;
 
-export interface World {
-  stack: Stack;
-  api: ApiClient;
-  token: string;
-  eventsFile: string;
-  agentEvents(pid: number): AgentEvent[];
-  stop(): Promise<void>;
-}
+export type World = AgentStack;
 
-/** The whole stack with a scripted-agent observation log, and an operator API client for all workspaces. */
-export async function startWorld(env: NodeJS.ProcessEnv = {}): Promise<World> {
-  const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
-  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, TEARDOWN_GRACE_MS: '500', ...env } });
-  const token = await stack.operatorToken();
-  return {
-    stack,
-    api: new ApiClient(stack.gatewayUrl, token),
-    token,
-    eventsFile,
-    agentEvents: (pid) => readAgentEvents(eventsFile).filter((e) => e.pid === pid),
-    stop: () => stack.stop(),
-  };
-}
+/** The whole stack with a scripted-agent observation log and an operator client; short teardown grace. */
+export const startWorld = (env: NodeJS.ProcessEnv = {}): Promise<World> => startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env });
 
 export const sleepScript = (ms: number, extra: Record<string, unknown> = {}) => JSON.stringify({ script: [{ sleep_ms: ms }, { say: 'done sleeping' }], ...extra });
 

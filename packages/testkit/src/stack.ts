@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { signAgentToken, signOperatorToken } from '@kandev/runtime';
 import { spawnServiceProcess, type ServiceProcess } from '@kandev/runtime/dev/launch';
 import type { McpMode } from '@kandev/contracts';
+import { readAgentEvents, type AgentEvent } from './agents/events.js';
+import { ApiClient } from './clients.js';
 import { startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { serviceEntry } from './paths.js';
@@ -91,5 +93,31 @@ export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: str
       await Promise.all([nats.stop(), db.drop()]);
       rmSync(stateDir, { recursive: true, force: true });
     },
+  };
+}
+
+export interface AgentStack {
+  stack: Stack;
+  /** Operator API client for all workspaces. */
+  api: ApiClient;
+  token: string;
+  /** The scripted agents' observation log (SCRIPTED_AGENT_EVENTS) shared by every agent of the stack. */
+  eventsFile: string;
+  agentEvents(pid: number): AgentEvent[];
+  stop(): Promise<void>;
+}
+
+/** The whole stack with the scripted agents' observation log and an operator API client (e2e tests, benches). */
+export async function startAgentStack(env: NodeJS.ProcessEnv = {}): Promise<AgentStack> {
+  const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
+  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env } });
+  const token = await stack.operatorToken();
+  return {
+    stack,
+    api: new ApiClient(stack.gatewayUrl, token),
+    token,
+    eventsFile,
+    agentEvents: (pid) => readAgentEvents(eventsFile).filter((e) => e.pid === pid),
+    stop: () => stack.stop(),
   };
 }
