@@ -22,22 +22,34 @@ export class Outbox {
   /** Stage an event inside `tx`. Call `flush` with the result after the transaction commits. */
   async add<T extends EventType>(tx: Tx, type: T, scope: EventScope, data: EventDataOf<T>): Promise<EventEnvelope<T>> {
     const ev = buildEvent(type, scope, data);
-    await tx`INSERT INTO outbox (id, subject, payload, trace) VALUES (${ev.id}, ${eventSubject(type)}, ${tx.json(ev as never)}, ${tx.json(traceHeaders() as never)})`;
+    await this.addMany(tx, [ev as EventEnvelope]);
     return ev;
+  }
+
+  /**
+   * Write already-built events inside `tx` in one statement (a transaction that changes a whole
+   * tree stages hundreds of events; one round trip instead of one per event).
+   */
+  async addMany(tx: Tx, events: ReadonlyArray<EventEnvelope>): Promise<void> {
+    if (!events.length) return;
+    const trace = traceHeaders();
+    const rows = events.map((ev) => ({ id: ev.id, subject: eventSubject(ev.type), payload: ev, trace }));
+    await tx`INSERT INTO outbox (id, subject, payload, trace)
+             SELECT r.id, r.subject, r.payload, r.trace FROM jsonb_to_recordset(${tx.json(rows as never)}) AS r(id text, subject text, payload jsonb, trace jsonb)`;
   }
 
   /** Publish staged events now; failures are left for the relay. */
   async flush(events: ReadonlyArray<EventEnvelope>): Promise<void> {
     if (!events.length) return;
+    // Published together: one connection keeps them in order on the server, and a transaction
+    // that staged hundreds of events does not wait for one acknowledgement after another.
+    const outcomes = await Promise.allSettled(events.map((ev) => this.publisher.publish(ev)));
     const published: string[] = [];
-    for (const ev of events) {
-      try {
-        await this.publisher.publish(ev);
-        published.push(ev.id);
-      } catch (e) {
-        this.log.warn({ err: e, event_id: ev.id, type: ev.type }, 'event publish failed; relay will retry');
-      }
-    }
+    outcomes.forEach((o, i) => {
+      const ev = events[i]!;
+      if (o.status === 'fulfilled') published.push(ev.id);
+      else this.log.warn({ err: o.reason, event_id: ev.id, type: ev.type }, 'event publish failed; relay will retry');
+    });
     // Not awaited: the events are out; a lost mark only means the relay republishes them later,
     // and JetStream's msgID dedupe drops the copy. Keeps a round trip off every command's path.
     if (published.length) {

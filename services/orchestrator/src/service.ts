@@ -3,6 +3,7 @@ import { consumeEvents, type ServiceDefinition } from '@kandev/runtime';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { operatorEndpoints } from './endpoints/operator.js';
+import { treeEndpoints } from './endpoints/tree.js';
 import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
 import { LIFECYCLE_CONSUMER, onLifecycleEvent } from './flows/lifecycle-events.js';
@@ -16,7 +17,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
   async start(runtime) {
     const rt = runtime as OrchRuntime;
-    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt)]);
+    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: ['turn.completed', 'execution.stopped'], log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     rt.onStop(startReconciler(rt));

@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { Execution } from '@kandev/contracts';
 import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom } from '../src/domain/messages.js';
-import { livenessOf, planTaskStop } from '../src/domain/stop.js';
+import { livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
+import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../src/domain/transitions.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
@@ -55,11 +56,13 @@ describe('task stop plan', () => {
       [{ id: id(11), state: 'RUNNING', execution_id: id(101) }, { id: id(12), state: 'STARTING', execution_id: null }],
       [exec(1, 11), exec(2, 13, 'READY'), exec(3, 14, 'STOPPED')],
     );
+    const e1 = exec(1, 11);
     expect(plan.cancel).toEqual([
-      { session_id: id(11), execution: exec(1, 11) },
+      { session_id: id(11), execution: { execution_id: e1.execution_id, session_id: e1.session_id, instance_id: e1.instance_id } },
       { session_id: id(12), execution: null },
     ]);
-    expect(plan.orphans.map((o) => o.execution_id)).toEqual([id(102)]);
+    expect(plan.halt.map((o) => o.execution_id)).toEqual([id(102)]);
+    expect(plan.reason).toBe('stopped_by_operator');
   });
   it('classifies a session whose execution is gone as not live', () => {
     expect(livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101) }, []).kind).toBe('gone');
@@ -69,6 +72,69 @@ describe('task stop plan', () => {
   it('never captures an execution other than the session\'s own', () => {
     const l = livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101) }, [exec(2, 11)]);
     expect(l.kind).toBe('gone');
+  });
+});
+
+describe('child stop plan', () => {
+  it('cancels live and launching candidates, reconciles gone ones, halts nothing', () => {
+    const plan = planChildStop(
+      [
+        { id: id(11), state: 'RUNNING', execution_id: id(101) },
+        { id: id(12), state: 'STARTING', execution_id: null },
+        { id: id(13), state: 'RUNNING', execution_id: id(103) },
+        { id: id(14), state: 'COMPLETED', execution_id: id(104) },
+      ],
+      [exec(1, 11), exec(4, 14)],
+    );
+    expect(plan.reason).toBe('stopped_by_parent_task');
+    expect(plan.cancel.map((c) => [c.session_id, c.execution?.execution_id ?? null])).toEqual([
+      [id(11), id(101)],
+      [id(12), null],
+    ]);
+    expect(plan.gone).toEqual([id(13)]);
+    expect(plan.halt).toEqual([]);
+    expect(planIsEmpty(planChildStop([], []))).toBe(true);
+  });
+});
+
+describe('tree stop plan', () => {
+  it('cancels every active session with the execution its row names, without registry reads', () => {
+    const plan = planTreeStop(
+      [
+        { id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'life-1' },
+        { id: id(12), state: 'STARTING', execution_id: null, instance_id: null },
+        { id: id(13), state: 'CANCELLED', execution_id: id(103), instance_id: 'life-1' },
+      ],
+      'tree_paused',
+    );
+    expect(plan).toEqual({
+      reason: 'tree_paused',
+      cancel: [
+        { session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-1' } },
+        { session_id: id(12), execution: null },
+      ],
+      halt: [],
+      gone: [],
+    });
+  });
+});
+
+describe('hold members', () => {
+  const tasks = [
+    { id: id(1), depth: 0, status: 'IN_PROGRESS' as const },
+    { id: id(2), depth: 1, status: 'CANCELLED' as const },
+  ];
+  it('snapshots every status; a cancel hold skips members already cancelled', () => {
+    expect(holdMembersOf(tasks, 'cancel')).toEqual([
+      { task_id: id(1), depth: 0, task_status: 'IN_PROGRESS', skip_reason: null },
+      { task_id: id(2), depth: 1, task_status: 'CANCELLED', skip_reason: 'already_cancelled' },
+    ]);
+    expect(holdMembersOf(tasks, 'pause').every((m) => m.skip_reason === null)).toBe(true);
+  });
+  it('names the hold that is active instead when a release does not match', () => {
+    const e = releaseConflict('pause', { hold_id: id(7), mode: 'cancel', root_task_id: id(1) });
+    expect(e).toMatchObject({ code: 'CONFLICT', message: 'no active pause hold on this task', details: { active_hold_id: id(7), active_hold_mode: 'cancel' } });
+    expect(releaseConflict('cancel', null).details).toBeUndefined();
   });
 });
 

@@ -8,11 +8,19 @@ export const StopReasons = {
   treeCancel: 'tree_cancelled',
   launchFenced: 'launch_fenced',
 } as const;
+export type StopReason = (typeof StopReasons)[keyof typeof StopReasons];
 
 export interface CandidateSession {
   id: string;
   state: SessionState;
   execution_id: string | null;
+}
+
+/** An execution a stop captured: named by id and routed to its owner instance (B-2). */
+export interface CapturedExecution {
+  execution_id: string;
+  session_id: string;
+  instance_id: string;
 }
 
 export type Liveness =
@@ -34,30 +42,68 @@ export function livenessOf(session: CandidateSession, registry: readonly Executi
   return { kind: 'gone' };
 }
 
-export interface TaskStopPlan {
-  /** Active sessions to cancel through the normal transition (R-2.5), with the execution captured if any. */
-  cancel: Array<{ session_id: string; execution: Execution | null }>;
-  /** Registered executions whose session is not active: halted, session left as it is (R-2.4). */
-  orphans: Execution[];
+/**
+ * What one stop will do. Planners (child stop, task stop, tree hold) build it from what they
+ * read; one executor (flows/stop.ts) carries it out, so every stop behaves alike.
+ */
+export interface StopPlan {
+  reason: StopReason;
+  /** Active sessions to cancel through the normal transition, each with the execution captured for it. */
+  cancel: Array<{ session_id: string; execution: CapturedExecution | null }>;
+  /** Live executions to halt while their session keeps its state and message (orphans, R-2.4). */
+  halt: CapturedExecution[];
+  /** Sessions that say active while their execution is gone: reconciled to FAILED, never counted as live (R-1.7). */
+  gone: string[];
+}
+
+const capture = (e: Execution): CapturedExecution => ({ execution_id: e.execution_id, session_id: e.session_id, instance_id: e.instance_id });
+
+/**
+ * R-1.3: a parent's stop of its child. Every candidate whose own execution is live (or still
+ * launching, which the fence refuses) is cancelled; one whose execution vanished is reconciled.
+ */
+export function planChildStop(candidates: readonly CandidateSession[], registry: readonly Execution[]): StopPlan {
+  const plan: StopPlan = { reason: StopReasons.parentStop, cancel: [], halt: [], gone: [] };
+  for (const s of candidates) {
+    const l = livenessOf(s, registry);
+    if (l.kind === 'live') plan.cancel.push({ session_id: s.id, execution: capture(l.execution) });
+    else if (l.kind === 'launching') plan.cancel.push({ session_id: s.id, execution: null });
+    else if (l.kind === 'gone') plan.gone.push(s.id);
+  }
+  return plan;
 }
 
 /**
- * R-2.1: the union of the task's active sessions and every execution the registry holds for
- * the task, including orphans whose session is already terminal.
+ * R-2.1: an operator's task stop: the union of the task's active sessions and every execution
+ * the registry holds for the task, including orphans whose session is already terminal.
  */
-export function planTaskStop(active: readonly CandidateSession[], registry: readonly Execution[]): TaskStopPlan {
-  const activeIds = new Set(active.map((s) => s.id));
+export function planTaskStop(active: readonly CandidateSession[], registry: readonly Execution[]): StopPlan {
   const claimed = new Set<string>();
   const cancel = active.map((s) => {
     const l = livenessOf(s, registry);
-    const execution = l.kind === 'live' ? l.execution : null;
+    const execution = l.kind === 'live' ? capture(l.execution) : null;
     if (execution) claimed.add(execution.execution_id);
     return { session_id: s.id, execution };
   });
-  const orphans = registry.filter((e) => isLiveExecution(e.status) && !claimed.has(e.execution_id) && !activeIds.has(e.session_id));
-  // An extra live execution of an active session (not the captured one) is also halted as an orphan.
-  const extras = registry.filter((e) => isLiveExecution(e.status) && !claimed.has(e.execution_id) && activeIds.has(e.session_id));
-  return { cancel, orphans: [...orphans, ...extras] };
+  // Every other live execution is halted as an orphan: of a terminal session, or an extra one of
+  // an active session (not the captured one).
+  const halt = registry.filter((e) => isLiveExecution(e.status) && !claimed.has(e.execution_id)).map(capture);
+  return { reason: StopReasons.operatorStop, cancel, halt, gone: [] };
 }
 
-export const taskStopFoundNothing = (plan: TaskStopPlan) => plan.cancel.length === 0 && plan.orphans.length === 0;
+/**
+ * R-4.2 / R-4.5: a tree hold stops every active session of its members at once, each with the
+ * execution its row names. No registry round trips on this path: the owner answers
+ * `already_gone` for an execution that ended, and the fence refuses a launch still in flight.
+ */
+export function planTreeStop(
+  sessions: ReadonlyArray<CandidateSession & { instance_id: string | null }>,
+  reason: typeof StopReasons.treePause | typeof StopReasons.treeCancel,
+): StopPlan {
+  const cancel = sessions
+    .filter((s) => isActiveSession(s.state))
+    .map((s) => ({ session_id: s.id, execution: s.execution_id && s.instance_id ? { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id } : null }));
+  return { reason, cancel, halt: [], gone: [] };
+}
+
+export const planIsEmpty = (plan: StopPlan) => plan.cancel.length === 0 && plan.halt.length === 0 && plan.gone.length === 0;

@@ -4,7 +4,8 @@ import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusOnSessionStart } from '../domain/transitions.js';
-import { attachExecution, getSession, hasPrimarySession, insertSession, lockSession, setQueuePaused } from '../store/sessions.js';
+import { attachExecution, getSession, hasPrimarySession, insertSession, lockSession, sessionByLaunchKey, setQueuePaused } from '../store/sessions.js';
+import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
@@ -25,22 +26,31 @@ export interface StartedSession {
 export async function startSession(
   rt: OrchRuntime,
   call: CallContext,
-  opts: { actor: Actor; task_id: string; agent?: string | undefined; prompt?: string | undefined; sender_task_id?: string | null },
+  opts: { actor: Actor; task_id: string; agent?: string | undefined; prompt?: string | undefined; sender_task_id?: string | null; launch_key?: string },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
   const context = await contextFor(rt.sql, opts.sender_task_id);
-  const { task, session, epoch } = await transact(rt, async (tx, emit) => {
+  const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
+    if (opts.launch_key) {
+      const earlier = await sessionByLaunchKey(tx, opts.launch_key);
+      if (earlier) return { earlier } as const;
+    }
     if (locked.archived_at) throw conflict('task is archived');
+    // B-1: no launch escapes a tree hold. Checked under the task's row lock, which a hold takes too.
+    const held = await activeHoldOfTask(tx, locked.id);
+    if (held) throw conflict(`task is held by a tree ${held.mode} hold`, { hold_id: held.hold_id, hold_mode: held.mode });
     const primary = !(await hasPrimarySession(tx, locked.id));
-    const session = await insertSession(tx, { task_id: locked.id, agent: opts.agent ?? locked.agent ?? rt.env.DEFAULT_AGENT, state: 'STARTING', is_primary: primary });
+    const session = await insertSession(tx, { task_id: locked.id, agent: opts.agent ?? locked.agent ?? rt.env.DEFAULT_AGENT, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
     if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
     return { task, session, epoch: locked.fence_epoch };
   });
+  if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null };
+  const { task, session, epoch } = decided;
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
     const execution = await request(

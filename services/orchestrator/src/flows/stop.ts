@@ -1,25 +1,173 @@
 import { actorLabel, internalError, isActiveSession, isKandevError, Life, notFound, type Actor, type Execution } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { request, type Logger, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
-import { livenessOf, planTaskStop, StopReasons, taskStopFoundNothing } from '../domain/stop.js';
+import { planChildStop, planIsEmpty, planTaskStop, type CapturedExecution, type StopPlan, type StopReason } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
-import { recordAudit } from '../store/audit.js';
-import { activeSessionsOfTask, lockSession, sessionsOfTask } from '../store/sessions.js';
-import { bumpFence, getTask, lockTask } from '../store/tasks.js';
-import { completeOpenTurns } from '../store/turns.js';
-import type { TaskRow } from '../store/rows.js';
+import { recordAudit, type AuditRecord } from '../store/audit.js';
+import { activeSessionsOfTask, cancelSessions, lockSessions, sessionsOfTask } from '../store/sessions.js';
+import { bumpFence, getTask, getTasks, lockTask } from '../store/tasks.js';
+import { completeOpenTurns, completeOpenTurnsOfSessions } from '../store/turns.js';
+import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
 import { changeSessionState, changeTaskStatus } from './changes.js';
-import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
-type StopReason = (typeof StopReasons)[keyof typeof StopReasons];
+/**
+ * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
+ * stop; this executor does it the same way for all of them, in two halves:
+ * - the decision (`acceptStops`), inside one transaction: under each session's guard, recheck it
+ *   is active, close its open turn, write CANCELLED with the plan's fixed reason (R-1.3);
+ * - the effect (`dispatchTeardowns`), after commit: each captured execution is named to its owner
+ *   instance for graceful teardown (B-2). Teardown itself is asynchronous; a request that fails is
+ *   retried by the reconciler, which re-stops CANCELLED sessions whose process lives on (R-6.3).
+ */
 
-/** The task's executions as the registry (any lifecycle instance) sees them. A lookup failure is an error, never "nothing running". */
-async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): Promise<Execution[]> {
-  try {
-    return await request(rt.nc, Life.list, { task_id: taskId }, { requestId: call.requestId });
-  } catch (e) {
-    throw internalError('execution registry lookup failed', e);
+export interface Teardown {
+  execution: CapturedExecution;
+  /** Halted while its session keeps its terminal state (R-2.4). */
+  orphaned: boolean;
+}
+
+export interface AcceptedStops {
+  /** Sessions this stop moved to CANCELLED, as they are now. */
+  cancelled: SessionRow[];
+  teardowns: Teardown[];
+}
+
+/** The decision half of every stop, inside the caller's transaction. Sessions no longer active are skipped. */
+export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, workspaceId: string, actor: Actor): Promise<AcceptedStops> {
+  const ids = [...plan.cancel.map((c) => c.session_id), ...plan.gone];
+  const rows = new Map((await lockSessions(tx, ids)).map((s) => [s.id, s]));
+  const toCancel = plan.cancel.filter((c) => {
+    const s = rows.get(c.session_id);
+    // A session a concurrent path ended (or one with another execution now) is not this stop's to cancel.
+    return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
+  });
+  const cancelIds = toCancel.map((c) => c.session_id);
+  await completeOpenTurnsOfSessions(tx, cancelIds, 'cancelled');
+  const cancelled = await cancelSessions(tx, cancelIds, plan.reason);
+  for (const after of cancelled) {
+    const before = rows.get(after.id)!;
+    await emit(
+      'session.state_changed',
+      { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor },
+      { session: toSession(after), from: before.state, to: 'CANCELLED', reason: plan.reason },
+    );
   }
+  for (const id of plan.gone) {
+    const s = rows.get(id);
+    if (!s || !s.execution_id || !isActiveSession(s.state)) continue;
+    const end = sessionStateAfterExecutionEnd('lost', null);
+    await completeOpenTurns(tx, s.id, 'error');
+    await changeSessionState(tx, emit, { id: s.task_id, workspace_id: workspaceId }, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
+  }
+  const teardowns: Teardown[] = [
+    ...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })),
+    ...plan.halt.map((execution) => ({ execution, orphaned: true })),
+  ];
+  return { cancelled, teardowns };
+}
+
+/**
+ * R-1.4: the guarded REVIEW transition after accepted stops, in the stop's transaction behind a
+ * savepoint: its failure is logged and never undoes the accepted stops.
+ */
+export async function moveToReviewIfIdle(rt: OrchRuntime, tx: Tx, emit: Emit, taskId: string, actor: Actor): Promise<void> {
+  try {
+    await tx.savepoint(async (sp) => {
+      const task = await lockTask(sp, taskId);
+      if (!task) return;
+      const states = (await sessionsOfTask(sp, taskId)).map((s) => s.state);
+      if (mayMoveToReview(task, states)) await changeTaskStatus(sp, emit, task, 'REVIEW', { reason: 'stopped', actor });
+    });
+  } catch (e) {
+    rt.log.error({ err: e, task_id: taskId }, 'REVIEW transition after stop failed; stops stand');
+  }
+}
+
+export interface TeardownOutcome {
+  teardown: Teardown;
+  /** The owner accepted it, or the execution was already gone. */
+  reached: boolean;
+  error: unknown;
+}
+
+/** Ask the owner instance to tear one captured execution down; resolves once accepted (teardown is asynchronous). */
+export async function scheduleTeardown(rt: OrchRuntime, call: CallContext, execution: { execution_id: string; instance_id: string }, reason: string, orphaned = false) {
+  return request(rt.nc, Life.stop.at(execution.instance_id), { execution_id: execution.execution_id, reason, orphaned }, { requestId: call.requestId });
+}
+
+/** The effect half: every captured execution goes to its owner at once; outcomes are logged with their ids (R-2.7). */
+export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, teardowns: readonly Teardown[], reason: StopReason, log: Logger): Promise<TeardownOutcome[]> {
+  const settled = await Promise.allSettled(teardowns.map((t) => scheduleTeardown(rt, call, t.execution, reason, t.orphaned)));
+  return settled.map((r, i) => {
+    const teardown = teardowns[i]!;
+    const ids = { session_id: teardown.execution.session_id, execution_id: teardown.execution.execution_id, instance_id: teardown.execution.instance_id };
+    if (r.status === 'rejected') {
+      log.error({ err: r.reason, ...ids, orphaned: teardown.orphaned }, 'teardown request failed; the reconciler retries it');
+      return { teardown, reached: false, error: r.reason };
+    }
+    if (teardown.orphaned) log.warn({ ...ids }, 'orphaned execution reached through the registry; teardown scheduled');
+    else log.info({ ...ids }, 'session stopped; teardown scheduled');
+    return { teardown, reached: r.value.accepted || r.value.already_gone, error: null };
+  });
+}
+
+interface StopRun {
+  task: TaskRow;
+  plan: StopPlan;
+  actor: Actor;
+  /** Attempt the REVIEW transition after accepted stops (R-1.4). */
+  review: boolean;
+  audit: Pick<AuditRecord, 'action' | 'reason'>;
+  /** Outcome recorded when nothing was accepted. */
+  idleOutcome: string;
+}
+
+/**
+ * Run a child or task stop plan: decision, REVIEW and audit in one transaction; then the
+ * teardowns. A persistence failure cancels nothing (so nothing is torn down and a retry makes
+ * progress); a teardown request that fails is INTERNAL_ERROR while the accepted stops stand.
+ */
+async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[] }> {
+  const { task, plan, actor } = run;
+  const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
+  const audit = (outcome: string, details: Record<string, unknown>): AuditRecord => ({
+    task_id: task.id,
+    workspace_id: task.workspace_id,
+    actor: actorLabel(actor),
+    request_id: call.requestId,
+    outcome,
+    details,
+    ...run.audit,
+  });
+  let accepted: AcceptedStops;
+  try {
+    accepted = await transact(rt, async (tx, emit) => {
+      const a = await acceptStops(tx, emit, plan, task.workspace_id, actor);
+      if (run.review && a.cancelled.length > 0) await moveToReviewIfIdle(rt, tx, emit, task.id, actor);
+      await recordAudit(
+        tx,
+        audit(a.cancelled.length > 0 || a.teardowns.length > 0 ? 'stopped' : run.idleOutcome, {
+          sessions: a.cancelled.map((s) => s.id),
+          executions: a.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
+        }),
+      );
+      return a;
+    });
+  } catch (e) {
+    // Nothing was cancelled, so nothing is torn down: a retry makes progress (R-1.3).
+    log.error({ err: e }, 'persisting the stop failed');
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
+    throw isKandevError(e) && e.code === 'INTERNAL_ERROR' ? e : internalError('stopping the task failed', e);
+  }
+  const outcomes = await dispatchTeardowns(rt, call, accepted.teardowns, plan.reason, log);
+  const failed = outcomes.filter((o) => o.error);
+  if (failed.length) {
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) => log.warn({ err }, 'audit write failed'));
+    const first = failed[0]!.error;
+    throw isKandevError(first) && first.code === 'INTERNAL_ERROR' ? first : internalError('stopping the task failed: a teardown request was not accepted', first);
+  }
+  return { accepted: accepted.cancelled.length, outcomes };
 }
 
 /** The registry entries of these sessions' executions, one exact read each. A failed read is an error, never "gone". */
@@ -34,61 +182,13 @@ async function executionsOf(rt: OrchRuntime, call: CallContext, sessions: Readon
   }
 }
 
-/** B-1: every stop bumps the task's launch fence first, so a launch still in flight is refused when it registers. */
-async function fenceLaunches(rt: OrchRuntime, taskId: string): Promise<void> {
-  // One UPDATE: it takes the task's row lock itself and commits on its own.
-  await bumpFence(rt.sql, taskId);
-}
-
-/**
- * Accept one session stop under the per-session guard: recheck it is active, write CANCELLED
- * with a fixed reason, close its open turn. Returns the execution it captured (to tear down
- * after the guard is released), or null when the session was no longer active.
- */
-export async function acceptSessionStop(
-  rt: OrchRuntime,
-  task: TaskRow,
-  sessionId: string,
-  reason: StopReason,
-  actor: Actor,
-): Promise<{ accepted: boolean; execution_id: string | null; instance_id: string | null }> {
-  return transact(rt, async (tx, emit) => {
-    const s = await lockSession(tx, sessionId);
-    if (!s || !isActiveSession(s.state)) return { accepted: false, execution_id: null, instance_id: null };
-    await completeOpenTurns(tx, s.id, 'cancelled');
-    await changeSessionState(tx, emit, task, s, 'CANCELLED', { cancel_reason: reason, reason, actor });
-    return { accepted: true, execution_id: s.execution_id, instance_id: s.instance_id };
-  });
-}
-
-/** Ask the owner instance to tear the captured execution down; returns once accepted (teardown is asynchronous). */
-export async function scheduleTeardown(rt: OrchRuntime, call: CallContext, execution: { execution_id: string; instance_id: string }, reason: string, orphaned = false) {
-  return request(rt.nc, Life.stop.at(execution.instance_id), { execution_id: execution.execution_id, reason, orphaned }, { requestId: call.requestId });
-}
-
-/** R-1.4: the guarded REVIEW transition after accepted stops; its failure never undoes them. */
-export async function moveToReviewIfIdle(rt: OrchRuntime, taskId: string, actor: Actor) {
+/** The task's executions as the registry (any lifecycle instance) sees them. A lookup failure is an error, never "nothing running". */
+async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): Promise<Execution[]> {
   try {
-    await transact(rt, async (tx, emit) => {
-      const task = await lockTask(tx, taskId);
-      if (!task) return;
-      const others = (await sessionsOfTask(tx, taskId)).map((s) => s.state);
-      if (mayMoveToReview(task, others)) await changeTaskStatus(tx, emit, task, 'REVIEW', { reason: 'stopped', actor });
-    });
+    return await request(rt.nc, Life.list, { task_id: taskId }, { requestId: call.requestId });
   } catch (e) {
-    rt.log.error({ err: e, task_id: taskId }, 'REVIEW transition after stop failed; stops stand');
+    throw internalError('execution registry lookup failed', e);
   }
-}
-
-/** A session row that says active while its execution is gone is reconciled, not left running forever. */
-async function reconcileGoneSession(rt: OrchRuntime, task: TaskRow, sessionId: string) {
-  await transact(rt, async (tx, emit) => {
-    const s = await lockSession(tx, sessionId);
-    if (!s || !isActiveSession(s.state) || !s.execution_id) return;
-    const end = sessionStateAfterExecutionEnd('lost', null);
-    await completeOpenTurns(tx, s.id, 'error');
-    await changeSessionState(tx, emit, task, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
-  });
 }
 
 /**
@@ -96,65 +196,28 @@ async function reconcileGoneSession(rt: OrchRuntime, task: TaskRow, sessionId: s
  * effect; then every live execution among the active sessions is stopped.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
-  const [caller, target] = await Promise.all([getTask(rt.sql, callerTaskId), getTask(rt.sql, targetTaskId)]);
+  const found = await getTasks(rt.sql, [callerTaskId, targetTaskId]);
+  const caller = found.get(callerTaskId);
+  const target = found.get(targetTaskId);
   if (!caller) throw notFound('calling task not found');
   if (!target) throw notFound('task not found');
-  assertDirectParent(caller, target);
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
-  const log = rt.log.child({ task_id: target.id, caller_task_id: callerTaskId, request_id: call.requestId });
-
+  try {
+    assertDirectParent(caller, target);
+  } catch (e) {
+    // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
+    if (caller.workspace_id === target.workspace_id) {
+      await recordAudit(rt.sql, { task_id: target.id, workspace_id: target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
+    }
+    throw e;
+  }
   // Fence first, then read the candidates: a launch admitted before the bump has recorded its
-  // execution on the session by now; one admitted after it is refused (B-1). So each candidate's
-  // own execution is all there is to check, by exact registry key (no registry scan on this path).
-  await fenceLaunches(rt, target.id);
+  // execution on the session by now; one admitted after it is refused (B-1, ADR 0001). So each
+  // candidate's own execution is all there is to check, by exact registry key.
+  await bumpFence(rt.sql, target.id);
   const candidates = await activeSessionsOfTask(rt.sql, target.id);
-  let accepted = 0;
-  let failure: unknown = null;
-  const teardowns: Array<{ session_id: string; execution: Execution }> = [];
-  if (candidates.length > 0) {
-    const registry = await executionsOf(rt, call, candidates);
-    for (const candidate of candidates) {
-      const live = livenessOf(candidate, registry);
-      if (live.kind === 'gone') {
-        await reconcileGoneSession(rt, target, candidate.id).catch((e) => log.warn({ err: e, session_id: candidate.id }, 'reconcile failed'));
-        continue;
-      }
-      if (live.kind === 'inactive') continue;
-      let captured: Awaited<ReturnType<typeof acceptSessionStop>>;
-      try {
-        captured = await acceptSessionStop(rt, target, candidate.id, StopReasons.parentStop, actor);
-      } catch (e) {
-        // Not cancelled, so not torn down: a retry picks it up (R-1.3).
-        log.error({ err: e, session_id: candidate.id }, 'persisting the stop failed');
-        failure ??= e;
-        continue;
-      }
-      if (!captured.accepted) continue;
-      accepted++;
-      if (live.kind === 'live') teardowns.push({ session_id: candidate.id, execution: live.execution });
-    }
-  }
-  // Teardown requests and the REVIEW transition go out together: neither waits for the other,
-  // and both only follow accepted (persisted) stops (R-1.3, R-1.4).
-  const [torn] = await Promise.all([
-    Promise.allSettled(teardowns.map((t) => scheduleTeardown(rt, call, t.execution, StopReasons.parentStop))),
-    accepted > 0 ? moveToReviewIfIdle(rt, target.id, actor) : Promise.resolve(),
-  ]);
-  torn.forEach((r, i) => {
-    const t = teardowns[i]!;
-    if (r.status === 'fulfilled') log.info({ session_id: t.session_id, execution_id: t.execution.execution_id }, 'child session stopped; teardown scheduled');
-    else {
-      log.error({ err: r.reason, session_id: t.session_id, execution_id: t.execution.execution_id }, 'teardown request failed; reconciler will retry');
-      failure ??= r.reason;
-    }
-  });
-  const outcome = failure ? 'error:INTERNAL_ERROR' : accepted > 0 ? 'stopped' : 'not_running';
-  if (accepted > 0 || failure) {
-    await recordAudit(rt.sql, { task_id: target.id, workspace_id: target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: StopReasons.parentStop, request_id: call.requestId, outcome, details: { accepted } }).catch((e) =>
-      log.warn({ err: e }, 'audit write failed'),
-    );
-  }
-  if (failure) throw isKandevError(failure) && failure.code === 'INTERNAL_ERROR' ? failure : internalError('stopping the task failed', failure);
+  const plan = planChildStop(candidates, candidates.length ? await executionsOf(rt, call, candidates) : []);
+  const { accepted } = await runStop(rt, call, { task: target, plan, actor, review: true, audit: { action: 'mcp.stop_task', reason: plan.reason }, idleOutcome: 'not_running' });
   return { task_id: target.id, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
 }
 
@@ -165,56 +228,14 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
  */
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
   const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
-  const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
-  await fenceLaunches(rt, task.id);
+  await bumpFence(rt.sql, task.id);
   const [active, registry] = await Promise.all([activeSessionsOfTask(rt.sql, task.id), registryOf(rt, call, task.id)]);
   const plan = planTaskStop(active, registry);
-  if (taskStopFoundNothing(plan)) throw notFound('execution not found');
-
-  const executions: Array<{ session_id: string; execution_id: string; orphaned: boolean }> = [];
-  let accepted = 0;
-  let failure: unknown = null;
-  for (const c of plan.cancel) {
-    try {
-      const captured = await acceptSessionStop(rt, task, c.session_id, StopReasons.operatorStop, actor);
-      if (captured.accepted) accepted++;
-    } catch (e) {
-      log.error({ err: e, session_id: c.session_id }, 'persisting the stop failed');
-      failure ??= e;
-      continue;
-    }
-    if (!c.execution) continue;
-    try {
-      await scheduleTeardown(rt, call, c.execution, StopReasons.operatorStop);
-      executions.push({ session_id: c.session_id, execution_id: c.execution.execution_id, orphaned: false });
-    } catch (e) {
-      log.error({ err: e, session_id: c.session_id, execution_id: c.execution.execution_id }, 'teardown request failed');
-      failure ??= e;
-    }
-  }
-  for (const o of plan.orphans) {
-    // R-2.7: orphans are reached through the registry, not the active-session query; say so.
-    log.warn({ session_id: o.session_id, execution_id: o.execution_id, instance_id: o.instance_id, status: o.status }, 'stopping orphaned execution reached through the registry');
-    try {
-      const res = await scheduleTeardown(rt, call, o, StopReasons.operatorStop, true);
-      if (res.accepted || res.already_gone) executions.push({ session_id: o.session_id, execution_id: o.execution_id, orphaned: true });
-    } catch (e) {
-      log.error({ err: e, session_id: o.session_id, execution_id: o.execution_id }, 'orphan teardown request failed');
-      failure ??= e;
-    }
-  }
-  if (accepted > 0) await moveToReviewIfIdle(rt, task.id, actor);
-  await recordAudit(rt.sql, {
-    task_id: task.id,
-    workspace_id: task.workspace_id,
-    action: 'task.stop',
-    actor: actorLabel(actor),
-    reason: reason ?? StopReasons.operatorStop,
-    request_id: call.requestId,
-    outcome: failure ? 'error:INTERNAL_ERROR' : 'stopped',
-    details: { executions, cancelled_sessions: accepted },
-  }).catch((e) => log.warn({ err: e }, 'audit write failed'));
-  if (failure) throw internalError('stopping the task failed', failure);
+  if (planIsEmpty(plan)) throw notFound('execution not found');
+  const { outcomes } = await runStop(rt, call, { task, plan, actor, review: true, audit: { action: 'task.stop', reason: reason ?? plan.reason }, idleOutcome: 'not_found' });
+  const executions = outcomes
+    .filter((o) => o.reached || !o.teardown.orphaned)
+    .map((o) => ({ session_id: o.teardown.execution.session_id, execution_id: o.teardown.execution.execution_id, orphaned: o.teardown.orphaned }));
   return { task_id: task.id, status: 'stopped' as const, executions };
 }
 
@@ -223,3 +244,4 @@ export async function taskExecutions(rt: OrchRuntime, call: CallContext, actor: 
   const registry = await registryOf(rt, call, taskId);
   return registry.map((e) => ({ execution_id: e.execution_id, session_id: e.session_id, status: e.status, pid: e.pid, protocol: e.protocol, instance_id: e.instance_id }));
 }
+

@@ -5,13 +5,19 @@ import { SESSION_COLUMNS, type SessionRow } from './rows.js';
 
 type Q = Sql | Tx;
 
-export async function insertSession(tx: Tx, s: { task_id: string; agent: string; state: SessionState; is_primary: boolean }): Promise<SessionRow> {
+export async function insertSession(tx: Tx, s: { task_id: string; agent: string; state: SessionState; is_primary: boolean; launch_key?: string | null }): Promise<SessionRow> {
   const [row] = await tx.unsafe<SessionRow[]>(
-    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at) VALUES ($1, $2, $3, $4, $5, now()) RETURNING ${SESSION_COLUMNS}`,
-    [randomUUID(), s.task_id, s.state, s.is_primary, s.agent],
+    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at, launch_key) VALUES ($1, $2, $3, $4, $5, now(), $6) RETURNING ${SESSION_COLUMNS}`,
+    [randomUUID(), s.task_id, s.state, s.is_primary, s.agent, s.launch_key ?? null],
     { prepare: true },
   );
   return row!;
+}
+
+/** The session a keyed launch (a wakeup dispatch) already started, if any. */
+export async function sessionByLaunchKey(q: Q, key: string): Promise<SessionRow | null> {
+  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE launch_key = $1`, [key], { prepare: true });
+  return row ?? null;
 }
 
 export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
@@ -79,4 +85,30 @@ export async function attachExecution(tx: Tx, id: string, executionId: string, i
 
 export async function setQueuePaused(tx: Tx, id: string, paused: boolean): Promise<void> {
   await tx`UPDATE sessions SET queue_paused = ${paused} WHERE id = ${id}`;
+}
+
+/** The per-session guard over many sessions at once, taken in id order so concurrent stops cannot deadlock. */
+export async function lockSessions(tx: Tx, ids: readonly string[]): Promise<SessionRow[]> {
+  if (!ids.length) return [];
+  return tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, [[...ids]], { prepare: true });
+}
+
+/** Active sessions of many tasks under their guard (a tree hold stops them all in one transaction). */
+export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string[]): Promise<SessionRow[]> {
+  if (!taskIds.length) return [];
+  return tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR UPDATE`, [
+    [...taskIds],
+    [...ACTIVE_SESSION_STATES],
+  ], { prepare: true });
+}
+
+/** Write CANCELLED with a fixed reason on sessions already locked and checked active, in one statement. */
+export async function cancelSessions(tx: Tx, ids: readonly string[], cancelReason: string): Promise<SessionRow[]> {
+  if (!ids.length) return [];
+  return tx.unsafe<SessionRow[]>(
+    `UPDATE sessions SET state = 'CANCELLED', cancel_reason = $2, completed_at = COALESCE(completed_at, now()), updated_at = now()
+     WHERE id = ANY($1::uuid[]) RETURNING ${SESSION_COLUMNS}`,
+    [[...ids], cancelReason],
+    { prepare: true },
+  );
 }

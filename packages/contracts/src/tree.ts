@@ -1,0 +1,115 @@
+import { z } from 'zod';
+import { Actor } from './envelope.js';
+import { CostSummary, Hold, Wakeup } from './entities.js';
+import { HoldMode, TaskStatus } from './enums.js';
+import { SUBJECT_PREFIX } from './subjects.js';
+import type { Endpoint } from './endpoints.js';
+
+/**
+ * Task subtree controls (SPEC R-4): tree holds (orchestrator), the wakeup queue and cost events
+ * (holds service). The orchestrator owns the task tree, so it owns holds too: a hold, its members'
+ * snapshots, their status changes, launch fences and session stops commit in one transaction
+ * (docs/decisions/0006-tree-holds-in-the-orchestrator.md).
+ */
+const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
+  name,
+  subject: `${SUBJECT_PREFIX}.${name}`,
+  request,
+  result,
+});
+
+const id = z.uuid();
+const reason = z.string().max(2000).nullable().optional();
+
+/** Largest subtree a hold may cover: its event carries every member and must fit one NATS message. */
+export const MAX_HOLD_MEMBERS = 5000;
+
+/** Wakeup skip reasons of the gate (R-4.3) and of hold cancellations (R-4.2, R-4.5). */
+export const HoldSkipReasons = { pause: 'tree_paused', cancel: 'tree_cancelled' } as const satisfies Record<HoldMode, string>;
+export const skipReasonOf = (mode: HoldMode) => HoldSkipReasons[mode];
+
+export const TreeTask = z.object({ id, title: z.string(), status: TaskStatus, depth: z.number().int().nonnegative() });
+export const TreePreview = z.object({
+  task_count: z.number().int(),
+  tasks: z.array(TreeTask),
+  active_wakeup_count: z.number().int(),
+  active_hold: Hold.nullable(),
+});
+export type TreePreview = z.infer<typeof TreePreview>;
+
+const TreeCommand = z.object({ actor: Actor, task_id: id, reason });
+const HoldResult = z.object({ hold: Hold });
+
+export const OrchTree = {
+  preview: endpoint('orch.tree.preview', z.object({ actor: Actor, task_id: id }), TreePreview),
+  pause: endpoint('orch.tree.pause', TreeCommand, HoldResult),
+  resume: endpoint('orch.tree.resume', TreeCommand, HoldResult),
+  cancel: endpoint('orch.tree.cancel', TreeCommand, HoldResult),
+  restore: endpoint('orch.tree.restore', TreeCommand, HoldResult),
+  /** A task and its ancestors, root first (the holds service's cost projection needs the path). */
+  lineage: endpoint(
+    'orch.task.lineage',
+    z.object({ actor: Actor, task_id: id }),
+    z.array(z.object({ id, workspace_id: id, parent_id: id.nullable() })),
+  ),
+  /**
+   * The wakeup dispatcher asks for a session. Idempotent by wakeup id (a retried dispatch finds the
+   * session it started). A task in an active hold is refused: `{launched: false, hold_mode}`.
+   */
+  wakeupLaunch: endpoint(
+    'orch.wakeup.launch',
+    z.object({ wakeup_id: id, task_id: id, prompt: z.string().min(1).max(100_000).optional() }),
+    z.discriminatedUnion('launched', [
+      z.object({ launched: z.literal(true), session_id: id }),
+      z.object({ launched: z.literal(false), hold_mode: HoldMode.nullable(), reason: z.string() }),
+    ]),
+  ),
+} as const;
+
+// ---------------------------------------------------------------- holds service
+export const CostEventInput = z.object({
+  task_id: id,
+  session_id: id.nullable().optional(),
+  usage_event_id: z.string().min(1).max(200),
+  model: z.string().max(200).nullable().optional(),
+  cost_cents: z.number().nonnegative().finite(),
+  tokens_in: z.number().int().nonnegative(),
+  tokens_cached_in: z.number().int().nonnegative(),
+  tokens_out: z.number().int().nonnegative(),
+  occurred_at: z.iso.datetime({ offset: true }).optional(),
+});
+export const CostEvent = CostEventInput.extend({
+  id,
+  session_id: id.nullable(),
+  model: z.string().nullable(),
+  occurred_at: z.string(),
+  /** True when this usage_event_id was already recorded: counted once (B-5). */
+  duplicate: z.boolean(),
+});
+export type CostEvent = z.infer<typeof CostEvent>;
+
+export const Holds = {
+  wakeupCreate: endpoint(
+    'holds.wakeup.create',
+    z.object({
+      actor: Actor,
+      task_id: id,
+      reason: z.string().min(1).max(200),
+      payload: z.record(z.string(), z.unknown()).optional(),
+      idempotency_key: z.string().min(1).max(200).optional(),
+    }),
+    Wakeup,
+  ),
+  wakeupGet: endpoint('holds.wakeup.get', z.object({ actor: Actor, wakeup_id: id }), Wakeup),
+  /** Queued or claimed wakeups of these tasks (the preview's active_wakeup_count). */
+  wakeupCount: endpoint('holds.wakeup.count', z.object({ task_ids: z.array(id).max(MAX_HOLD_MEMBERS) }), z.object({ count: z.number().int() })),
+  costRecord: endpoint('holds.cost.record', CostEventInput.extend({ actor: Actor }), CostEvent),
+  costSummary: endpoint('holds.cost.summary', z.object({ actor: Actor, task_id: id }), CostSummary),
+  /**
+   * The orchestrator committed a hold: gate its members and cancel their queued and claimed
+   * wakeups. Idempotent by hold id; the tree_hold.created event is the backstop when this is lost.
+   */
+  holdApplied: endpoint('holds.hold.applied', z.object({ hold: Hold }), z.object({ cancelled_wakeups: z.number().int() })),
+  /** The orchestrator released a hold: its members are no longer gated. Idempotent. */
+  holdReleased: endpoint('holds.hold.released', z.object({ hold: Hold }), z.object({ released: z.boolean() })),
+} as const;

@@ -1,0 +1,148 @@
+import type { Hold, HoldMember, HoldMode, TaskStatus } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+import { TASK_COLUMNS, type TaskRow } from './rows.js';
+
+type Q = Sql | Tx;
+
+export interface SubtreeTask extends TaskRow {
+  depth: number;
+}
+
+const SUBTREE = `
+  WITH RECURSIVE tree AS (
+    SELECT id, 0 AS depth FROM tasks WHERE id = $1
+    UNION ALL
+    SELECT c.id, tree.depth + 1 FROM tasks c JOIN tree ON c.parent_id = tree.id
+  )`;
+const cols = TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ');
+
+const norm = (r: SubtreeTask): SubtreeTask => ({ ...r, fence_epoch: Number(r.fence_epoch), depth: Number(r.depth) });
+
+/** The root and every descendant at any depth, archived ones included (R-4.1), root first. */
+export async function subtree(q: Q, rootId: string): Promise<SubtreeTask[]> {
+  const rows = await q.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY tree.depth, t.created_at, t.id`, [rootId], {
+    prepare: true,
+  });
+  return rows.map(norm);
+}
+
+/**
+ * The subtree under the row lock of every member, complete at the instant the locks are held
+ * (R-4.8). A child inserted concurrently needs a key-share lock on its parent, which these locks
+ * block; one that committed while the locks were being taken is found by the re-read, and the
+ * loop locks it too. So no task that exists when this returns is missed, and none can be added
+ * under a member until the transaction ends.
+ */
+export async function lockSubtree(tx: Tx, rootId: string): Promise<SubtreeTask[]> {
+  for (;;) {
+    const locked = (
+      await tx.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY t.id FOR UPDATE OF t`, [rootId], { prepare: true })
+    ).map(norm);
+    const [again] = await tx.unsafe<{ n: number }[]>(`${SUBTREE} SELECT count(*)::int AS n FROM tree`, [rootId], { prepare: true });
+    if (again!.n === locked.length) return locked.sort((a, b) => a.depth - b.depth || a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+  }
+}
+
+interface HoldRow extends Omit<Hold, 'members'> {
+  request_id: string | null;
+}
+const HOLD_COLUMNS = 'id, workspace_id, root_task_id, mode, release_policy, created_by, reason, created_at, released_at, released_by, released_reason';
+
+async function membersOf(q: Q, holdId: string): Promise<HoldMember[]> {
+  return q<HoldMember[]>`SELECT task_id, depth, task_status, skip_reason FROM tree_hold_members WHERE hold_id = ${holdId} ORDER BY depth, task_id`;
+}
+
+export async function getHold(q: Q, holdId: string): Promise<Hold | null> {
+  const [row] = await q.unsafe<HoldRow[]>(`SELECT ${HOLD_COLUMNS} FROM tree_holds WHERE id = $1`, [holdId], { prepare: true });
+  return row ? { ...row, members: await membersOf(q, holdId) } : null;
+}
+
+/** The active hold one of these tasks is a member of, if any (a task is in at most one, R-4.8). */
+export async function activeHoldOfTasks(q: Q, taskIds: readonly string[]): Promise<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string } | null> {
+  const [row] = await q<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string }[]>`
+    SELECT m.hold_id, m.task_id, h.mode, h.root_task_id FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
+    WHERE m.task_id = ANY(${[...taskIds]}::uuid[]) AND m.active LIMIT 1`;
+  return row ?? null;
+}
+
+/** The active hold of this mode rooted at this task, under its row lock. */
+export async function lockActiveHoldRootedAt(tx: Tx, rootId: string, mode: HoldMode): Promise<Hold | null> {
+  const [row] = await tx.unsafe<HoldRow[]>(`SELECT ${HOLD_COLUMNS} FROM tree_holds WHERE root_task_id = $1 AND mode = $2 AND released_at IS NULL FOR UPDATE`, [rootId, mode], {
+    prepare: true,
+  });
+  return row ? { ...row, members: await membersOf(tx, row.id) } : null;
+}
+
+export async function activeHoldRootedAt(q: Q, rootId: string): Promise<{ id: string; mode: HoldMode } | null> {
+  const [row] = await q<{ id: string; mode: HoldMode }[]>`SELECT id, mode FROM tree_holds WHERE root_task_id = ${rootId} AND released_at IS NULL LIMIT 1`;
+  return row ?? null;
+}
+
+export async function insertHold(
+  tx: Tx,
+  h: { id: string; workspace_id: string; root_task_id: string; mode: HoldMode; created_by: string; reason: string | null; request_id: string | null },
+  members: readonly HoldMember[],
+): Promise<Hold> {
+  const [row] = await tx.unsafe<HoldRow[]>(
+    `INSERT INTO tree_holds (id, workspace_id, root_task_id, mode, created_by, reason, request_id) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${HOLD_COLUMNS}`,
+    [h.id, h.workspace_id, h.root_task_id, h.mode, h.created_by, h.reason, h.request_id],
+    { prepare: true },
+  );
+  // The unique index on active memberships is what makes "at most one active hold" hold under any race.
+  await tx`INSERT INTO tree_hold_members (hold_id, task_id, depth, task_status, skip_reason)
+           SELECT ${h.id}::uuid, m.task_id, m.depth, m.task_status, m.skip_reason
+           FROM jsonb_to_recordset(${tx.json(members as never)}) AS m(task_id uuid, depth int, task_status text, skip_reason text)`;
+  return { ...row!, members: [...members] };
+}
+
+export async function releaseHold(tx: Tx, holdId: string, by: string, reason: string | null): Promise<Hold> {
+  await tx`UPDATE tree_hold_members SET active = false WHERE hold_id = ${holdId}`;
+  const [row] = await tx.unsafe<HoldRow[]>(
+    `UPDATE tree_holds SET released_at = now(), released_by = $2, released_reason = $3 WHERE id = $1 RETURNING ${HOLD_COLUMNS}`,
+    [holdId, by, reason],
+    { prepare: true },
+  );
+  return { ...row!, members: await membersOf(tx, holdId) };
+}
+
+/** B-1 for a whole tree: every member's launch fence moves, so a launch in flight is refused when it registers. */
+export async function bumpFences(tx: Tx, taskIds: readonly string[]): Promise<void> {
+  await tx`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ANY(${[...taskIds]}::uuid[])`;
+}
+
+/** R-4.5: members (already locked) become CANCELLED with cancelled_at; execution locks cleared on every member. */
+export async function cancelTasks(tx: Tx, taskIds: readonly string[]): Promise<TaskRow[]> {
+  await tx`UPDATE tasks SET checkout_agent_id = NULL, checkout_at = NULL WHERE id = ANY(${[...taskIds]}::uuid[]) AND (checkout_agent_id IS NOT NULL OR checkout_at IS NOT NULL)`;
+  const rows = await tx.unsafe<TaskRow[]>(
+    `UPDATE tasks SET status = 'CANCELLED', cancelled_at = now(), updated_at = now() WHERE id = ANY($1::uuid[]) AND status <> 'CANCELLED' RETURNING ${TASK_COLUMNS}`,
+    [[...taskIds]],
+    { prepare: true },
+  );
+  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
+}
+
+/** R-4.6: members (already locked) return to their snapshot status; cancelled_at goes with CANCELLED. */
+export async function restoreTasks(tx: Tx, snapshots: ReadonlyArray<{ task_id: string; task_status: TaskStatus }>): Promise<TaskRow[]> {
+  if (!snapshots.length) return [];
+  const rows = await tx.unsafe<TaskRow[]>(
+    `UPDATE tasks t SET status = s.task_status,
+       cancelled_at = CASE WHEN s.task_status = 'CANCELLED' THEN t.cancelled_at ELSE NULL END, updated_at = now()
+     FROM jsonb_to_recordset($1::jsonb) AS s(task_id uuid, task_status text)
+     WHERE t.id = s.task_id AND t.status IS DISTINCT FROM s.task_status RETURNING ${TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ')}`,
+    [JSON.stringify(snapshots)],
+    { prepare: true },
+  );
+  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
+}
+
+/** Member tasks under their row locks, in id order (the same order a new hold locks them in). */
+export async function lockTasks(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
+  const rows = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, [[...ids]], { prepare: true });
+  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
+}
+
+/** The hold a launch must respect (B-1): the active hold of this task, if any. */
+export async function activeHoldOfTask(q: Q, taskId: string): Promise<{ hold_id: string; mode: HoldMode } | null> {
+  const held = await activeHoldOfTasks(q, [taskId]);
+  return held ? { hold_id: held.hold_id, mode: held.mode } : null;
+}
