@@ -1,12 +1,23 @@
 import { fileURLToPath } from 'node:url';
-import type { ServiceDefinition } from '@kandev/runtime';
+import { consumeEvents, type ServiceDefinition } from '@kandev/runtime';
+import { holdsEndpoints } from './endpoints/holds.js';
 import { HoldsEnv } from './env.js';
+import type { HoldsRuntime } from './flows/context.js';
+import { startDispatcher } from './flows/dispatcher.js';
+import { HOLDS_CONSUMER, onEvent } from './flows/events.js';
 
-/** Tree holds, the wakeup queue and gate, cost events (SPEC R-4). Endpoints land with the tree-controls issue. */
+/** The wakeup queue, its dispatcher and hold gate, cost events and tree cost summaries. */
 export const holdsService: ServiceDefinition<typeof HoldsEnv> = {
   name: 'holds',
   env: HoldsEnv,
   schema: 'holds',
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
-  async start() {},
+  async start(runtime) {
+    const rt = runtime as HoldsRuntime;
+    const dispatcher = startDispatcher(rt);
+    rt.onStop(() => dispatcher.stop());
+    await rt.serve(holdsEndpoints(rt, dispatcher.kick));
+    const consumer = await consumeEvents(rt.nc, { durable: HOLDS_CONSUMER, types: ['tree_hold.created', 'tree_hold.released', 'usage.recorded'], log: rt.log }, (ev) => onEvent(rt, ev));
+    rt.onStop(() => consumer.stop());
+  },
 };

@@ -1,4 +1,4 @@
-import { Orch, validationError, type Endpoint } from '@kandev/contracts';
+import { Holds, Orch, OrchTree, validationError, type Endpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -14,9 +14,10 @@ interface ApiRoute {
   method: 'GET' | 'POST' | 'PATCH';
   url: string;
   endpoint: Endpoint;
-  status: 200 | 201 | 202;
+  /** Response status; a function when the result decides it (a duplicate cost event is 200, a new one 201). */
+  status: 200 | 201 | 202 | ((result: unknown) => number);
   /** The request field that `:id` fills. */
-  idField: 'task_id' | 'session_id' | null;
+  idField: 'task_id' | 'session_id' | 'wakeup_id' | null;
   /** Whether the route forwards a JSON body (absent body = `{}`). */
   body: boolean;
 }
@@ -34,6 +35,16 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
   { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true },
   { method: 'POST', url: '/sessions/:id/cancel', endpoint: Orch.agentCancel, status: 200, idField: 'session_id', body: true },
+  // Task subtree controls (R-4): holds live with the task tree in the orchestrator; wakeups and costs in the holds service.
+  { method: 'POST', url: '/tasks/:id/tree/preview', endpoint: OrchTree.preview, status: 200, idField: 'task_id', body: false },
+  { method: 'POST', url: '/tasks/:id/tree/pause', endpoint: OrchTree.pause, status: 200, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/tree/resume', endpoint: OrchTree.resume, status: 200, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/tree/cancel', endpoint: OrchTree.cancel, status: 200, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/tree/restore', endpoint: OrchTree.restore, status: 200, idField: 'task_id', body: true },
+  { method: 'GET', url: '/tasks/:id/tree/cost-summary', endpoint: Holds.costSummary, status: 200, idField: 'task_id', body: false },
+  { method: 'POST', url: '/cost-events', endpoint: Holds.costRecord, status: (r) => ((r as { duplicate?: boolean }).duplicate ? 200 : 201), idField: null, body: true },
+  { method: 'POST', url: '/wakeups', endpoint: Holds.wakeupCreate, status: 201, idField: null, body: true },
+  { method: 'GET', url: '/wakeups/:id', endpoint: Holds.wakeupGet, status: 200, idField: 'wakeup_id', body: false },
 ];
 
 const Uuid = z.uuid();
@@ -64,7 +75,7 @@ export function registerApiRoutes(app: FastifyInstance, deps: { nc: NatsConnecti
           // Path id and actor are set last: a body cannot name another task or claim another identity.
           const payload = { ...fields, ...(r.idField ? { [r.idField]: pathId(req) } : {}), actor };
           const result = await request(deps.nc, r.endpoint, payload, { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
-          return reply.code(r.status).send(result);
+          return reply.code(typeof r.status === 'function' ? r.status(result) : r.status).send(result);
         }),
     });
   }

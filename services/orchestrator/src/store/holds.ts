@@ -124,14 +124,12 @@ export async function cancelTasks(tx: Tx, taskIds: readonly string[]): Promise<T
 /** R-4.6: members (already locked) return to their snapshot status; cancelled_at goes with CANCELLED. */
 export async function restoreTasks(tx: Tx, snapshots: ReadonlyArray<{ task_id: string; task_status: TaskStatus }>): Promise<TaskRow[]> {
   if (!snapshots.length) return [];
-  const rows = await tx.unsafe<TaskRow[]>(
-    `UPDATE tasks t SET status = s.task_status,
-       cancelled_at = CASE WHEN s.task_status = 'CANCELLED' THEN t.cancelled_at ELSE NULL END, updated_at = now()
-     FROM jsonb_to_recordset($1::jsonb) AS s(task_id uuid, task_status text)
-     WHERE t.id = s.task_id AND t.status IS DISTINCT FROM s.task_status RETURNING ${TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ')}`,
-    [JSON.stringify(snapshots)],
-    { prepare: true },
-  );
+  const rows = await tx<TaskRow[]>`
+    UPDATE tasks t SET status = s.task_status,
+      cancelled_at = CASE WHEN s.task_status = 'CANCELLED' THEN t.cancelled_at ELSE NULL END, updated_at = now()
+    FROM jsonb_to_recordset(${tx.json(snapshots as never)}) AS s(task_id uuid, task_status text)
+    WHERE t.id = s.task_id AND t.status IS DISTINCT FROM s.task_status
+    RETURNING ${tx.unsafe(cols)}`;
   return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
 }
 

@@ -1,0 +1,87 @@
+import { isKandevError, OrchTree } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { outcomeOf, promptOf, type LaunchVerdict } from '../domain/wakeups.js';
+import { claimWakeups, finishWakeup, requeueStaleClaims, requeueWakeup, type WakeupRow } from '../store/wakeups.js';
+import type { HoldsRuntime } from './context.js';
+
+/**
+ * The wakeup dispatcher: claims queued wakeups (gating held ones in the same statement) and asks
+ * the orchestrator to launch a session for each admitted one. The orchestrator's launch is keyed
+ * by wakeup id and refuses a held task under its row lock, so a hold that lands between the
+ * claim and the launch still wins: the wakeup is finished with the hold's skip reason, or its
+ * session is stopped by the hold. Every replica runs one; SKIP LOCKED keeps them apart.
+ */
+export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promise<void> } {
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> | null = null;
+  let again = false;
+  let stopped = false;
+  const log = rt.log.child({ component: 'wakeup-dispatcher' });
+
+  async function launch(w: WakeupRow): Promise<void> {
+    let verdict: LaunchVerdict;
+    try {
+      const prompt = promptOf(w.payload);
+      const res = await request(rt.nc, OrchTree.wakeupLaunch, { wakeup_id: w.id, task_id: w.task_id, ...(prompt ? { prompt } : {}) }, {
+        requestId: `wakeup-${w.id}`,
+        timeoutMs: rt.env.WAKEUP_LAUNCH_TIMEOUT_MS,
+      });
+      verdict = res.launched ? { kind: 'launched', session_id: res.session_id } : { kind: 'refused', hold_mode: res.hold_mode, reason: res.reason };
+    } catch (e) {
+      verdict = { kind: 'failed', error: isKandevError(e) ? `${e.code}: ${e.message}` : String(e) };
+    }
+    const outcome = outcomeOf(verdict, w.attempts, rt.env.WAKEUP_MAX_ATTEMPTS);
+    const ids = { wakeup_id: w.id, task_id: w.task_id };
+    if (outcome.status === 'queued') {
+      log.warn({ ...ids, attempts: w.attempts, verdict }, 'wakeup launch failed; queued again');
+      await requeueWakeup(rt.sql, w.id);
+    } else {
+      log.info({ ...ids, session_id: outcome.session_id, skip_reason: outcome.skip_reason }, 'wakeup dispatched');
+      await finishWakeup(rt.sql, w.id, outcome);
+    }
+  }
+
+  async function round(): Promise<number> {
+    await requeueStaleClaims(rt.sql, rt.env.WAKEUP_CLAIM_TIMEOUT_MS);
+    const claimed = (await rt.sql.begin((tx) => claimWakeups(tx, rt.env.WAKEUP_BATCH))) as Array<WakeupRow & { gate_mode: string | null }>;
+    for (const w of claimed.filter((x) => x.gate_mode)) log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
+    await Promise.all(claimed.filter((x) => !x.gate_mode).map((w) => launch(w).catch((e) => log.error({ err: e, wakeup_id: w.id }, 'recording a wakeup outcome failed'))));
+    return claimed.length;
+  }
+
+  /** Rounds until the queue is drained; one at a time per replica. */
+  function run(): Promise<void> {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      try {
+        do {
+          again = false;
+          while (!stopped && (await round()) === rt.env.WAKEUP_BATCH);
+        } while (again && !stopped);
+      } catch (e) {
+        log.warn({ err: e }, 'dispatch round failed');
+      } finally {
+        running = null;
+      }
+    })();
+    return running;
+  }
+
+  const tick = () => {
+    void run().finally(() => {
+      if (!stopped) timer = setTimeout(tick, rt.env.WAKEUP_POLL_MS).unref();
+    });
+  };
+  timer = setTimeout(tick, rt.env.WAKEUP_POLL_MS).unref();
+  return {
+    kick: () => void run(),
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await running;
+    },
+  };
+}

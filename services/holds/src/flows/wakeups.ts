@@ -1,0 +1,46 @@
+import { canAccessWorkspace, notFound, skipReasonOf, type Actor, type Hold, type Holds, type RequestOf } from '@kandev/contracts';
+import { cancelWakeupsOf, countActiveWakeups, getWakeup, insertWakeup, toWakeup } from '../store/wakeups.js';
+import { gateHold, ungateHold } from '../store/gates.js';
+import type { CallContext, HoldsRuntime } from './context.js';
+import { knownTask } from './tree.js';
+
+/** POST /wakeups: queued for the dispatcher; the same idempotency key on the same task is the same wakeup. */
+export async function createWakeup(rt: HoldsRuntime, call: CallContext, req: RequestOf<typeof Holds.wakeupCreate>, kick: () => void) {
+  const task = await knownTask(rt, call, req.actor, req.task_id);
+  const { wakeup, created } = await insertWakeup(rt.sql, {
+    task_id: task.id,
+    workspace_id: task.workspace_id,
+    reason: req.reason,
+    payload: req.payload,
+    idempotency_key: req.idempotency_key ?? null,
+  });
+  if (created) kick();
+  return toWakeup(wakeup);
+}
+
+export async function readWakeup(rt: HoldsRuntime, actor: Actor, wakeupId: string) {
+  const w = await getWakeup(rt.sql, wakeupId);
+  if (!w || !w.workspace_id || !canAccessWorkspace(actor, w.workspace_id)) throw notFound('wakeup not found');
+  return toWakeup(w);
+}
+
+export async function activeWakeups(rt: HoldsRuntime, taskIds: readonly string[]) {
+  return { count: taskIds.length ? await countActiveWakeups(rt.sql, taskIds) : 0 };
+}
+
+/**
+ * A hold the orchestrator committed: gate its members (R-4.3) and cancel their queued and
+ * claimed wakeups with the hold's reason (R-4.2, R-4.5), in one transaction. Idempotent; reached
+ * both by the orchestrator's call and by the tree_hold.created event.
+ */
+export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancelled_wakeups: number }> {
+  return rt.sql.begin(async (tx) => {
+    if (!(await gateHold(tx, hold))) return { cancelled_wakeups: 0 };
+    return { cancelled_wakeups: await cancelWakeupsOf(tx, hold.members.map((m) => m.task_id), skipReasonOf(hold.mode)) };
+  }) as Promise<{ cancelled_wakeups: number }>;
+}
+
+/** A released hold: its members are no longer gated; nothing is replayed. Idempotent. */
+export async function releaseHold(rt: HoldsRuntime, hold: Hold): Promise<{ released: boolean }> {
+  return rt.sql.begin(async (tx) => ({ released: await ungateHold(tx, hold) })) as Promise<{ released: boolean }>;
+}

@@ -1,0 +1,102 @@
+import { randomUUID } from 'node:crypto';
+import type { HoldMode, Wakeup } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+
+type Q = Sql | Tx;
+const COLS = 'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, claimed_at, finished_at';
+
+export interface WakeupRow extends Wakeup {
+  workspace_id: string | null;
+  attempts: number;
+}
+
+/** Insert, or find the wakeup this task already has under the same idempotency key. */
+export async function insertWakeup(
+  q: Q,
+  w: { task_id: string; workspace_id: string; reason: string; payload: unknown; idempotency_key: string | null },
+): Promise<{ wakeup: WakeupRow; created: boolean }> {
+  const payload = w.payload === undefined ? null : q.json(w.payload as never);
+  const [row] = await q<WakeupRow[]>`
+    INSERT INTO wakeups (id, task_id, workspace_id, reason, payload, status, idempotency_key)
+    VALUES (${randomUUID()}, ${w.task_id}, ${w.workspace_id}, ${w.reason}, ${payload}, 'queued', ${w.idempotency_key})
+    ON CONFLICT (task_id, idempotency_key) DO NOTHING RETURNING ${q.unsafe(COLS)}`;
+  if (row) return { wakeup: row, created: true };
+  const [existing] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE task_id = $1 AND idempotency_key = $2`, [w.task_id, w.idempotency_key], { prepare: true });
+  return { wakeup: existing!, created: false };
+}
+
+export async function getWakeup(q: Q, id: string): Promise<WakeupRow | null> {
+  const [row] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE id = $1`, [id], { prepare: true });
+  return row ?? null;
+}
+
+export async function countActiveWakeups(q: Q, taskIds: readonly string[]): Promise<number> {
+  const [row] = await q<{ n: number }[]>`SELECT count(*)::int AS n FROM wakeups WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed')`;
+  return row!.n;
+}
+
+/**
+ * The dispatcher's claim and the hold gate in ONE statement (R-4.3): queued wakeups are taken
+ * with SKIP LOCKED (replicas never take the same one); those whose task is held are finished
+ * with the hold's skip reason, the others become claimed. No wakeup is both gated and launched.
+ */
+export async function claimWakeups(tx: Tx, limit: number): Promise<Array<WakeupRow & { gate_mode: HoldMode | null }>> {
+  return tx.unsafe<Array<WakeupRow & { gate_mode: HoldMode | null }>>(
+    `WITH picked AS (
+       SELECT w.id, h.mode FROM wakeups w LEFT JOIN held_tasks h ON h.task_id = w.task_id
+       WHERE w.status = 'queued' ORDER BY w.requested_at, w.id LIMIT $1 FOR UPDATE OF w SKIP LOCKED
+     )
+     UPDATE wakeups w SET
+       status = CASE WHEN p.mode IS NULL THEN 'claimed' ELSE 'finished' END,
+       skip_reason = CASE p.mode WHEN 'pause' THEN 'tree_paused' WHEN 'cancel' THEN 'tree_cancelled' ELSE NULL END,
+       claimed_at = now(),
+       finished_at = CASE WHEN p.mode IS NULL THEN NULL ELSE now() END,
+       attempts = w.attempts + CASE WHEN p.mode IS NULL THEN 1 ELSE 0 END
+     FROM picked p WHERE w.id = p.id
+     RETURNING ${COLS.split(', ').map((c) => `w.${c}`).join(', ')}, p.mode AS gate_mode`,
+    [limit],
+    { prepare: true },
+  );
+}
+
+/** Record a launch's outcome, unless a hold cancelled the wakeup meanwhile (its session, if any, is still noted). */
+export async function finishWakeup(q: Q, id: string, o: { skip_reason: string | null; session_id: string | null }): Promise<void> {
+  await q`UPDATE wakeups SET
+            session_id = COALESCE(${o.session_id}::uuid, session_id),
+            skip_reason = CASE WHEN status = 'claimed' THEN ${o.skip_reason} ELSE skip_reason END,
+            finished_at = CASE WHEN status = 'claimed' THEN now() ELSE finished_at END,
+            status = CASE WHEN status = 'claimed' THEN 'finished' ELSE status END
+          WHERE id = ${id}`;
+}
+
+export async function requeueWakeup(q: Q, id: string): Promise<void> {
+  await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL WHERE id = ${id} AND status = 'claimed'`;
+}
+
+/** Claims whose dispatcher died go back to the queue (the launch is keyed by wakeup id, so no double session). */
+export async function requeueStaleClaims(q: Q, olderThanMs: number): Promise<number> {
+  const rows = await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL
+                       WHERE status = 'claimed' AND claimed_at < now() - make_interval(secs => ${olderThanMs / 1000}) RETURNING id`;
+  return rows.length;
+}
+
+/** R-4.2 / R-4.5: queued and claimed wakeups of held tasks are cancelled with the hold's reason. */
+export async function cancelWakeupsOf(q: Q, taskIds: readonly string[], skipReason: string): Promise<number> {
+  const rows = await q`UPDATE wakeups SET status = 'cancelled', skip_reason = ${skipReason}, finished_at = now()
+                       WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed') RETURNING id`;
+  return rows.length;
+}
+
+export const toWakeup = (r: WakeupRow): Wakeup => ({
+  id: r.id,
+  task_id: r.task_id,
+  reason: r.reason,
+  payload: r.payload ?? undefined,
+  status: r.status,
+  skip_reason: r.skip_reason,
+  idempotency_key: r.idempotency_key,
+  session_id: r.session_id,
+  requested_at: r.requested_at,
+  claimed_at: r.claimed_at,
+  finished_at: r.finished_at,
+});
