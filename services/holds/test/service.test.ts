@@ -5,7 +5,7 @@ import { connectNats, request, startService, type NatsConnection, type RunningSe
 import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
 import { holdsService } from '../src/service.js';
 
-/** The holds service skeleton: starts, owns its migrated schema, answers pings. Tree controls land with R-4. */
+/** The holds service starts, owns its migrated schema and answers pings. */
 let nats: TestNats;
 let db: TestDatabase;
 let svc: RunningService;
@@ -26,7 +26,7 @@ it('migrates its own schema and answers its ping', async () => {
   const sql = postgres(db.url, { max: 1 });
   try {
     const tables = await sql`SELECT table_name FROM information_schema.tables WHERE table_schema = 'holds' ORDER BY table_name`;
-    expect(tables.map((t) => t.table_name)).toEqual(['cost_events', 'inbox', 'outbox', 'schema_migrations', 'task_tree', 'tree_hold_members', 'tree_holds', 'wakeups']);
+    expect(tables.map((t) => t.table_name)).toEqual(['cost_events', 'held_tasks', 'hold_gates', 'inbox', 'outbox', 'schema_migrations', 'task_costs', 'task_tree', 'wakeups']);
   } finally {
     await sql.end();
   }

@@ -143,6 +143,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   let accepted: AcceptedStops;
   try {
     accepted = await transact(rt, async (tx, emit) => {
+      // Task before sessions, the order launches, admissions and tree holds lock in.
+      await lockTask(tx, task.id);
       const a = await acceptStops(tx, emit, plan, task.workspace_id, actor);
       if (run.review && a.cancelled.length > 0) await moveToReviewIfIdle(rt, tx, emit, task.id, actor);
       await recordAudit(

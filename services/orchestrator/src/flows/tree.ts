@@ -41,6 +41,15 @@ export const PROPAGATION_WAIT_MS = 1_000;
 
 const UNIQUE_VIOLATION = '23505';
 
+/**
+ * Hold changes of one workspace run one at a time. They lock many task rows at once; two of them
+ * interleaving on overlapping trees is a deadlock waiting to happen, and they are rare operator
+ * actions, so a transaction-scoped advisory lock per workspace costs nothing that matters.
+ */
+async function serialiseHoldsOf(tx: Tx, workspaceId: string): Promise<void> {
+  await tx`SELECT pg_advisory_xact_lock(hashtext(${'kandev-tree-holds:' + workspaceId}))`;
+}
+
 async function accessibleRoot(rt: OrchRuntime, actor: Actor, taskId: string): Promise<TaskRow> {
   return assertCanAccess(actor, await getTask(rt.sql, taskId));
 }
@@ -99,6 +108,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const { hold, teardowns } = await transact(rt, async (tx, emit) => {
+    await serialiseHoldsOf(tx, root.workspace_id);
     const tasks = await lockSubtree(tx, root.id);
     if (!tasks.length) throw notFound('task not found');
     if (tasks.length > MAX_HOLD_MEMBERS) throw conflict('tree is too large for one hold', { task_count: tasks.length, limit: MAX_HOLD_MEMBERS });
@@ -106,6 +116,10 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     const existing = await activeHoldOfTasks(tx, ids);
     if (existing) throw conflict('a task of this tree is already a member of an active hold', { ...existing });
     const members: HoldMember[] = holdMembersOf(tasks, mode);
+    // Task rows are written before anything references them (the members' foreign keys), so
+    // this transaction never upgrades a row lock another one is queued behind.
+    await bumpFences(tx, ids);
+    if (mode === 'cancel') await cancelMembers(tx, emit, tasks, actor);
     let hold: Hold;
     try {
       hold = await tx.savepoint((sp) =>
@@ -115,8 +129,6 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
       if ((e as { code?: string }).code === UNIQUE_VIOLATION) throw conflict('a task of this tree is already a member of an active hold');
       throw e;
     }
-    await bumpFences(tx, ids);
-    if (mode === 'cancel') await cancelMembers(tx, emit, tasks, actor);
     const sessions = await lockActiveSessionsOfTasks(tx, ids);
     const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason), root.workspace_id, actor);
     await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
@@ -152,6 +164,7 @@ export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Act
   const root = await accessibleRoot(rt, actor, taskId);
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const hold = await transact(rt, async (tx, emit) => {
+    await serialiseHoldsOf(tx, root.workspace_id);
     const candidate = await activeHoldOfTasks(tx, [root.id]);
     if (!candidate || candidate.root_task_id !== root.id || candidate.mode !== mode) throw releaseConflict(mode, candidate);
     const current = (await getHold(tx, candidate.hold_id))!;

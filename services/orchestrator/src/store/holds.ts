@@ -92,7 +92,8 @@ export async function insertHold(
   await tx`INSERT INTO tree_hold_members (hold_id, task_id, depth, task_status, skip_reason)
            SELECT ${h.id}::uuid, m.task_id, m.depth, m.task_status, m.skip_reason
            FROM jsonb_to_recordset(${tx.json(members as never)}) AS m(task_id uuid, depth int, task_status text, skip_reason text)`;
-  return { ...row!, members: [...members] };
+  // The order every read of a hold's members has (membersOf).
+  return { ...row!, members: [...members].sort((a, b) => a.depth - b.depth || (a.task_id < b.task_id ? -1 : a.task_id > b.task_id ? 1 : 0)) };
 }
 
 export async function releaseHold(tx: Tx, holdId: string, by: string, reason: string | null): Promise<Hold> {
