@@ -1,4 +1,4 @@
-import { Orch, validationError, type Endpoint } from '@kandev/contracts';
+import { Orch, OrchClarification, validationError, type Endpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -16,7 +16,7 @@ interface ApiRoute {
   endpoint: Endpoint;
   status: 200 | 201 | 202;
   /** The request field that `:id` fills. */
-  idField: 'task_id' | 'session_id' | null;
+  idField: 'task_id' | 'session_id' | 'bundle_id' | null;
   /** Whether the route forwards a JSON body (absent body = `{}`). */
   body: boolean;
 }
@@ -34,6 +34,10 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
   { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true },
   { method: 'POST', url: '/sessions/:id/cancel', endpoint: Orch.agentCancel, status: 200, idField: 'session_id', body: true },
+  { method: 'GET', url: '/tasks/:id/clarifications', endpoint: OrchClarification.ofTask, status: 200, idField: 'task_id', body: false },
+  { method: 'GET', url: '/clarification/:id', endpoint: OrchClarification.get, status: 200, idField: 'bundle_id', body: false },
+  { method: 'POST', url: '/clarification/:id/respond', endpoint: OrchClarification.respond, status: 200, idField: 'bundle_id', body: true },
+  { method: 'POST', url: '/clarification/:id/cancel', endpoint: OrchClarification.cancel, status: 200, idField: 'bundle_id', body: true },
 ];
 
 const Uuid = z.uuid();

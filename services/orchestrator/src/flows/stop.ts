@@ -4,6 +4,7 @@ import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { livenessOf, planTaskStop, StopReasons, taskStopFoundNothing } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit } from '../store/audit.js';
+import { detachPendingBundles } from '../store/clarifications.js';
 import { activeSessionsOfTask, lockSession, sessionsOfTask } from '../store/sessions.js';
 import { bumpFence, getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns } from '../store/turns.js';
@@ -56,6 +57,7 @@ export async function acceptSessionStop(
     const s = await lockSession(tx, sessionId);
     if (!s || !isActiveSession(s.state)) return { accepted: false, execution_id: null, instance_id: null };
     await completeOpenTurns(tx, s.id, 'cancelled');
+    await detachPendingBundles(tx, [s.id], reason); // a stopped session's questions have no waiter
     await changeSessionState(tx, emit, task, s, 'CANCELLED', { cancel_reason: reason, reason, actor });
     return { accepted: true, execution_id: s.execution_id, instance_id: s.instance_id };
   });
