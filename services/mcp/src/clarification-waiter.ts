@@ -20,8 +20,15 @@ interface Watch {
   close(): void;
 }
 
+/** Close events of the last minute, so one that lands before its waiter is registered is not lost. */
+const RECENT_MS = 60_000;
+const RECENT_MAX = 10_000;
+
 class ClosedEvents {
   private readonly watchers = new Map<string, Set<() => void>>();
+  private readonly recent = new Map<string, number>();
+  /** Resolves once the server knows the subscription: an ask sent after this cannot close unseen. */
+  readonly ready: Promise<void>;
 
   constructor(nc: NatsConnection) {
     nc.subscribe(eventSubject('clarification.closed'), {
@@ -35,13 +42,24 @@ class ClosedEvents {
         } catch {
           return; // a malformed event wakes nobody; the next renewal still reports the truth
         }
+        this.remember(bundleId);
         this.watchers.get(bundleId)?.forEach((wake) => wake());
       },
     });
+    this.ready = nc.flush();
+  }
+
+  private remember(bundleId: string): void {
+    const now = Date.now();
+    this.recent.set(bundleId, now);
+    for (const [id, at] of this.recent) {
+      if (this.recent.size <= RECENT_MAX && at > now - RECENT_MS) break;
+      this.recent.delete(id);
+    }
   }
 
   watch(bundleId: string): Watch {
-    let signalled = false;
+    let signalled = this.recent.has(bundleId);
     let wake: (() => void) | null = null;
     const onEvent = () => {
       signalled = true;
@@ -75,7 +93,7 @@ class ClosedEvents {
 }
 
 const perConnection = new WeakMap<NatsConnection, ClosedEvents>();
-function closedEvents(nc: NatsConnection): ClosedEvents {
+export function closedEvents(nc: NatsConnection): ClosedEvents {
   let events = perConnection.get(nc);
   if (!events) {
     events = new ClosedEvents(nc);

@@ -1,7 +1,7 @@
 import { OrchMcpClarification, QUESTION_LIMITS, QuestionAsked } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { z } from 'zod';
-import { awaitOutcome } from '../clarification-waiter.js';
+import { awaitOutcome, closedEvents } from '../clarification-waiter.js';
 import { defineTool } from './tool.js';
 
 /** SPEC R-5: ask the operator questions and wait, within this tool call, for the outcome. */
@@ -28,6 +28,8 @@ export const askUserQuestionsTool = defineTool({
     openWorldHint: true,
   },
   async run(args, ctx) {
+    // Listen for close events before the bundle exists, so its close cannot slip past unseen.
+    await closedEvents(ctx.nc).ready;
     const first = await request(
       ctx.nc,
       OrchMcpClarification.ask,
