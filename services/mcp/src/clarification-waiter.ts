@@ -1,4 +1,4 @@
-import { eventSubject, isKandevError, OrchMcpClarification, type AskOutcome, type ClarificationWait } from '@kandev/contracts';
+import { eventSubject, isKandevError, OrchMcpClarification, unavailable, type AskOutcome, type ClarificationWait } from '@kandev/contracts';
 import { parseEvent, request, type NatsConnection } from '@kandev/runtime';
 import { outcomeOf } from './domain/clarification-outcome.js';
 import type { ToolContext } from './tools/tool.js';
@@ -119,6 +119,8 @@ export async function awaitOutcome(ctx: ToolContext, first: ClarificationWait): 
         return outcomeOf(state.bundle) ?? { bundle_id: bundleId, status: 'detached', detached: true, reason: state.bundle.detached_reason, answers: [], questions: state.bundle.questions };
       }
       await watch.next(Math.min(state.renew_every_ms, remaining));
+      // Shutting down: stop renewing, so the lease lapses and the bundle shows as detached.
+      if (ctx.nc.isClosed() || ctx.nc.isDraining()) throw unavailable('mcp instance is shutting down; the question stays open for the operator');
       try {
         // Renewal is bounded well inside the lease, so a slow reply cannot outlive it unnoticed.
         state = await request(ctx.nc, OrchMcpClarification.renew, ids, { requestId: ctx.requestId, timeoutMs: Math.max(1_000, 2 * state.renew_every_ms) });
