@@ -9,8 +9,9 @@ import { AGENTS, makeTask, startWorld, type World } from './support.js';
  */
 let w: World;
 beforeAll(async () => {
-  // A short lease so a lost mcp instance shows as detached within seconds (renewed every second).
-  w = await startWorld({ CLARIFICATION_LEASE_MS: '3000' });
+  // A short lease so a lost mcp instance shows as detached within seconds (renewed every 2 s; lapses after 6 s
+  // without a renewal, which leaves a busy machine room for a slow one).
+  w = await startWorld({ CLARIFICATION_LEASE_MS: '6000' });
 });
 afterAll(async () => w?.stop());
 
@@ -195,7 +196,7 @@ describe('the mcp service dies while a question waits', () => {
       const detached = await eventually(async () => {
         const b = (await w.api.get(`/clarification/${bundle.id}`)).body;
         return b.detached ? b : null;
-      }, 15_000);
+      }, 20_000);
       expect(detached).toMatchObject({ status: 'pending', waiter_live: false, detached_reason: 'waiter_lost', active: true });
       const res = await w.api.post(`/clarification/${bundle.id}/respond`, { rejected: true });
       expect(res.status).toBe(200);
