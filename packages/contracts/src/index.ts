@@ -7,3 +7,4 @@ export * from './subjects.js';
 export * from './endpoints.js';
 export * from './agentctl.js';
 export * from './tree.js';
+export * from './clarifications.js';

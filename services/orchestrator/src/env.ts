@@ -11,5 +11,14 @@ export const OrchestratorEnv = BaseEnv.extend({
   DEFAULT_AGENT: z.string().default('scripted-acp'),
   /** Interval of the reconciler that re-sends stops for cancelled sessions whose process lives on. */
   RECONCILE_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+  /**
+   * How long an ask_user_questions call waits before its still-pending questions expire. Below the
+   * MCP SDK client's default request timeout (60 s), so a stock client gets the typed `expired`
+   * result instead of its own timeout error; raise it where agents' MCP clients wait longer
+   * (docs/clarifications.md).
+   */
+  CLARIFICATION_TIMEOUT_MS: z.coerce.number().int().positive().default(50_000),
+  /** Lease of a waiting tool call on its bundle; the mcp instance renews it every third of this (ADR 0007). */
+  CLARIFICATION_LEASE_MS: z.coerce.number().int().min(300).default(15_000),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { consumeEvents, type ServiceDefinition } from '@kandev/runtime';
+import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { operatorEndpoints } from './endpoints/operator.js';
@@ -17,7 +18,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
   async start(runtime) {
     const rt = runtime as OrchRuntime;
-    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt)]);
+    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: ['turn.completed', 'execution.stopped'], log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     rt.onStop(startReconciler(rt));

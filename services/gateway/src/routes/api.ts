@@ -1,4 +1,4 @@
-import { Holds, Orch, OrchTree, validationError, type Endpoint } from '@kandev/contracts';
+import { Holds, Orch, OrchClarification, OrchTree, validationError, type Endpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -17,7 +17,7 @@ interface ApiRoute {
   /** Response status; a function when the result decides it (a duplicate cost event is 200, a new one 201). */
   status: 200 | 201 | 202 | ((result: unknown) => number);
   /** The request field that `:id` fills. */
-  idField: 'task_id' | 'session_id' | 'wakeup_id' | null;
+  idField: 'task_id' | 'session_id' | 'wakeup_id' | 'bundle_id' | null;
   /** Whether the route forwards a JSON body (absent body = `{}`). */
   body: boolean;
 }
@@ -45,6 +45,10 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'POST', url: '/cost-events', endpoint: Holds.costRecord, status: (r) => ((r as { duplicate?: boolean }).duplicate ? 200 : 201), idField: null, body: true },
   { method: 'POST', url: '/wakeups', endpoint: Holds.wakeupCreate, status: 201, idField: null, body: true },
   { method: 'GET', url: '/wakeups/:id', endpoint: Holds.wakeupGet, status: 200, idField: 'wakeup_id', body: false },
+  { method: 'GET', url: '/tasks/:id/clarifications', endpoint: OrchClarification.ofTask, status: 200, idField: 'task_id', body: false },
+  { method: 'GET', url: '/clarification/:id', endpoint: OrchClarification.get, status: 200, idField: 'bundle_id', body: false },
+  { method: 'POST', url: '/clarification/:id/respond', endpoint: OrchClarification.respond, status: 200, idField: 'bundle_id', body: true },
+  { method: 'POST', url: '/clarification/:id/cancel', endpoint: OrchClarification.cancel, status: 200, idField: 'bundle_id', body: true },
 ];
 
 const Uuid = z.uuid();

@@ -29,7 +29,8 @@ export const STOP_FACTS =
 const TASK_MODE_INTRO =
   'Kandev task tools. You are a task in a Kandev task tree; your identity comes from your credential, never from tool arguments. ' +
   'create_task_kandev creates a child task of yours (optionally starting it with a prompt); ' +
-  'message_task_kandev and stop_task_kandev steer and halt your direct children; whoami_kandev returns your own task.';
+  'message_task_kandev and stop_task_kandev steer and halt your direct children; ' +
+  'ask_user_questions asks the operator and waits for the answer (or a skip); whoami_kandev returns your own task.';
 
 /** Server instructions per mode. Only task mode carries the stop/steer guidance. */
 export function instructionsFor(mode: McpMode): string {

@@ -1,4 +1,5 @@
 import type { McpMode } from '@kandev/contracts';
+import { askUserQuestionsTool } from './ask-user-questions.js';
 import { createTaskTool } from './create-task.js';
 import { messageTaskTool } from './message-task.js';
 import { stopTaskTool } from './stop-task.js';
@@ -9,9 +10,9 @@ export type { Tool, ToolContext } from './tool.js';
 
 /**
  * Every tool the server knows; each declares the modes it belongs to. A new tool is one file
- * under src/tools/ plus its line here (ask_user_questions lands this way with clarifications).
+ * under src/tools/ plus its line here.
  */
-const ALL_TOOLS: readonly Tool[] = [messageTaskTool, stopTaskTool, createTaskTool, whoamiTool];
+const ALL_TOOLS: readonly Tool[] = [messageTaskTool, stopTaskTool, createTaskTool, askUserQuestionsTool, whoamiTool];
 
 const byMode = new Map<McpMode, ReadonlyMap<string, Tool>>();
 /** The tools a token of this mode may list and call, by name. */

@@ -2,7 +2,9 @@ import { actorLabel, conflict, isActiveSession, isKandevError, Life, notFound, t
 import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { sessionStateAfterTurn } from '../domain/transitions.js';
+import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
+import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, setQueuePaused } from '../store/sessions.js';
 import { completeTurn } from '../store/turns.js';
 import { changeSessionState } from './changes.js';
@@ -39,6 +41,8 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
       await setQueuePaused(tx, s.id, true);
       if (res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
+      // the cancelled turn's questions have nobody waiting on them any more.
+      await detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled);
       const next = sessionStateAfterTurn(s.state);
       if (next) await changeSessionState(tx, emit, task, s, next, { reason: 'turn_cancelled', actor });
       await recordAudit(tx, audit('cancelled'));

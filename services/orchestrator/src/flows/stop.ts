@@ -4,6 +4,7 @@ import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { planChildStop, planIsEmpty, planTaskStop, type CapturedExecution, type StopPlan, type StopReason } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
+import { detachPendingBundles } from '../store/clarifications.js';
 import { activeSessionsOfTask, cancelSessions, lockSessions, sessionsOfTask } from '../store/sessions.js';
 import { bumpFence, getTask, getTasks, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, completeOpenTurnsOfSessions } from '../store/turns.js';
@@ -45,6 +46,8 @@ export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, workspaceI
   const cancelIds = toCancel.map((c) => c.session_id);
   await completeOpenTurnsOfSessions(tx, cancelIds, 'cancelled');
   const cancelled = await cancelSessions(tx, cancelIds, plan.reason);
+  // A question an agent of these sessions still waits on has nobody to resume any more.
+  await detachPendingBundles(tx, cancelIds, plan.reason);
   for (const after of cancelled) {
     const before = rows.get(after.id)!;
     await emit(

@@ -1,0 +1,177 @@
+import { OrchMcpClarification, conflict, type ClarificationBundleView, type ClarificationWait } from '@kandev/contracts';
+import { createLogger, EventPublisher, on, serveEndpoints } from '@kandev/runtime';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { agentToken, connectClient, Harness, uuid } from './harness.js';
+
+/**
+ * The waiting side of ask_user_questions against an orchestrator faked at the subject level: the
+ * fake holds one bundle whose state a test changes, as a responder on another replica would.
+ */
+class FakeBundles {
+  view: ClarificationBundleView | null = null;
+  expiresInMs = 30_000;
+  renewEveryMs = 5_000;
+  renewals = 0;
+  expiries = 0;
+  asked: Array<Record<string, unknown>> = [];
+  askError: Error | null = null;
+
+  wait(): ClarificationWait {
+    return { bundle: this.view!, expires_in_ms: this.view!.status === 'pending' ? this.expiresInMs : 0, renew_every_ms: this.renewEveryMs };
+  }
+  close(status: ClarificationBundleView['status'], questionStatus: 'answered' | 'rejected' | 'cancelled' | 'expired', extra: Partial<ClarificationBundleView> = {}) {
+    const v = this.view!;
+    this.view = {
+      ...v,
+      status,
+      closed_at: new Date().toISOString(),
+      waiter_live: false,
+      active: false,
+      agent_resumed: true,
+      questions: v.questions.map((q) => (q.status === 'pending' ? { ...q, status: questionStatus, answer: questionStatus === 'answered' ? `answer to ${q.id}` : null } : q)),
+      ...extra,
+    };
+  }
+}
+
+let h: Harness;
+const fake = new FakeBundles();
+const clients: Client[] = [];
+
+beforeAll(async () => {
+  h = await Harness.start();
+  await serveEndpoints(h.nc, { service: 'orchestrator', instanceId: 'fake-clar', queue: 'orchestrator', log: createLogger('fake', 'silent') }, [
+    on(OrchMcpClarification.ask, async (req) => {
+      fake.asked.push(req);
+      if (fake.askError) throw fake.askError;
+      const now = new Date().toISOString();
+      fake.view = {
+        id: uuid(),
+        task_id: req.caller_task_id,
+        workspace_id: uuid(),
+        session_id: req.caller_session_id ?? uuid(),
+        turn_id: uuid(),
+        status: 'pending',
+        questions: req.questions.map((q, i) => ({ id: q.id ?? `q${i + 1}`, text: q.text, options: q.options ?? null, status: 'pending' as const, answer: null })),
+        created_at: now,
+        expires_at: now,
+        closed_at: null,
+        reason: null,
+        waiter_live: true,
+        detached: false,
+        detached_reason: null,
+        superseded: false,
+        active: true,
+        agent_resumed: null,
+      };
+      return fake.wait();
+    }),
+    on(OrchMcpClarification.renew, async () => {
+      fake.renewals++;
+      return fake.wait();
+    }),
+    on(OrchMcpClarification.expire, async () => {
+      fake.expiries++;
+      if (fake.view!.status === 'pending') fake.close('expired', 'expired');
+      return fake.wait();
+    }),
+  ]);
+});
+afterEach(async () => {
+  Object.assign(fake, { view: null, expiresInMs: 30_000, renewEveryMs: 5_000, renewals: 0, expiries: 0, asked: [], askError: null });
+  await Promise.all(clients.splice(0).map((c) => c.close().catch(() => undefined)));
+});
+afterAll(async () => h?.stop());
+
+async function agent(claims: { task_id?: string; session_id?: string } = {}) {
+  const client = await connectClient(h.url, await agentToken({ task_id: claims.task_id ?? uuid(), mode: 'task', ...(claims.session_id ? { session_id: claims.session_id } : {}) }));
+  clients.push(client);
+  return client;
+}
+const askCall = (client: Client, questions: unknown[] = [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }]) =>
+  client.callTool({ name: 'ask_user_questions', arguments: { questions } }) as Promise<{ isError?: boolean; content: Array<{ type: string; text?: string }>; structuredContent?: Record<string, unknown> }>;
+async function until(what: string, pred: () => boolean, ms = 5_000) {
+  const end = Date.now() + ms;
+  while (!pred()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+const publishClosed = () => new EventPublisher(h.nc).emit('clarification.closed', { workspace_id: fake.view!.workspace_id, task_id: fake.view!.task_id, session_id: fake.view!.session_id }, { bundle: fake.view! });
+
+describe('ask_user_questions', () => {
+  it('asks for the token\'s task and session, then returns the answers as soon as the close event arrives', async () => {
+    const task = uuid();
+    const session = uuid();
+    const client = await agent({ task_id: task, session_id: session });
+    fake.renewEveryMs = 60_000; // only the event can end this wait in time
+    const pending = askCall(client);
+    await until('the bundle', () => fake.view !== null);
+    expect(fake.asked[0]).toEqual({ caller_task_id: task, caller_session_id: session, questions: [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }] });
+    fake.close('answered', 'answered');
+    await publishClosed();
+    const r = await pending;
+    expect(r.isError).toBeFalsy();
+    expect(r.structuredContent).toMatchObject({ bundle_id: fake.view!.id, status: 'answered', answers: [{ question_id: 'a', answer: 'answer to a' }, { question_id: 'q2', answer: 'answer to q2' }] });
+    expect(JSON.parse(r.content[0]!.text!)).toEqual(r.structuredContent);
+  });
+
+  it('returns the typed rejection through its periodic re-check when the close event is missed', async () => {
+    const client = await agent();
+    fake.renewEveryMs = 100;
+    const pending = askCall(client);
+    await until('the bundle', () => fake.view !== null);
+    fake.close('rejected', 'rejected', { reason: 'not now' });
+    const r = await pending; // no event published
+    expect(r.structuredContent).toMatchObject({ rejected: true, status: 'rejected', reason: 'not now', answers: [] });
+    expect(fake.renewals).toBeGreaterThan(0);
+  });
+
+  it('renews the lease while it waits', async () => {
+    const client = await agent();
+    fake.renewEveryMs = 50;
+    const pending = askCall(client);
+    await until('three renewals', () => fake.renewals >= 3);
+    fake.close('cancelled', 'cancelled');
+    await publishClosed();
+    expect((await pending).structuredContent).toMatchObject({ cancelled: true, status: 'cancelled' });
+  });
+
+  it('expires at the deadline the orchestrator gave', async () => {
+    const client = await agent();
+    fake.expiresInMs = 300;
+    fake.renewEveryMs = 100;
+    const r = await askCall(client);
+    expect(fake.expiries).toBe(1);
+    expect(r.structuredContent).toMatchObject({ expired: true, status: 'expired' });
+  });
+
+  it('stops waiting once the bundle is detached, and never hands over what an operator did after that', async () => {
+    const client = await agent();
+    fake.renewEveryMs = 50;
+    const pending = askCall(client);
+    await until('the bundle', () => fake.view !== null);
+    fake.close('rejected', 'rejected', { detached: true, detached_reason: 'turn_cancelled', agent_resumed: false });
+    await publishClosed();
+    const r = await pending;
+    expect(r.structuredContent).toMatchObject({ detached: true, status: 'detached', reason: 'turn_cancelled' });
+    expect(r.structuredContent).not.toHaveProperty('rejected');
+  });
+
+  it('reports a refused ask as a tool error', async () => {
+    const client = await agent();
+    fake.askError = conflict('no agent turn in flight to attach the questions to');
+    const r = await askCall(client);
+    expect(r.isError).toBe(true);
+    expect(r.content[0]!.text).toBe('backend error [CONFLICT]: no agent turn in flight to attach the questions to');
+  });
+
+  it('validates the questions before asking', async () => {
+    const client = await agent();
+    const r = await askCall(client, []);
+    expect(r.isError).toBe(true);
+    expect(r.structuredContent).toMatchObject({ code: 'VALIDATION_ERROR' });
+    expect(fake.asked).toEqual([]);
+  });
+});
