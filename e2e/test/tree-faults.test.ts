@@ -1,0 +1,95 @@
+import postgres from 'postgres';
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { eventually, processAlive, type ApiClient } from '@kandev/testkit';
+import { makeTask, sleepScript, startWorld, type World } from './support.js';
+
+/**
+ * Tree holds under crashes (R-4, B-5): the hold, its snapshots, status changes, fences and session
+ * stops are one orchestrator transaction, so a kill -9 anywhere leaves all of it or none of it;
+ * what follows the commit (teardowns, wakeup gating) is finished by the reconciler and by the
+ * holds service's event consumer after a restart.
+ */
+let w: World;
+let sql: postgres.Sql;
+beforeAll(async () => {
+  w = await startWorld({ GATEWAY_REQUEST_TIMEOUT_MS: '5000', RECONCILE_INTERVAL_MS: '1000' });
+  sql = postgres(w.stack.db.url, { max: 2, onnotice: () => undefined });
+});
+afterAll(async () => {
+  await sql?.end();
+  await w?.stop();
+});
+
+async function tree(api: ApiClient, children: number) {
+  const { workspace_id, task: root } = await makeTask(api, { title: 'root' });
+  const kids = [];
+  for (let i = 0; i < children; i++) kids.push((await makeTask(api, { workspace_id, parent_id: root.id, title: `kid ${i}` })).task);
+  return { workspace_id, root, kids };
+}
+
+it('kill -9 of the holds service around a cancel: the cancel stands; after a restart the hold gates its members and restore works', async () => {
+  const { workspace_id, root, kids } = await tree(w.api, 2);
+  const s = await w.api.ok('POST', `/tasks/${kids[0]!.id}/sessions`, { prompt: sleepScript(60_000) });
+  const exec = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution, 15_000);
+  w.stack.services.get('holds')!.process.kill('SIGKILL');
+  // A wakeup that was queued when the holds service died (nobody dispatches it while it is down).
+  const queued = randomUUID();
+  await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status) VALUES (${queued}, ${kids[1]!.id}, ${workspace_id}, 'queued before the crash', 'queued')`;
+
+  const res = await w.api.post(`/tasks/${root.id}/tree/cancel`, { reason: 'holds is down' });
+  expect(res.status).toBe(200);
+  const hold = res.body.hold;
+  expect((await w.api.get(`/sessions/${s.id}`)).body.state).toBe('CANCELLED');
+  await eventually(async () => !processAlive(exec.pid), 15_000);
+
+  await w.stack.restart('holds');
+  // The tree_hold.created event reaches the restarted service: members gated, the queued wakeup cancelled or refused.
+  await eventually(async () => (await sql`SELECT task_id FROM holds.held_tasks WHERE hold_id = ${hold.id}`).length === 3, 20_000);
+  const wk = await eventually(async () => {
+    const x = (await w.api.get(`/wakeups/${queued}`)).body;
+    return x.status === 'cancelled' || x.status === 'finished' ? x : null;
+  }, 20_000);
+  expect(wk).toMatchObject({ skip_reason: 'tree_cancelled', session_id: null });
+
+  const restored = await w.api.post(`/tasks/${root.id}/tree/restore`);
+  expect(restored.status).toBe(200);
+  for (const t of [root, ...kids]) expect((await w.api.get(`/tasks/${t.id}`)).body.status).not.toBe('CANCELLED');
+  await eventually(async () => (await sql`SELECT 1 FROM holds.held_tasks WHERE hold_id = ${hold.id}`).length === 0, 10_000);
+});
+
+it('kill -9 of the orchestrator in the middle of a cancel leaves the whole hold or none of it; teardown and restore complete after the restart', async () => {
+  for (const delayMs of [0, 25, 60]) {
+    const { root, kids } = await tree(w.api, 2);
+    const s = await w.api.ok('POST', `/tasks/${kids[0]!.id}/sessions`, { prompt: sleepScript(60_000) });
+    const exec = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution, 15_000);
+    const ids = [root.id, ...kids.map((k) => k.id)];
+
+    const inFlight = w.api.post(`/tasks/${root.id}/tree/cancel`).catch(() => null);
+    await new Promise((r) => setTimeout(r, delayMs));
+    w.stack.services.get('orchestrator')!.process.kill('SIGKILL');
+    await inFlight;
+    await w.stack.restart('orchestrator');
+
+    const holds = await sql`SELECT id FROM orchestrator.tree_holds WHERE root_task_id = ${root.id} AND released_at IS NULL`;
+    const statuses = await sql`SELECT status FROM orchestrator.tasks WHERE id = ANY(${ids})`;
+    const cancelled = statuses.filter((r) => r.status === 'CANCELLED').length;
+    if (holds.length === 1) {
+      // All of it: every member cancelled with its snapshot, the session cancelled.
+      expect(cancelled).toBe(ids.length);
+      const [m] = await sql`SELECT count(*)::int AS n FROM orchestrator.tree_hold_members WHERE hold_id = ${holds[0]!.id}`;
+      expect(m!.n).toBe(ids.length);
+      expect((await w.api.get(`/sessions/${s.id}`)).body.state).toBe('CANCELLED');
+    } else {
+      // None of it: no task left CANCELLED without a hold that can restore it.
+      expect(holds.length).toBe(0);
+      expect(cancelled).toBe(0);
+      expect((await w.api.ok('POST', `/tasks/${root.id}/tree/cancel`)).hold.mode).toBe('cancel');
+    }
+    // Whichever side of the commit the crash fell on, no agent process outlives the cancel
+    // (a teardown request lost with the orchestrator is re-sent by the reconciler).
+    await eventually(async () => !processAlive(exec.pid), 20_000);
+    expect((await w.api.post(`/tasks/${root.id}/tree/restore`)).status).toBe(200);
+    expect((await w.api.get(`/tasks/${kids[1]!.id}`)).body.status).toBe('TODO');
+  }
+});
