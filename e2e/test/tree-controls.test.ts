@@ -200,6 +200,32 @@ describe('cancel and restore', () => {
   });
 });
 
+describe('seed scenario: cancel a tree of 5 with 2 active wakeups', () => {
+  it('cancels all 5, cancels both wakeups (tree_cancelled), snapshots every status, and records a cancel hold', async () => {
+    const { workspace_id, task: ceo } = await makeTask(w.api, { title: 'CEO' });
+    const kids = [];
+    for (const title of ['architect', 'frontend', 'backend', 'tests']) kids.push(await child(w.api, workspace_id, ceo.id, title));
+    await w.api.ok('PATCH', `/tasks/${kids[1]!.id}`, { status: 'IN_PROGRESS' });
+    // Scheduled for later, so they are still active when the cancel comes.
+    const later = new Date(Date.now() + 3_600_000).toISOString();
+    const wakes = [
+      await w.api.ok('POST', '/wakeups', { task_id: kids[0]!.id, reason: 'scheduled', run_at: later }),
+      await w.api.ok('POST', '/wakeups', { task_id: kids[2]!.id, reason: 'task_comment', run_at: later }),
+    ];
+    const preview = await w.api.ok('POST', `/tasks/${ceo.id}/tree/preview`);
+    expect(preview).toMatchObject({ task_count: 5, active_wakeup_count: 2, active_hold: null });
+    const { hold } = await w.api.ok('POST', `/tasks/${ceo.id}/tree/cancel`);
+    expect(hold).toMatchObject({ mode: 'cancel', root_task_id: ceo.id });
+    expect(hold.members).toHaveLength(5);
+    expect(hold.members.find((m: { task_id: string }) => m.task_id === kids[1]!.id).task_status).toBe('IN_PROGRESS');
+    for (const t of [ceo, ...kids]) expect(await statusOf(w.api, t.id)).toBe('CANCELLED');
+    for (const wk of wakes) expect((await w.api.get(`/wakeups/${wk.id}`)).body).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled', session_id: null });
+    expect((await w.api.ok('POST', `/tasks/${ceo.id}/tree/preview`)).active_wakeup_count).toBe(0);
+    await w.api.ok('POST', `/tasks/${ceo.id}/tree/restore`);
+    expect(await statusOf(w.api, kids[1]!.id)).toBe('IN_PROGRESS');
+  });
+});
+
 describe('cost summary', () => {
   it('sums the whole subtree, archived grandchild included, counting a duplicate usage_event_id once', async () => {
     const { workspace_id, task: root } = await makeTask(w.api, { title: 'root' });

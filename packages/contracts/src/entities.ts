@@ -101,6 +101,7 @@ export const Wakeup = z.object({
   idempotency_key: z.string().nullable().optional(),
   session_id: id.nullable(),
   requested_at: ts,
+  run_at: ts.nullable().optional(),
   claimed_at: ts.nullable(),
   finished_at: ts.nullable(),
 });

@@ -97,6 +97,8 @@ export const Holds = {
       reason: z.string().min(1).max(200),
       payload: z.record(z.string(), z.unknown()).optional(),
       idempotency_key: z.string().min(1).max(200).optional(),
+      /** Not dispatched before this instant (a scheduled wakeup); default: at once. */
+      run_at: z.iso.datetime({ offset: true }).optional(),
     }),
     Wakeup,
   ),

@@ -24,9 +24,13 @@ CREATE INDEX held_tasks_hold ON held_tasks (hold_id);
 -- Wakeups are scoped to their task's workspace; an idempotency key is unique per task, not across tenants.
 ALTER TABLE wakeups ADD COLUMN workspace_id uuid;
 ALTER TABLE wakeups ADD COLUMN attempts int NOT NULL DEFAULT 0;
+-- A wakeup may be scheduled: it is not dispatched before run_at (NULL = as soon as possible).
+ALTER TABLE wakeups ADD COLUMN run_at timestamptz;
 ALTER TABLE wakeups DROP CONSTRAINT wakeups_idempotency_key_key;
 ALTER TABLE wakeups ADD CONSTRAINT wakeups_task_idempotency_key UNIQUE (task_id, idempotency_key);
 CREATE INDEX wakeups_claimed ON wakeups (claimed_at) WHERE status = 'claimed';
+DROP INDEX wakeups_queued;
+CREATE INDEX wakeups_queued ON wakeups (COALESCE(run_at, requested_at), id) WHERE status = 'queued';
 CREATE INDEX wakeups_active_task ON wakeups (task_id) WHERE status IN ('queued', 'claimed');
 
 -- Per-task cost rollup, updated in the cost event's own transaction: a tree's summary costs

@@ -119,6 +119,19 @@ describe('wakeup dispatch', () => {
     expect(await settled(w.id)).toMatchObject({ status: 'finished', skip_reason: 'tree_cancelled', session_id: null });
   });
 
+  it('does not dispatch a scheduled wakeup before its run_at, and does after', async () => {
+    const runAt = Date.now() + 1_500;
+    const w = await wakeup(randomUUID(), { run_at: new Date(runAt).toISOString() });
+    expect(w.run_at).toBeTruthy();
+    // Polled well inside the window: many dispatcher rounds (every 20 ms) pass without taking it.
+    while (Date.now() < runAt - 300) {
+      expect((await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: w.id })).status).toBe('queued');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(await settled(w.id)).toMatchObject({ status: 'finished', skip_reason: null });
+    expect(launches.get(w.id)).toBe(1);
+  });
+
   it('returns the same wakeup for the same idempotency key on the same task only', async () => {
     const [t1, t2] = [randomUUID(), randomUUID()];
     const a = await wakeup(t1, { idempotency_key: 'same' });

@@ -13,6 +13,7 @@ export async function createWakeup(rt: HoldsRuntime, call: CallContext, req: Req
     reason: req.reason,
     payload: req.payload,
     idempotency_key: req.idempotency_key ?? null,
+    run_at: req.run_at ?? null,
   });
   if (created) kick();
   return toWakeup(wakeup);

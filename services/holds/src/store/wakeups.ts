@@ -3,7 +3,7 @@ import type { HoldMode, Wakeup } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 
 type Q = Sql | Tx;
-const COLS = 'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, claimed_at, finished_at';
+const COLS = 'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, run_at, claimed_at, finished_at';
 
 export interface WakeupRow extends Wakeup {
   workspace_id: string | null;
@@ -13,12 +13,12 @@ export interface WakeupRow extends Wakeup {
 /** Insert, or find the wakeup this task already has under the same idempotency key. */
 export async function insertWakeup(
   q: Q,
-  w: { task_id: string; workspace_id: string; reason: string; payload: unknown; idempotency_key: string | null },
+  w: { task_id: string; workspace_id: string; reason: string; payload: unknown; idempotency_key: string | null; run_at: string | null },
 ): Promise<{ wakeup: WakeupRow; created: boolean }> {
   const payload = w.payload === undefined ? null : q.json(w.payload as never);
   const [row] = await q<WakeupRow[]>`
-    INSERT INTO wakeups (id, task_id, workspace_id, reason, payload, status, idempotency_key)
-    VALUES (${randomUUID()}, ${w.task_id}, ${w.workspace_id}, ${w.reason}, ${payload}, 'queued', ${w.idempotency_key})
+    INSERT INTO wakeups (id, task_id, workspace_id, reason, payload, status, idempotency_key, run_at)
+    VALUES (${randomUUID()}, ${w.task_id}, ${w.workspace_id}, ${w.reason}, ${payload}, 'queued', ${w.idempotency_key}, ${w.run_at})
     ON CONFLICT (task_id, idempotency_key) DO NOTHING RETURNING ${q.unsafe(COLS)}`;
   if (row) return { wakeup: row, created: true };
   const [existing] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE task_id = $1 AND idempotency_key = $2`, [w.task_id, w.idempotency_key], { prepare: true });
@@ -44,7 +44,8 @@ export async function claimWakeups(tx: Tx, limit: number): Promise<Array<WakeupR
   return tx.unsafe<Array<WakeupRow & { gate_mode: HoldMode | null }>>(
     `WITH picked AS (
        SELECT w.id, h.mode FROM wakeups w LEFT JOIN held_tasks h ON h.task_id = w.task_id
-       WHERE w.status = 'queued' ORDER BY w.requested_at, w.id LIMIT $1 FOR UPDATE OF w SKIP LOCKED
+       WHERE w.status = 'queued' AND COALESCE(w.run_at, w.requested_at) <= now()
+       ORDER BY COALESCE(w.run_at, w.requested_at), w.id LIMIT $1 FOR UPDATE OF w SKIP LOCKED
      )
      UPDATE wakeups w SET
        status = CASE WHEN p.mode IS NULL THEN 'claimed' ELSE 'finished' END,
@@ -97,6 +98,7 @@ export const toWakeup = (r: WakeupRow): Wakeup => ({
   idempotency_key: r.idempotency_key,
   session_id: r.session_id,
   requested_at: r.requested_at,
+  run_at: r.run_at ?? null,
   claimed_at: r.claimed_at,
   finished_at: r.finished_at,
 });
