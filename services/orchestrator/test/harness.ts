@@ -54,6 +54,15 @@ export async function startHarness() {
     async createChild(caller_task_id: string, fields: { title: string; agent?: string; prompt?: string; idempotency_key?: string }) {
       return request(nc, OrchMcp.createTask, { caller_task_id, agent_token: await agentToken(caller_task_id), ...fields });
     },
+    /** Every row of the orchestrator's tables, to compare before and after a refused request. */
+    async snapshot() {
+      const tables = ['workspaces', 'tasks', 'sessions', 'turns', 'queued_messages', 'audit_log', 'idempotency_keys'];
+      const out: Record<string, unknown[]> = {};
+      for (const t of tables) out[t] = await sql.unsafe(`SELECT * FROM orchestrator.${t} ORDER BY 1, 2`);
+      // Events staged for publication (publication itself updates published_at, so only what was staged).
+      out.outbox = await sql.unsafe(`SELECT id, subject FROM orchestrator.outbox ORDER BY id`);
+      return out;
+    },
     async stop() {
       await sql.end();
       await nc.close();
