@@ -202,3 +202,13 @@ describe('queued messages: any task of the workspace may queue (pinned rule, doc
     expect(res.status).toBe('started');
   });
 });
+
+describe('workspace scope', () => {
+  it('a workspace-scoped operator may not create workspaces; an all-workspaces one may', async () => {
+    const ws = await h.workspace();
+    const before = await h.snapshot();
+    await expect(request(h.nc, Orch.workspaceCreate, { actor: { type: 'operator', id: 'scoped', workspaces: [ws.id] }, name: 'mine' })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    expect(await h.snapshot()).toEqual(before);
+    await expect(request(h.nc, Orch.workspaceCreate, { actor: operator, name: 'ok' })).resolves.toMatchObject({ name: 'ok' });
+  });
+});

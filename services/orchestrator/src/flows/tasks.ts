@@ -11,7 +11,13 @@ import { once } from './idempotency.js';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
 
+/**
+ * Only an operator whose token covers every workspace (`["*"]`) creates workspaces
+ * (docs/security.md): a scoped token could not even see the workspace it made, and widening
+ * one's own scope is not the scoped operator's call.
+ */
 export async function createWorkspace(rt: OrchRuntime, actor: OperatorActor, name: string) {
+  if (!actor.workspaces.includes('*')) throw forbidden('only an operator token for all workspaces may create workspaces');
   const ws = await insertWorkspace(rt.sql, name);
   rt.log.info({ workspace_id: ws.id, actor: actor.id }, 'workspace created');
   return ws;
