@@ -34,10 +34,17 @@ describe('validation before effects', () => {
     expect((await h.getTask(child.id)).status).toBe('TODO');
   });
 
-  it('refuses a task whose own agent is unknown at session start, without a state change', async () => {
+  it('refuses a task naming an unknown agent at creation, and one whose agent left the catalogue at session start', async () => {
     const ws = await h.workspace();
+    let before = await h.snapshot();
+    await expect(request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: ws.id, title: 't', agent: 'ghost-agent' })).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+    expect(await h.snapshot()).toEqual(before);
+    h.life.agents.add('ghost-agent');
     const task = await request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: ws.id, title: 't', agent: 'ghost-agent' });
-    const before = await h.snapshot();
+    h.life.agents.delete('ghost-agent');
+    // The orchestrator trusts a known name for AGENT_CATALOGUE_TTL_MS; a start after that re-asks.
+    await new Promise((r) => setTimeout(r, rt().env.AGENT_CATALOGUE_TTL_MS + 50));
+    before = await h.snapshot();
     await expect(h.startSession(task.id, 'go')).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
     expect(await h.snapshot()).toEqual(before);
   });

@@ -6,7 +6,8 @@ import { sessionsOfTask } from '../store/sessions.js';
 import { getTask, insertTask, insertWorkspace, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
 import { toSession, toTask } from '../store/rows.js';
 import { changeTaskStatus } from './changes.js';
-import { transact, type OrchRuntime } from './context.js';
+import { assertKnownAgent } from './agents.js';
+import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once } from './idempotency.js';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
@@ -23,9 +24,11 @@ export async function createWorkspace(rt: OrchRuntime, actor: OperatorActor, nam
   return ws;
 }
 
-/** POST /tasks: with an `idempotency_key`, the same key from the same operator answers with the first task. */
-export async function createTask(rt: OrchRuntime, req: Req<'taskCreate'>): Promise<Task> {
+/** POST /tasks: the agent, when named, must be launchable; with an `idempotency_key`, the same key from the same operator answers with the first task. */
+export async function createTask(rt: OrchRuntime, call: CallContext, req: Req<'taskCreate'>): Promise<Task> {
   if (!canAccessWorkspace(req.actor, req.workspace_id)) throw forbidden('no access to this workspace');
+  // A task naming an agent nobody can launch would only fail later, at its first start.
+  if (req.agent) await assertKnownAgent(rt, call, req.agent);
   return once<Task>(rt, { scope: actorLabel(req.actor), operation: 'orch.task.create', key: req.idempotency_key }, req, () => insertNewTask(rt, req));
 }
 
