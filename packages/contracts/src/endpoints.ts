@@ -103,7 +103,7 @@ export const Orch = {
   /** Lifecycle asks, under the task's row lock, whether a launch that just registered may live (B-1). */
   executionAdmit: endpoint(
     'orch.execution.admit',
-    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative(), instance_id: z.string().max(200).optional() }),
+    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative(), instance_id: text({ min: 1, max: 200 }).optional() }),
     z.object({ admitted: z.boolean(), reason: z.string().nullable() }),
   ),
 } as const;
