@@ -237,6 +237,67 @@ describe('every MCP tool: hostile arguments → a clean tool error, no change', 
   });
 });
 
+// ------------------------------------------------------------------ the reported defects, one by one
+describe('regressions of issue 10', () => {
+  it('a NUL reason on cancel and stop: 400 VALIDATION_ERROR, the turn runs on, no audit row', async () => {
+    const before = await quietSnapshot();
+    for (const path of [`/sessions/${ids.session}/cancel`, `/tasks/${ids.child}/stop`]) {
+      const res = await w.api.post(path, { reason: 'because\u0000' });
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('VALIDATION_ERROR');
+    }
+    expect(await snapshot()).toBe(before);
+    const s = (await w.api.get(`/sessions/${ids.session}`)).body;
+    expect(s.state).toBe('RUNNING');
+    expect(s.turns.at(-1).completed_at).toBeNull();
+    expect((await w.api.get(`/tasks/${ids.child}/audit`)).body).toEqual([]);
+    expect(processAlive(ids.pid)).toBe(true);
+  });
+
+  it('NUL in a workspace name, task title, session prompt: 400, never 500', async () => {
+    for (const [path, body] of [
+      ['/workspaces', { name: 'a\u0000' }],
+      ['/tasks', { workspace_id: ids.wsA, title: 'a\u0000' }],
+      [`/tasks/${ids.parent}/sessions`, { prompt: 'a\u0000' }],
+    ] as const) {
+      const res = await w.api.post(path, body);
+      expect({ path, status: res.status, code: res.body.error?.code }).toEqual({ path, status: 400, code: 'VALIDATION_ERROR' });
+    }
+  });
+
+  it('a 1 MB prompt is refused as the caller\'s mistake (400), not a retryable outage (503)', async () => {
+    const res = await w.api.post(`/tasks/${ids.parent}/sessions`, { prompt: 'a'.repeat(1024 * 1024) });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('BAD_REQUEST');
+    expect((await w.api.get(`/tasks/${ids.parent}`)).body.sessions).toEqual([]);
+  });
+
+  it('a session start with an unknown agent (real lifecycle catalogue) leaves the task as it was', async () => {
+    const { task } = await makeTask(w.api, { workspace_id: ids.wsA, title: 'unknown agent' });
+    const res = await w.api.post(`/tasks/${task.id}/sessions`, { agent: 'no-such-agent', prompt: 'go' });
+    expect(res.status).toBe(400);
+    expect(res.body.error.message).toMatch(/unknown agent/);
+    const t = (await w.api.get(`/tasks/${task.id}`)).body;
+    expect(t.status).toBe('TODO');
+    expect(t.sessions).toEqual([]);
+  });
+
+  it('create_task_kandev with a bad agent creates no child; a retry with the same idempotency_key creates one child', async () => {
+    const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(ids.parent));
+    try {
+      const bad = await mcp.callJson('create_task_kandev', { title: 'kid', agent: 'no-such-agent', prompt: 'go' });
+      expect(bad.text).toMatch(/^backend error \[VALIDATION_ERROR\]/);
+      const a = await mcp.callJson('create_task_kandev', { title: 'kid', idempotency_key: 'retry-1' });
+      const b = await mcp.callJson('create_task_kandev', { title: 'kid', idempotency_key: 'retry-1' });
+      expect(b.json.id).toBe(a.json.id);
+      const [row] = await sql`SELECT count(*)::int AS n FROM orchestrator.tasks WHERE parent_id = ${ids.parent} AND title = 'kid'`;
+      expect(row!.n).toBe(1);
+    } finally {
+      await mcp.close();
+    }
+  });
+});
+
 // ------------------------------------------------------------------ tokens
 describe('token table: gateway, /ws and MCP refuse every broken token, and nothing leaks', () => {
   const leaks = (body: unknown) => JSON.stringify(body).includes(ids.childTitle) || JSON.stringify(body).includes(ids.session);
