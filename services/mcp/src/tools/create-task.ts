@@ -1,6 +1,5 @@
 import { Limits, OrchMcp, text } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { z } from 'zod';
 import { defineTool } from './tool.js';
 
 /** SPEC: a coordinator creates a child of itself, optionally starting it with a prompt. */
