@@ -30,8 +30,9 @@ export function parseEnv<S extends z.ZodType>(schema: S, source: NodeJS.ProcessE
   if (parsed.success) return parsed.data;
   const problems = parsed.error.issues.map((i) => {
     const key = i.path.join('.');
-    // The rule is safe to show; the value never is (zod messages here do not include it).
-    return SECRET_KEYS.test(key) ? `${key}: ${i.message} (value hidden)` : `${key}: ${i.message}`;
+    // The rule is safe to show; the value never is (these zod messages do not include it).
+    if (!SECRET_KEYS.test(key) || i.code === 'invalid_type') return `${key}: ${i.message}`;
+    return `${key}: ${i.message} (value hidden)`;
   });
   throw new Error(`invalid environment:\n  ${problems.join('\n  ')}`);
 }

@@ -1,3 +1,4 @@
+import { createSecretKey, type KeyObject } from 'node:crypto';
 import { SignJWT, jwtVerify, errors as joseErrors, type JWTPayload } from 'jose';
 import { McpMode, unauthorized } from '@kandev/contracts';
 import { z } from 'zod';
@@ -6,7 +7,17 @@ export const OPERATOR_AUDIENCE = 'kandev-gateway';
 export const AGENT_AUDIENCE = 'kandev-mcp';
 const ISSUER = 'kandev';
 
-const key = (secret: string) => new TextEncoder().encode(secret);
+const keys = new Map<string, KeyObject>();
+/** The HMAC key, imported once per secret (importing it on every verify costs more than the verify). */
+function key(secret: string): KeyObject {
+  let k = keys.get(secret);
+  if (!k) {
+    k = createSecretKey(Buffer.from(secret, 'utf8'));
+    if (keys.size > 16) keys.clear(); // tests use a handful of secrets; a service uses one
+    keys.set(secret, k);
+  }
+  return k;
+}
 
 export const OperatorClaims = z.object({ sub: z.string().min(1), workspaces: z.array(z.string()).min(1) });
 export type OperatorClaims = z.infer<typeof OperatorClaims>;
