@@ -92,9 +92,12 @@ describe('issue 10 domain rules', () => {
     expect(statusAfterFailedLaunch('IN_PROGRESS', 'IN_PROGRESS', 0)).toBeNull();
   });
   it('a stalled task (IN_PROGRESS, nothing active) goes to REVIEW', () => {
-    expect(statusOfStalledTask('IN_PROGRESS', 0)).toBe('REVIEW');
-    expect(statusOfStalledTask('IN_PROGRESS', 1)).toBeNull();
-    expect(statusOfStalledTask('TODO', 0)).toBeNull();
+    const t = { status: 'IN_PROGRESS' as const, archived_at: null, office: false };
+    expect(statusOfStalledTask(t, 0)).toBe('REVIEW');
+    expect(statusOfStalledTask(t, 1)).toBeNull();
+    expect(statusOfStalledTask({ ...t, status: 'TODO' }, 0)).toBeNull();
+    expect(statusOfStalledTask({ ...t, office: true }, 0)).toBeNull(); // its scheduler decides
+    expect(statusOfStalledTask({ ...t, archived_at: '2026-01-01T00:00:00Z' }, 0)).toBeNull();
   });
   it('queue.changed carries a bounded prompt preview, never half a surrogate pair', () => {
     const long = { prompt: 'a'.repeat(EVENT_PROMPT_PREVIEW - 1) + '😀' + 'b'.repeat(50) };

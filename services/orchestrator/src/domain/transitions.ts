@@ -32,10 +32,11 @@ export function statusAfterFailedLaunch(current: TaskStatus, previous: TaskStatu
 
 /**
  * Reconciler repair: a task IN_PROGRESS with no active session (a launch or execution lost without
- * a transition) goes to REVIEW, like a stopped task, once it has been so for the configured bound.
+ * a transition) goes to REVIEW, like a stopped task (R-1.4: not archived or office-managed ones,
+ * whose status their owner decides), once it has been so for the configured bound.
  */
-export function statusOfStalledTask(current: TaskStatus, activeSessions: number): TaskStatus | null {
-  return current === 'IN_PROGRESS' && activeSessions === 0 ? 'REVIEW' : null;
+export function statusOfStalledTask(task: ReviewCandidate, activeSessions: number): TaskStatus | null {
+  return task.status === 'IN_PROGRESS' && activeSessions === 0 && mayMoveToReview(task, []) ? 'REVIEW' : null;
 }
 
 /** Session state when a turn ends on an execution that stays up (READY). */

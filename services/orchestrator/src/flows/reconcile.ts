@@ -90,7 +90,7 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   const bound = rt.env.STALLED_TASK_AFTER_MS;
   const stalled = await rt.sql<{ id: string }[]>`
     SELECT t.id FROM tasks t
-    WHERE t.status = 'IN_PROGRESS' AND t.updated_at < now() - make_interval(secs => ${bound / 1000})
+    WHERE t.status = 'IN_PROGRESS' AND NOT t.office AND t.archived_at IS NULL AND t.updated_at < now() - make_interval(secs => ${bound / 1000})
       AND NOT EXISTS (
         SELECT 1 FROM sessions s WHERE s.task_id = t.id
           AND (s.state = ANY(${[...ACTIVE_SESSION_STATES]}) OR s.updated_at > now() - make_interval(secs => ${bound / 1000})))
@@ -101,7 +101,7 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
       const task = await lockTask(tx, id);
       if (!task) return false;
       // Re-check under the task's lock: a start may have happened since the listing.
-      const next = statusOfStalledTask(task.status, (await activeSessionsOfTask(tx, id)).length);
+      const next = statusOfStalledTask(task, (await activeSessionsOfTask(tx, id)).length);
       if (!next) return false;
       await changeTaskStatus(tx, emit, task, next, { actor: { type: 'system', id: 'reconciler' }, reason: 'no_active_session' });
       return true;
