@@ -61,6 +61,14 @@ describe('task mode', () => {
     expect(Object.keys(create.inputSchema.properties ?? {}).sort()).toEqual(['agent', 'description', 'idempotency_key', 'prompt', 'title']);
   });
 
+  it('states who may send what in message_task_kandev (docs/security.md): interrupt only to direct children, queued to any task of the workspace', async () => {
+    const client = await clientFor('task');
+    const { tools } = await client.listTools();
+    const text = tools.find((t) => t.name === 'message_task_kandev')!.description!;
+    expect(text).toMatch(/interrupt only to your direct children/);
+    expect(text).toMatch(/queued message may go to any task in your workspace/);
+  });
+
   it('tells the agent when to interrupt and when to stop, in both descriptions and the instructions', async () => {
     const client = await clientFor('task');
     const { tools } = await client.listTools();
