@@ -139,6 +139,17 @@ describe('oversized input', () => {
     expect(calls).toEqual(['orch.session.start']);
   });
 
+  it('a body nested 100,000 levels deep → 4xx in the SPEC shape, and the gateway keeps serving', async () => {
+    for (const body of ['['.repeat(100_000) + ']'.repeat(100_000), `{"title":${'{"a":'.repeat(50_000)}1${'}'.repeat(50_000)}}`]) {
+      const res = await post('/tasks', body);
+      expect(res.status).toBeGreaterThanOrEqual(400);
+      expect(res.status).toBeLessThan(500);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toMatch(/^(BAD_REQUEST|VALIDATION_ERROR)$/);
+    }
+    expect(calls).toEqual([]);
+    expect((await post('/workspaces', { name: 'still up' })).status).toBe(201);
+  });
+
   it('a 20 KB header → 400 with the SPEC body, not the framework own', async () => {
     const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const url = new URL(`${gw.http}/tasks/${TASK}`);
