@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { connectNats, createLogger, on, request, serveEndpoints, type NatsConnection } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
@@ -7,7 +7,8 @@ import { startNats, type TestNats } from '@kandev/testkit';
 /**
  * R-7.1 defence in depth: with the deployed NATS users and permissions (deploy/nats), the
  * gateway's credentials cannot publish on the orchestrator's MCP subjects at all; only the mcp
- * service's can. Runs a real nats-server with that configuration.
+ * service's can. And each service's JetStream API rights are only those of its own stream,
+ * consumer and bucket (issue 10). Runs a real nats-server with that configuration.
  */
 const conf = fileURLToPath(new URL('../../deploy/nats/test-permissions.conf', import.meta.url));
 let nats: TestNats;
@@ -71,4 +72,83 @@ it('lets the gateway user reach the operator surface', async () => {
   } finally {
     await gateway.close();
   }
+});
+
+const pass = (user: string) => `${user}-test-pass`;
+/** 'denied' when the server refuses the publish (permissions violation), else 'allowed' (an answer, no responders or a timeout). */
+async function publishRight(nc: NatsConnection, subject: string): Promise<'allowed' | 'denied'> {
+  try {
+    await nc.request(subject, new TextEncoder().encode('{}'), { timeout: 1500 });
+    return 'allowed';
+  } catch (e) {
+    return /permission/i.test(String((e as Error).message ?? e) + String((e as { cause?: unknown }).cause ?? '')) ? 'denied' : 'allowed';
+  }
+}
+
+const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
+  gateway: [
+    ['$JS.API.INFO', 'denied'],
+    ['$JS.API.STREAM.CREATE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
+    ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
+    ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
+    ['kandev.evt.task.created', 'denied'],
+    ['kandev.orch.task.get', 'allowed'],
+  ],
+  mcp: [
+    ['$JS.API.INFO', 'denied'],
+    ['$JS.API.STREAM.CREATE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
+    ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
+    ['kandev.evt.task.created', 'denied'],
+    ['kandev.orch.task.stop', 'denied'],
+  ],
+  orchestrator: [
+    ['$JS.API.INFO', 'allowed'],
+    ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],
+    ['$JS.API.STREAM.UPDATE.KANDEV_EVENTS', 'allowed'],
+    ['$JS.API.STREAM.DELETE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.STREAM.PURGE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.STREAM.CREATE.SOMETHING_ELSE', 'denied'],
+    ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.orchestrator-lifecycle', 'allowed'],
+    ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.someone-else', 'denied'],
+    ['$JS.API.CONSUMER.DELETE.KANDEV_EVENTS.orchestrator-lifecycle', 'denied'],
+    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
+  ],
+  lifecycle: [
+    ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],
+    ['$JS.API.STREAM.DELETE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'allowed'],
+    ['$JS.API.STREAM.CREATE.SOMETHING_ELSE', 'denied'],
+    ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
+    ['kandev.orch.mcp.stop_task', 'denied'],
+  ],
+  holds: [
+    ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],
+    ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.holds-events', 'allowed'],
+    ['$JS.API.CONSUMER.DELETE.KANDEV_EVENTS.holds-events', 'denied'],
+    ['$JS.API.STREAM.DELETE.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
+    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
+  ],
+};
+
+describe.each(Object.keys(JS_RULES))('JetStream API rights of the %s user', (user) => {
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    nc = await connectNats({ url: nats.url, name: `${user}-rights`, user, pass: pass(user) });
+  });
+  afterAll(async () => {
+    await nc?.close().catch(() => undefined);
+  });
+  it.each(JS_RULES[user]!)('%s → %s', async (subject, expected) => {
+    expect(await publishRight(nc, subject)).toBe(expected);
+  });
+});
+
+it('the server logs each refused publish (what the whole-stack permission test looks for)', () => {
+  expect(nats.output()).toMatch(/Publish Violation|Permissions Violation/i);
 });

@@ -5,7 +5,7 @@ export const AGENTS = ['scripted-acp', 'scripted-codex'] as const;
 export type World = AgentStack;
 
 /** The whole stack with a scripted-agent observation log and an operator client; short teardown grace. */
-export const startWorld = (env: NodeJS.ProcessEnv = {}): Promise<World> => startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env });
+export const startWorld = (env: NodeJS.ProcessEnv = {}, opts: { natsPermissions?: boolean } = {}): Promise<World> => startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env }, opts);
 
 export const sleepScript = (ms: number, extra: Record<string, unknown> = {}) => JSON.stringify({ script: [{ sleep_ms: ms }, { say: 'done sleeping' }], ...extra });
 

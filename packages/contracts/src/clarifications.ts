@@ -3,6 +3,10 @@ import { Actor, OperatorActor } from './envelope.js';
 import { ClarificationBundle } from './entities.js';
 import type { Endpoint } from './endpoints.js';
 import { SUBJECT_PREFIX } from './subjects.js';
+import { Limits, text } from './text.js';
+
+/** The calling agent's own token, forwarded by the mcp service and verified by the orchestrator (docs/security.md). */
+const agentToken = text({ min: 1, max: Limits.token }).optional();
 
 /*
  * Clarifications (SPEC R-5): an agent asks questions over MCP, an operator answers, skips
@@ -107,14 +111,15 @@ export const OrchMcpClarification = {
     'orch.mcp.clarification.ask',
     z.object({
       caller_task_id: id,
+      agent_token: agentToken,
       /** From the agent's token; without it the task's session with a turn in flight is used. */
       caller_session_id: id.optional(),
       questions: z.array(QuestionAsked).min(1).max(QUESTION_LIMITS.questions),
     }),
     ClarificationWait,
   ),
-  renew: endpoint('orch.mcp.clarification.renew', z.object({ caller_task_id: id, bundle_id: id }), ClarificationWait),
-  expire: endpoint('orch.mcp.clarification.expire', z.object({ caller_task_id: id, bundle_id: id }), ClarificationWait),
+  renew: endpoint('orch.mcp.clarification.renew', z.object({ caller_task_id: id, agent_token: agentToken, bundle_id: id }), ClarificationWait),
+  expire: endpoint('orch.mcp.clarification.expire', z.object({ caller_task_id: id, agent_token: agentToken, bundle_id: id }), ClarificationWait),
 } as const;
 
 /**

@@ -12,6 +12,7 @@ import {
 } from './entities.js';
 import { DeliveryMode, ExecutionStatus, McpMode, Protocol, TaskStatus } from './enums.js';
 import { SUBJECT_PREFIX } from './subjects.js';
+import { Limits, text } from './text.js';
 
 /** A request/reply endpoint: its subject, the request it accepts and the result it answers. */
 export interface Endpoint<Req extends z.ZodType = z.ZodType, Res extends z.ZodType = z.ZodType> {
@@ -46,7 +47,16 @@ const instanceEndpoint = <Req extends z.ZodType, Res extends z.ZodType>(
 });
 
 const id = z.uuid();
-const reason = z.string().max(2000).nullable().optional();
+const reason = text({ max: Limits.reason }).nullable().optional();
+const title = text({ min: 1, max: Limits.title });
+const description = text({ max: Limits.description });
+const agentName = text({ min: 1, max: Limits.agent });
+const prompt = text({ min: 1, max: Limits.prompt });
+/**
+ * Optional client-chosen key of a create or message: the same key again (from the same caller)
+ * answers with the first result instead of acting twice (an agent retrying after a timeout).
+ */
+const idempotencyKey = text({ min: 1, max: Limits.idempotencyKey }).optional();
 
 // ---------------------------------------------------------------- orchestrator (operator surface)
 export const TaskStopExecution = z.object({ session_id: id, execution_id: id, orphaned: z.boolean() });
@@ -61,29 +71,30 @@ export const RegistryEntryView = z.object({
 });
 
 export const Orch = {
-  workspaceCreate: endpoint('orch.workspace.create', z.object({ actor: OperatorActor, name: z.string().min(1).max(200) }), Workspace),
+  workspaceCreate: endpoint('orch.workspace.create', z.object({ actor: OperatorActor, name: text({ min: 1, max: Limits.name }) }), Workspace),
   taskCreate: endpoint(
     'orch.task.create',
     z.object({
       actor: Actor,
       workspace_id: id,
-      title: z.string().min(1).max(500),
-      description: z.string().max(20000).nullable().optional(),
+      title,
+      description: description.nullable().optional(),
       parent_id: id.nullable().optional(),
       office: z.boolean().optional(),
-      agent: z.string().min(1).max(200).nullable().optional(),
+      agent: agentName.nullable().optional(),
+      idempotency_key: idempotencyKey,
     }),
     Task,
   ),
   taskGet: endpoint('orch.task.get', z.object({ actor: Actor, task_id: id }), TaskWithSessions),
   taskUpdate: endpoint(
     'orch.task.update',
-    z.object({ actor: Actor, task_id: id, title: z.string().min(1).max(500).optional(), status: TaskStatus.optional(), archived: z.boolean().optional() }),
+    z.object({ actor: Actor, task_id: id, title: title.optional(), status: TaskStatus.optional(), archived: z.boolean().optional() }),
     Task,
   ),
-  sessionStart: endpoint('orch.session.start', z.object({ actor: Actor, task_id: id, agent: z.string().min(1).optional(), prompt: z.string().optional() }), Session),
+  sessionStart: endpoint('orch.session.start', z.object({ actor: Actor, task_id: id, agent: agentName.optional(), prompt: text({ max: Limits.prompt }).optional() }), Session),
   sessionGet: endpoint('orch.session.get', z.object({ actor: Actor, session_id: id }), SessionDetail),
-  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt: z.string().min(1) }), z.object({ turn_id: id })),
+  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt }), z.object({ turn_id: id })),
   agentCancel: endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
   taskStop: endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult),
   taskExecutions: endpoint('orch.task.executions', z.object({ actor: Actor, task_id: id }), z.array(RegistryEntryView)),
@@ -92,26 +103,36 @@ export const Orch = {
   /** Lifecycle asks, under the task's row lock, whether a launch that just registered may live (B-1). */
   executionAdmit: endpoint(
     'orch.execution.admit',
-    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative(), instance_id: z.string().optional() }),
+    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative(), instance_id: text({ min: 1, max: 200 }).optional() }),
     z.object({ admitted: z.boolean(), reason: z.string().nullable() }),
   ),
 } as const;
 
 // ---------------------------------------------------------------- orchestrator (MCP surface; only the mcp service may publish here)
 const callerTaskId = id;
+/**
+ * The calling agent's own MCP token, forwarded by the mcp service. The orchestrator verifies it
+ * (audience, expiry, signature, task_id = caller_task_id) before anything else, so a request
+ * published on kandev.orch.mcp.> by anyone who lacks the token is refused even where NATS
+ * permissions are too wide. Optional in the schema only for wire compatibility: the orchestrator
+ * refuses a request without it (UNAUTHORIZED).
+ */
+const agentToken = text({ min: 1, max: Limits.token }).optional();
 export const McpStopResult = z.object({ task_id: id, status: z.enum(['stopped', 'not_running']) });
 export const McpMessageResult = z.object({ task_id: id, session_id: id, status: z.enum(['queued', 'sent', 'started']) });
 
 export const OrchMcp = {
-  stopTask: endpoint('orch.mcp.stop_task', z.object({ caller_task_id: callerTaskId, task_id: id }), McpStopResult),
+  stopTask: endpoint('orch.mcp.stop_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),
   messageTask: endpoint(
     'orch.mcp.message_task',
     z.object({
       caller_task_id: callerTaskId,
+      agent_token: agentToken,
       task_id: id,
-      prompt: z.string().min(1).max(100_000),
+      prompt,
       session_id: id.optional(),
       delivery_mode: DeliveryMode.optional(),
+      idempotency_key: idempotencyKey,
     }),
     McpMessageResult,
   ),
@@ -119,14 +140,16 @@ export const OrchMcp = {
     'orch.mcp.create_task',
     z.object({
       caller_task_id: callerTaskId,
-      title: z.string().min(1).max(500),
-      description: z.string().max(20000).optional(),
-      agent: z.string().min(1).optional(),
-      prompt: z.string().min(1).optional(),
+      agent_token: agentToken,
+      title,
+      description: description.optional(),
+      agent: agentName.optional(),
+      prompt: prompt.optional(),
+      idempotency_key: idempotencyKey,
     }),
     Task.extend({ session_id: id.nullable() }),
   ),
-  whoami: endpoint('orch.mcp.whoami', z.object({ caller_task_id: callerTaskId }), Task),
+  whoami: endpoint('orch.mcp.whoami', z.object({ caller_task_id: callerTaskId, agent_token: agentToken }), Task),
 } as const;
 
 // ---------------------------------------------------------------- lifecycle
@@ -135,27 +158,29 @@ export const LaunchRequest = z.object({
   task_id: id,
   session_id: id,
   workspace_id: id,
-  agent: z.string().min(1),
+  agent: agentName,
   fence_epoch: z.number().int().nonnegative(),
   /** Tool set of the agent's MCP token; unset = the lifecycle deployment's AGENT_MCP_MODE. */
   mcp_mode: McpMode.optional(),
   /** First prompt, sent once the agent is up. */
-  prompt: z.string().optional(),
+  prompt: text({ max: Limits.prompt }).optional(),
   turn_id: id.optional(),
   /** Context sent as its own block before the prompt (who sent it). */
-  context: z.string().max(10_000).optional(),
+  context: text({ max: 10_000 }).optional(),
 });
 export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
 export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
+  /** Names of the agents this lifecycle deployment can launch (the orchestrator checks a start against it before any write). */
+  agents: endpoint('life.agent.list', z.object({}), z.object({ agents: z.array(z.string()) })),
   list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),
   /** `task_id`, when the caller knows it, makes this one exact-key read instead of a key search. */
   get: endpoint('life.exec.get', z.object({ execution_id: id, task_id: id.optional() }), Execution.nullable()),
   prompt: instanceEndpoint(
     'life',
     'exec.prompt',
-    z.object({ execution_id: id, turn_id: id, prompt: z.string().min(1), context: z.string().max(10_000).optional() }),
+    z.object({ execution_id: id, turn_id: id, prompt, context: text({ max: 10_000 }).optional() }),
     z.object({ turn_id: id }),
   ),
   cancel: instanceEndpoint(
@@ -175,7 +200,7 @@ export const Life = {
   stop: instanceEndpoint(
     'life',
     'exec.stop',
-    z.object({ execution_id: id, reason: z.string().min(1), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() }),
+    z.object({ execution_id: id, reason: text({ min: 1, max: Limits.reason }), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() }),
     z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() }),
   ),
 } as const;

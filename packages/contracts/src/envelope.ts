@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ErrorBody } from './errors.js';
+import { Limits, text } from './text.js';
 
 /** Every request/reply on NATS answers with this envelope. */
 export const replyEnvelope = <T extends z.ZodType>(result: T) =>
@@ -9,16 +10,16 @@ export type Reply<T> = { ok: true; result: T } | { ok: false; error: ErrorBody }
 /** Who asked for something; the edge (gateway, mcp) verified it. */
 export const OperatorActor = z.object({
   type: z.literal('operator'),
-  id: z.string().min(1),
+  id: text({ min: 1, max: Limits.actorId }),
   /** `['*']` = every workspace. */
-  workspaces: z.array(z.string()).min(1),
+  workspaces: z.array(text({ min: 1, max: 100 })).min(1).max(Limits.workspaces),
 });
 export const AgentActor = z.object({
   type: z.literal('agent'),
   task_id: z.uuid(),
   session_id: z.uuid().nullable().optional(),
 });
-export const SystemActor = z.object({ type: z.literal('system'), id: z.string().min(1) });
+export const SystemActor = z.object({ type: z.literal('system'), id: text({ min: 1, max: Limits.actorId }) });
 export const Actor = z.discriminatedUnion('type', [OperatorActor, AgentActor, SystemActor]);
 export type Actor = z.infer<typeof Actor>;
 export type OperatorActor = z.infer<typeof OperatorActor>;

@@ -8,3 +8,4 @@ export * from './endpoints.js';
 export * from './agentctl.js';
 export * from './tree.js';
 export * from './clarifications.js';
+export * from './text.js';

@@ -6,7 +6,10 @@ export const BaseEnv = z.object({
   NATS_USER: z.string().optional(),
   NATS_PASS: z.string().optional(),
   DATABASE_URL: z.string().optional(),
-  KANDEV_JWT_SECRET: z.string().min(16).default('kandev-dev-secret-change-me-please'),
+  /** Required, no default: a known default secret would let anyone mint tokens. */
+  KANDEV_JWT_SECRET: z
+    .string({ error: (i) => (i.input === undefined ? 'is required (at least 16 characters); services refuse to start without it' : 'must be a string') })
+    .min(16, { error: 'must be at least 16 characters' }),
   INSTANCE_ID: z.string().regex(/^[A-Za-z0-9_-]+$/).optional(),
   /** Port of the /healthz, /readyz and /metrics server; 0 = any free port. */
   HEALTH_PORT: z.coerce.number().int().min(0).max(65535).default(0),
@@ -27,7 +30,9 @@ export function parseEnv<S extends z.ZodType>(schema: S, source: NodeJS.ProcessE
   if (parsed.success) return parsed.data;
   const problems = parsed.error.issues.map((i) => {
     const key = i.path.join('.');
-    return SECRET_KEYS.test(key) ? `${key}: invalid (value hidden)` : `${key}: ${i.message}`;
+    // The rule is safe to show; the value never is (these zod messages do not include it).
+    if (!SECRET_KEYS.test(key) || i.code === 'invalid_type') return `${key}: ${i.message}`;
+    return `${key}: ${i.message} (value hidden)`;
   });
   throw new Error(`invalid environment:\n  ${problems.join('\n  ')}`);
 }

@@ -1,4 +1,5 @@
-import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
+import { createSecretKey, type KeyObject } from 'node:crypto';
+import { SignJWT, jwtVerify, errors as joseErrors, type JWTPayload } from 'jose';
 import { McpMode, unauthorized } from '@kandev/contracts';
 import { z } from 'zod';
 
@@ -6,12 +7,25 @@ export const OPERATOR_AUDIENCE = 'kandev-gateway';
 export const AGENT_AUDIENCE = 'kandev-mcp';
 const ISSUER = 'kandev';
 
-const key = (secret: string) => new TextEncoder().encode(secret);
+const keys = new Map<string, KeyObject>();
+/** The HMAC key, imported once per secret (importing it on every verify costs more than the verify). */
+function key(secret: string): KeyObject {
+  let k = keys.get(secret);
+  if (!k) {
+    k = createSecretKey(Buffer.from(secret, 'utf8'));
+    if (keys.size > 16) keys.clear(); // tests use a handful of secrets; a service uses one
+    keys.set(secret, k);
+  }
+  return k;
+}
 
 export const OperatorClaims = z.object({ sub: z.string().min(1), workspaces: z.array(z.string()).min(1) });
 export type OperatorClaims = z.infer<typeof OperatorClaims>;
-export const AgentClaims = z.object({ task_id: z.uuid(), session_id: z.uuid().optional(), mode: McpMode.default('task'), execution_id: z.uuid().optional() });
+/** Agent claims as verified: `mode` is required (an agent token without one is refused, never served as `task`). */
+export const AgentClaims = z.object({ task_id: z.uuid(), session_id: z.uuid().optional(), mode: McpMode, execution_id: z.uuid().optional() });
 export type AgentClaims = z.infer<typeof AgentClaims>;
+/** What a signer may pass: `mode` defaults to `task` when minting (lifecycle always sets it). */
+const AgentClaimsInput = AgentClaims.extend({ mode: McpMode.default('task') });
 
 export async function signOperatorToken(secret: string, claims: OperatorClaims, ttl = '12h'): Promise<string> {
   return new SignJWT({ workspaces: claims.workspaces })
@@ -24,8 +38,8 @@ export async function signOperatorToken(secret: string, claims: OperatorClaims, 
     .sign(key(secret));
 }
 
-export async function signAgentToken(secret: string, claims: z.input<typeof AgentClaims>, ttl = '24h'): Promise<string> {
-  const c = AgentClaims.parse(claims);
+export async function signAgentToken(secret: string, claims: z.input<typeof AgentClaimsInput>, ttl = '24h'): Promise<string> {
+  const c = AgentClaimsInput.parse(claims);
   return new SignJWT({ task_id: c.task_id, mode: c.mode, ...(c.session_id ? { session_id: c.session_id } : {}), ...(c.execution_id ? { execution_id: c.execution_id } : {}) })
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject(`task:${c.task_id}`)
@@ -36,14 +50,21 @@ export async function signAgentToken(secret: string, claims: z.input<typeof Agen
     .sign(key(secret));
 }
 
+/**
+ * Signature (HS256 only: `alg: none` and every other algorithm are refused), audience and expiry.
+ * `exp` is required: a token that never expires is refused. `iss`, when present, must be `kandev`.
+ */
 async function verify(secret: string, token: string, audience: string) {
+  let payload: JWTPayload;
   try {
-    const { payload } = await jwtVerify(token, key(secret), { audience, algorithms: ['HS256'] });
-    return payload;
+    ({ payload } = await jwtVerify(token, key(secret), { audience, algorithms: ['HS256'], requiredClaims: ['exp'] }));
   } catch (e) {
     if (e instanceof joseErrors.JWTExpired) throw unauthorized('token expired');
+    if (e instanceof joseErrors.JWTClaimValidationFailed && e.claim === 'exp') throw unauthorized('token has no expiry (exp)');
     throw unauthorized('invalid token');
   }
+  if (payload.iss !== undefined && payload.iss !== ISSUER) throw unauthorized('invalid token issuer');
+  return payload;
 }
 
 export async function verifyOperatorToken(secret: string, token: string): Promise<OperatorClaims> {

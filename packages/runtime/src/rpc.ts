@@ -8,6 +8,8 @@ import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
 import { metrics } from './metrics.js';
 
 const enc = new TextEncoder();
+/** Room left in the server's max payload for the message's headers (request id, trace context). */
+const HEADER_ALLOWANCE = 4 * 1024;
 const dec = new TextDecoder();
 
 export interface HandlerContext {
@@ -160,9 +162,14 @@ export async function request<E extends Endpoint>(
     const h: MsgHdrs = natsHeaders();
     if (opts.requestId) h.set(Headers.requestId, opts.requestId);
     injectTrace(h);
+    const data = enc.encode(JSON.stringify(parsed.data));
+    // The contracts bound every field so this cannot happen for a valid request; should it ever,
+    // it is the caller's input that is too big (VALIDATION_ERROR), not a retryable outage.
+    const maxPayload = nc.info?.max_payload;
+    if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE) throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
     let msg: Msg;
     try {
-      msg = await nc.request(endpoint.subject, enc.encode(JSON.stringify(parsed.data)), { timeout: opts.timeoutMs ?? 5_000, headers: h });
+      msg = await nc.request(endpoint.subject, data, { timeout: opts.timeoutMs ?? 5_000, headers: h });
     } catch (e) {
       if (isNoResponders(e)) throw unavailable(`no ${endpoint.name} responder`, e);
       if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out`, e);

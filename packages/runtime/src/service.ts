@@ -20,6 +20,12 @@ export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
   /** PostgreSQL schema this service owns; omit for services without data. */
   schema?: string;
   migrationsDir?: string;
+  /**
+   * Whether it publishes events and so ensures the event stream at start-up (default true). The
+   * gateway and mcp only read live events on a core subscription: they need, and under
+   * deploy/nats/permissions.conf have, no JetStream API rights.
+   */
+  publishesEvents?: boolean;
   /** Wire up endpoints, consumers and timers. Runs after connections are up. May return URLs it serves. */
   start(rt: ServiceRuntime<z.infer<S>>): Promise<void | { urls?: Record<string, string> }>;
 }
@@ -61,7 +67,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
   const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS });
-  await ensureEventStream(nc);
+  if (def.publishesEvents !== false) await ensureEventStream(nc);
   let sql: Sql | undefined;
   if (def.schema) {
     if (!env.DATABASE_URL) throw new Error(`${def.name} needs DATABASE_URL`);

@@ -34,6 +34,12 @@ describe('typed request/reply endpoints over real NATS', () => {
     await nats?.stop();
   });
 
+  it('refuses a request bigger than the server max payload as VALIDATION_ERROR, not an UNAVAILABLE outage', async () => {
+    const big: Endpoint = { name: 'test.big', subject: 'kandev.test.nobody', request: z.object({ s: z.string() }), result: z.object({}) };
+    const err = await request(nc, big, { s: 'a'.repeat(nc.info!.max_payload) }).catch((e) => e);
+    expect(err).toMatchObject({ code: 'VALIDATION_ERROR', message: expect.stringMatching(/too large/) });
+  });
+
   it('round-trips a valid request', async () => {
     await expect(request(nc, echo, { n: 21 })).resolves.toEqual({ doubled: 42 });
   });

@@ -8,7 +8,10 @@ import { readAgentEvents, type AgentEvent } from './agents/events.js';
 import { ApiClient } from './clients.js';
 import { startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
-import { serviceEntry } from './paths.js';
+import { repoRoot, serviceEntry } from './paths.js';
+
+/** deploy/nats/permissions.conf on one local server; each user's password is `<user>-test-pass`. */
+export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
 
 export const STACK_SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'] as const;
 export type StackService = (typeof STACK_SERVICES)[number];
@@ -33,8 +36,10 @@ export interface Stack {
  * The whole system as processes, the way `npm start` runs it, on a nats-server and database of
  * this test's own. Tests then drive it only through the public surfaces (INTERFACES.md).
  */
-export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: string } = {}): Promise<Stack> {
-  const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
+export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: string; natsPermissions?: boolean } = {}): Promise<Stack> {
+  // With natsPermissions, the deployed NATS users and permissions (deploy/nats) apply: each service
+  // connects as its own user, as in production.
+  const [nats, db] = await Promise.all([startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}), createTestDatabase()]);
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   const secret = 'stack-test-secret-0123456789abcdef';
   const baseEnv: NodeJS.ProcessEnv = {
@@ -52,6 +57,7 @@ export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: str
   const envFor = (name: StackService): NodeJS.ProcessEnv => ({
     ...baseEnv,
     INSTANCE_ID: `${name}-1`,
+    ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
   const launch = async (name: StackService) => {
@@ -108,9 +114,9 @@ export interface AgentStack {
 }
 
 /** The whole stack with the scripted agents' observation log and an operator API client (e2e tests, benches). */
-export async function startAgentStack(env: NodeJS.ProcessEnv = {}): Promise<AgentStack> {
+export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: { natsPermissions?: boolean } = {}): Promise<AgentStack> {
   const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
-  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env } });
+  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env }, ...(opts.natsPermissions ? { natsPermissions: true } : {}) });
   const token = await stack.operatorToken();
   return {
     stack,

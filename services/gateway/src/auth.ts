@@ -3,7 +3,7 @@ import { verifyOperatorToken } from '@kandev/runtime';
 
 export interface Operator {
   actor: OperatorActor;
-  /** Epoch ms after which the token is no longer valid; null when it carries no `exp`. */
+  /** Epoch ms after which the token is no longer valid (every accepted token has `exp`; null only if it cannot be read). */
   expiresAt: number | null;
 }
 

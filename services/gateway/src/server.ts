@@ -1,13 +1,13 @@
 import fastifyWebsocket from '@fastify/websocket';
 import type { Logger, NatsConnection } from '@kandev/runtime';
 import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
+import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
 
-const BODY_LIMIT_BYTES = 1024 * 1024;
 
 export interface GatewayServerOptions {
   nc: NatsConnection;
@@ -32,6 +32,13 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     // Fastify's own 503-on-close body is not the SPEC shape; request-context sheds load instead.
     return503OnClosing: false,
     bodyLimit: BODY_LIMIT_BYTES,
+    http: { maxHeaderSize: MAX_HEADER_BYTES },
+    // Oversized headers and unparsable requests never reach a route: answer them in the SPEC shape too.
+    clientErrorHandler: (err, socket) => {
+      if ((err as { code?: string }).code === 'ECONNRESET' || socket.destroyed) return;
+      if (socket.writable) socket.end(clientErrorResponse(err as { code?: unknown }));
+      else socket.destroy(err);
+    },
     frameworkErrors: (_err, _req, reply) => {
       void (reply as unknown as FastifyReply).code(400).send({ error: { code: 'BAD_REQUEST', message: 'malformed request' } });
     },

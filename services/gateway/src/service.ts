@@ -11,6 +11,7 @@ const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../console', import.meta.url)
 export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
   name: 'gateway',
   env: GatewayEnv,
+  publishesEvents: false,
   async start(rt) {
     const consoleDir = resolveConsoleDir(rt.env.CONSOLE_DIR);
     if (rt.env.CONSOLE_DIR && !consoleDir) rt.log.warn({ console_dir: rt.env.CONSOLE_DIR }, 'CONSOLE_DIR is not a directory; /ui/ answers 404');

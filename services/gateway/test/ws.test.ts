@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { forbidden, notFound, Orch, OrchMcp } from '@kandev/contracts';
-import { connectNats, createLogger, EventPublisher, on, request, serveEndpoints, signOperatorToken, type NatsConnection, type RunningService } from '@kandev/runtime';
+import { connectNats, createLogger, ensureEventStream, EventPublisher, on, request, serveEndpoints, signOperatorToken, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { fixtures, operatorToken, refusedUpgrade, SECRET, startGateway, WsTestClient } from './helpers.js';
 
@@ -26,6 +26,7 @@ beforeAll(async () => {
   nats = await startNats();
   gw = await startGateway(nats.url);
   nc = await connectNats({ url: nats.url, name: 'gateway-ws-test' });
+  await ensureEventStream(nc); // as an event-publishing service would; the gateway itself never creates it
   publisher = new EventPublisher(nc);
   token = await operatorToken([WS1]);
   const record = (endpoint: string, req: any) => calls.push({ endpoint, req });

@@ -107,7 +107,7 @@ export async function awaitOutcome(ctx: ToolContext, first: ClarificationWait): 
   const bundleId = first.bundle.id;
   const deadline = Date.now() + first.expires_in_ms;
   const watch = closedEvents(ctx.nc).watch(bundleId);
-  const ids = { caller_task_id: ctx.caller.task_id, bundle_id: bundleId };
+  const ids = { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken, bundle_id: bundleId };
   let state = first;
   try {
     for (;;) {

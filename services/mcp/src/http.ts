@@ -31,11 +31,11 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
 }
 
-async function authenticate(req: IncomingMessage, secret: string): Promise<{ ok: true; claims: AgentClaims } | { ok: false; message: string; presented: boolean }> {
+async function authenticate(req: IncomingMessage, secret: string): Promise<{ ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean }> {
   const token = bearer(req.headers.authorization);
   if (!token) return { ok: false, message: 'missing bearer token', presented: false };
   try {
-    return { ok: true, claims: await verifyAgentToken(secret, token) };
+    return { ok: true, claims: await verifyAgentToken(secret, token), token };
   } catch (e) {
     return { ok: false, message: isKandevError(e) ? e.message : 'invalid token', presented: true };
   }
@@ -65,6 +65,7 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       nc: opts.nc,
       log,
       caller: auth.claims,
+      callerToken: auth.token,
       requestId,
       requestTimeoutMs: opts.requestTimeoutMs,
       trace: propagation.extract(context.active(), req.headers),

@@ -13,6 +13,8 @@ export interface CallScope {
   nc: NatsConnection;
   log: Logger;
   caller: AgentClaims;
+  /** The caller's own token, forwarded with every orchestrator request (verified there again). */
+  callerToken: string;
   requestId: string;
   requestTimeoutMs: number;
   /** Trace context extracted from the HTTP request (`traceparent`), parent of every tool span. */
@@ -91,7 +93,7 @@ async function runTool(tool: Tool | undefined, requested: string, args: unknown,
     const summary = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ');
     return toolFailure(validationError(`invalid arguments for ${tool.name}: ${summary}`, { issues }));
   }
-  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs };
+  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, callerToken: scope.callerToken, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs };
   try {
     return toolSuccess(await tool.run(parsed.data, ctx));
   } catch (e) {

@@ -10,6 +10,7 @@ import { startMcpHttp } from './http.js';
 export const mcpService: ServiceDefinition<typeof McpEnv> = {
   name: 'mcp',
   env: McpEnv,
+  publishesEvents: false,
   async start(rt) {
     const http = await startMcpHttp({
       host: rt.env.MCP_HOST,

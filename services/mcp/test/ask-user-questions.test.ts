@@ -1,5 +1,5 @@
 import { OrchMcpClarification, conflict, type ClarificationBundleView, type ClarificationWait } from '@kandev/contracts';
-import { createLogger, EventPublisher, on, serveEndpoints } from '@kandev/runtime';
+import { createLogger, ensureEventStream, EventPublisher, on, serveEndpoints } from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { agentToken, connectClient, Harness, uuid } from './harness.js';
@@ -41,6 +41,8 @@ const clients: Client[] = [];
 
 beforeAll(async () => {
   h = await Harness.start();
+  // The mcp service creates no stream (it uses no JetStream API); this test publishes close events itself.
+  await ensureEventStream(h.nc);
   await serveEndpoints(h.nc, { service: 'orchestrator', instanceId: 'fake-clar', queue: 'orchestrator', log: createLogger('fake', 'silent') }, [
     on(OrchMcpClarification.ask, async (req) => {
       fake.asked.push(req);
@@ -108,7 +110,7 @@ describe('ask_user_questions', () => {
     fake.renewEveryMs = 60_000; // only the event can end this wait in time
     const pending = askCall(client);
     await until('the bundle', () => fake.view !== null);
-    expect(fake.asked[0]).toEqual({ caller_task_id: task, caller_session_id: session, questions: [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }] });
+    expect(fake.asked[0]).toEqual({ caller_task_id: task, agent_token: expect.stringMatching(/^eyJ/), caller_session_id: session, questions: [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }] });
     fake.close('answered', 'answered');
     await publishClosed();
     const r = await pending;

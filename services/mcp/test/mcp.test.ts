@@ -2,6 +2,7 @@ import { KandevError, OrchMcp } from '@kandev/contracts';
 import { signOperatorToken, signAgentToken } from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { hostileTokens } from '@kandev/testkit';
 import { agentToken, connectClient, fakeTask, Harness, SECRET, uuid } from './harness.js';
 
 type ToolResult = { isError?: boolean; content: Array<{ type: string; text?: string }>; structuredContent?: Record<string, unknown> };
@@ -50,14 +51,22 @@ describe('task mode', () => {
     expect(Object.keys(stop.inputSchema.properties ?? {})).toEqual(['task_id']);
 
     const message = tools.find((t) => t.name === 'message_task_kandev')!;
-    expect(Object.keys(message.inputSchema.properties ?? {}).sort()).toEqual(['delivery_mode', 'prompt', 'session_id', 'task_id']);
+    expect(Object.keys(message.inputSchema.properties ?? {}).sort()).toEqual(['delivery_mode', 'idempotency_key', 'prompt', 'session_id', 'task_id']);
     expect(message.inputSchema.required?.slice().sort()).toEqual(['prompt', 'task_id']);
     expect(message.inputSchema.properties?.['delivery_mode']).toMatchObject({ enum: ['queued', 'interrupt'] });
     expect(message.annotations).toMatchObject({ readOnlyHint: false, openWorldHint: false });
 
     const create = tools.find((t) => t.name === 'create_task_kandev')!;
     expect(create.inputSchema.required).toEqual(['title']);
-    expect(Object.keys(create.inputSchema.properties ?? {}).sort()).toEqual(['agent', 'description', 'prompt', 'title']);
+    expect(Object.keys(create.inputSchema.properties ?? {}).sort()).toEqual(['agent', 'description', 'idempotency_key', 'prompt', 'title']);
+  });
+
+  it('states who may send what in message_task_kandev (docs/security.md): interrupt only to direct children, queued to any task of the workspace', async () => {
+    const client = await clientFor('task');
+    const { tools } = await client.listTools();
+    const text = tools.find((t) => t.name === 'message_task_kandev')!.description!;
+    expect(text).toMatch(/interrupt only to your direct children/);
+    expect(text).toMatch(/queued message may go to any task in your workspace/);
   });
 
   it('tells the agent when to interrupt and when to stop, in both descriptions and the instructions', async () => {
@@ -109,7 +118,7 @@ describe.each(['config', 'office', 'external'] as const)('%s mode', (mode) => {
     const r = await call(client, 'whoami_kandev', { caller_task_id: uuid() });
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toMatchObject({ id: me });
-    expect(h.wire).toEqual([{ subject: OrchMcp.whoami.subject, body: { caller_task_id: me } }]);
+    expect(h.wire).toEqual([{ subject: OrchMcp.whoami.subject, body: { caller_task_id: me, agent_token: expect.any(String) } }]);
   });
 });
 
@@ -129,7 +138,17 @@ describe('stop_task_kandev', () => {
     expect(r.isError).toBeFalsy();
     expect(JSON.parse(textOf(r))).toEqual({ task_id: child, status: 'stopped' });
     expect(r.structuredContent).toEqual({ task_id: child, status: 'stopped' });
-    expect(h.wire).toEqual([{ subject: OrchMcp.stopTask.subject, body: { caller_task_id: parent, task_id: child } }]);
+    expect(h.wire).toEqual([{ subject: OrchMcp.stopTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child } }]);
+  });
+
+  it('forwards the caller\'s own token as agent_token, so the orchestrator can verify it (issue 10)', async () => {
+    const parent = uuid();
+    const token = await agentToken({ task_id: parent, mode: 'task' });
+    const client = await connectClient(h.url, token);
+    clients.push(client);
+    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    await call(client, 'stop_task_kandev', { task_id: uuid(), agent_token: 'forged' });
+    expect((h.wire[0]!.body as { agent_token: string }).agent_token).toBe(token);
   });
 
   it('returns not_running as it comes', async () => {
@@ -196,7 +215,7 @@ describe('message_task_kandev', () => {
     expect(JSON.parse(textOf(r))).toEqual({ task_id: child, session_id: session, status: 'sent' });
     expect(r.structuredContent).toEqual({ task_id: child, session_id: session, status: 'sent' });
     expect(h.wire).toEqual([
-      { subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, task_id: child, prompt: 'switch to plan B', session_id: session, delivery_mode: 'interrupt' } },
+      { subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child, prompt: 'switch to plan B', session_id: session, delivery_mode: 'interrupt' } },
     ]);
   });
 
@@ -207,7 +226,7 @@ describe('message_task_kandev', () => {
     h.handlers.messageTask = async (req) => ({ task_id: req.task_id, session_id: uuid(), status: 'queued' });
     const r = await call(client, 'message_task_kandev', { task_id: child, prompt: 'fyi' });
     expect(r.structuredContent).toMatchObject({ task_id: child, status: 'queued' });
-    expect(h.wire).toEqual([{ subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, task_id: child, prompt: 'fyi' } }]);
+    expect(h.wire).toEqual([{ subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child, prompt: 'fyi' } }]);
   });
 
   it('rejects an unknown delivery_mode and a missing prompt with VALIDATION_ERROR', async () => {
@@ -246,7 +265,7 @@ describe('create_task_kandev', () => {
     expect(r.structuredContent).toEqual(child);
     expect(JSON.parse(textOf(r))).toEqual(child);
     expect(child.parent_id).toBe(parent);
-    expect(h.wire).toEqual([{ subject: OrchMcp.createTask.subject, body: { caller_task_id: parent, title: 'write the tests', agent: 'scripted-acp', prompt: 'go' } }]);
+    expect(h.wire).toEqual([{ subject: OrchMcp.createTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), title: 'write the tests', agent: 'scripted-acp', prompt: 'go' } }]);
   });
 
   it('rejects a missing title with VALIDATION_ERROR', async () => {
@@ -285,6 +304,28 @@ describe('authentication', () => {
     expect(res.status).toBe(401);
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/Unauthorized/);
     await expect(connectClient(h.url, token)).rejects.toThrow(/401|Unauthorized/);
+  });
+
+  describe('token table (issue 10): every broken token is refused before any tool runs', () => {
+    const me = uuid();
+    const table = hostileTokens(SECRET, { aud: 'kandev-mcp', sub: `task:${me}`, task_id: me, mode: 'task' });
+    it('covers the cases of the issue', () => {
+      expect(table.map((c) => c.name)).toEqual(expect.arrayContaining(['missing', 'malformed', 'expired', 'without exp', 'without mode', 'wrong audience', 'wrong issuer', 'wrong secret', 'alg none']));
+    });
+    it.each(table.map((c) => [c.name, c.token] as const))('%s → 401, nothing reaches the orchestrator', async (_name, token) => {
+      h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+      const res = await fetch(h.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'stop_task_kandev', arguments: { task_id: uuid() } } }),
+      });
+      expect(res.status).toBe(401);
+      const body = (await res.json()) as { error: { message: string }; result?: unknown };
+      expect(body.result).toBeUndefined();
+      expect(body.error.message).toMatch(/^Unauthorized: /);
+      expect(JSON.stringify(body)).not.toContain(me);
+      expect(h.wire).toEqual([]);
+    });
   });
 
   it('serves a valid token over plain JSON (no SSE needed)', async () => {

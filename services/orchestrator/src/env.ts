@@ -3,7 +3,7 @@ import { z } from 'zod';
 
 export const OrchestratorEnv = BaseEnv.extend({
   /** Bound of each session's message queue. */
-  QUEUE_LIMIT: z.coerce.number().int().positive().default(10),
+  QUEUE_LIMIT: z.coerce.number().int().positive().max(100).default(10),
   /** How long a launch may take (agentctl + agent start) before the session start fails. */
   LAUNCH_TIMEOUT_MS: z.coerce.number().int().positive().default(20_000),
   /** Bound on an agent.cancel round trip (lifecycle's own cancel timeout + margin). */
@@ -20,5 +20,14 @@ export const OrchestratorEnv = BaseEnv.extend({
   CLARIFICATION_TIMEOUT_MS: z.coerce.number().int().positive().default(50_000),
   /** Lease of a waiting tool call on its bundle; the mcp instance renews it every third of this (ADR 0007). */
   CLARIFICATION_LEASE_MS: z.coerce.number().int().min(300).default(15_000),
+  /**
+   * A task IN_PROGRESS with no active session for this long (a launch that failed or was lost, a
+   * restart) is moved to REVIEW by the reconciler, so it never looks busy with nothing running.
+   */
+  STALLED_TASK_AFTER_MS: z.coerce.number().int().positive().default(60_000),
+  /** How long a known agent name is trusted without asking lifecycle again. */
+  AGENT_CATALOGUE_TTL_MS: z.coerce.number().int().nonnegative().default(10_000),
+  /** An idempotency key whose first request never finished (a crash) may be taken over after this long. */
+  IDEMPOTENCY_STALE_MS: z.coerce.number().int().positive().default(300_000),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

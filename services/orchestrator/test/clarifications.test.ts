@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Orch, OrchClarification, OrchMcpClarification, type ClarificationBundleView, type OperatorActor } from '@kandev/contracts';
 import { EventPublisher, parseEvent, request } from '@kandev/runtime';
-import { operator, startHarness, type Harness } from './harness.js';
+import { agentToken, operator, startHarness, type Harness } from './harness.js';
 
 /** R-5 at the orchestrator: bundles on the turn in flight, responses, cancel, detach and supersede, and the races. */
 describe('clarifications', () => {
@@ -25,13 +25,13 @@ describe('clarifications', () => {
     const session = await h.startSession(task.id, 'work');
     return { ws, task, session };
   }
-  const ask = (task_id: string, session_id?: string, questions: Array<{ id?: string; text: string; options?: string[] }> = [{ id: 'a', text: 'A?' }, { id: 'b', text: 'B?' }]) =>
-    request(h.nc, OrchMcpClarification.ask, { caller_task_id: task_id, ...(session_id ? { caller_session_id: session_id } : {}), questions });
+  const ask = async (task_id: string, session_id?: string, questions: Array<{ id?: string; text: string; options?: string[] }> = [{ id: 'a', text: 'A?' }, { id: 'b', text: 'B?' }]) =>
+    request(h.nc, OrchMcpClarification.ask, { caller_task_id: task_id, agent_token: await agentToken(task_id), ...(session_id ? { caller_session_id: session_id } : {}), questions });
   const respond = (bundle_id: string, body: { answers?: Array<{ question_id: string; answer: string }>; rejected?: true; reason?: string }, actor: OperatorActor = operator) =>
     request(h.nc, OrchClarification.respond, { actor, bundle_id, ...body });
   const get = (bundle_id: string) => request(h.nc, OrchClarification.get, { actor: operator, bundle_id });
   const cancel = (bundle_id: string) => request(h.nc, OrchClarification.cancel, { actor: operator, bundle_id });
-  const renew = (task_id: string, bundle_id: string) => request(h.nc, OrchMcpClarification.renew, { caller_task_id: task_id, bundle_id });
+  const renew = async (task_id: string, bundle_id: string) => request(h.nc, OrchMcpClarification.renew, { caller_task_id: task_id, agent_token: await agentToken(task_id), bundle_id });
   const lapseLease = (bundle_id: string) => h.sql`UPDATE orchestrator.clarification_bundles SET waiter_lease_until = now() - interval '1 second' WHERE id = ${bundle_id}`;
   const statuses = (b: ClarificationBundleView) => Object.fromEntries(b.questions.map((q) => [q.id, q.status]));
   async function until<T>(what: string, fn: () => T | undefined | Promise<T | undefined>, ms = 5_000): Promise<T> {
@@ -186,21 +186,21 @@ describe('clarifications', () => {
       const other = await working();
       const { bundle } = await ask(task.id, session.id);
       await expect(renew(other.task.id, bundle.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
-      await expect(request(h.nc, OrchMcpClarification.expire, { caller_task_id: other.task.id, bundle_id: bundle.id })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await expect(request(h.nc, OrchMcpClarification.expire, { caller_task_id: other.task.id, agent_token: await agentToken(other.task.id), bundle_id: bundle.id })).rejects.toMatchObject({ code: 'NOT_FOUND' });
     });
 
     it('expires the live waiter\'s still-pending questions; a detached bundle is left for the operator', async () => {
       const { task, session } = await working();
       const { bundle } = await ask(task.id, session.id);
       await respond(bundle.id, { answers: [{ question_id: 'a', answer: 'kept' }] });
-      const expired = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, bundle_id: bundle.id });
+      const expired = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id: bundle.id });
       expect(expired.expires_in_ms).toBe(0);
       expect(expired.bundle).toMatchObject({ status: 'expired', agent_resumed: true });
       expect(statuses(expired.bundle)).toEqual({ a: 'answered', b: 'expired' });
 
       const second = await ask(task.id, session.id);
       await lapseLease(second.bundle.id);
-      const untouched = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, bundle_id: second.bundle.id });
+      const untouched = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id: second.bundle.id });
       expect(untouched.bundle).toMatchObject({ status: 'pending', detached: true });
     });
   });

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { Execution } from '@kandev/contracts';
 import { assertDirectParent } from '../src/domain/access.js';
-import { assertQueueHasRoom } from '../src/domain/messages.js';
+import { assertQueueHasRoom, EVENT_PROMPT_PREVIEW, queueEventMessage } from '../src/domain/messages.js';
 import { livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
-import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../src/domain/transitions.js';
+import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask } from '../src/domain/transitions.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const exec = (n: number, session: number, status: Execution['status'] = 'RUNNING'): Execution => ({
@@ -147,4 +147,29 @@ it('maps an execution end to a session outcome', () => {
   expect(sessionStateAfterExecutionEnd('exited', 0)).toEqual({ state: 'COMPLETED', error: null });
   expect(sessionStateAfterExecutionEnd('exited', 2).state).toBe('FAILED');
   expect(sessionStateAfterExecutionEnd('lost', null).error).toMatch(/lost/);
+});
+
+describe('issue 10 domain rules', () => {
+  it('a failed launch returns the task to its previous status only when nothing else moved it', () => {
+    expect(statusAfterFailedLaunch('IN_PROGRESS', 'TODO', 0)).toBe('TODO');
+    expect(statusAfterFailedLaunch('IN_PROGRESS', 'BLOCKED', 0)).toBe('BLOCKED');
+    expect(statusAfterFailedLaunch('IN_PROGRESS', 'TODO', 1)).toBeNull(); // another session is active
+    expect(statusAfterFailedLaunch('REVIEW', 'TODO', 0)).toBeNull(); // a stop got there first
+    expect(statusAfterFailedLaunch('IN_PROGRESS', 'IN_PROGRESS', 0)).toBeNull();
+  });
+  it('a stalled task (IN_PROGRESS, nothing active) goes to REVIEW', () => {
+    const t = { status: 'IN_PROGRESS' as const, archived_at: null, office: false };
+    expect(statusOfStalledTask(t, 0)).toBe('REVIEW');
+    expect(statusOfStalledTask(t, 1)).toBeNull();
+    expect(statusOfStalledTask({ ...t, status: 'TODO' }, 0)).toBeNull();
+    expect(statusOfStalledTask({ ...t, office: true }, 0)).toBeNull(); // its scheduler decides
+    expect(statusOfStalledTask({ ...t, archived_at: '2026-01-01T00:00:00Z' }, 0)).toBeNull();
+  });
+  it('queue.changed carries a bounded prompt preview, never half a surrogate pair', () => {
+    const long = { prompt: 'a'.repeat(EVENT_PROMPT_PREVIEW - 1) + '😀' + 'b'.repeat(50) };
+    const cut = queueEventMessage(long).prompt;
+    expect(cut.length).toBeLessThanOrEqual(EVENT_PROMPT_PREVIEW + 1);
+    expect(cut.isWellFormed()).toBe(true);
+    expect(queueEventMessage({ prompt: 'short' }).prompt).toBe('short');
+  });
 });

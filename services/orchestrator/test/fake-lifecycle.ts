@@ -14,6 +14,10 @@ export class FakeLifecycle {
   /** Test hooks. */
   beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
   registryFails = false;
+  /** The catalogue this fake can launch; a launch of anything else fails like the real one. */
+  readonly agents = new Set(['scripted-acp', 'scripted-codex']);
+  /** Make the next launches fail (as an overloaded or crashing lifecycle would). */
+  launchFails: KandevError | null = null;
   cancelBehaviour: 'cancel' | 'timeout' = 'cancel';
   constructor(
     private readonly nc: NatsConnection,
@@ -24,6 +28,7 @@ export class FakeLifecycle {
     const log = createLogger('fake-lifecycle', 'silent');
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: 'lifecycle', log }, [
       on(Life.launch, async (req) => this.launch(req)),
+      on(Life.agents, async () => ({ agents: [...this.agents].sort() })),
       on(Life.list, async (req) => {
         if (this.registryFails) throw new Error('registry unavailable');
         return [...this.registry.values()].filter((e) => e.task_id === req.task_id);
@@ -64,6 +69,8 @@ export class FakeLifecycle {
   }
 
   private async launch(req: LaunchRequest): Promise<Execution> {
+    if (!this.agents.has(req.agent)) throw new KandevError('VALIDATION_ERROR', `unknown agent "${req.agent}"`);
+    if (this.launchFails) throw this.launchFails;
     const now = new Date().toISOString();
     const e: Execution = {
       execution_id: req.execution_id ?? randomUUID(),

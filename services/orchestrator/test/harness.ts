@@ -1,16 +1,20 @@
 import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
-import { connectNats, request, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
-import { Orch, OrchMcp, type OperatorActor } from '@kandev/contracts';
+import { connectNats, request, signAgentToken, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
+import { Orch, OrchMcp, type McpMode, type OperatorActor } from '@kandev/contracts';
 import postgres from 'postgres';
 import { orchestratorService } from '../src/service.js';
 import { FakeLifecycle } from './fake-lifecycle.js';
 
 export const operator: OperatorActor = { type: 'operator', id: 'op-1', workspaces: ['*'] };
+/** The services' JWT secret in these tests (vitest.config.ts sets it in the environment). */
+export const SECRET = process.env.KANDEV_JWT_SECRET ?? 'vitest-secret-0123456789abcdef';
+/** The token the mcp service would forward for this calling task. */
+export const agentToken = (task_id: string, mode: McpMode = 'task', ttl = '1h') => signAgentToken(SECRET, { task_id, mode }, ttl);
 
 /** A real orchestrator (in-process) on a real nats-server and a fresh database, with a fake lifecycle. */
 export async function startHarness() {
   const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
-  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000' });
+  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, KANDEV_JWT_SECRET: SECRET, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000', AGENT_CATALOGUE_TTL_MS: '200' });
   const nc: NatsConnection = await connectNats({ url: nats.url, name: 'orch-test-client' });
   const life = new FakeLifecycle(nc);
   await life.start();
@@ -34,11 +38,30 @@ export async function startHarness() {
     async getTask(task_id: string) {
       return request(nc, Orch.taskGet, { actor: operator, task_id });
     },
-    stopChild(caller_task_id: string, task_id: string) {
-      return request(nc, OrchMcp.stopTask, { caller_task_id, task_id });
+    async stopChild(caller_task_id: string, task_id: string) {
+      return request(nc, OrchMcp.stopTask, { caller_task_id, agent_token: await agentToken(caller_task_id), task_id });
     },
-    message(caller_task_id: string, task_id: string, prompt: string, delivery_mode?: 'queued' | 'interrupt') {
-      return request(nc, OrchMcp.messageTask, { caller_task_id, task_id, prompt, ...(delivery_mode ? { delivery_mode } : {}) });
+    async message(caller_task_id: string, task_id: string, prompt: string, delivery_mode?: 'queued' | 'interrupt', idempotency_key?: string) {
+      return request(nc, OrchMcp.messageTask, {
+        caller_task_id,
+        agent_token: await agentToken(caller_task_id),
+        task_id,
+        prompt,
+        ...(delivery_mode ? { delivery_mode } : {}),
+        ...(idempotency_key ? { idempotency_key } : {}),
+      });
+    },
+    async createChild(caller_task_id: string, fields: { title: string; agent?: string; prompt?: string; idempotency_key?: string }) {
+      return request(nc, OrchMcp.createTask, { caller_task_id, agent_token: await agentToken(caller_task_id), ...fields });
+    },
+    /** Every row of the orchestrator's tables, to compare before and after a refused request. */
+    async snapshot() {
+      const tables = ['workspaces', 'tasks', 'sessions', 'turns', 'queued_messages', 'audit_log', 'idempotency_keys'];
+      const out: Record<string, unknown[]> = {};
+      for (const t of tables) out[t] = await sql.unsafe(`SELECT * FROM orchestrator.${t} ORDER BY 1, 2`);
+      // Events staged for publication (publication itself updates published_at, so only what was staged).
+      out.outbox = await sql.unsafe(`SELECT id, subject FROM orchestrator.outbox ORDER BY id`);
+      return out;
     },
     async stop() {
       await sql.end();

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { startHarness, type Harness } from './harness.js';
+import { agentToken, startHarness, type Harness } from './harness.js';
 
 /** R-1 stop_task_kandev against a real orchestrator, real NATS and PostgreSQL; lifecycle faked at the subject level. */
 describe('orch.mcp.stop_task', () => {
@@ -88,7 +88,7 @@ describe('orch.mcp.stop_task', () => {
   it('ignores unknown arguments such as reason, force and sender_task_id', async () => {
     const f = await family();
     await h.startSession(f.child.id, 'work');
-    const payload = { caller_task_id: f.parent.id, task_id: f.child.id, reason: 'rm -rf', force: true, sender_task_id: f.grand.id };
+    const payload = { caller_task_id: f.parent.id, agent_token: await agentToken(f.parent.id), task_id: f.child.id, reason: 'rm -rf', force: true, sender_task_id: f.grand.id };
     const res = await request(h.nc, OrchMcp.stopTask, payload as never);
     expect(res.status).toBe('stopped');
     const [row] = await h.sql`SELECT cancel_reason FROM orchestrator.sessions WHERE task_id = ${f.child.id}`;
@@ -179,7 +179,7 @@ describe('orch.mcp.stop_task', () => {
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     await h.startSession(child.id, 'work');
-    await request(h.nc, OrchMcp.stopTask, { caller_task_id: parent.id, task_id: child.id }, { requestId: 'req-audit-1' });
+    await request(h.nc, OrchMcp.stopTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id }, { requestId: 'req-audit-1' });
     const [row] = await h.sql`SELECT action, actor, request_id, outcome FROM orchestrator.audit_log WHERE task_id = ${child.id}`;
     expect(row).toEqual({ action: 'mcp.stop_task', actor: `agent:${parent.id}`, request_id: 'req-audit-1', outcome: 'stopped' });
   });

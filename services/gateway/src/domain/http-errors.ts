@@ -1,5 +1,16 @@
 import { httpStatusOf, isKandevError, type ErrorBody, type ErrorCode } from '@kandev/contracts';
 
+/**
+ * Largest JSON body the gateway reads (docs/limits.md). Chosen below the NATS max payload (1 MiB
+ * by default): the request the gateway forwards is the validated body (unknown keys dropped) plus
+ * the actor, never bigger than the body itself by more than a few hundred bytes, so an accepted body
+ * can always be sent. It still admits the largest valid prompt (100,000 characters, up to 300 KB
+ * of UTF-8).
+ */
+export const BODY_LIMIT_BYTES = 512 * 1024;
+/** Largest header section Node's HTTP parser accepts (its default); beyond it, clientErrorResponse. */
+export const MAX_HEADER_BYTES = 16 * 1024;
+
 export interface ErrorResponse {
   status: number;
   body: { error: ErrorBody };
@@ -36,11 +47,23 @@ export function errorResponseOf(err: unknown): ErrorResponse {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return respond('BAD_REQUEST', 'request body must be application/json');
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return respond('BAD_REQUEST', 'request body is too large');
+      return respond('BAD_REQUEST', 'request body is too large', { limit_bytes: BODY_LIMIT_BYTES });
     case 'FST_ERR_NOT_FOUND':
       return respond('NOT_FOUND', 'not found');
   }
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
   if (status >= 400 && status < 500) return respond('BAD_REQUEST', typeof e.message === 'string' && e.message ? e.message : 'bad request');
   return respond('INTERNAL_ERROR', 'internal error', undefined, true);
+}
+
+/**
+ * A raw HTTP response for a request Node's parser refused before Fastify saw it (oversized
+ * headers, malformed request line): the SPEC body instead of Fastify's own, and the connection is
+ * closed since the rest of the stream cannot be trusted.
+ */
+export function clientErrorResponse(err: { code?: unknown }): string {
+  const message = err.code === 'HPE_HEADER_OVERFLOW' ? 'request headers are too large' : 'malformed request';
+  const details = err.code === 'HPE_HEADER_OVERFLOW' ? { limit_bytes: MAX_HEADER_BYTES } : undefined;
+  const body = JSON.stringify(respond('BAD_REQUEST', message, details).body);
+  return `HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
 }

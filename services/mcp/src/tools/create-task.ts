@@ -1,6 +1,5 @@
-import { OrchMcp } from '@kandev/contracts';
+import { Limits, OrchMcp, text } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { z } from 'zod';
 import { defineTool } from './tool.js';
 
 /** SPEC: a coordinator creates a child of itself, optionally starting it with a prompt. */
@@ -13,10 +12,13 @@ export const createTaskTool = defineTool({
     'Steer it later with message_task_kandev and halt it with stop_task_kandev.',
   modes: ['task'],
   input: {
-    title: z.string().min(1).max(500).describe('Short title of the child task.'),
-    description: z.string().max(20_000).optional().describe('Longer description of the work.'),
-    agent: z.string().min(1).max(200).optional().describe('Agent to run it (default: the workspace default).'),
-    prompt: z.string().min(1).optional().describe('First prompt; when given, the child starts working immediately.'),
+    title: text({ min: 1, max: Limits.title }).describe('Short title of the child task.'),
+    description: text({ max: Limits.description }).optional().describe('Longer description of the work.'),
+    agent: text({ min: 1, max: Limits.agent }).optional().describe('Agent to run it (default: the workspace default). An unknown agent is refused before anything is created.'),
+    prompt: text({ min: 1, max: Limits.prompt }).optional().describe('First prompt; when given, the child starts working immediately.'),
+    idempotency_key: text({ min: 1, max: Limits.idempotencyKey })
+      .optional()
+      .describe('Any unique string. Retrying with the same key (e.g. after a timeout) returns the first child instead of creating another.'),
   },
   annotations: {
     title: 'Create a child task',
@@ -31,10 +33,12 @@ export const createTaskTool = defineTool({
       OrchMcp.createTask,
       {
         caller_task_id: ctx.caller.task_id,
+        agent_token: ctx.callerToken,
         title: args.title,
         ...(args.description !== undefined ? { description: args.description } : {}),
         ...(args.agent !== undefined ? { agent: args.agent } : {}),
         ...(args.prompt !== undefined ? { prompt: args.prompt } : {}),
+        ...(args.idempotency_key !== undefined ? { idempotency_key: args.idempotency_key } : {}),
       },
       { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
     );

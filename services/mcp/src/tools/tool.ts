@@ -7,6 +7,8 @@ import { z } from 'zod';
 export interface ToolContext {
   readonly nc: NatsConnection;
   readonly caller: AgentClaims;
+  /** The caller's raw token: every orchestrator request carries it as `agent_token`. */
+  readonly callerToken: string;
   readonly requestId: string;
   readonly requestTimeoutMs: number;
 }

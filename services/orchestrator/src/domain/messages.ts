@@ -13,3 +13,19 @@ export const sessionIsIdle = (state: SessionState) => state === 'WAITING_FOR_INP
 export function senderContext(sender: { id: string; title: string }): string {
   return `[Message from task "${sender.title}" (${sender.id})]`;
 }
+
+/**
+ * Characters of each prompt a `queue.changed` event carries. A full queue of maximal prompts
+ * (QUEUE_LIMIT × 100,000 characters) would exceed the NATS max payload and the event could never be
+ * published; the event is a notification, GET /tasks/:id/queue has the full prompts.
+ */
+export const EVENT_PROMPT_PREVIEW = 2_000;
+
+/** A queued message as a `queue.changed` event carries it: its prompt cut to the preview length. */
+export function queueEventMessage<M extends { prompt: string }>(m: M): M {
+  if (m.prompt.length <= EVENT_PROMPT_PREVIEW) return m;
+  let cut = m.prompt.slice(0, EVENT_PROMPT_PREVIEW);
+  // Never end on half a surrogate pair.
+  if (/[\uD800-\uDBFF]$/.test(cut)) cut = cut.slice(0, -1);
+  return { ...m, prompt: `${cut}…` };
+}

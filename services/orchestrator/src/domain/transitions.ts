@@ -21,6 +21,24 @@ export function statusOnSessionStart(current: TaskStatus): TaskStatus | null {
   return current === 'IN_PROGRESS' ? null : 'IN_PROGRESS';
 }
 
+/**
+ * After a failed launch the task returns to the status it had before the start moved it to
+ * IN_PROGRESS; not when it has moved on meanwhile or another session is still active.
+ */
+export function statusAfterFailedLaunch(current: TaskStatus, previous: TaskStatus, otherActiveSessions: number): TaskStatus | null {
+  if (current !== 'IN_PROGRESS' || otherActiveSessions > 0 || previous === 'IN_PROGRESS') return null;
+  return previous;
+}
+
+/**
+ * Reconciler repair: a task IN_PROGRESS with no active session (a launch or execution lost without
+ * a transition) goes to REVIEW, like a stopped task (R-1.4: not archived or office-managed ones,
+ * whose status their owner decides), once it has been so for the configured bound.
+ */
+export function statusOfStalledTask(task: ReviewCandidate, activeSessions: number): TaskStatus | null {
+  return task.status === 'IN_PROGRESS' && activeSessions === 0 && mayMoveToReview(task, []) ? 'REVIEW' : null;
+}
+
 /** Session state when a turn ends on an execution that stays up (READY). */
 export function sessionStateAfterTurn(current: SessionState): SessionState | null {
   return current === 'RUNNING' || current === 'STARTING' ? 'WAITING_FOR_INPUT' : null;

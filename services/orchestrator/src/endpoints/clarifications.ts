@@ -1,4 +1,5 @@
 import { OrchClarification, OrchMcpClarification } from '@kandev/contracts';
+import { verifyMcpCaller } from '../flows/caller.js';
 import { on, type Registration } from '@kandev/runtime';
 import {
   askQuestions,
@@ -17,7 +18,17 @@ export const clarificationEndpoints = (rt: OrchRuntime): Registration[] => [
   on(OrchClarification.respond, (req, ctx) => respondToClarification(rt, ctx, req)),
   on(OrchClarification.cancel, (req, ctx) => cancelClarification(rt, ctx, req)),
   on(OrchClarification.ofTask, (req) => clarificationsOfTask(rt, req)),
-  on(OrchMcpClarification.ask, (req, ctx) => askQuestions(rt, ctx, req)),
-  on(OrchMcpClarification.renew, (req) => renewWaiter(rt, req)),
-  on(OrchMcpClarification.expire, (req) => expireBundle(rt, req)),
+  // The MCP side: the calling agent's forwarded token is verified first, as on every orch.mcp subject.
+  on(OrchMcpClarification.ask, async (req, ctx) => {
+    await verifyMcpCaller(rt, req, ['task']);
+    return askQuestions(rt, ctx, req);
+  }),
+  on(OrchMcpClarification.renew, async (req) => {
+    await verifyMcpCaller(rt, req, ['task']);
+    return renewWaiter(rt, req);
+  }),
+  on(OrchMcpClarification.expire, async (req) => {
+    await verifyMcpCaller(rt, req, ['task']);
+    return expireBundle(rt, req);
+  }),
 ];

@@ -10,7 +10,7 @@ import { toSession } from '../store/rows.js';
 /** The operator surface (reached through the gateway). Thin: validate (done by the runtime), call the flow. */
 export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
   on(Orch.workspaceCreate, (req) => createWorkspace(rt, req.actor, req.name)),
-  on(Orch.taskCreate, (req) => createTask(rt, req)),
+  on(Orch.taskCreate, (req, ctx) => createTask(rt, ctx, req)),
   on(Orch.taskGet, (req) => getTaskWithSessions(rt, req.actor, req.task_id)),
   on(Orch.taskUpdate, (req) => updateTask(rt, req)),
   on(Orch.sessionStart, async (req, ctx) => {

@@ -1,7 +1,7 @@
 import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf, type OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
-import { assertQueueHasRoom, sessionIsIdle } from '../domain/messages.js';
+import { assertQueueHasRoom, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
 import { recordAudit } from '../store/audit.js';
 import { enqueue, queueOfSession, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
@@ -10,14 +10,16 @@ import { completeTurn, openTurn } from '../store/turns.js';
 import type { SessionRow, TaskRow } from '../store/rows.js';
 import type { Emit } from './context.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { once, type Idempotent } from './idempotency.js';
 import { dispatchTurn, startSession } from './sessions.js';
 import type { Tx } from '@kandev/runtime';
 
 type Status = 'queued' | 'sent' | 'started';
+type MessageResult = { task_id: string; session_id: string; status: Status };
 
-async function emitQueueChanged(tx: Tx, emit: Emit, task: TaskRow, sessionId: string) {
+async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string) {
   const messages = await queueOfSession(tx, sessionId);
-  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId }, { session_id: sessionId, size: messages.length, messages });
+  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId }, { session_id: sessionId, size: messages.length, messages: messages.map(queueEventMessage) });
 }
 
 /** The session a message goes to: the one named (it must belong to the task), else the newest active one. */
@@ -37,7 +39,12 @@ async function targetSession(rt: OrchRuntime, task: TaskRow, sessionId: string |
  * the captured turn, and dispatch exactly this message; if that cannot land it stays queued.
  * Never an error after the message was stored.
  */
-export async function messageTask(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>) {
+export async function messageTask(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>): Promise<MessageResult> {
+  // With an idempotency_key, a retry after a timeout gets the first answer and queues nothing more.
+  return once<MessageResult>(rt, { scope: `agent:${req.caller_task_id}`, operation: 'orch.mcp.message_task', key: req.idempotency_key }, req, (idem) => deliverMessage(rt, call, req, idem));
+}
+
+async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>, idem: Idempotent<MessageResult>): Promise<MessageResult> {
   const caller = await getTask(rt.sql, req.caller_task_id);
   if (!caller) throw notFound('calling task not found');
   const task = await getTask(rt.sql, req.task_id);
@@ -64,6 +71,8 @@ export async function messageTask(rt: OrchRuntime, call: CallContext, req: Reque
     await emitQueueChanged(tx, emit, task, s.id);
     return m;
   });
+  // Stored: from now on a retry must not store it again, whatever happens next.
+  await idem.checkpoint({ task_id: task.id, session_id: session.id, status: 'queued' });
 
   let status: Status = 'queued';
   try {
@@ -104,7 +113,6 @@ export async function drainQueue(rt: OrchRuntime, call: CallContext, tx: Tx, emi
   if (!next) return false;
   await takeMessage(tx, next.id);
   await dispatchTurn(rt, call, tx, emit, task, s, next.prompt, next.sender_task_id);
-  const messages = await queueOfSession(tx, s.id);
-  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, { session_id: s.id, size: messages.length, messages });
+  await emitQueueChanged(tx, emit, task, s.id);
   return true;
 }

@@ -1,11 +1,11 @@
-import { isLiveExecution, Life, type Execution } from '@kandev/contracts';
+import { ACTIVE_SESSION_STATES, isLiveExecution, Life, type Execution } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { sessionStateAfterExecutionEnd } from '../domain/transitions.js';
+import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { StopReasons } from '../domain/stop.js';
-import { lockSession } from '../store/sessions.js';
-import { getTask } from '../store/tasks.js';
+import { activeSessionsOfTask, lockSession } from '../store/sessions.js';
+import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns } from '../store/turns.js';
-import { changeSessionState } from './changes.js';
+import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type OrchRuntime } from './context.js';
 import { scheduleTeardown } from './stop.js';
 
@@ -24,13 +24,13 @@ interface Suspect {
  *   sent again (a lost teardown request must not leave a living process behind a logical cancel).
  * One replica at a time (advisory lock); every step is idempotent.
  */
-export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number }> {
+export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; repaired: number }> {
   // A session-level advisory lock lives on one connection: reserve it, so lock and unlock meet.
   const conn = await rt.sql.reserve();
   const [row] = await conn<{ locked: boolean }[]>`SELECT pg_try_advisory_lock(hashtext('kandev-orchestrator-reconcile')) AS locked`;
   if (!row?.locked) {
     conn.release();
-    return { lost: 0, restopped: 0 };
+    return { lost: 0, restopped: 0, repaired: 0 };
   }
   try {
     // Settled rows only: a launch being admitted or a stop in progress is not a disagreement yet.
@@ -59,7 +59,8 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         restopped++;
       }
     }
-    return { lost, restopped };
+    const repaired = await repairStalledTasks(rt);
+    return { lost, restopped, repaired };
   } finally {
     await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
     conn.release();
@@ -78,6 +79,39 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
   });
+}
+
+/**
+ * A task IN_PROGRESS with no active session and no session activity for STALLED_TASK_AFTER_MS
+ * (a launch lost with its orchestrator, a failed start whose repair could not be written, a
+ * restart) moves to REVIEW. Otherwise it would look busy forever and a stop would find nothing.
+ */
+async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
+  const bound = rt.env.STALLED_TASK_AFTER_MS;
+  const stalled = await rt.sql<{ id: string }[]>`
+    SELECT t.id FROM tasks t
+    WHERE t.status = 'IN_PROGRESS' AND NOT t.office AND t.archived_at IS NULL AND t.updated_at < now() - make_interval(secs => ${bound / 1000})
+      AND NOT EXISTS (
+        SELECT 1 FROM sessions s WHERE s.task_id = t.id
+          AND (s.state = ANY(${[...ACTIVE_SESSION_STATES]}) OR s.updated_at > now() - make_interval(secs => ${bound / 1000})))
+    ORDER BY t.updated_at LIMIT 500`;
+  let repaired = 0;
+  for (const { id } of stalled) {
+    const moved = await transact(rt, async (tx, emit) => {
+      const task = await lockTask(tx, id);
+      if (!task) return false;
+      // Re-check under the task's lock: a start may have happened since the listing.
+      const next = statusOfStalledTask(task, (await activeSessionsOfTask(tx, id)).length);
+      if (!next) return false;
+      await changeTaskStatus(tx, emit, task, next, { actor: { type: 'system', id: 'reconciler' }, reason: 'no_active_session' });
+      return true;
+    });
+    if (moved) {
+      repaired++;
+      rt.log.warn({ task_id: id, after_ms: bound }, 'task reconciled: IN_PROGRESS with no active session, moved to REVIEW');
+    }
+  }
+  return repaired;
 }
 
 /** Run reconcileOnce every interval until stopped. */

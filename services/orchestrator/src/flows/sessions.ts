@@ -1,14 +1,15 @@
 import { randomUUID } from 'node:crypto';
-import { conflict, isKandevError, Life, notFound, type Actor } from '@kandev/contracts';
+import { conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
-import { statusOnSessionStart } from '../domain/transitions.js';
-import { attachExecution, getSession, hasPrimarySession, insertSession, lockSession, sessionByLaunchKey, setQueuePaused } from '../store/sessions.js';
+import { statusAfterFailedLaunch, statusOnSessionStart } from '../domain/transitions.js';
+import { activeSessionsOfTask, attachExecution, getSession, hasPrimarySession, insertSession, lockSession, sessionByLaunchKey, setQueuePaused } from '../store/sessions.js';
 import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
+import { assertKnownAgent } from './agents.js';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 
@@ -29,6 +30,12 @@ export async function startSession(
   opts: { actor: Actor; task_id: string; agent?: string | undefined; prompt?: string | undefined; sender_task_id?: string | null; launch_key?: string },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
+  // Validation before effects: everything checkable is checked before the first write.
+  const before = await getTask(rt.sql, opts.task_id);
+  if (!before) throw notFound('task not found');
+  if (before.archived_at) throw conflict('task is archived');
+  const agent = opts.agent ?? before.agent ?? rt.env.DEFAULT_AGENT; // a task's agent never changes
+  await assertKnownAgent(rt, call, agent);
   const context = await contextFor(rt.sql, opts.sender_task_id);
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
@@ -42,15 +49,15 @@ export async function startSession(
     const held = await activeHoldOfTask(tx, locked.id);
     if (held) throw conflict(`task is held by a tree ${held.mode} hold`, { hold_id: held.hold_id, hold_mode: held.mode });
     const primary = !(await hasPrimarySession(tx, locked.id));
-    const session = await insertSession(tx, { task_id: locked.id, agent: opts.agent ?? locked.agent ?? rt.env.DEFAULT_AGENT, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
+    const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
     if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
-    return { task, session, epoch: locked.fence_epoch };
+    return { task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null };
   });
   if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null };
-  const { task, session, epoch } = decided;
+  const { task, session, epoch, previousStatus } = decided;
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
     const execution = await request(
@@ -79,16 +86,28 @@ export async function startSession(
     return { session: updated, turn_id: turnId };
   } catch (e) {
     log.warn({ err: e }, 'launch failed');
-    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message : 'launch failed');
+    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message.slice(0, 500) : 'launch failed', previousStatus, opts.actor).catch((err) =>
+      log.error({ err }, 'could not record the failed launch; the reconciler will repair the task'),
+    );
     throw e;
   }
 }
 
-async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: string, message: string) {
+/**
+ * A launch that failed: its session becomes FAILED and the task goes back to the status it had
+ * before this start moved it to IN_PROGRESS, unless something else has happened since (another
+ * active session, a stop, an operator move).
+ */
+async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: string, message: string, previousStatus: TaskStatus | null, actor: Actor) {
   await transact(rt, async (tx, emit) => {
+    const locked = await lockTask(tx, task.id);
     const s = (await lockSession(tx, sessionId))!;
     if (s.state !== 'STARTING') return;
     await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: message, reason: 'launch_failed' });
+    if (!locked || !previousStatus) return;
+    const others = (await activeSessionsOfTask(tx, task.id)).filter((o) => o.id !== s.id);
+    const revert = statusAfterFailedLaunch(locked.status, previousStatus, others.length);
+    if (revert) await changeTaskStatus(tx, emit, locked, revert, { actor, reason: 'launch_failed' });
   });
 }
 

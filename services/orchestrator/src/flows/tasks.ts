@@ -1,4 +1,4 @@
-import { badRequest, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf, type TaskWithSessions } from '@kandev/contracts';
+import { actorLabel, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf, type Task, type TaskWithSessions } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
@@ -6,25 +6,42 @@ import { sessionsOfTask } from '../store/sessions.js';
 import { getTask, insertTask, insertWorkspace, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
 import { toSession, toTask } from '../store/rows.js';
 import { changeTaskStatus } from './changes.js';
-import { transact, type OrchRuntime } from './context.js';
+import { assertKnownAgent } from './agents.js';
+import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { once } from './idempotency.js';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
 
+/**
+ * Only an operator whose token covers every workspace (`["*"]`) creates workspaces
+ * (docs/security.md): a scoped token could not even see the workspace it made, and widening
+ * one's own scope is not the scoped operator's call.
+ */
 export async function createWorkspace(rt: OrchRuntime, actor: OperatorActor, name: string) {
+  if (!actor.workspaces.includes('*')) throw forbidden('only an operator token for all workspaces may create workspaces');
   const ws = await insertWorkspace(rt.sql, name);
   rt.log.info({ workspace_id: ws.id, actor: actor.id }, 'workspace created');
   return ws;
 }
 
-export async function createTask(rt: OrchRuntime, req: Req<'taskCreate'>) {
+/** POST /tasks: the agent, when named, must be launchable; with an `idempotency_key`, the same key from the same operator answers with the first task. */
+export async function createTask(rt: OrchRuntime, call: CallContext, req: Req<'taskCreate'>): Promise<Task> {
+  if (!canAccessWorkspace(req.actor, req.workspace_id)) throw forbidden('no access to this workspace');
+  // A task naming an agent nobody can launch would only fail later, at its first start.
+  if (req.agent) await assertKnownAgent(rt, call, req.agent);
+  return once<Task>(rt, { scope: actorLabel(req.actor), operation: 'orch.task.create', key: req.idempotency_key }, req, () => insertNewTask(rt, req));
+}
+
+/** Insert a task (no idempotency); the child-task flow calls this under its own key. */
+export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Promise<Task> {
   const { actor } = req;
   if (!canAccessWorkspace(actor, req.workspace_id)) throw forbidden('no access to this workspace');
   return transact(rt, async (tx, emit) => {
     if (!(await workspaceExists(tx, req.workspace_id))) throw notFound('workspace not found');
     if (req.parent_id) {
       const parent = await getTask(tx, req.parent_id);
-      if (!parent) throw notFound('parent task not found');
-      if (parent.workspace_id !== req.workspace_id) throw badRequest('parent task is in another workspace');
+      // A parent in another workspace is answered exactly like a missing one: the caller learns nothing about ids outside its scope.
+      if (!parent || parent.workspace_id !== req.workspace_id) throw notFound('parent task not found');
     }
     const row = await insertTask(tx, {
       workspace_id: req.workspace_id,

@@ -1,0 +1,22 @@
+import { forbidden, unauthorized, type McpMode } from '@kandev/contracts';
+import { verifyAgentToken, type AgentClaims } from '@kandev/runtime';
+import type { OrchRuntime } from './context.js';
+
+/**
+ * The orchestrator does not take `caller_task_id` on trust, nor rely on NATS permissions alone:
+ * every kandev.orch.mcp.> request carries the calling agent's own token, forwarded by the mcp
+ * service, and it is verified here before anything else: signature, audience (kandev-mcp),
+ * expiry, that it names the very task the request claims to come from, and that its mode grants
+ * the tool. A message published on the subject by anyone without that token is refused.
+ */
+export async function verifyMcpCaller(
+  rt: OrchRuntime,
+  req: { caller_task_id: string; agent_token?: string | undefined },
+  modes: readonly McpMode[],
+): Promise<AgentClaims> {
+  if (!req.agent_token) throw unauthorized('missing agent token');
+  const claims = await verifyAgentToken(rt.env.KANDEV_JWT_SECRET, req.agent_token);
+  if (claims.task_id !== req.caller_task_id) throw unauthorized('agent token does not belong to the calling task');
+  if (!modes.includes(claims.mode)) throw forbidden(`not available in ${claims.mode} mode`);
+  return claims;
+}
