@@ -41,11 +41,25 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
     }
   }
 
+  /** Launches in flight: they run beside the claim loop, so a slow launch never holds up the gate. */
+  const launching = new Set<Promise<void>>();
+
   async function round(): Promise<number> {
     await requeueStaleClaims(rt.sql, rt.env.WAKEUP_CLAIM_TIMEOUT_MS);
-    const claimed = (await rt.sql.begin((tx) => claimWakeups(tx, rt.env.WAKEUP_BATCH))) as Array<WakeupRow & { gate_mode: string | null }>;
+    // Claim no more than there is room to launch; the rest waits in the queue (it is durable).
+    const room = Math.max(0, rt.env.WAKEUP_BATCH * 4 - launching.size);
+    if (room === 0) return 0;
+    const claimed = (await rt.sql.begin((tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room)))) as Array<WakeupRow & { gate_mode: string | null }>;
     for (const w of claimed.filter((x) => x.gate_mode)) log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
-    await Promise.all(claimed.filter((x) => !x.gate_mode).map((w) => launch(w).catch((e) => log.error({ err: e, wakeup_id: w.id }, 'recording a wakeup outcome failed'))));
+    for (const w of claimed.filter((x) => !x.gate_mode)) {
+      const p: Promise<void> = launch(w)
+        .catch((e) => log.error({ err: e, wakeup_id: w.id }, 'recording a wakeup outcome failed'))
+        .finally(() => {
+          launching.delete(p);
+          if (!stopped) void run(); // room again: the queue may hold more
+        });
+      launching.add(p);
+    }
     return claimed.length;
   }
 
@@ -82,6 +96,7 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
       stopped = true;
       if (timer) clearTimeout(timer);
       await running;
+      await Promise.allSettled([...launching]);
     },
   };
 }
