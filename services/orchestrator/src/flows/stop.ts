@@ -1,13 +1,13 @@
-import { actorLabel, internalError, isActiveSession, isKandevError, Life, notFound, type Actor, type Execution } from '@kandev/contracts';
+import { actorLabel, internalError, isActiveSession, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
 import { request, type Logger, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { planChildStop, planIsEmpty, planTaskStop, type CapturedExecution, type StopPlan, type StopReason } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { activeSessionsOfTask, cancelSessions, lockSessions, sessionsOfTask } from '../store/sessions.js';
-import { bumpFence, getTask, getTasks, lockTask } from '../store/tasks.js';
-import { completeOpenTurns, completeOpenTurnsOfSessions } from '../store/turns.js';
+import { cancelSessions, lockActiveSessionsOfTasks } from '../store/sessions.js';
+import { bumpFenceLocked, getTask, getTasks } from '../store/tasks.js';
+import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
@@ -34,34 +34,42 @@ export interface AcceptedStops {
   teardowns: Teardown[];
 }
 
-/** The decision half of every stop, inside the caller's transaction. Sessions no longer active are skipped. */
-export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, workspaceId: string, actor: Actor): Promise<AcceptedStops> {
-  const ids = [...plan.cancel.map((c) => c.session_id), ...plan.gone];
-  const rows = new Map((await lockSessions(tx, ids)).map((s) => [s.id, s]));
+/**
+ * The decision half of every stop, inside the caller's transaction, on session rows the caller
+ * has already locked (the per-session guard). Sessions no longer active, or holding another
+ * execution than the one captured, are skipped. The writes are independent and go out together:
+ * postgres.js pipelines them on the transaction's connection, one round trip for all.
+ */
+export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, locked: readonly SessionRow[], workspaceId: string, actor: Actor): Promise<AcceptedStops> {
+  const rows = new Map(locked.map((s) => [s.id, s]));
   const toCancel = plan.cancel.filter((c) => {
     const s = rows.get(c.session_id);
     // A session a concurrent path ended (or one with another execution now) is not this stop's to cancel.
     return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
   });
   const cancelIds = toCancel.map((c) => c.session_id);
-  await completeOpenTurnsOfSessions(tx, cancelIds, 'cancelled');
-  const cancelled = await cancelSessions(tx, cancelIds, plan.reason);
-  // A question an agent of these sessions still waits on has nobody to resume any more (R-5.3).
-  await detachPendingBundles(tx, cancelIds, plan.reason);
+  const gone = plan.gone.map((id) => rows.get(id)).filter((s): s is SessionRow => s !== undefined && s.execution_id !== null && isActiveSession(s.state));
+  const [, cancelled] = await Promise.all([
+    completeOpenTurnsOfSessions(tx, cancelIds, 'cancelled'),
+    cancelSessions(tx, cancelIds, plan.reason),
+    // A question an agent of these sessions still waits on has nobody to resume any more (R-5.3).
+    detachPendingBundles(tx, cancelIds, plan.reason),
+    completeOpenTurnsOfSessions(
+      tx,
+      gone.map((s) => s.id),
+      'error',
+    ),
+    ...gone.map((s) => {
+      const end = sessionStateAfterExecutionEnd('lost', null);
+      return changeSessionState(tx, emit, { id: s.task_id, workspace_id: workspaceId }, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
+    }),
+  ]);
   for (const after of cancelled) {
-    const before = rows.get(after.id)!;
     await emit(
       'session.state_changed',
       { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor },
-      { session: toSession(after), from: before.state, to: 'CANCELLED', reason: plan.reason },
+      { session: toSession(after), from: rows.get(after.id)!.state, to: 'CANCELLED', reason: plan.reason },
     );
-  }
-  for (const id of plan.gone) {
-    const s = rows.get(id);
-    if (!s || !s.execution_id || !isActiveSession(s.state)) continue;
-    const end = sessionStateAfterExecutionEnd('lost', null);
-    await completeOpenTurns(tx, s.id, 'error');
-    await changeSessionState(tx, emit, { id: s.task_id, workspace_id: workspaceId }, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
   }
   const teardowns: Teardown[] = [
     ...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })),
@@ -71,19 +79,18 @@ export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, workspaceI
 }
 
 /**
- * R-1.4: the guarded REVIEW transition after accepted stops, in the stop's transaction behind a
- * savepoint: its failure is logged and never undoes the accepted stops.
+ * R-1.4: the guarded REVIEW transition after accepted stops, decided from the task row and the
+ * session rows this stop holds locked (every working session is active, so they are all there),
+ * and written behind a savepoint pipelined with the write: its failure is logged and never undoes
+ * the accepted stops.
  */
-export async function moveToReviewIfIdle(rt: OrchRuntime, tx: Tx, emit: Emit, taskId: string, actor: Actor): Promise<void> {
+async function moveToReviewIfIdle(rt: OrchRuntime, tx: Tx, emit: Emit, task: TaskRow, sessionsAfter: readonly SessionState[], actor: Actor): Promise<void> {
+  if (!mayMoveToReview(task, sessionsAfter)) return;
   try {
-    await tx.savepoint(async (sp) => {
-      const task = await lockTask(sp, taskId);
-      if (!task) return;
-      const states = (await sessionsOfTask(sp, taskId)).map((s) => s.state);
-      if (mayMoveToReview(task, states)) await changeTaskStatus(sp, emit, task, 'REVIEW', { reason: 'stopped', actor });
-    });
+    await Promise.all([tx`SAVEPOINT review`, changeTaskStatus(tx, emit, task, 'REVIEW', { reason: 'stopped', actor }), tx`RELEASE SAVEPOINT review`]);
   } catch (e) {
-    rt.log.error({ err: e, task_id: taskId }, 'REVIEW transition after stop failed; stops stand');
+    rt.log.error({ err: e, task_id: task.id }, 'REVIEW transition after stop failed; stops stand');
+    await tx`ROLLBACK TO SAVEPOINT review`;
   }
 }
 
@@ -115,64 +122,96 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
   });
 }
 
+/** What a planner read and locked inside the stop's transaction. */
+interface PlannedStop {
+  plan: StopPlan;
+  /** The task, locked (its fence bumped). */
+  task: TaskRow;
+  /** The task's active sessions, locked: the per-session guard. */
+  sessions: SessionRow[];
+}
+
 interface StopRun {
   task: TaskRow;
-  plan: StopPlan;
   actor: Actor;
+  /** Reads under the locks and plans; runs first in the stop's transaction. */
+  planner: (tx: Tx) => Promise<PlannedStop>;
   /** Attempt the REVIEW transition after accepted stops (R-1.4). */
   review: boolean;
-  audit: Pick<AuditRecord, 'action' | 'reason'>;
+  audit: Pick<AuditRecord, 'action'> & { reason?: string | null };
   /** Outcome recorded when nothing was accepted. */
   idleOutcome: string;
+  /** Refuse an empty plan with this error, rolling everything back (nothing changes). */
+  refuseEmpty?: () => Error;
 }
 
 /**
- * Run a child or task stop plan: decision, REVIEW and audit in one transaction; then the
+ * B-1 and the per-session guard in one round trip, as the first statements of a stop's
+ * transaction: bump the task's launch fence (which takes its row lock), then lock its active
+ * sessions. Pipelined, the server runs them in order, and the second statement's snapshot is taken
+ * after the first holds the lock: an admission that committed before is visible (its execution is
+ * on the session), one that comes later waits for this transaction and then meets the new epoch
+ * (ADR 0001). Tasks are locked before sessions, the order launches, admissions and holds use.
+ */
+async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: TaskRow; sessions: SessionRow[] }> {
+  const [task, sessions] = await Promise.all([bumpFenceLocked(tx, taskId), lockActiveSessionsOfTasks(tx, [taskId])]);
+  if (!task) throw notFound('task not found');
+  return { task, sessions };
+}
+
+/**
+ * Run a child or task stop: plan, decision, REVIEW and audit in one transaction; then the
  * teardowns. A persistence failure cancels nothing (so nothing is torn down and a retry makes
  * progress); a teardown request that fails is INTERNAL_ERROR while the accepted stops stand.
  */
-async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[] }> {
-  const { task, plan, actor } = run;
+async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
+  const { task, actor } = run;
   const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
-  const audit = (outcome: string, details: Record<string, unknown>): AuditRecord => ({
+  const audit = (outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
     task_id: task.id,
     workspace_id: task.workspace_id,
+    action: run.audit.action,
     actor: actorLabel(actor),
+    reason: run.audit.reason ?? reason,
     request_id: call.requestId,
     outcome,
     details,
-    ...run.audit,
   });
-  let accepted: AcceptedStops;
+  let done: { accepted: AcceptedStops; plan: StopPlan };
   try {
-    accepted = await transact(rt, async (tx, emit) => {
-      // Task before sessions, the order launches, admissions and tree holds lock in.
-      await lockTask(tx, task.id);
-      const a = await acceptStops(tx, emit, plan, task.workspace_id, actor);
-      if (run.review && a.cancelled.length > 0) await moveToReviewIfIdle(rt, tx, emit, task.id, actor);
-      await recordAudit(
+    done = await transact(rt, async (tx, emit) => {
+      const planned = await run.planner(tx);
+      const { plan } = planned;
+      if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
+      const a = await acceptStops(tx, emit, plan, planned.sessions, task.workspace_id, actor);
+      const cancelledIds = new Set(a.cancelled.map((x) => x.id));
+      const statesAfter = planned.sessions.map((x) => (cancelledIds.has(x.id) ? ('CANCELLED' as const) : x.state));
+      const record = recordAudit(
         tx,
-        audit(a.cancelled.length > 0 || a.teardowns.length > 0 ? 'stopped' : run.idleOutcome, {
-          sessions: a.cancelled.map((s) => s.id),
+        audit(a.cancelled.length > 0 || a.teardowns.length > 0 ? 'stopped' : run.idleOutcome, plan.reason, {
+          sessions: a.cancelled.map((x) => x.id),
           executions: a.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
         }),
       );
-      return a;
+      await Promise.all([record, run.review && a.cancelled.length > 0 ? moveToReviewIfIdle(rt, tx, emit, planned.task, statesAfter, actor) : null]);
+      return { accepted: a, plan };
     });
   } catch (e) {
+    if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
     // Nothing was cancelled, so nothing is torn down: a retry makes progress (R-1.3).
     log.error({ err: e }, 'persisting the stop failed');
-    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
-    throw isKandevError(e) && e.code === 'INTERNAL_ERROR' ? e : internalError('stopping the task failed', e);
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
+    throw isKandevError(e) ? e : internalError('stopping the task failed', e);
   }
+  const { accepted, plan } = done;
   const outcomes = await dispatchTeardowns(rt, call, accepted.teardowns, plan.reason, log);
   const failed = outcomes.filter((o) => o.error);
   if (failed.length) {
-    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) => log.warn({ err }, 'audit write failed'));
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) => log.warn({ err }, 'audit write failed'));
     const first = failed[0]!.error;
     throw isKandevError(first) && first.code === 'INTERNAL_ERROR' ? first : internalError('stopping the task failed: a teardown request was not accepted', first);
   }
-  return { accepted: accepted.cancelled.length, outcomes };
+  return { accepted: accepted.cancelled.length, outcomes, plan };
 }
 
 /** The registry entries of these sessions' executions, one exact read each. A failed read is an error, never "gone". */
@@ -216,13 +255,20 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     }
     throw e;
   }
-  // Fence first, then read the candidates: a launch admitted before the bump has recorded its
-  // execution on the session by now; one admitted after it is refused (B-1, ADR 0001). So each
-  // candidate's own execution is all there is to check, by exact registry key.
-  await bumpFence(rt.sql, target.id);
-  const candidates = await activeSessionsOfTask(rt.sql, target.id);
-  const plan = planChildStop(candidates, candidates.length ? await executionsOf(rt, call, candidates) : []);
-  const { accepted } = await runStop(rt, call, { task: target, plan, actor, review: true, audit: { action: 'mcp.stop_task', reason: plan.reason }, idleOutcome: 'not_running' });
+  // Fence and candidates first, in the stop's transaction: a launch admitted before the bump has
+  // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001). So
+  // each candidate's own execution is all there is to check, by exact registry key.
+  const { accepted } = await runStop(rt, call, {
+    task: target,
+    actor,
+    review: true,
+    audit: { action: 'mcp.stop_task' },
+    idleOutcome: 'not_running',
+    planner: async (tx) => {
+      const { task, sessions } = await fenceAndLockCandidates(tx, target.id);
+      return { task, sessions, plan: planChildStop(sessions, sessions.length ? await executionsOf(rt, call, sessions) : []) };
+    },
+  });
   return { task_id: target.id, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
 }
 
@@ -233,11 +279,19 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
  */
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
   const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
-  await bumpFence(rt.sql, task.id);
-  const [active, registry] = await Promise.all([activeSessionsOfTask(rt.sql, task.id), registryOf(rt, call, task.id)]);
-  const plan = planTaskStop(active, registry);
-  if (planIsEmpty(plan)) throw notFound('execution not found');
-  const { outcomes } = await runStop(rt, call, { task, plan, actor, review: true, audit: { action: 'task.stop', reason: reason ?? plan.reason }, idleOutcome: 'not_found' });
+  const { outcomes } = await runStop(rt, call, {
+    task,
+    actor,
+    review: true,
+    audit: { action: 'task.stop', reason },
+    idleOutcome: 'not_found',
+    // R-2.3: nothing active and nothing registered changes nothing (the fence bump rolls back too).
+    refuseEmpty: () => notFound('execution not found'),
+    planner: async (tx) => {
+      const [{ task: locked, sessions }, registry] = await Promise.all([fenceAndLockCandidates(tx, task.id), registryOf(rt, call, task.id)]);
+      return { task: locked, sessions, plan: planTaskStop(sessions, registry) };
+    },
+  });
   const executions = outcomes
     .filter((o) => o.reached || !o.teardown.orphaned)
     .map((o) => ({ session_id: o.teardown.execution.session_id, execution_id: o.teardown.execution.execution_id, orphaned: o.teardown.orphaned }));

@@ -3,7 +3,7 @@ import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
 import { sessionsOfTask } from '../store/sessions.js';
-import { getTask, insertTask, insertWorkspace, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
+import { getTask, insertTask, insertWorkspace, lockParentForChild, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
 import { toSession, toTask } from '../store/rows.js';
 import { changeTaskStatus } from './changes.js';
 import { assertKnownAgent } from './agents.js';
@@ -39,7 +39,7 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
   return transact(rt, async (tx, emit) => {
     if (!(await workspaceExists(tx, req.workspace_id))) throw notFound('workspace not found');
     if (req.parent_id) {
-      const parent = await getTask(tx, req.parent_id);
+      const parent = await lockParentForChild(tx, req.parent_id);
       // A parent in another workspace is answered exactly like a missing one: the caller learns nothing about ids outside its scope.
       if (!parent || parent.workspace_id !== req.workspace_id) throw notFound('parent task not found');
     }

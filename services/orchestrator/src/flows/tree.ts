@@ -42,9 +42,9 @@ export const PROPAGATION_WAIT_MS = 1_000;
 const UNIQUE_VIOLATION = '23505';
 
 /**
- * Hold changes of one workspace run one at a time. They lock many task rows at once; two of them
- * interleaving on overlapping trees is a deadlock waiting to happen, and they are rare operator
- * actions, so a transaction-scoped advisory lock per workspace costs nothing that matters.
+ * Hold changes of one workspace run one at a time: they lock many task rows at once, two of them
+ * interleaving on overlapping trees would wait on each other's rows in opposite orders, and they are
+ * rare operator actions, so a transaction-scoped advisory lock per workspace costs nothing that matters.
  */
 async function serialiseHoldsOf(tx: Tx, workspaceId: string): Promise<void> {
   await tx`SELECT pg_advisory_xact_lock(hashtext(${'kandev-tree-holds:' + workspaceId}))`;
@@ -116,8 +116,6 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     const existing = await activeHoldOfTasks(tx, ids);
     if (existing) throw conflict('a task of this tree is already a member of an active hold', { ...existing });
     const members: HoldMember[] = holdMembersOf(tasks, mode);
-    // Task rows are written before anything references them (the members' foreign keys), so
-    // this transaction never upgrades a row lock another one is queued behind.
     await bumpFences(tx, ids);
     if (mode === 'cancel') await cancelMembers(tx, emit, tasks, actor);
     let hold: Hold;
@@ -130,7 +128,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
       throw e;
     }
     const sessions = await lockActiveSessionsOfTasks(tx, ids);
-    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason), root.workspace_id, actor);
+    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason), sessions, root.workspace_id, actor);
     await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');

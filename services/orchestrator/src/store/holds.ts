@@ -28,15 +28,15 @@ export async function subtree(q: Q, rootId: string): Promise<SubtreeTask[]> {
 
 /**
  * The subtree under the row lock of every member, complete at the instant the locks are held
- * (R-4.8). A child inserted concurrently needs a key-share lock on its parent, which these locks
- * block; one that committed while the locks were being taken is found by the re-read, and the
+ * (R-4.8). A child is created under a FOR SHARE lock on its parent (lockParentForChild), which these
+ * locks block; one that committed while the locks were being taken is found by the re-read, and the
  * loop locks it too. So no task that exists when this returns is missed, and none can be added
  * under a member until the transaction ends.
  */
 export async function lockSubtree(tx: Tx, rootId: string): Promise<SubtreeTask[]> {
   for (;;) {
     const locked = (
-      await tx.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY t.id FOR UPDATE OF t`, [rootId], { prepare: true })
+      await tx.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY t.id FOR NO KEY UPDATE OF t`, [rootId], { prepare: true })
     ).map(norm);
     const [again] = await tx.unsafe<{ n: number }[]>(`${SUBTREE} SELECT count(*)::int AS n FROM tree`, [rootId], { prepare: true });
     if (again!.n === locked.length) return locked.sort((a, b) => a.depth - b.depth || a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
@@ -136,7 +136,7 @@ export async function restoreTasks(tx: Tx, snapshots: ReadonlyArray<{ task_id: s
 
 /** Member tasks under their row locks, in id order (the same order a new hold locks them in). */
 export async function lockTasks(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
-  const rows = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, [[...ids]], { prepare: true });
+  const rows = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`, [[...ids]], { prepare: true });
   return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
 }
 

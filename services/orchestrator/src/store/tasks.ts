@@ -30,9 +30,31 @@ export async function getTask(q: Q, id: string): Promise<TaskRow | null> {
   return row ? norm(row) : null;
 }
 
-/** The task's row lock: serialises launches, stops and admissions of one task across replicas. */
+/**
+ * The task's row lock: serialises launches, stops, admissions and holds of one task across
+ * replicas. Every task lock is FOR NO KEY UPDATE (the lock an UPDATE of non-key columns takes), never
+ * FOR UPDATE: foreign-key checks from rows that reference the task (sessions, child tasks) take
+ * KEY SHARE locks, which this one does not block, so no such check can close a deadlock cycle.
+ * Creating a child locks its parent FOR SHARE explicitly (lockParentForChild), which this blocks.
+ */
 export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE`, [id], { prepare: true });
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR NO KEY UPDATE`, [id], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
+export async function bumpFenceLocked(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}`, [id], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/**
+ * A child is created under its parent's FOR SHARE lock: it conflicts with the lock a tree hold
+ * takes on every member, so a child is either created before the hold locks its parent (and is
+ * found by the hold's re-read) or waits until the hold has committed (R-4.8).
+ */
+export async function lockParentForChild(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR SHARE`, [id], { prepare: true });
   return row ? norm(row) : null;
 }
 
