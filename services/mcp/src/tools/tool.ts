@@ -7,6 +7,8 @@ import { z } from 'zod';
 export interface ToolContext {
   readonly nc: NatsConnection;
   readonly caller: AgentClaims;
+  /** The raw bearer token of the call (already verified into `caller`), for tools that forward it. */
+  readonly token: string;
   readonly requestId: string;
   readonly requestTimeoutMs: number;
 }
