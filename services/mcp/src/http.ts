@@ -1,5 +1,5 @@
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
-import { bearer, context, propagation, verifyAgentToken, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
+import { agentTokenVerifier, bearer, context, propagation, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
 import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -36,11 +36,11 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
 
 type Auth = { ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean };
 
-async function authenticate(req: IncomingMessage, secret: string): Promise<Auth> {
+async function authenticate(req: IncomingMessage, verify: (token: string) => Promise<AgentClaims>): Promise<Auth> {
   const token = bearer(req.headers.authorization);
   if (!token) return { ok: false, message: 'missing bearer token', presented: false };
   try {
-    return { ok: true, claims: await verifyAgentToken(secret, token), token };
+    return { ok: true, claims: await verify(token), token };
   } catch (e) {
     return { ok: false, message: isKandevError(e) ? e.message : 'invalid token', presented: true };
   }
@@ -80,9 +80,10 @@ const isRequest = (m: JSONRPCMessage): m is JSONRPCRequest => 'method' in m && '
  */
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
+  const verify = agentTokenVerifier(opts.jwtSecret);
 
   async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const auth = await authenticate(req, opts.jwtSecret);
+    const auth = await authenticate(req, verify);
     if (!auth.ok) {
       log.info({ reason: auth.message, method: req.method }, 'mcp request rejected: unauthorized');
       const challenge = auth.presented ? 'Bearer realm="kandev-mcp", error="invalid_token"' : 'Bearer realm="kandev-mcp"';
