@@ -29,7 +29,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         rt.nc,
         Life.cancel.at(s.instance_id),
         { execution_id: s.execution_id, turn_id: s.open_turn_id },
-        { requestId: call.requestId, timeoutMs: rt.env.CANCEL_REQUEST_TIMEOUT_MS },
+        { requestId: call.requestId },
       );
       if (!res.cancelled) {
         await recordAudit(tx, audit('no_active_turn'));
