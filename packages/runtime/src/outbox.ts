@@ -30,14 +30,17 @@ export class Outbox {
   async flush(events: ReadonlyArray<EventEnvelope>): Promise<void> {
     if (!events.length) return;
     const published: string[] = [];
-    for (const ev of events) {
-      try {
-        await this.publisher.publish(ev);
-        published.push(ev.id);
-      } catch (e) {
-        this.log.warn({ err: e, event_id: ev.id, type: ev.type }, 'event publish failed; relay will retry');
-      }
-    }
+    // All at once: one connection keeps their order in the stream, and the acks come back together.
+    await Promise.all(
+      events.map(async (ev) => {
+        try {
+          await this.publisher.publish(ev);
+          published.push(ev.id);
+        } catch (e) {
+          this.log.warn({ err: e, event_id: ev.id, type: ev.type }, 'event publish failed; relay will retry');
+        }
+      }),
+    );
     // Not awaited: the events are out; a lost mark only means the relay republishes them later,
     // and JetStream's msgID dedupe drops the copy. Keeps a round trip off every command's path.
     if (published.length) {

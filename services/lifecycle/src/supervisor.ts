@@ -339,9 +339,12 @@ export class ExecutionSupervisor {
     const step = turnCompleted(x.turnView, turnId);
     if (x.applyTurn(step)) void x.persist();
     if (!step.publish || !UUID.test(turnId)) return;
-    await this.emit(x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
-    // the orchestrator moves the session to WAITING_FOR_INPUT on this, and the gateway pushes it.
-    if (stopReason === 'cancelled') await this.emit(x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
+    // Published together (one connection keeps their order in the stream); the cancel reply waits for both acks.
+    // the orchestrator moves the session to WAITING_FOR_INPUT on turn.completed, and the gateway pushes it.
+    await Promise.all([
+      this.emit(x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }),
+      stopReason === 'cancelled' ? this.emit(x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }) : null,
+    ]);
   }
 
   private async emit<T extends EventType>(x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {

@@ -37,11 +37,16 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       }
       // what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
-      await setQueuePaused(tx, s.id, true);
-      if (res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
+      // The writes are independent: issued together, postgres.js pipelines them on the transaction's
+      // connection (one round trip instead of one each; the response waits on them).
       const next = sessionStateAfterTurn(s.state);
-      if (next) await changeSessionState(tx, emit, task, s, next, { reason: 'turn_cancelled', actor });
-      await recordAudit(tx, audit('cancelled'));
+      const done = task;
+      await Promise.all([
+        setQueuePaused(tx, s.id, true),
+        res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
+        next ? changeSessionState(tx, emit, done, s, next, { reason: 'turn_cancelled', actor }) : null,
+        recordAudit(tx, audit('cancelled')),
+      ]);
       log.info({ task_id: task.id, execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
     });
   } catch (e) {
