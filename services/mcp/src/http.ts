@@ -50,19 +50,20 @@ const first = (h: string | string[] | undefined) => (Array.isArray(h) ? h[0] : h
 /** `application/json`, with or without parameters (`; charset=utf-8`). */
 const isJson = (contentType: string | undefined) => !!contentType && contentType.split(';', 1)[0]!.trim().toLowerCase() === 'application/json';
 
-/** The body as text, or null once it passes `limit` bytes (the rest is not buffered). */
+/** The body as text, or null once it passes `limit` bytes (reading stops; the caller answers and closes). */
 function readBody(req: IncomingMessage, limit: number): Promise<string | null> {
   if (Number(req.headers['content-length']) > limit) return Promise.resolve(null);
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (c: Buffer) => {
+    const onData = (c: Buffer) => {
       size += c.length;
-      if (size > limit) {
-        resolve(null);
-        req.destroy();
-      } else chunks.push(c);
-    });
+      if (size <= limit) return void chunks.push(c);
+      req.off('data', onData);
+      req.pause();
+      resolve(null);
+    };
+    req.on('data', onData);
     req.on('end', () => resolve(Buffer.concat(chunks, size).toString('utf8')));
     req.on('error', reject);
   });
@@ -98,7 +99,11 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     if (!isJson(first(req.headers['content-type']))) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
 
     const text = await readBody(req, MAX_BODY_BYTES);
-    if (text === null) return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`);
+    if (text === null) {
+      // The rest of the body is never read: answer, then drop the connection.
+      res.on('finish', () => req.destroy());
+      return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`, { connection: 'close' });
+    }
     let raw: unknown;
     try {
       raw = JSON.parse(text);

@@ -88,9 +88,22 @@ describe('JSON-RPC', () => {
     expect(r.json.error.message).toMatch(/Unsupported protocol version/);
   });
 
-  it('keeps the transport rules of the SDK: Accept must list JSON and SSE, the body must be JSON', async () => {
+  it('keeps the transport rules of the SDK: Accept must list JSON and SSE, the body must be JSON and at most 4 MiB', async () => {
     expect((await post(rpc(1, 'ping'), { accept: 'application/json' })).status).toBe(406);
     expect((await post(rpc(1, 'ping'), { 'content-type': 'text/plain' })).status).toBe(415);
+    const huge = JSON.stringify(rpc(1, 'tools/call', { name: 'stop_task_kandev', arguments: { task_id: 'x'.repeat(5 * 1024 * 1024) } }));
+    const r = await post(huge);
+    expect(r.status).toBe(413);
+    expect(r.json.error.message).toMatch(/Payload Too Large/);
+    // Streamed without a length, it is cut off the same way.
+    const chunked = await fetch(h.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` },
+      body: new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode(huge)); c.close(); } }),
+      duplex: 'half',
+    } as RequestInit);
+    expect(chunked.status).toBe(413);
+    expect(h.wire).toEqual([]);
   });
 });
 
