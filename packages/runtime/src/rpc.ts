@@ -21,7 +21,7 @@ export interface HandlerContext {
    * `kandev-timeout-ms` header); undefined when the caller sent none. `request()` made while the
    * handler runs already waits no longer than this; see `remainingMs()` for other waits.
    */
-  deadline: number | undefined;
+  deadline?: number | undefined;
 }
 export type Handler<E extends Endpoint> = (req: z.infer<E['request']>, ctx: HandlerContext) => Promise<z.infer<E['result']>>;
 
