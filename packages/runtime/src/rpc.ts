@@ -108,7 +108,7 @@ class EndpointStats {
 interface Serving {
   requestId: string;
   deadline: number | undefined;
-  /** False once the reply is sent: work the handler left running no longer inherits its deadline. */
+  /** False once the reply is sent: work the handler left running no longer inherits its deadline or request id. */
   active: boolean;
 }
 const serving = new AsyncLocalStorage<Serving>();
@@ -240,7 +240,7 @@ export interface RequestOptions {
    * request's deadline, and defaults to all of it; elsewhere it defaults to DEFAULT_REQUEST_TIMEOUT_MS.
    */
   timeoutMs?: number;
-  /** Default: the request id of the request being handled, if any. */
+  /** Default: the request id of the request being handled (while its handler runs), if any. */
   requestId?: string;
 }
 
@@ -266,8 +266,10 @@ export async function request<E extends Endpoint>(
 ): Promise<z.infer<E['result']>> {
   const parsed = endpoint.request.safeParse(payload);
   if (!parsed.success) throw validationError(`invalid request for ${endpoint.name}`, zodIssues(parsed.error));
-  const outer = serving.getStore();
-  const left = outer?.active && outer.deadline !== undefined ? outer.deadline - performance.now() : undefined;
+  const store = serving.getStore();
+  // Only while the handler runs: a timer it started must not carry its deadline or request id for ever.
+  const outer = store?.active ? store : undefined;
+  const left = outer?.deadline !== undefined ? outer.deadline - performance.now() : undefined;
   const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? DEFAULT_REQUEST_TIMEOUT_MS, left ?? Number.POSITIVE_INFINITY));
   if (timeout <= 0) throw unavailable(`${endpoint.name} not sent: the caller's deadline has passed`);
   const requestId = opts.requestId ?? outer?.requestId;

@@ -84,6 +84,29 @@ describe('deadline', () => {
   });
 });
 
+describe('work a handler leaves running', () => {
+  it('does not inherit the deadline once the reply is sent', async () => {
+    const leaver = ep('leaver');
+    const target = ep('target');
+    let outcome: string | undefined;
+    const svc = await serveEndpoints(nc, { service: 'holds', instanceId: 'd3', queue: 'deadline3', log }, [
+      on(target, async () => ({})),
+      on(leaver, async () => {
+        // Runs after the reply, long after the caller's 100 ms.
+        setTimeout(() => void request(nc, target, {}).then(() => (outcome = 'sent'), (e: Error) => (outcome = e.message)), 300);
+        return {};
+      }),
+    ]);
+    const h = headers();
+    h.set(Headers.timeout, '100');
+    await nc.request(leaver.subject, '{}', { timeout: 2000, headers: h });
+    const until = Date.now() + 5_000;
+    while (outcome === undefined && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(outcome).toBe('sent');
+    await svc.stop();
+  });
+});
+
 describe('$SRV.STATS', () => {
   it('reports the time handlers really take and the errors they answer', async () => {
     for (let i = 0; i < 3; i++) await request(nc, slow, {});
