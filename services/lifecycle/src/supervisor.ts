@@ -273,7 +273,9 @@ export class ExecutionSupervisor {
     }
     if (!answer.cancelled) return { cancelled: false, turn_id: null, stop_reason: null, reason: answer.reason };
     // The reply and agentctl's turn_completed line race; whichever comes first completes the turn.
-    await x.inOrder(() => this.finishTurn(x, answer.turn_id, answer.stop_reason));
+    // The reply waits for the turn's state (READY), not for the events' acks: they are already written
+    // to this NATS connection, ahead of the reply, and a failed publish is only logged either way.
+    await x.inOrder(async () => void this.finishTurn(x, answer.turn_id, answer.stop_reason));
     x.log.info({ turn_id: answer.turn_id, stop_reason: answer.stop_reason, cancel_ms: Math.round(performance.now() - started) }, 'turn cancelled');
     return { cancelled: true, turn_id: answer.turn_id, stop_reason: answer.stop_reason, reason: null };
   }
