@@ -107,8 +107,12 @@ function markdown(rows: Row[], machine: Record<string, unknown>): string {
         } | ${r.roundsP50.map(f).join(' · ')} |`,
     ),
     '',
+    ...cancelHops(rows),
     '## Reading it',
     '',
+    '- `floor.mcp.sdk_noop` is the MCP floor: the SDK\'s own stateless Streamable HTTP server (its own process)',
+    '  answering a no-op tool to the SDK client. `mcp.kandev.*` are the kandev mcp service answering the same',
+    '  client; `12-stop-task-mcp` re-measures the floor in its run (`floor.mcp.noop`) for the stop_task ratios.',
     '- `nats.request.helper` vs `nats.request.bare` is the price of the runtime layer (contract validation on',
     '  both sides, @nats-io/services dispatch, headers with request id and W3C trace context, spans, metrics).',
     '  Tracing is initialised without an exporter, as in a service with no `OTEL_EXPORTER_OTLP_ENDPOINT`.',
@@ -126,6 +130,40 @@ function markdown(rows: Row[], machine: Record<string, unknown>): string {
     '',
   ];
   return lines.join('\n');
+}
+
+/**
+ * Where a cancel's time goes, per hop, from the breakdown rows of 10-cancel-to-agent (same run): the
+ * same cancel entered one hop further down each time, so each difference of p50s is what one hop adds.
+ */
+function cancelHops(rows: Row[]): string[] {
+  const p50 = (id: string) => rows.find((r) => r.id === id)?.stats.p50;
+  const entries = [
+    { hop: 'gateway (/ws frame → NATS request)', to: 'cancel.scripted-acp.to_agent', back: 'cancel.scripted-acp.ws_round_trip' },
+    { hop: 'orchestrator (+ its NATS hop): lock, then after the answer the writes, COMMIT, event publish', to: 'cancel.breakdown.from_orchestrator', back: 'cancel.breakdown.from_orchestrator.answered' },
+    { hop: 'lifecycle (+ its NATS hop; node:http to agentctl where the bench uses fetch): after the answer, the two events', to: 'cancel.breakdown.from_lifecycle', back: 'cancel.breakdown.from_lifecycle.answered' },
+    { hop: "agentctl and the agent (+ the bench's fetch): the agent's acknowledgement", to: 'cancel.breakdown.from_agentctl', back: 'cancel.breakdown.from_agentctl.answered' },
+  ];
+  if (entries.some((e) => p50(e.to) === undefined || p50(e.back) === undefined)) return [];
+  const lines = [
+    '## Where a cancel spends its time',
+    '',
+    'The scripted-acp cancel entered at each hop in turn (rows `cancel.breakdown.*`, same run): each line is',
+    'the p50 of entering there minus the p50 of entering one hop further down, towards the agent (to the',
+    "agent receiving `session/cancel`) and back (until the hop's answer: for the first line the /ws",
+    'response). Differences of medians, so approximate. Span-level detail: docs/fast-paths.md.',
+    '',
+    '| hop | adds on the way to the agent, ms | adds to the answer, ms |',
+    '|---|--:|--:|',
+  ];
+  entries.forEach((e, i) => {
+    const next = entries[i + 1];
+    const to = p50(e.to)! - (next ? p50(next.to)! : 0);
+    const back = p50(e.back)! - (next ? p50(next.back)! : 0);
+    lines.push(`| ${e.hop} | ${f(to)} | ${f(back)} |`);
+  });
+  lines.push(`| **total** (/ws → agent, /ws round trip) | **${f(p50(entries[0]!.to)!)}** | **${f(p50(entries[0]!.back)!)}** |`, '');
+  return lines;
 }
 
 async function main() {

@@ -9,7 +9,7 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 let w: World;
 beforeAll(async () => {
   // A short cancel timeout keeps the ignore_cancel case quick; the orchestrator's bound follows it.
-  w = await startWorld({ CANCEL_TIMEOUT_MS: '1000', CANCEL_REQUEST_TIMEOUT_MS: '4000' });
+  w = await startWorld({ CANCEL_TIMEOUT_MS: '1000' });
 });
 afterAll(async () => w?.stop());
 

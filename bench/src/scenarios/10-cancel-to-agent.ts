@@ -53,7 +53,9 @@ const scenario: Scenario = {
       ctx.log(`${agent}: to agent p50 ${summarize(toAgent).p50.toFixed(2)} ms, round trip p50 ${summarize(roundTrip).p50.toFixed(2)} ms`);
     }
 
-    // Where the time goes: the same cancel entered one hop further down each time (ACP agent).
+    // Where the time goes: the same cancel entered one hop further down each time (ACP agent), timed
+    // until the agent receives it and until that hop answers. Each difference between two entries is
+    // what one hop adds, in both directions, measured in this run.
     const s = await idleSession(b, { agent: 'scripted-acp' });
     const execution = (await request(b.nc, Life.get, { execution_id: s.execution_id }))!;
     const operator = { type: 'operator' as const, id: 'bench', workspaces: ['*'] };
@@ -64,6 +66,7 @@ const scenario: Scenario = {
     };
     for (const [hop, send] of Object.entries(entries)) {
       const toAgent: number[] = [];
+      const answered: number[] = [];
       for (let i = 0; i < Math.min(iterations, 100) + 5; i++) {
         const promptedAt = preciseNow();
         const { turn_id } = (await b.api.ok('POST', `/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) })) as { turn_id: string };
@@ -71,12 +74,20 @@ const scenario: Scenario = {
         const t0 = preciseNow();
         const done = send(turn_id);
         const recv = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'recv' && e.method === 'session/cancel');
-        await done;
+        const reply = await done;
+        const t1 = preciseNow();
+        if (reply instanceof Response) await reply.text();
         // Entered below the orchestrator, the session still says RUNNING: let its turn-completed handler settle it.
         await eventually(async () => (await b.api.get(`/sessions/${s.session.id}`)).body.state === 'WAITING_FOR_INPUT');
-        if (i >= 5) toAgent.push(recv.mono - t0);
+        if (i >= 5) {
+          toAgent.push(recv.mono - t0);
+          answered.push(t1 - t0);
+        }
       }
-      results.push({ id: `cancel.breakdown.from_${hop}`, label: `scripted-acp: cancel entered at the ${hop} → agent receives session/cancel`, stats: summarize(toAgent), baseline: 'floor.nats+http' });
+      results.push(
+        { id: `cancel.breakdown.from_${hop}`, label: `scripted-acp: cancel entered at the ${hop} → agent receives session/cancel`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
+        { id: `cancel.breakdown.from_${hop}.answered`, label: `scripted-acp: cancel entered at the ${hop} → the ${hop} answers (turn ended${hop === 'orchestrator' ? ', session committed' : ''})`, stats: summarize(answered), baseline: 'floor.nats+http' },
+      );
     }
     return results;
   },

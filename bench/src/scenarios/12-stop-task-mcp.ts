@@ -1,5 +1,6 @@
 import postgres from 'postgres';
 import { connectMcp, eventually } from '@kandev/testkit';
+import { startSdkNoopServer } from '../mcp-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { e2eIterations, natsAndHttpFloor, samples, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
 
@@ -37,8 +38,8 @@ async function stop(mcp: Mcp, taskId: string): Promise<number> {
 /**
  * R-1 latency: `stop_task_kandev` through a real MCP client (Streamable HTTP) to a real orchestrator,
  * lifecycle and agent, each call stopping a child with a turn in flight. At 1 caller and at 50
- * concurrent callers. Floor, measured in the same run: an MCP call that goes nowhere (`tools/list`)
- * + a bare NATS round trip + a bare PostgreSQL commit.
+ * concurrent callers. Floor, measured in the same run: the MCP SDK's own stateless server answering a
+ * no-op tool + a bare NATS round trip + a bare PostgreSQL commit.
  */
 const scenario: Scenario = {
   name: 'stop_task_kandev end to end',
@@ -54,9 +55,12 @@ const scenario: Scenario = {
     await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
     const pg = await samples(() => sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`), 500);
     await sql.end();
-    const noop = await connectMcp(b.stack.mcpUrl, await b.stack.agentToken('00000000-0000-4000-8000-000000000001'));
-    const mcpNoop = await samples(() => noop.listTools(), 500);
+    // The MCP floor (issue 12): the SDK's own stateless server answering a no-op tool, not our service.
+    const sdk = await startSdkNoopServer();
+    const noop = await connectMcp(sdk.url, 'unused');
+    const mcpNoop = await samples(() => noop.callTool({ name: 'noop', arguments: {} }), 500);
     await noop.close();
+    await sdk.stop();
 
     // Not-running stops are cheap to repeat: the decision path without a live child.
     const idle = await family(b, 0);
@@ -86,7 +90,7 @@ const scenario: Scenario = {
     }
 
     const results: ScenarioResult[] = [
-      { id: 'floor.mcp.noop', label: 'MCP tools/list round trip (Streamable HTTP, auth, no backend call)', stats: summarize(mcpNoop) },
+      { id: 'floor.mcp.noop', label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call, same run", stats: summarize(mcpNoop) },
       { id: 'floor.pg.commit.stop_run', label: 'bare PostgreSQL commit (BEGIN/INSERT/COMMIT), same run', stats: summarize(pg) },
       { id: 'floor.mcp+nats+pg', label: 'sum of floors: MCP no-op + NATS round trip + PostgreSQL commit (pairwise)', stats: summedFloor(mcpNoop, floor.natsSamples, pg) },
       { id: 'stop_task.not_running', label: 'stop_task_kandev on a child with nothing running (checks + registry lookup)', stats: summarize(notRunning), baseline: 'floor.mcp+nats+pg' },

@@ -23,7 +23,6 @@ export const WORKING_SESSION_STATES: readonly SessionState[] = ['STARTING', 'RUN
 export const TERMINAL_SESSION_STATES: readonly SessionState[] = ['COMPLETED', 'FAILED', 'CANCELLED'];
 export const isActiveSession = (s: SessionState) => ACTIVE_SESSION_STATES.includes(s);
 export const isWorkingSession = (s: SessionState) => WORKING_SESSION_STATES.includes(s);
-export const isTerminalSession = (s: SessionState) => TERMINAL_SESSION_STATES.includes(s);
 
 export const ExecutionStatus = z.enum(['STARTING', 'RUNNING', 'READY', 'STOPPING', 'STOPPED', 'COMPLETED', 'FAILED']);
 export type ExecutionStatus = z.infer<typeof ExecutionStatus>;

@@ -34,6 +34,11 @@ export const canAccessWorkspace = (a: Actor, workspaceId: string): boolean =>
 /** Header names carried on every NATS message besides W3C trace context. */
 export const Headers = {
   requestId: 'kandev-request-id',
+  /**
+   * The caller's deadline, as the milliseconds left when the request was sent (relative, like gRPC's
+   * `grpc-timeout`, so hosts need not agree on the time). The handler's own requests use what remains.
+   */
+  timeout: 'kandev-timeout-ms',
   traceparent: 'traceparent',
   tracestate: 'tracestate',
   msgId: 'Nats-Msg-Id',

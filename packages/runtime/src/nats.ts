@@ -19,5 +19,8 @@ export async function connectNats(opts: NatsOptions): Promise<NatsConnection> {
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     timeout: 5_000,
+    // The client would otherwise build two Error objects (stack captures) per request, about 60 µs
+    // of CPU per NATS round trip; request() reports failures with the endpoint's name instead.
+    noAsyncTraces: true,
   });
 }

@@ -1,6 +1,7 @@
 import { headers as natsHeaders, RequestError, TimeoutError, NoRespondersError, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { Svcm, type Service } from '@nats-io/services';
-import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, type Endpoint } from '@kandev/contracts';
+import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, type Endpoint, type Reply } from '@kandev/contracts';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import type { Logger } from './log.js';
@@ -15,8 +16,14 @@ const dec = new TextDecoder();
 export interface HandlerContext {
   requestId: string;
   log: Logger;
-  /** Headers to forward on onward calls, so request id and trace follow the work. */
+  /** The subject the request arrived on (instance-routed endpoints carry the instance id in it). */
   subject: string;
+  /**
+   * When the caller stops waiting, on this process's `performance.now()` clock (from the caller's
+   * `kandev-timeout-ms` header); undefined when the caller sent none. `request()` made while the
+   * handler runs already waits no longer than this; see `remainingMs()` for other waits.
+   */
+  deadline?: number | undefined;
 }
 export type Handler<E extends Endpoint> = (req: z.infer<E['request']>, ctx: HandlerContext) => Promise<z.infer<E['result']>>;
 
@@ -24,14 +31,18 @@ export interface Registration<E extends Endpoint = Endpoint> {
   endpoint: E;
   handler: Handler<E>;
   /**
-   * Queue group; default the service's. (@nats-io/services falls back to the service's group for
-   * an empty string, so instance-routed endpoints rely on their subject being unique instead.)
+   * Queue group; default the service's. An instance-routed endpoint (its subject names one instance)
+   * needs none and keeps the default: only that instance subscribes. (@nats-io/services treats `''`
+   * as "the service's group" too, so there is no way to ask for no group.)
    */
   queue?: string;
 }
 /** Helper that keeps the endpoint and handler types tied together. */
 export const on = <E extends Endpoint>(endpoint: E, handler: Handler<E>, queue?: string): Registration<E> =>
   queue === undefined ? { endpoint, handler } : { endpoint, handler, queue };
+
+/** A request without a deadline from its caller waits this long for its reply. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
 
 const zodIssues = (e: z.ZodError) => ({ issues: e.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
 
@@ -41,13 +52,87 @@ function toErrorBody(e: unknown) {
 }
 
 /**
+ * Requests being handled by one service runtime: shutdown stops taking new ones, then waits here
+ * until those already running have answered.
+ */
+export class InFlightRequests {
+  private count = 0;
+  private waiters: Array<() => void> = [];
+  get size(): number {
+    return this.count;
+  }
+  enter(): void {
+    this.count++;
+  }
+  leave(): void {
+    this.count--;
+    if (this.count === 0) this.waiters.splice(0).forEach((r) => r());
+  }
+  /** Resolves once no request handler is running. */
+  settled(): Promise<void> {
+    return this.count === 0 ? Promise.resolve() : new Promise((r) => this.waiters.push(r));
+  }
+}
+
+/**
+ * What `$SRV.STATS` reports for one endpoint. @nats-io/services times its handler callback, which
+ * only starts our async handling (a callback must not block the socket reader), so its own figures
+ * read about 0 ms and never an error; these time the handling until the reply is sent, and count
+ * every error reply.
+ */
+class EndpointStats {
+  num_requests = 0;
+  num_errors = 0;
+  /** Nanoseconds, as the micro protocol reports them. */
+  processing_time = 0;
+  average_processing_time = 0;
+  last_error = '';
+  record(ms: number, error: { code: string; message: string } | undefined): void {
+    this.num_requests++;
+    this.processing_time += Math.round(ms * 1e6);
+    this.average_processing_time = Math.round(this.processing_time / this.num_requests);
+    if (error) {
+      this.num_errors++;
+      this.last_error = `${error.code}: ${error.message}`;
+    }
+  }
+  reset(): void {
+    this.num_requests = this.num_errors = this.processing_time = this.average_processing_time = 0;
+    this.last_error = '';
+  }
+  snapshot() {
+    const { num_requests, num_errors, processing_time, average_processing_time, last_error } = this;
+    return { num_requests, num_errors, processing_time, average_processing_time, last_error };
+  }
+}
+
+/** The request a handler is serving, for the requests it makes in turn (see `request()`). */
+interface Serving {
+  requestId: string;
+  deadline: number | undefined;
+  /** False once the reply is sent: work the handler left running no longer inherits its deadline or request id. */
+  active: boolean;
+}
+const serving = new AsyncLocalStorage<Serving>();
+
+/**
+ * Milliseconds left before the deadline of the request being handled (inside a handler, and while
+ * it runs), else undefined. For waits that are not NATS requests (an HTTP call, a poll).
+ */
+export function remainingMs(): number | undefined {
+  const s = serving.getStore();
+  return s?.active && s.deadline !== undefined ? s.deadline - performance.now() : undefined;
+}
+
+/**
  * Register endpoints as one @nats-io/services service (so $SRV.PING/INFO/STATS work), each in the
  * service's queue group. Requests and replies are validated against the contracts on the way in
  * and out; a handler throwing KandevError answers with its code, anything else INTERNAL_ERROR.
+ * `inFlight` counts the requests being handled (the service runtime passes its own).
  */
 export async function serveEndpoints(
   nc: NatsConnection,
-  opts: { service: string; version?: string; instanceId: string; queue: string; log: Logger },
+  opts: { service: string; version?: string; instanceId: string; queue: string; log: Logger; inFlight?: InFlightRequests },
   registrations: Registration[],
 ): Promise<Service> {
   const svc = await new Svcm(nc).add({
@@ -56,10 +141,14 @@ export async function serveEndpoints(
     queue: opts.queue,
     metadata: { instance_id: opts.instanceId },
   });
+  const inFlight = opts.inFlight ?? new InFlightRequests();
+  const stats = new Map<string, EndpointStats>();
   for (const reg of registrations) {
     const { endpoint } = reg;
     // Service endpoint names must be single subject tokens.
     const name = endpoint.name.replace(/[.*>]/g, '_');
+    const endpointStats = new EndpointStats();
+    stats.set(name, endpointStats);
     svc.addEndpoint(name, {
       subject: endpoint.subject,
       ...(reg.queue !== undefined ? { queue: reg.queue } : {}),
@@ -68,87 +157,108 @@ export async function serveEndpoints(
           opts.log.error({ err, subject: endpoint.subject }, 'endpoint subscription failed');
           return;
         }
-        void dispatch(reg, msg, opts.log);
+        inFlight.enter();
+        void dispatch(reg, msg, opts.log, endpointStats).finally(() => inFlight.leave());
       },
     });
   }
+  // $SRV.STATS (answered by the library through `stats()`) reports our timings, not its own.
+  const libraryStats = svc.stats.bind(svc);
+  svc.stats = async () => {
+    const s = await libraryStats();
+    return { ...s, endpoints: s.endpoints?.map((e) => ({ ...e, ...stats.get(e.name)?.snapshot() })) };
+  };
+  const libraryReset = svc.reset.bind(svc);
+  svc.reset = () => {
+    libraryReset();
+    stats.forEach((e) => e.reset());
+  };
   // The subscriptions exist once the server has seen them: a request sent right after start-up
   // must not meet "no responders".
   await nc.flush();
   return svc;
 }
 
-let inFlight = 0;
-const idleWaiters: Array<() => void> = [];
-/** Resolves once no request handler is running (shutdown waits on it before draining NATS). */
-export function requestsSettled(): Promise<void> {
-  return inFlight === 0 ? Promise.resolve() : new Promise((r) => idleWaiters.push(r));
+async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats): Promise<void> {
+  const { endpoint, handler } = reg;
+  const started = performance.now();
+  const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
+  const budget = Number(msg.headers?.get(Headers.timeout) || Number.NaN);
+  const deadline = budget > 0 ? started + budget : undefined;
+  const parent = extractTrace(msg.headers);
+  let error: { code: string; message: string } | undefined;
+  const context: Serving = { requestId, deadline, active: true };
+  await serving.run(context, () =>
+    inSpan(`process ${endpoint.subject.replace(/\.[0-9a-f-]{8,}\./i, '.*.')}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name, 'kandev.request_id': requestId } }, async (span) => {
+      const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
+      let reply: Reply<unknown>;
+      try {
+        reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline });
+      } finally {
+        context.active = false;
+      }
+      if (!reply.ok) {
+        error = reply.error;
+        span.setAttribute('kandev.error_code', reply.error.code);
+      }
+      const h = natsHeaders();
+      h.set(Headers.requestId, requestId);
+      msg.respond(enc.encode(JSON.stringify(reply)), { headers: h });
+    }),
+  ).catch((e: unknown) => {
+    error = { code: 'INTERNAL_ERROR', message: 'reply not sent' };
+    baseLog.error({ err: e, endpoint: endpoint.name, request_id: requestId }, 'could not answer a request');
+  });
+  const ms = performance.now() - started;
+  stats.record(ms, error);
+  metrics.requestDuration.observe({ endpoint: endpoint.name, code: error?.code ?? 'OK' }, ms / 1000);
 }
 
-async function dispatch(reg: Registration, msg: Msg, baseLog: Logger): Promise<void> {
-  inFlight++;
+/** Parse, validate, run the handler, validate its reply: the envelope to send back. */
+async function handle(endpoint: Endpoint, handler: Handler<Endpoint>, msg: Msg, ctx: HandlerContext): Promise<Reply<unknown>> {
+  let raw: unknown;
   try {
-    await dispatchOne(reg, msg, baseLog);
-  } finally {
-    inFlight--;
-    if (inFlight === 0) idleWaiters.splice(0).forEach((r) => r());
+    raw = msg.data.length ? JSON.parse(dec.decode(msg.data)) : {};
+  } catch {
+    return { ok: false, error: { code: 'BAD_REQUEST', message: 'request is not valid JSON' } };
+  }
+  const parsed = endpoint.request.safeParse(raw);
+  if (!parsed.success) return { ok: false, error: { code: 'VALIDATION_ERROR', message: 'invalid request', details: zodIssues(parsed.error) } };
+  try {
+    const result = await handler(parsed.data, ctx);
+    const checked = endpoint.result.safeParse(result);
+    if (checked.success) return { ok: true, result: checked.data };
+    ctx.log.error({ issues: zodIssues(checked.error) }, 'handler produced a reply that breaks the contract');
+    return { ok: false, error: { code: 'INTERNAL_ERROR', message: 'invalid reply' } };
+  } catch (e) {
+    if (!isKandevError(e) || e.code === 'INTERNAL_ERROR') ctx.log.error({ err: e }, 'endpoint failed');
+    return { ok: false, error: toErrorBody(e) };
   }
 }
 
-async function dispatchOne(reg: Registration, msg: Msg, baseLog: Logger): Promise<void> {
-  const { endpoint, handler } = reg;
-  const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
-  const parent = extractTrace(msg.headers);
-  const started = performance.now();
-  let code = 'OK';
-  await inSpan(`process ${endpoint.subject.replace(/\.[0-9a-f-]{8,}\./i, '.*.')}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name, 'kandev.request_id': requestId } }, async (span) => {
-    const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
-    let reply: unknown;
-    let raw: unknown;
-    try {
-      raw = msg.data.length ? JSON.parse(dec.decode(msg.data)) : {};
-    } catch {
-      reply = { ok: false, error: { code: 'BAD_REQUEST', message: 'request is not valid JSON' } };
-    }
-    if (reply === undefined) {
-      const parsed = endpoint.request.safeParse(raw);
-      if (!parsed.success) {
-        reply = { ok: false, error: { code: 'VALIDATION_ERROR', message: 'invalid request', details: zodIssues(parsed.error) } };
-      } else {
-        try {
-          const result = await handler(parsed.data, { requestId, log, subject: msg.subject });
-          const checked = endpoint.result.safeParse(result);
-          if (checked.success) reply = { ok: true, result: checked.data };
-          else {
-            log.error({ issues: zodIssues(checked.error) }, 'handler produced a reply that breaks the contract');
-            reply = { ok: false, error: { code: 'INTERNAL_ERROR', message: 'invalid reply' } };
-          }
-        } catch (e) {
-          if (!isKandevError(e) || e.code === 'INTERNAL_ERROR') log.error({ err: e }, 'endpoint failed');
-          reply = { ok: false, error: toErrorBody(e) };
-        }
-      }
-    }
-    const r = reply as { ok: boolean; error?: { code: string } };
-    if (!r.ok) {
-      code = r.error?.code ?? 'INTERNAL_ERROR';
-      span.setAttribute('kandev.error_code', code);
-    }
-    const h = natsHeaders();
-    h.set(Headers.requestId, requestId);
-    msg.respond(enc.encode(JSON.stringify(reply)), { headers: h });
-  });
-  metrics.requestDuration.observe({ endpoint: endpoint.name, code }, (performance.now() - started) / 1000);
+export interface RequestOptions {
+  /**
+   * How long to wait for the reply. Inside a handler it is capped by what remains of the incoming
+   * request's deadline, and defaults to all of it; elsewhere it defaults to DEFAULT_REQUEST_TIMEOUT_MS.
+   */
+  timeoutMs?: number;
+  /** Default: the request id of the request being handled (while its handler runs), if any. */
+  requestId?: string;
 }
 
-export interface RequestOptions {
-  timeoutMs?: number;
-  requestId?: string;
+/** The reply envelope schema of each endpoint, built once (zod compiles a schema on first use). */
+const envelopes = new WeakMap<Endpoint, z.ZodType>();
+function envelopeOf(endpoint: Endpoint): z.ZodType {
+  let env = envelopes.get(endpoint);
+  if (!env) envelopes.set(endpoint, (env = replyEnvelope(endpoint.result)));
+  return env;
 }
 
 /**
  * Send a typed request. The payload is validated before it leaves; the reply is validated when
  * it arrives. Errors come back as KandevError; no responders or a timeout become UNAVAILABLE.
+ * The time it waits travels with it (`kandev-timeout-ms`), so the handler's own requests stop
+ * waiting when this one does.
  */
 export async function request<E extends Endpoint>(
   nc: NatsConnection,
@@ -158,9 +268,17 @@ export async function request<E extends Endpoint>(
 ): Promise<z.infer<E['result']>> {
   const parsed = endpoint.request.safeParse(payload);
   if (!parsed.success) throw validationError(`invalid request for ${endpoint.name}`, zodIssues(parsed.error));
+  const store = serving.getStore();
+  // Only while the handler runs: a timer it started must not carry its deadline or request id for ever.
+  const outer = store?.active ? store : undefined;
+  const left = outer?.deadline !== undefined ? outer.deadline - performance.now() : undefined;
+  const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? DEFAULT_REQUEST_TIMEOUT_MS, left ?? Number.POSITIVE_INFINITY));
+  if (timeout <= 0) throw unavailable(`${endpoint.name} not sent: the caller's deadline has passed`);
+  const requestId = opts.requestId ?? outer?.requestId;
   return inSpan(`send ${endpoint.subject}`, { kind: SpanKind.CLIENT, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name } }, async () => {
     const h: MsgHdrs = natsHeaders();
-    if (opts.requestId) h.set(Headers.requestId, opts.requestId);
+    if (requestId) h.set(Headers.requestId, requestId);
+    h.set(Headers.timeout, String(timeout));
     injectTrace(h);
     const data = enc.encode(JSON.stringify(parsed.data));
     // The contracts bound every field so this cannot happen for a valid request; should it ever,
@@ -169,10 +287,10 @@ export async function request<E extends Endpoint>(
     if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE) throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
     let msg: Msg;
     try {
-      msg = await nc.request(endpoint.subject, data, { timeout: opts.timeoutMs ?? 5_000, headers: h });
+      msg = await nc.request(endpoint.subject, data, { timeout, headers: h });
     } catch (e) {
       if (isNoResponders(e)) throw unavailable(`no ${endpoint.name} responder`, e);
-      if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out`, e);
+      if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`, e);
       throw unavailable(`${endpoint.name} failed: ${(e as Error).message}`, e);
     }
     let body: unknown;
@@ -181,10 +299,11 @@ export async function request<E extends Endpoint>(
     } catch (e) {
       throw internalError(`reply of ${endpoint.name} is not JSON`, e);
     }
-    const env = replyEnvelope(endpoint.result).safeParse(body);
+    const env = envelopeOf(endpoint).safeParse(body);
     if (!env.success) throw new KandevError('INTERNAL_ERROR', `invalid reply from ${endpoint.name}`, zodIssues(env.error));
-    if (!env.data.ok) throw KandevError.from(env.data.error);
-    return env.data.result as z.infer<E['result']>;
+    const reply = env.data as Reply<z.infer<E['result']>>;
+    if (!reply.ok) throw KandevError.from(reply.error);
+    return reply.result;
   });
 }
 

@@ -10,7 +10,7 @@ import { startHealthServer } from './health.js';
 import { createLogger, type Logger } from './log.js';
 import { connectNats, type NatsConnection } from './nats.js';
 import { Outbox } from './outbox.js';
-import { on, requestsSettled, serveEndpoints, type Registration } from './rpc.js';
+import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
 import { initTracing, shutdownTracing } from './tracing.js';
 
 export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
@@ -79,6 +79,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   const services: Service[] = [];
   const stoppers: Array<() => Promise<void> | void> = [];
   const checks: Array<() => Promise<boolean>> = [];
+  const inFlight = new InFlightRequests();
   let ready = false;
   let stopping: Promise<void> | undefined;
 
@@ -95,7 +96,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
     publisher,
     outbox,
     async serve(registrations) {
-      const svc = await serveEndpoints(nc, { service: def.name, instanceId, queue: QueueGroups[def.name], log }, registrations);
+      const svc = await serveEndpoints(nc, { service: def.name, instanceId, queue: QueueGroups[def.name], log, inFlight }, registrations);
       services.push(svc);
       return svc;
     },
@@ -126,7 +127,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
       timer.unref();
       try {
         for (const s of services) await s.stop().catch(() => undefined);
-        await requestsSettled();
+        await inFlight.settled();
         for (const fn of stoppers.reverse()) await Promise.resolve(fn()).catch((e) => log.warn({ err: e }, 'stopper failed'));
         outbox.stopRelay();
         await nc.drain().catch(() => undefined);

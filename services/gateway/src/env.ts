@@ -8,8 +8,10 @@ export const GatewayEnv = BaseEnv.extend({
   /** Static files of the operator console; unset = services/gateway/console when it exists. */
   CONSOLE_DIR: z.string().min(1).optional(),
   /**
-   * How long an API call may wait for the backend. Above the orchestrator's own bounds: a session
-   * start launches an agent (LAUNCH_TIMEOUT_MS), a cancel waits for the agent's acknowledgement.
+   * The deadline of an API call or /ws action. It travels with the request (`kandev-timeout-ms`) and
+   * every service behind waits only for what remains, so it is the one request timeout to set. It must
+   * leave room for the slowest legitimate answer: a session start launches an agent (lifecycle's
+   * LAUNCH_TIMEOUT_MS), a cancel waits for the agent's acknowledgement (CANCEL_TIMEOUT_MS).
    */
   GATEWAY_REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
 });

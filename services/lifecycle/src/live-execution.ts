@@ -97,10 +97,6 @@ export class LiveExecution {
     return this.writes;
   }
 
-  get isRegistered(): boolean {
-    return !this.removed;
-  }
-
   /** Run fn after every earlier line; returns when fn is done. Errors are logged, never thrown. */
   inOrder(fn: () => Promise<void>): Promise<void> {
     this.lines = this.lines.then(fn).catch((e) => this.log.error({ err: e }, 'handling an agentctl event failed'));

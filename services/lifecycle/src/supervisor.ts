@@ -273,7 +273,9 @@ export class ExecutionSupervisor {
     }
     if (!answer.cancelled) return { cancelled: false, turn_id: null, stop_reason: null, reason: answer.reason };
     // The reply and agentctl's turn_completed line race; whichever comes first completes the turn.
-    await x.inOrder(() => this.finishTurn(x, answer.turn_id, answer.stop_reason));
+    // The reply waits for the turn's state (READY), not for the events' acks: they are already written
+    // to this NATS connection, ahead of the reply, and a failed publish is only logged either way.
+    await x.inOrder(async () => void this.finishTurn(x, answer.turn_id, answer.stop_reason));
     x.log.info({ turn_id: answer.turn_id, stop_reason: answer.stop_reason, cancel_ms: Math.round(performance.now() - started) }, 'turn cancelled');
     return { cancelled: true, turn_id: answer.turn_id, stop_reason: answer.stop_reason, reason: null };
   }
@@ -339,9 +341,12 @@ export class ExecutionSupervisor {
     const step = turnCompleted(x.turnView, turnId);
     if (x.applyTurn(step)) void x.persist();
     if (!step.publish || !UUID.test(turnId)) return;
-    await this.emit(x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
-    // R-3.3: the orchestrator moves the session to WAITING_FOR_INPUT on this, and the gateway pushes it.
-    if (stopReason === 'cancelled') await this.emit(x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
+    // Published together (one connection keeps their order in the stream); the cancel reply waits for both acks.
+    // R-3.3: the orchestrator moves the session to WAITING_FOR_INPUT on turn.completed, and the gateway pushes it.
+    await Promise.all([
+      this.emit(x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }),
+      stopReason === 'cancelled' ? this.emit(x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }) : null,
+    ]);
   }
 
   private async emit<T extends EventType>(x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {

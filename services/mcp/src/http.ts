@@ -1,10 +1,11 @@
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
-import { bearer, context, propagation, verifyAgentToken, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { agentTokenVerifier, bearer, context, propagation, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
+import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createMcpServer } from './server.js';
+import { answerRequest, type JsonRpcAnswer } from './protocol.js';
+import type { CallScope } from './tool-call.js';
 
 export interface McpHttpOptions {
   host: string;
@@ -23,7 +24,9 @@ export interface McpHttp {
 /** JSON-RPC error codes the SDK's own HTTP layer uses for transport-level failures. */
 const JSONRPC_UNAUTHORIZED = -32001;
 const JSONRPC_SERVER_ERROR = -32000;
-const JSONRPC_INTERNAL = -32603;
+/** The SDK transport's limits (server/requestBody.js): 4 MiB per POST, 100 messages per batch. */
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+const MAX_BATCH = 100;
 
 function jsonRpcError(res: ServerResponse, status: number, code: number, message: string, extraHeaders: Record<string, string> = {}): void {
   if (res.headersSent) return void res.end();
@@ -31,26 +34,57 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
 }
 
-async function authenticate(req: IncomingMessage, secret: string): Promise<{ ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean }> {
+type Auth = { ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean };
+
+async function authenticate(req: IncomingMessage, verify: (token: string) => Promise<AgentClaims>): Promise<Auth> {
   const token = bearer(req.headers.authorization);
   if (!token) return { ok: false, message: 'missing bearer token', presented: false };
   try {
-    return { ok: true, claims: await verifyAgentToken(secret, token), token };
+    return { ok: true, claims: await verify(token), token };
   } catch (e) {
     return { ok: false, message: isKandevError(e) ? e.message : 'invalid token', presented: true };
   }
 }
 
+const first = (h: string | string[] | undefined) => (Array.isArray(h) ? h[0] : h);
+/** `application/json`, with or without parameters (`; charset=utf-8`). */
+const isJson = (contentType: string | undefined) => !!contentType && contentType.split(';', 1)[0]!.trim().toLowerCase() === 'application/json';
+
+/** The body as text, or null once it passes `limit` bytes (reading stops; the caller answers and closes). */
+function readBody(req: IncomingMessage, limit: number): Promise<string | null> {
+  if (Number(req.headers['content-length']) > limit) return Promise.resolve(null);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size <= limit) return void chunks.push(c);
+      req.off('data', onData);
+      req.pause();
+      resolve(null);
+    };
+    req.on('data', onData);
+    req.on('end', () => resolve(Buffer.concat(chunks, size).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+const isRequest = (m: JSONRPCMessage): m is JSONRPCRequest => 'method' in m && 'id' in m;
+
 /**
- * MCP Streamable HTTP at `/mcp`, stateless: every POST gets a fresh server and transport bound
- * to the caller its bearer token names, with JSON responses (no SSE needed by simple clients).
- * `/healthz` answers without a token.
+ * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
+ * simple clients). Each POST is authenticated, its JSON-RPC messages validated with the SDK's
+ * schemas, and every request answered by `answerRequest` from tables built at start-up, for the
+ * mode of the caller's token; notifications and client responses are accepted (202) and have no
+ * effect in a stateless server. The HTTP rules are the SDK transport's (406 / 415 / 413 / 400
+ * answers, `mcp-protocol-version` check, batches of up to 100). `/healthz` answers without a token.
  */
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
+  const verify = agentTokenVerifier(opts.jwtSecret);
 
   async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const auth = await authenticate(req, opts.jwtSecret);
+    const auth = await authenticate(req, verify);
     if (!auth.ok) {
       log.info({ reason: auth.message, method: req.method }, 'mcp request rejected: unauthorized');
       const challenge = auth.presented ? 'Bearer realm="kandev-mcp", error="invalid_token"' : 'Bearer realm="kandev-mcp"';
@@ -58,25 +92,56 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     }
     // Stateless: no standalone SSE stream (GET) and no session to delete (DELETE).
     if (req.method !== 'POST') return jsonRpcError(res, 405, JSONRPC_SERVER_ERROR, 'Method not allowed.', { allow: 'POST' });
+    const accept = first(req.headers.accept) ?? '';
+    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
+      return jsonRpcError(res, 406, JSONRPC_SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream');
+    }
+    if (!isJson(first(req.headers['content-type']))) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
 
-    const requestIdHeader = req.headers[KandevHeaders.requestId] ?? req.headers['x-request-id'];
-    const requestId = (Array.isArray(requestIdHeader) ? requestIdHeader[0] : requestIdHeader) || randomUUID();
-    const server = createMcpServer({
+    const text = await readBody(req, MAX_BODY_BYTES);
+    if (text === null) {
+      // The rest of the body is never read: answer, then drop the connection.
+      res.on('finish', () => req.destroy());
+      return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`, { connection: 'close' });
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON');
+    }
+    const batch = Array.isArray(raw);
+    const items: unknown[] = batch ? (raw as unknown[]) : [raw];
+    if (items.length > MAX_BATCH) return jsonRpcError(res, 400, ErrorCode.InvalidRequest, `Invalid Request: Batch must not exceed ${MAX_BATCH} messages`);
+    const messages: JSONRPCMessage[] = [];
+    for (const item of items) {
+      const m = JSONRPCMessageSchema.safeParse(item);
+      if (!m.success) return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON-RPC message');
+      messages.push(m.data);
+    }
+    const requests = messages.filter(isRequest);
+    const initializing = requests.some((r) => r.method === 'initialize');
+    if (initializing && messages.length > 1) return jsonRpcError(res, 400, ErrorCode.InvalidRequest, 'Invalid Request: Only one initialization request is allowed');
+    const version = first(req.headers['mcp-protocol-version']);
+    if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
+      return jsonRpcError(res, 400, JSONRPC_SERVER_ERROR, `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`);
+    }
+    // Notifications (initialized, cancelled, progress) and responses only: nothing to answer.
+    if (requests.length === 0) return void res.writeHead(202).end();
+
+    const scope: CallScope = {
       nc: opts.nc,
       log,
       caller: auth.claims,
       callerToken: auth.token,
-      requestId,
+      requestId: first(req.headers[KandevHeaders.requestId]) || first(req.headers['x-request-id']) || randomUUID(),
       requestTimeoutMs: opts.requestTimeoutMs,
-      trace: propagation.extract(context.active(), req.headers),
-    });
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
-    res.on('close', () => {
-      void transport.close().catch(() => undefined);
-      void server.close().catch(() => undefined);
-    });
-    await server.connect(transport);
-    await transport.handleRequest(req, res);
+      trace: req.headers.traceparent ? propagation.extract(context.active(), req.headers) : context.active(),
+    };
+    const answers: JsonRpcAnswer[] = await Promise.all(requests.map((r) => answerRequest(r, scope)));
+    // As the SDK transport: one request (with or without notifications beside it) gets one object.
+    const body = JSON.stringify(answers.length === 1 ? answers[0] : answers);
+    res.writeHead(200, { 'content-type': 'application/json' }).end(body);
   }
 
   const http = createServer((req, res) => {
@@ -87,7 +152,7 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     if (path !== '/mcp') return void res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"code":"NOT_FOUND","message":"not found"}}');
     serveMcp(req, res).catch((err: unknown) => {
       log.error({ err }, 'mcp request failed');
-      jsonRpcError(res, 500, JSONRPC_INTERNAL, 'Internal server error');
+      jsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
     });
   });
 

@@ -7,7 +7,7 @@ import { operatorEndpoints } from './endpoints/operator.js';
 import { treeEndpoints } from './endpoints/tree.js';
 import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
-import { LIFECYCLE_CONSUMER, onLifecycleEvent } from './flows/lifecycle-events.js';
+import { LIFECYCLE_CONSUMER, LIFECYCLE_EVENT_TYPES, onLifecycleEvent } from './flows/lifecycle-events.js';
 import { startReconciler } from './flows/reconcile.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
@@ -19,7 +19,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   async start(runtime) {
     const rt = runtime as OrchRuntime;
     await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt)]);
-    const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: ['turn.completed', 'execution.stopped'], log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
+    const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     rt.onStop(startReconciler(rt));
   },

@@ -4,10 +4,11 @@ import type { ExecutionSupervisor } from '../supervisor.js';
 
 /**
  * Instance-routed: `kandev.life.<instance>.exec.*` reaches the owner of an execution and no one
- * else (the subject carries the instance id, so no queue group is needed).
+ * else. Only this instance subscribes to its subjects, so the service's queue group they keep (the
+ * default) never has a second member to balance to.
  */
 export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanceId: string): Registration[] => [
-  on(Life.prompt.at(instanceId), (req) => supervisor.prompt(req), ''),
-  on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req), ''),
-  on(Life.stop.at(instanceId), (req) => supervisor.stop(req), ''),
+  on(Life.prompt.at(instanceId), (req) => supervisor.prompt(req)),
+  on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req)),
+  on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
 ];

@@ -1,7 +1,5 @@
 import { conflict, type SessionState } from '@kandev/contracts';
 
-export const DEFAULT_QUEUE_LIMIT = 10;
-
 export function assertQueueHasRoom(size: number, limit: number): void {
   if (size >= limit) throw conflict(`message queue is full (${size}/${limit})`, { size, limit });
 }

@@ -31,7 +31,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         rt.nc,
         Life.cancel.at(s.instance_id),
         { execution_id: s.execution_id, turn_id: s.open_turn_id },
-        { requestId: call.requestId, timeoutMs: rt.env.CANCEL_REQUEST_TIMEOUT_MS },
+        { requestId: call.requestId },
       );
       if (!res.cancelled) {
         await recordAudit(tx, audit('no_active_turn'));
@@ -39,13 +39,18 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       }
       // what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
-      await setQueuePaused(tx, s.id, true);
-      if (res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
-      // the cancelled turn's questions have nobody waiting on them any more.
-      await detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled);
+      // The writes are independent: issued together, postgres.js pipelines them on the transaction's
+      // connection (one round trip instead of one each; the response waits on them).
       const next = sessionStateAfterTurn(s.state);
-      if (next) await changeSessionState(tx, emit, task, s, next, { reason: 'turn_cancelled', actor });
-      await recordAudit(tx, audit('cancelled'));
+      const done = task;
+      await Promise.all([
+        setQueuePaused(tx, s.id, true),
+        res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
+        next ? changeSessionState(tx, emit, done, s, next, { reason: 'turn_cancelled', actor }) : null,
+        recordAudit(tx, audit('cancelled')),
+        // the cancelled turn's questions have nobody waiting on them any more.
+        detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
+      ]);
       log.info({ task_id: task.id, execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
     });
   } catch (e) {

@@ -10,6 +10,10 @@ import { changeSessionState } from './changes.js';
 import { drainQueue } from './message.js';
 
 export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
+/** What the orchestrator consumes from lifecycle: the end of a turn and the end of an execution. */
+export const LIFECYCLE_EVENT_TYPES = ['turn.completed', 'execution.stopped'] as const;
+type LifecycleEvent = EventEnvelope<'turn.completed'> | EventEnvelope<'execution.stopped'>;
+const isLifecycleEvent = (ev: EventEnvelope): ev is LifecycleEvent => (LIFECYCLE_EVENT_TYPES as readonly string[]).includes(ev.type);
 
 /**
  * Reacts to what the lifecycle service reports about executions. Each event is applied once
@@ -17,39 +21,39 @@ export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
  * holds: a late report about a replaced execution changes nothing.
  */
 export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Promise<void> {
-  if (!ev.session_id || !ev.task_id) return;
+  if (!isLifecycleEvent(ev)) return;
+  const { session_id: sessionId, task_id: taskId } = ev;
+  if (!sessionId || !taskId) return;
   const staged: EventEnvelope[] = [];
   let drained = false;
   await processOnce(rt.sql, LIFECYCLE_CONSUMER, ev.id, async (tx) => {
-    const emit: Emit = async (type, scope, data) => void staged.push((await rt.outbox.add(tx, type, scope, data)) as EventEnvelope);
-    const s = await lockSession(tx, ev.session_id!);
-    const task = await getTask(tx, ev.task_id!);
+    const emit: Emit = async (type, scope, data) => void staged.push(await rt.outbox.add(tx, type, scope, data));
+    const s = await lockSession(tx, sessionId);
+    const task = await getTask(tx, taskId);
     if (!s || !task) return;
-    const data = ev.data as Record<string, unknown>;
-    const executionId = data.execution_id as string | undefined;
-    if (s.execution_id && executionId && s.execution_id !== executionId) return;
+    if (s.execution_id && s.execution_id !== ev.data.execution_id) return;
     switch (ev.type) {
       case 'turn.completed': {
-        const first = await completeTurn(tx, data.turn_id as string, data.stop_reason as string);
+        const { turn_id, stop_reason } = ev.data;
+        const first = await completeTurn(tx, turn_id, stop_reason);
         // A turn another path already closed (a cancel or interrupt did) changes nothing here.
         if (!first) return;
         if (await openTurn(tx, s.id)) return;
         const next = sessionStateAfterTurn(s.state);
-        const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${data.stop_reason as string}` }) : s;
+        const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stop_reason}` }) : s;
         drained = await drainQueue(rt, { requestId: ev.id }, tx, emit, task, idle);
         return;
       }
       case 'execution.stopped': {
         await completeOpenTurns(tx, s.id, 'cancelled');
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
-        const end = sessionStateAfterExecutionEnd(data.how as 'graceful' | 'killed' | 'exited' | 'lost', (data.exit_code as number | null) ?? null);
-        await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${data.how as string}` });
+        const { how, exit_code } = ev.data;
+        const end = sessionStateAfterExecutionEnd(how, exit_code);
+        await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${how}` });
         return;
       }
-      default:
-        return;
     }
   });
   await rt.outbox.flush(staged);
-  if (drained) rt.log.info({ task_id: ev.task_id, session_id: ev.session_id }, 'queued message delivered after turn end');
+  if (drained) rt.log.info({ task_id: taskId, session_id: sessionId }, 'queued message delivered after turn end');
 }

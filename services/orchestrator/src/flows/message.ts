@@ -82,7 +82,7 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
       if (!sessionIsIdle(s.state)) {
         if (mode !== 'interrupt') return 'queued';
         const turn = await openTurn(tx, s.id);
-        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId, timeoutMs: rt.env.CANCEL_REQUEST_TIMEOUT_MS });
+        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId });
         if (res.cancelled && res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
       }
       if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it

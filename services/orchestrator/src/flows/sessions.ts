@@ -73,7 +73,8 @@ export async function startSession(
         mcp_mode: task.office ? 'office' : 'task',
         ...(opts.prompt && turnId ? { prompt: opts.prompt, turn_id: turnId, ...(context ? { context } : {}) } : {}),
       },
-      { timeoutMs: rt.env.LAUNCH_TIMEOUT_MS, requestId: call.requestId },
+      // Waits what remains of the caller's deadline; lifecycle bounds the launch itself (its LAUNCH_TIMEOUT_MS).
+      { requestId: call.requestId },
     );
     log.info({ execution_id: execution.execution_id, pid: execution.pid }, 'execution launched');
     const updated = await transact(rt, async (tx, emit) => {

@@ -1,13 +1,9 @@
-import { KandevError, validationError, type McpMode } from '@kandev/contracts';
+import { KandevError, validationError } from '@kandev/contracts';
 import { inSpan, SpanKind, type AgentClaims, type Context, type Logger, type NatsConnection } from '@kandev/runtime';
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool as ToolListing } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SpanStatusCode } from '@opentelemetry/api';
-import { instructionsFor } from './domain/guidance.js';
 import { toolFailure, toolSuccess } from './domain/tool-result.js';
-import { toolsFor, type Tool, type ToolContext } from './tools/index.js';
-
-export const SERVER_INFO = { name: 'kandev', version: '0.1.0' } as const;
+import type { Tool, ToolContext } from './tools/index.js';
 
 export interface CallScope {
   nc: NatsConnection;
@@ -21,42 +17,15 @@ export interface CallScope {
   trace: Context;
 }
 
-const listings = new Map<McpMode, ToolListing[]>();
-function listingFor(mode: McpMode): ToolListing[] {
-  let tools = listings.get(mode);
-  if (!tools) {
-    tools = [...toolsFor(mode).values()].map((t) => ({
-      name: t.name,
-      title: t.title,
-      description: t.description,
-      inputSchema: t.inputJsonSchema,
-      annotations: t.annotations,
-    }));
-    listings.set(mode, tools);
-  }
-  return tools;
-}
-
 /**
- * One MCP server for one HTTP request (stateless), bound to the verified caller.
+ * One `tools/call`, under a span that continues the caller's trace, logged with its outcome.
  *
- * This is the protocol-level `Server`, not `McpServer`, on purpose: McpServer validates arguments
- * before the handler runs and reports a failure as a bare "Input validation error" text with no
- * code and no structuredContent, while the pinned failure shape is
- * `backend error [VALIDATION_ERROR]: …` with `{code, message}`; a lenient schema would instead
- * advertise no required keys. So tools/list and tools/call are served here, from the same zod
- * shapes: listed as JSON Schema, parsed with unknown keys dropped.
+ * Arguments are validated here, from the tool's own zod shape (unknown keys dropped), and not by the
+ * SDK's McpServer, on purpose: McpServer reports a failure as a bare "Input validation error" text
+ * with no code and no structuredContent, while the pinned failure shape is
+ * `backend error [VALIDATION_ERROR]: …` with `{code, message}`.
  */
-export function createMcpServer(scope: CallScope): Server {
-  const mode = scope.caller.mode;
-  const tools = toolsFor(mode);
-  const server = new Server(SERVER_INFO, { capabilities: { tools: {} }, instructions: instructionsFor(mode) });
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: listingFor(mode) }));
-  server.setRequestHandler(CallToolRequestSchema, (req) => callTool(tools.get(req.params.name), req.params.name, req.params.arguments, scope));
-  return server;
-}
-
-async function callTool(tool: Tool | undefined, requested: string, args: unknown, scope: CallScope): Promise<CallToolResult> {
+export async function callTool(tool: Tool | undefined, requested: string, args: unknown, scope: CallScope): Promise<CallToolResult> {
   // Span names carry no caller-chosen text: an unknown name is reported as an attribute.
   const spanName = `mcp tool ${tool ? tool.name : 'unknown'}`;
   const attributes = { 'rpc.system': 'mcp', 'mcp.tool.name': requested, 'kandev.task_id': scope.caller.task_id, 'kandev.request_id': scope.requestId };
