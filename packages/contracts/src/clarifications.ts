@@ -1,8 +1,7 @@
 import { z } from 'zod';
 import { Actor, OperatorActor } from './envelope.js';
 import { ClarificationBundle } from './entities.js';
-import type { Endpoint } from './endpoints.js';
-import { SUBJECT_PREFIX } from './subjects.js';
+import { endpoint } from './endpoints.js';
 import { Limits, text } from './text.js';
 
 /** The calling agent's own token, forwarded by the mcp service and verified by the orchestrator (docs/security.md). */
@@ -14,12 +13,6 @@ const agentToken = text({ min: 1, max: Limits.token }).optional();
  * service holds the agent's tool call open while it renews a waiter lease on the bundle.
  */
 
-const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
-  name,
-  subject: `${SUBJECT_PREFIX}.${name}`,
-  request,
-  result,
-});
 
 const id = z.uuid();
 const ts = z.string();

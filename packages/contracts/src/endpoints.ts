@@ -30,7 +30,8 @@ export interface InstanceEndpoint<Req extends z.ZodType = z.ZodType, Res extends
 export type RequestOf<E> = E extends Endpoint<infer Q, z.ZodType> ? z.infer<Q> : E extends InstanceEndpoint<infer Q, z.ZodType> ? z.infer<Q> : never;
 export type ResultOf<E> = E extends Endpoint<z.ZodType, infer R> ? z.infer<R> : E extends InstanceEndpoint<z.ZodType, infer R> ? z.infer<R> : never;
 
-const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
+/** An endpoint of the catalogue: `kandev.<name>`, its request schema and its result schema. */
+export const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
   name,
   subject: `${SUBJECT_PREFIX}.${name}`,
   request,

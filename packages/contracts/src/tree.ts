@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { Actor } from './envelope.js';
 import { CostSummary, Hold, Wakeup } from './entities.js';
 import { HoldMode, TaskStatus } from './enums.js';
-import { SUBJECT_PREFIX } from './subjects.js';
-import type { Endpoint } from './endpoints.js';
+import { endpoint } from './endpoints.js';
 
 /**
  * Task subtree controls (SPEC R-4): tree holds (orchestrator), the wakeup queue and cost events
@@ -11,12 +10,6 @@ import type { Endpoint } from './endpoints.js';
  * snapshots, their status changes, launch fences and session stops commit in one transaction
  * (docs/decisions/0006-tree-holds-in-the-orchestrator.md).
  */
-const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: string, request: Req, result: Res): Endpoint<Req, Res> => ({
-  name,
-  subject: `${SUBJECT_PREFIX}.${name}`,
-  request,
-  result,
-});
 
 const id = z.uuid();
 const reason = z.string().max(2000).nullable().optional();
