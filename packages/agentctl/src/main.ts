@@ -76,7 +76,8 @@ async function main(): Promise<void> {
   process.once('uncaughtException', (err) => {
     log.error('agentctl crashed; killing the agent', { err: errorMessage(err) });
     try {
-      process.kill(execution.adapter.pid, 'SIGKILL');
+      // The agent leads its own process group (agent-process.ts): the whole group goes.
+      process.kill(-execution.adapter.pid, 'SIGKILL');
     } catch {
       // already gone
     }
@@ -104,6 +105,8 @@ async function main(): Promise<void> {
   void execution.adapter.exited.then(async (exit) => {
     if (execution.isStopping) return; // the stop path reports and exits after its HTTP answer
     log.warn('agent exited on its own', { code: exit.code, signal: exit.signal });
+    // What it started (a shell command, an MCP server) must not outlive it.
+    await execution.adapter.stop(SIGNAL_GRACE_MS).catch((err: unknown) => log.warn('sweeping the agent tree failed', { err: errorMessage(err) }));
     await execution.agentExited();
     await exitAfterAgent();
   });

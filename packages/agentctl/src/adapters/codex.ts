@@ -74,6 +74,16 @@ interface CodexTurn {
 
 export class TurnFailedError extends Error {}
 
+/**
+ * The kandev entry of Codex's `mcp_servers` (streamable HTTP). Codex 0.169 refuses `bearer_token`
+ * ("not supported for streamable_http"); it takes `http_headers` or `bearer_token_env_var`. The
+ * header keeps the token inside the Codex process: an env var would reach every shell command the
+ * agent runs.
+ */
+export function codexMcpServer(mcp: { url: string; token: string | undefined }): { url: string; http_headers?: Record<string, string> } {
+  return { url: mcp.url, ...(mcp.token ? { http_headers: { Authorization: `Bearer ${mcp.token}` } } : {}) };
+}
+
 export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }> implements AgentAdapter {
   readonly protocol = 'codex' as const;
   private rpc: JsonLineRpc | undefined;
@@ -102,7 +112,7 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     await deadline(rpc.request('initialize', { clientInfo: { name: 'kandev-agentctl', title: 'Kandev agentctl', version: AGENTCTL_VERSION } }), 'initialize');
     rpc.notify('initialized');
     const mcp = this.options.mcp;
-    const config = mcp ? { mcp_servers: { kandev: { url: mcp.url, ...(mcp.token ? { bearer_token: mcp.token } : {}) } } } : undefined;
+    const config = mcp ? { mcp_servers: { kandev: codexMcpServer(mcp) } } : undefined;
     const started = ThreadStartResult.parse(await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'));
     this.threadId = started.thread.id;
     this.log.info('Codex thread ready', { thread_id: this.threadId, mcp: mcp !== undefined });

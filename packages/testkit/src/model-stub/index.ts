@@ -1,0 +1,3 @@
+export * from './directive.js';
+export * from './request.js';
+export * from './server.js';
