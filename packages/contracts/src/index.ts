@@ -6,3 +6,4 @@ export * from './events.js';
 export * from './subjects.js';
 export * from './endpoints.js';
 export * from './agentctl.js';
+export * from './pricing.js';

@@ -13,6 +13,9 @@ export interface UsageReport {
   tokens_in: number;
   tokens_cached_in: number;
   tokens_out: number;
+  /** Set when the cost was derived from tokens (pricing.ts): the model, and whether it had a price. */
+  model?: string;
+  priced?: boolean;
 }
 
 export type PermissionRequest = Omit<AgentctlPermissionRequestedEvent, 'type'>;
