@@ -45,13 +45,19 @@ export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[
 function catalogue(stubUrl: string, home: string): Record<string, unknown> {
   const codexHome = join(home, 'codex-home');
   mkdirSync(codexHome, { recursive: true });
-  // Claude Code reads settings.json in CLAUDE_CONFIG_DIR: one config lets Bash run unasked, one asks.
+  // Claude Code reads settings.json in CLAUDE_CONFIG_DIR. kandev's MCP tools are allowed in both (else
+  // Claude Code asks before each call); one config lets Bash run unasked, the other asks.
   const claudeAllow = join(home, 'claude-allow');
   const claudeAsk = join(home, 'claude-ask');
   mkdirSync(claudeAllow, { recursive: true });
   mkdirSync(claudeAsk, { recursive: true });
-  writeFileSync(join(claudeAllow, 'settings.json'), JSON.stringify({ permissions: { allow: ['Bash'] } }));
+  writeFileSync(join(claudeAllow, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev', 'Bash'] } }));
+  writeFileSync(join(claudeAsk, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev'] } }));
+  // A home of the test's own: the agents' shells do not run the machine's profile scripts.
+  const agentHome = join(home, 'home');
+  mkdirSync(agentHome, { recursive: true });
   const claudeEnv = (configDir: string) => ({
+    HOME: agentHome,
     ANTHROPIC_BASE_URL: stubUrl,
     ANTHROPIC_API_KEY: 'stub-key',
     CLAUDE_CONFIG_DIR: configDir,
@@ -61,8 +67,8 @@ function catalogue(stubUrl: string, home: string): Record<string, unknown> {
     DISABLE_AUTOUPDATER: '1',
   });
   return {
-    codex: { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: { CODEX_HOME: codexHome } },
-    'codex-asks': { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: { CODEX_HOME: codexHome } },
+    codex: { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: { HOME: agentHome, CODEX_HOME: codexHome } },
+    'codex-asks': { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: { HOME: agentHome, CODEX_HOME: codexHome } },
     'claude-code': { protocol: 'acp', command: CLAUDE_CODE_ACP_BIN, args: [], env: claudeEnv(claudeAllow) },
     'claude-code-asks': { protocol: 'acp', command: CLAUDE_CODE_ACP_BIN, args: [], env: claudeEnv(claudeAsk) },
   };
@@ -133,6 +139,32 @@ export function processesMatching(needle: string): number[] {
     }
   }
   return out;
+}
+
+/** Running (a zombie waiting to be reaped holds nothing and counts as gone). */
+export function running(pid: number): boolean {
+  try {
+    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
+    return state !== undefined && state !== 'Z' && state !== 'X';
+  } catch {
+    return false;
+  }
+}
+
+/** `root` and its descendants, from /proc. */
+export function treeOf(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      parent.set(Number(name), Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out = [root];
+  for (let i = 0; i < out.length; i++) for (const [pid, ppid] of parent) if (ppid === out[i]) out.push(pid);
+  return out.filter((p) => parent.has(p));
 }
 
 /** Is `pid` a descendant of `ancestor` (walking ppid in /proc)? */
