@@ -61,8 +61,6 @@ function catalogue(stubUrl: string, home: string): Record<string, unknown> {
     ANTHROPIC_BASE_URL: stubUrl,
     ANTHROPIC_API_KEY: 'stub-key',
     CLAUDE_CONFIG_DIR: configDir,
-    // Root (as in CI containers) may only skip permission prompts inside a sandbox.
-    IS_SANDBOX: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
     DISABLE_AUTOUPDATER: '1',
   });
