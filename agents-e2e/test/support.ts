@@ -61,6 +61,9 @@ function catalogue(stubUrl: string, home: string): Record<string, unknown> {
     ANTHROPIC_BASE_URL: stubUrl,
     ANTHROPIC_API_KEY: 'stub-key',
     CLAUDE_CONFIG_DIR: configDir,
+    // As root: claude-code-acp offers bypass mode when IS_SANDBOX has any value, and the Claude Code
+    // CLI then refuses to start as root unless it is exactly "1" (an inherited "yes" breaks session/new).
+    IS_SANDBOX: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
     DISABLE_AUTOUPDATER: '1',
   });
