@@ -1,8 +1,7 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { eventually, startAgentStack, startModelStub, type AgentStack, type ApiClient, type ModelStub, type StackService } from '@kandev/testkit';
+import { join } from 'node:path';
+import { eventually, findRealAgents, startAgentStack, startModelStub, writeRealAgentCatalogue, type AgentStack, type ApiClient, type ModelStub, type RealAgent, type StackService } from '@kandev/testkit';
 
 /*
  * The published agents, installed from the npm registry as this workspace's pinned dependencies,
@@ -10,21 +9,10 @@ import { eventually, startAgentStack, startModelStub, type AgentStack, type ApiC
  * at a local model stub instead of a vendor's API. Nothing here needs the internet.
  */
 
-const require = createRequire(import.meta.url);
-const binOf = (pkg: string, rel: string) => join(dirname(require.resolve(`${pkg}/package.json`)), rel);
-
-/** `codex` as npm installs it (a Node launcher for the native binary inside the package). */
-export const CODEX_BIN = binOf('@openai/codex', 'bin/codex.js');
-export const CLAUDE_CODE_ACP_BIN = binOf('@zed-industries/claude-code-acp', 'dist/index.js');
-
-export const REAL_AGENTS = ['codex', 'claude-code'] as const;
-export type RealAgent = (typeof REAL_AGENTS)[number];
+export { CODEX_MODEL, REAL_AGENTS, type RealAgent } from '@kandev/testkit';
 
 /** Catalogue names: `<agent>` runs tools without asking; `<agent>-asks` asks for approval first. */
 export const asking = (agent: RealAgent) => `${agent}-asks`;
-
-/** The model Codex is told it talks to: a row of pricing.ts, so usage gets a cost. */
-export const CODEX_MODEL = 'gpt-5';
 
 export interface LogLine {
   service: StackService;
@@ -37,49 +25,13 @@ export interface RealWorld extends AgentStack {
   home: string;
 }
 
-/** Codex's `-c` overrides that make the stub its model provider. */
-export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[] {
-  return ['-c', 'model_provider="kandev-stub"', '-c', 'model_providers.kandev-stub.name="kandev stub"', '-c', `model_providers.kandev-stub.base_url="${stubUrl}/v1"`, '-c', 'model_providers.kandev-stub.wire_api="responses"', '-c', `model="${model}"`];
-}
-
-function catalogue(stubUrl: string, home: string): Record<string, unknown> {
-  const codexHome = join(home, 'codex-home');
-  mkdirSync(codexHome, { recursive: true });
-  // Claude Code reads settings.json in CLAUDE_CONFIG_DIR. kandev's MCP tools are allowed in both (else
-  // Claude Code asks before each call); one config lets Bash run unasked, the other asks.
-  const claudeAllow = join(home, 'claude-allow');
-  const claudeAsk = join(home, 'claude-ask');
-  mkdirSync(claudeAllow, { recursive: true });
-  mkdirSync(claudeAsk, { recursive: true });
-  writeFileSync(join(claudeAllow, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev', 'Bash'] } }));
-  writeFileSync(join(claudeAsk, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev'] } }));
-  // A home of the test's own: the agents' shells do not run the machine's profile scripts.
-  const agentHome = join(home, 'home');
-  mkdirSync(agentHome, { recursive: true });
-  const claudeEnv = (configDir: string) => ({
-    HOME: agentHome,
-    ANTHROPIC_BASE_URL: stubUrl,
-    ANTHROPIC_API_KEY: 'stub-key',
-    CLAUDE_CONFIG_DIR: configDir,
-    // As root: claude-code-acp offers bypass mode when IS_SANDBOX has any value, and the Claude Code
-    // CLI then refuses to start as root unless it is exactly "1" (an inherited "yes" breaks session/new).
-    IS_SANDBOX: '1',
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
-    DISABLE_AUTOUPDATER: '1',
-  });
-  return {
-    codex: { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: { HOME: agentHome, CODEX_HOME: codexHome } },
-    'codex-asks': { protocol: 'codex', command: CODEX_BIN, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: { HOME: agentHome, CODEX_HOME: codexHome } },
-    'claude-code': { protocol: 'acp', command: CLAUDE_CODE_ACP_BIN, args: [], env: claudeEnv(claudeAllow) },
-    'claude-code-asks': { protocol: 'acp', command: CLAUDE_CODE_ACP_BIN, args: [], env: claudeEnv(claudeAsk) },
-  };
-}
-
 export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealWorld> {
   const home = mkdtempSync(join(tmpdir(), 'kandev-real-agents-'));
   const stub = await startModelStub({ logFile: process.env.MODEL_STUB_LOG });
-  const file = join(home, 'catalogue.json');
-  writeFileSync(file, JSON.stringify(catalogue(stub.url, home), null, 2));
+  // This workspace pins the agents, so they are installed; a missing one is a failure, not a skip.
+  const bins = findRealAgents();
+  if (!bins) throw new Error('the published agents are not installed: run `npm ci` at the repository root (agents-e2e pins them)');
+  const file = writeRealAgentCatalogue(bins, stub.url, home);
   const logs: LogLine[] = [];
   const w = await startAgentStack(
     // Real agents take seconds to start (Claude Code loads its CLI): a generous handshake bound.

@@ -1,4 +1,5 @@
 import { appendFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { findDirective } from './directive.js';
@@ -68,6 +69,9 @@ export interface ModelStubOptions {
   logFile?: string;
 }
 
+/** Epoch ms with sub-millisecond precision: the stub's timestamps, comparable with `preciseEpoch()` of the same process. */
+export const preciseEpoch = (): number => performance.timeOrigin + performance.now();
+
 const DEFAULT_USAGE: StubUsage = { input: 1200, cachedInput: 200, output: 40 };
 
 export async function startModelStub(opts: ModelStubOptions = {}): Promise<ModelStub> {
@@ -114,15 +118,15 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
     if (!api) return void json(res, 404, { error: { message: `the model stub does not serve ${path}` } });
     const normalised = api === 'responses' ? normaliseResponses(body) : normaliseMessages(body);
     const reply = decide(normalised);
-    const record: RecordedRequest = { ...normalised, index: requests.length, at: Date.now(), path, reply: reply.kind };
+    const record: RecordedRequest = { ...normalised, index: requests.length, at: preciseEpoch(), path, reply: reply.kind };
     requests.push(record);
     if (!normalised.stream) return void json(res, 200, api === 'messages' ? anthropicMessage(reply, normalised.model, usage, nextId) : { error: { message: 'only streaming Responses are served' } });
-    const stream: RecordedStream = { request: record.index, api, openedAt: Date.now(), endedAt: undefined, closedByClient: false };
+    const stream: RecordedStream = { request: record.index, api, openedAt: preciseEpoch(), endedAt: undefined, closedByClient: false };
     streams.push(stream);
     const writer = api === 'responses' ? responsesWriter(res, nextId, usage) : messagesWriter(res, normalised.model, nextId, usage);
     res.on('close', () => {
       if (stream.endedAt === undefined) {
-        stream.endedAt = Date.now();
+        stream.endedAt = preciseEpoch();
         stream.closedByClient = true;
       }
     });
@@ -141,7 +145,7 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
       if (stream.closedByClient) return;
       writer.endText();
     }
-    stream.endedAt = Date.now();
+    stream.endedAt = preciseEpoch();
     writer.finish(reply.kind === 'tool');
     res.end();
   }
