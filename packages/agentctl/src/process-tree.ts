@@ -35,9 +35,45 @@ function readStat(pid: number): Stat | undefined {
   }
 }
 
-/** The process and all its live descendants (empty without /proc, or when it is gone). */
+/** Children of one process from /proc/<pid>/task/<tid>/children (one small read per thread); undefined if unsupported. */
+function childrenOf(pid: number): number[] | undefined {
+  try {
+    const out: number[] = [];
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const raw = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      if (raw) for (const c of raw.split(' ')) out.push(Number(c));
+    }
+    return out;
+  } catch (err) {
+    // ENOENT: the process (or thread) is gone; anything else: the kernel lacks the file.
+    return (err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : undefined;
+  }
+}
+
+/**
+ * The process and all its live descendants (empty without /proc, or when it is gone). Walks the
+ * tree through /proc/<pid>/task/<tid>/children, which costs reads in proportion to the tree, not
+ * to every process on the machine; falls back to a scan of /proc where the kernel lacks that file.
+ */
 export function processTree(root: number): TreeProcess[] {
   if (!HAS_PROC) return [];
+  const rootStat = readStat(root);
+  if (!rootStat || rootStat.state === 'Z' || rootStat.state === 'X') return [];
+  const out: TreeProcess[] = [];
+  const queue: number[] = [root];
+  while (queue.length > 0) {
+    const pid = queue.shift()!;
+    const st = readStat(pid);
+    if (!st || st.state === 'Z' || st.state === 'X') continue;
+    out.push({ pid: st.pid, pgid: st.pgid, startTime: st.startTime });
+    const children = childrenOf(pid);
+    if (children === undefined) return scanTree(root);
+    queue.push(...children);
+  }
+  return out;
+}
+
+function scanTree(root: number): TreeProcess[] {
   const all: Stat[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
