@@ -78,3 +78,32 @@ describe.each(REAL_AGENTS)('task stop with the published %s agent', (agent) => {
     await stopAndExpectNothingLeft(r, tree);
   });
 });
+
+describe('lifecycle dies with the published agents running', () => {
+  it('agentctl (exit with parent) stops each agent tree, the shell commands included', async () => {
+    const sessions = [];
+    for (const agent of REAL_AGENTS) {
+      const seconds = `${6000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
+      const { task } = await makeTask(w.api, { agent });
+      const { tool, args } = shellTool(agent, `trap '' TERM HUP INT; sleep ${seconds}; echo finished`);
+      const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: stubPrompt({ tool, args }, `orphan-${agent}`) });
+      const pid = (await runningSession(w.api, session.id)).execution.pid as number;
+      await eventually(async () => processesMatching(`sleep ${seconds}`).find((p) => descendsFrom(p, pid)), 60_000, 100);
+      sessions.push({ pid, needle: `sleep ${seconds}`, tree: treeOf(pid) });
+    }
+    const lifecycle = w.stack.services.get('lifecycle')!;
+    try {
+      // No teardown runs: only agentctl, seeing its stdin pipe close, can stop the agents now.
+      lifecycle.process.kill('SIGKILL');
+      for (const s of sessions) {
+        await eventually(async () => s.tree.every((p) => !running(p)), 20_000, 50).catch((e: unknown) => {
+          throw new Error(`${String(e)}; still running: ${s.tree.filter(running).map((p) => `${p} ${cmdline(p)}`).join(' | ')}`);
+        });
+        expect(processesMatching(s.needle)).toEqual([]);
+      }
+    } finally {
+      for (const s of sessions) for (const p of s.tree) if (running(p)) process.kill(p, 'SIGKILL');
+      await w.stack.restart('lifecycle');
+    }
+  });
+});

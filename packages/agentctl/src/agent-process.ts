@@ -118,6 +118,12 @@ export class AgentProcess {
     });
   }
 
+  /** SIGKILL to the whole tree at once, synchronously: the last word of an agentctl that is crashing. */
+  killTree(): void {
+    this.noteTree();
+    signalTree(this.survivors(), 'SIGKILL');
+  }
+
   /** Processes of the agent's tree still running (the agent itself included). */
   survivors(): TreeProcess[] {
     return this.tree.filter(stillRunning);
