@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from '@nats-io/transport-node';
 import { EventEnvelope } from '@kandev/contracts';
 import { costOf } from '@kandev/contracts/pricing';
-import { eventually, processAlive, stubPrompt, WsClient } from '@kandev/testkit';
+import { eventually, processAlive, stubPrompt, UNPRICED_MODEL, WsClient } from '@kandev/testkit';
 import { CODEX_MODEL, makeTask, REAL_AGENTS, requestFor, runningSession, startRealWorld, type RealWorld } from './support.js';
 
 /**
@@ -79,5 +79,14 @@ describe.each(REAL_AGENTS)('turn cancel with the published %s agent', (agent) =>
     } finally {
       ws.close();
     }
+  });
+});
+
+describe('usage of a model without a price', () => {
+  it('is recorded with its tokens, cost 0 and priced: false, never a guessed cost', async () => {
+    const { task } = await makeTask(w.api, { agent: 'codex-unpriced' });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: stubPrompt({ say: 'hi' }, 'unpriced') });
+    const recorded = await eventually(async () => usage.find((u) => u.session_id === session.id), 60_000);
+    expect(recorded.data).toMatchObject({ model: UNPRICED_MODEL, tokens_in: 1200, tokens_cached_in: 200, tokens_out: 40, cost_cents: 0, priced: false });
   });
 });

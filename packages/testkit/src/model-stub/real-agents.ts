@@ -20,6 +20,8 @@ export type RealAgent = (typeof REAL_AGENTS)[number];
 
 /** The model Codex is told it talks to: a row of pricing.ts, so usage gets a cost. */
 export const CODEX_MODEL = 'gpt-5';
+/** A model with no row in pricing.ts (catalogue entry `codex-unpriced`): usage is recorded unpriced. */
+export const UNPRICED_MODEL = 'kandev-stub-model';
 
 /** Where the installed agents are; undefined when they are not installed (e.g. the production image). */
 export function findRealAgents(): RealAgentBins | undefined {
@@ -46,7 +48,8 @@ export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[
 
 /**
  * Writes `<dir>/catalogue.json` and the agents' homes under `dir`. Names: `codex` and
- * `claude-code` run commands unasked; `codex-asks` and `claude-code-asks` ask for approval first.
+ * `claude-code` run commands unasked; `codex-asks` and `claude-code-asks` ask for approval first;
+ * `codex-unpriced` names a model without a price.
  */
 export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, dir: string): string {
   // A home of the agents' own: their shells do not run the machine's profile scripts.
@@ -74,6 +77,7 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
   const catalogue = {
     codex: { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: codexEnv },
     'codex-asks': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: codexEnv },
+    'codex-unpriced': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"'], env: codexEnv },
     'claude-code': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAllow) },
     'claude-code-asks': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAsk) },
   };
