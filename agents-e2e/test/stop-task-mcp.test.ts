@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, processAlive, stubPrompt } from '@kandev/testkit';
+import { connectMcp, eventually, processAlive, stubPrompt } from '@kandev/testkit';
 import { makeTask, REAL_AGENTS, requestFor, runningSession, startRealWorld, type RealWorld } from './support.js';
 
 /**
@@ -46,5 +46,35 @@ describe.each(REAL_AGENTS)('stop_task_kandev called by the published %s agent', 
     expect(c.status).toBe('REVIEW');
     expect(c.sessions[0]).toMatchObject({ id: childSession.id, state: 'CANCELLED' });
     await eventually(async () => !processAlive(childPid), 15_000);
+  });
+});
+
+describe.each(REAL_AGENTS)('message_task_kandev interrupting the published %s agent', (agent) => {
+  it('cancels the live turn (the model stream closes) and delivers the message with its context', async () => {
+    const marker = `interrupt-${agent}-${Date.now()}`;
+    const { workspace_id, task: parent } = await makeTask(w.api, { title: 'coordinator' });
+    const { task: child } = await makeTask(w.api, { workspace_id, parent_id: parent.id, title: 'worker', agent });
+    const session = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: stubPrompt({ slow: { ms: 120_000 } }, marker) });
+    await runningSession(w.api, session.id);
+    const stream = await eventually(async () => {
+      const req = requestFor(w.stub, marker);
+      return req ? w.stub.streams.find((x) => x.request === req.index && x.endedAt === undefined) : undefined;
+    }, 60_000);
+
+    const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(parent.id));
+    const next = `new-direction-${marker}`;
+    const res = await mcp.callJson('message_task_kandev', { task_id: child.id, prompt: stubPrompt({ say: 'redirected' }, next), delivery_mode: 'interrupt' });
+    expect(res.json).toMatchObject({ task_id: child.id, session_id: session.id, status: 'sent' });
+    await eventually(async () => stream.endedAt !== undefined, 15_000);
+    expect(stream.closedByClient).toBe(true);
+    const s = await eventually(async () => {
+      const b = (await w.api.get(`/sessions/${session.id}`)).body;
+      return b.turns.length === 2 && b.turns[1].completed_at ? b : null;
+    }, 60_000);
+    expect(s.turns.map((t: { stop_reason: string }) => t.stop_reason)).toEqual(['cancelled', 'end_turn']);
+    // The agent took the message (and the sender context agentctl puts before it) as its next prompt.
+    const delivered = requestFor(w.stub, next);
+    expect(delivered?.userText).toContain(parent.id);
+    await w.api.post(`/tasks/${child.id}/stop`);
   });
 });
