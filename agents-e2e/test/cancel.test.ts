@@ -70,6 +70,12 @@ describe.each(REAL_AGENTS)('turn cancel with the published %s agent', (agent) =>
       expect(done.execution).toMatchObject({ status: 'READY', pid });
       expect(requestFor(w.stub, again)).toBeDefined();
 
+      if (agent === 'gemini') {
+        // Gemini CLI reports per-prompt tokens per model on the session/prompt answer (_meta.quota);
+        // gemini-2.5-pro has no row in pricing.ts, so the report is unpriced, not free.
+        const recorded = await eventually(async () => usage.find((u) => u.session_id === session.id && u.data.tokens_out === 40), 10_000);
+        expect(recorded.data).toMatchObject({ model: 'gemini-2.5-pro', tokens_in: 1200, tokens_out: 40, cost_cents: 0, priced: false });
+      }
       if (agent === 'codex') {
         // Codex reports tokens (thread/tokenUsage/updated) and no money: the cost is the price table's.
         const tokens = { tokens_in: 1200, tokens_cached_in: 200, tokens_out: 40 };

@@ -135,7 +135,12 @@ export function descendsFrom(pid: number, ancestor: number): boolean {
 
 /** The tool a script names for "run a shell command" in each agent, with its arguments. */
 export function shellTool(agent: RealAgent, command: string, extra: Record<string, unknown> = {}): { tool: string; args: Record<string, unknown> } {
-  return agent === 'codex'
-    ? { tool: 'exec_command', args: { cmd: command, yield_time_ms: 1000, ...extra } }
-    : { tool: 'Bash', args: { command, description: 'run the test command', ...extra } };
+  switch (agent) {
+    case 'codex':
+      return { tool: 'exec_command', args: { cmd: command, yield_time_ms: 1000, ...extra } };
+    case 'claude-code':
+      return { tool: 'Bash', args: { command, description: 'run the test command', ...extra } };
+    case 'gemini':
+      return { tool: 'run_shell_command', args: { command, description: 'run the test command', ...extra } };
+  }
 }

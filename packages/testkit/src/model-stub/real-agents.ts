@@ -13,9 +13,10 @@ export interface RealAgentBins {
   /** `codex` as npm installs it: a Node launcher for the native binary inside the package. */
   codex: string;
   claudeCodeAcp: string;
+  gemini: string;
 }
 
-export const REAL_AGENTS = ['codex', 'claude-code'] as const;
+export const REAL_AGENTS = ['codex', 'claude-code', 'gemini'] as const;
 export type RealAgent = (typeof REAL_AGENTS)[number];
 
 /** The model Codex is told it talks to: a row of pricing.ts, so usage gets a cost. */
@@ -29,7 +30,8 @@ export function findRealAgents(): RealAgentBins | undefined {
   try {
     const codex = join(dirname(require.resolve('@openai/codex/package.json')), 'bin/codex.js');
     const claudeCodeAcp = join(dirname(require.resolve('@zed-industries/claude-code-acp/package.json')), 'dist/index.js');
-    return existsSync(codex) && existsSync(claudeCodeAcp) ? { codex, claudeCodeAcp } : undefined;
+    const gemini = join(dirname(require.resolve('@google/gemini-cli/package.json')), 'bundle/gemini.js');
+    return [codex, claudeCodeAcp, gemini].every((p) => existsSync(p)) ? { codex, claudeCodeAcp, gemini } : undefined;
   } catch {
     return undefined;
   }
@@ -74,12 +76,20 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
     DISABLE_AUTOUPDATER: '1',
   });
   const codexEnv = { HOME: home, CODEX_HOME: codexHome };
+  // Gemini CLI: an API key and GOOGLE_GEMINI_BASE_URL, no Google sign-in. Its settings live in
+  // HOME/.gemini: without folder trust settled, it treats the workspace as untrusted and falls back
+  // from --approval-mode yolo to "default" (every shell command then asks).
+  const geminiEnv = { HOME: home, GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
+  mkdirSync(join(home, '.gemini'), { recursive: true });
+  writeFileSync(join(home, '.gemini', 'settings.json'), JSON.stringify({ security: { folderTrust: { enabled: false } } }));
   const catalogue = {
     codex: { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: codexEnv },
     'codex-asks': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: codexEnv },
     'codex-unpriced': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"'], env: codexEnv },
     'claude-code': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAllow) },
     'claude-code-asks': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAsk) },
+    gemini: { protocol: 'acp', command: bins.gemini, args: ['--acp', '--approval-mode', 'yolo'], env: geminiEnv },
+    'gemini-asks': { protocol: 'acp', command: bins.gemini, args: ['--acp', '--approval-mode', 'default'], env: geminiEnv },
   };
   const file = join(dir, 'catalogue.json');
   writeFileSync(file, JSON.stringify(catalogue, null, 2));

@@ -2,10 +2,11 @@
  * The two wire formats the stub reads, reduced to what a script needs: which tools the agent offered
  * the model, what the user said in the latest turn, and which tool results came back. Read from the
  * requests the published agents really send (Codex 0.169: OpenAI Responses with MCP tools inside a
- * `namespace` tool; Claude Code: Anthropic Messages with MCP tools named `mcp__<server>__<tool>`).
+ * `namespace` tool; Claude Code: Anthropic Messages with MCP tools named `mcp__<server>__<tool>`;
+ * Gemini CLI 0.61: Gemini `generateContent` with `functionDeclarations`).
  */
 
-export type ModelApi = 'responses' | 'messages';
+export type ModelApi = 'responses' | 'messages' | 'gemini';
 
 export interface ToolOffer {
   name: string;
@@ -83,12 +84,39 @@ export function normaliseMessages(body: Json): NormalisedRequest {
   return { api: 'messages', model: str(body.model), stream: body.stream === true, tools, userText, toolResults };
 }
 
-/** The offered tool a script names: exact name, qualified name, or `__<name>` suffix (Claude Code's `mcp__kandev__x`). */
+/** Gemini `models/<model>:streamGenerateContent`: contents of role user/model, parts text/functionCall/functionResponse. */
+export function normaliseGemini(body: Json, model: string, stream: boolean): NormalisedRequest {
+  const tools: ToolOffer[] = [];
+  for (const t of arr(body.tools).filter(isObj)) {
+    for (const f of arr(t.functionDeclarations ?? t.function_declarations).filter(isObj)) if (typeof f.name === 'string') tools.push({ name: f.name, qualified: f.name });
+  }
+  const contents = arr(body.contents).filter(isObj);
+  const last = contents.at(-1);
+  const parts = last && last.role === 'user' ? arr(last.parts).filter(isObj) : [];
+  const toolResults: ToolResult[] = parts
+    .filter((p) => isObj(p.functionResponse))
+    .map((p) => {
+      const r = p.functionResponse as Json;
+      return { callId: str(r.id ?? r.name), output: str(r.response) };
+    });
+  const userTexts: string[] = [];
+  if (toolResults.length === 0) {
+    for (let i = contents.length - 1; i >= 0 && contents[i]!.role === 'user'; i--) {
+      userTexts.unshift(arr(contents[i]!.parts).filter(isObj).map((p) => (typeof p.text === 'string' ? p.text : '')).filter(Boolean).join('\n'));
+    }
+  }
+  return { api: 'gemini', model, stream, tools, userText: userTexts.join('\n'), toolResults };
+}
+
+/**
+ * The offered tool a script names: exact name, qualified name, or a `_<name>` suffix (Claude Code's
+ * `mcp__kandev__x`, Gemini CLI's `mcp_kandev_x`).
+ */
 export function findTool(tools: ToolOffer[], wanted: string): ToolOffer | undefined {
   return (
     tools.find((t) => t.qualified === wanted) ??
     tools.find((t) => t.name === wanted && !t.namespace) ??
     tools.find((t) => t.name === wanted) ??
-    tools.find((t) => t.qualified.endsWith(`__${wanted}`))
+    tools.find((t) => t.qualified.endsWith(`_${wanted}`))
   );
 }

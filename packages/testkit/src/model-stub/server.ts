@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { findDirective } from './directive.js';
-import { findTool, normaliseMessages, normaliseResponses, type ModelApi, type NormalisedRequest, type ToolOffer } from './request.js';
+import { findTool, normaliseGemini, normaliseMessages, normaliseResponses, type ModelApi, type NormalisedRequest, type ToolOffer } from './request.js';
 
 /*
  * A local model for the published agents: the streaming OpenAI Responses API (`POST /v1/responses`,
@@ -85,7 +85,7 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
 
   function decide(req: NormalisedRequest): Reply {
     if (req.toolResults.length > 0) {
-      const answered = req.toolResults.map((r) => ({ r, call: toolCalls.find((c) => c.callId === r.callId) })).filter((x) => x.call);
+      const answered = req.toolResults.map((r) => ({ r, call: toolCalls.find((c) => c.callId === r.callId) ?? toolCalls.find((c) => c.result === undefined && c.tool.name === r.callId) })).filter((x) => x.call);
       for (const { r, call } of answered) call!.result = r.output;
       const first = answered[0];
       return { kind: 'text', text: first ? `${first.call!.then}: ${first.r.output.slice(0, 2000)}` : 'ok' };
@@ -114,16 +114,22 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
       return void json(res, 400, { error: { message: 'body is not JSON' } });
     }
     if (path.endsWith('/messages/count_tokens')) return void json(res, 200, { input_tokens: usage.input });
-    const api: ModelApi | undefined = path.endsWith('/responses') ? 'responses' : path.endsWith('/messages') ? 'messages' : undefined;
+    const gemini = /\/models\/([^/:]+):(streamGenerateContent|generateContent)$/.exec(path);
+    const api: ModelApi | undefined = path.endsWith('/responses') ? 'responses' : path.endsWith('/messages') ? 'messages' : gemini ? 'gemini' : undefined;
     if (!api) return void json(res, 404, { error: { message: `the model stub does not serve ${path}` } });
-    const normalised = api === 'responses' ? normaliseResponses(body) : normaliseMessages(body);
+    const normalised =
+      api === 'responses' ? normaliseResponses(body) : api === 'messages' ? normaliseMessages(body) : normaliseGemini(body, gemini![1]!, gemini![2] === 'streamGenerateContent');
     const reply = decide(normalised);
     const record: RecordedRequest = { ...normalised, index: requests.length, at: preciseEpoch(), path, reply: reply.kind };
     requests.push(record);
-    if (!normalised.stream) return void json(res, 200, api === 'messages' ? anthropicMessage(reply, normalised.model, usage, nextId) : { error: { message: 'only streaming Responses are served' } });
+    if (!normalised.stream) {
+      if (api === 'messages') return void json(res, 200, anthropicMessage(reply, normalised.model, usage, nextId));
+      if (api === 'gemini') return void json(res, 200, geminiChunk(geminiParts(reply, body), 'STOP', usage));
+      return void json(res, 400, { error: { message: 'only streaming Responses are served' } });
+    }
     const stream: RecordedStream = { request: record.index, api, openedAt: preciseEpoch(), endedAt: undefined, closedByClient: false };
     streams.push(stream);
-    const writer = api === 'responses' ? responsesWriter(res, nextId, usage) : messagesWriter(res, normalised.model, nextId, usage);
+    const writer = api === 'responses' ? responsesWriter(res, nextId, usage) : api === 'messages' ? messagesWriter(res, normalised.model, nextId, usage) : geminiWriter(res, usage);
     res.on('close', () => {
       if (stream.endedAt === undefined) {
         stream.endedAt = preciseEpoch();
@@ -280,6 +286,38 @@ function messagesWriter(res: ServerResponse, model: string, nextId: (p: string) 
     },
   };
   return w;
+}
+
+/** Gemini streams bare `data:` lines, each a GenerateContentResponse; the last one has finishReason and usage. */
+function geminiWriter(res: ServerResponse, usage: StubUsage): StreamWriter {
+  const data = (chunk: Record<string, unknown>) => {
+    if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+  };
+  const w: StreamWriter = {
+    begin: () => undefined,
+    startText: () => undefined,
+    delta: (t) => data(geminiChunk([{ text: t }], undefined, undefined)),
+    endText: () => undefined,
+    text: (t) => w.delta(t),
+    toolCall: (call) => data(geminiChunk([{ functionCall: { id: call.callId, name: call.tool.name, args: call.args } }], undefined, undefined)),
+    finish: () => data(geminiChunk([{ text: '' }], 'STOP', usage)),
+  };
+  return w;
+}
+
+function geminiChunk(parts: unknown[], finishReason: string | undefined, usage: StubUsage | undefined): Record<string, unknown> {
+  return {
+    candidates: [{ content: { role: 'model', parts }, index: 0, ...(finishReason ? { finishReason } : {}) }],
+    ...(usage ? { usageMetadata: { promptTokenCount: usage.input, cachedContentTokenCount: usage.cachedInput, candidatesTokenCount: usage.output, totalTokenCount: usage.input + usage.output } } : {}),
+  };
+}
+
+/** A non-streamed Gemini answer; a request for JSON (Gemini CLI's model router) gets `{}`. */
+function geminiParts(reply: Reply, body: Record<string, unknown>): unknown[] {
+  const config = body.generationConfig as Record<string, unknown> | undefined;
+  if (config?.responseMimeType === 'application/json') return [{ text: '{}' }];
+  if (reply.kind === 'tool') return [{ functionCall: { id: reply.call.callId, name: reply.call.tool.name, args: reply.call.args } }];
+  return [{ text: reply.kind === 'text' ? reply.text : 'ok' }];
 }
 
 function anthropicMessage(reply: Reply, model: string, usage: StubUsage, nextId: (p: string) => string): Record<string, unknown> {
