@@ -1,5 +1,6 @@
 /*
- * The one price table. A real agent reports tokens (Codex `thread/tokenUsage/updated`), never money;
+ * The one price table. A real agent reports tokens (Codex `thread/tokenUsage/updated`, Gemini CLI
+ * `_meta.quota` on its prompt answers), never money;
  * a cost is derived here, from the model the agent says it uses, or it is 0 and marked unpriced.
  * Nothing else in the system turns tokens into cents.
  *
