@@ -83,6 +83,19 @@ describe('startModelStub', () => {
     expect(events[4]!.data.delta.stop_reason).toBe('tool_use');
   });
 
+  it('Gemini: calls an MCP tool named mcp_<server>_<tool>, then finishes with the functionResponse', async () => {
+    stub = await startModelStub();
+    const tools = [{ functionDeclarations: [{ name: 'run_shell_command' }, { name: 'mcp_kandev_stop_task_kandev' }] }];
+    const url = `${stub.url}/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse`;
+    const first = await (await post(url, { tools, contents: [{ role: 'user', parts: [{ text: '<session_context/>' }, { text: stubPrompt({ tool: 'stop_task_kandev', args: { task_id: 't' } }) }] }] })).text();
+    const chunks = first.split('\n\n').filter(Boolean).map((c) => JSON.parse(c.replace(/^data: /, '')));
+    const call = chunks[0].candidates[0].content.parts[0].functionCall;
+    expect(call).toMatchObject({ name: 'mcp_kandev_stop_task_kandev', args: { task_id: 't' } });
+    expect(chunks.at(-1)).toMatchObject({ candidates: [{ finishReason: 'STOP' }], usageMetadata: { promptTokenCount: 1200, candidatesTokenCount: 40 } });
+    await post(url, { tools, contents: [{ role: 'user', parts: [{ text: 'x' }] }, { role: 'model', parts: [{ functionCall: call }] }, { role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response: { output: 'stopped' } } }] }] });
+    expect(stub.toolCalls[0]!.result).toBe('{"output":"stopped"}');
+  });
+
   it('keeps a slow stream open and records that the client closed it', async () => {
     stub = await startModelStub();
     const abort = new AbortController();
