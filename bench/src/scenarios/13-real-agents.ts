@@ -6,7 +6,7 @@ import type { Scenario, ScenarioResult } from '../scenario.js';
 import { e2eIterations, startBenchStack, summarize, type BenchStack } from '../e2e.js';
 
 /**
- * The published agents (Codex CLI, Claude Code over ACP; pinned by agents-e2e) against the local
+ * The published agents (Codex CLI; Claude Code and Gemini CLI over ACP; pinned by agents-e2e) against the local
  * model stub, beside the scripted agents in the same run:
  * - cancel: `agent.cancel` sent on /ws → the stub sees the agent close its model stream;
  * - stop: `POST /tasks/:id/stop` sent → the agent process is gone (reaped, not a zombie).
