@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
+import { mergeTrees, processTree, signalTree, stillRunning, type TreeProcess } from './process-tree.js';
 
 export interface AgentExit {
   code: number | null;
@@ -17,14 +18,24 @@ export interface Termination {
 
 const tracer = trace.getTracer('@kandev/agentctl');
 
+/** How often the agent's process tree is noted while it runs (see process-tree.ts). */
+const TREE_REFRESH_MS = 1_000;
+/** How long agentctl keeps SIGKILLing survivors of the tree after the agent itself is gone. */
+const SWEEP_LIMIT_MS = 5_000;
+
 /**
  * The agent's OS process: stdio pipes for the protocol, stderr re-logged as JSON, and the
- * SIGTERM → grace → SIGKILL teardown. agentctl is the only thing that signals it.
+ * SIGTERM → grace → SIGKILL teardown. The agent runs in a process group of its own, and a stop
+ * signals every group and process of its tree: a shell command or MCP server the agent started
+ * does not outlive it. agentctl is the only thing that signals it.
  */
 export class AgentProcess {
   readonly pid: number;
   readonly exited: Promise<AgentExit>;
   private exit: AgentExit | undefined;
+  /** Every process of the agent's tree seen so far; a child re-parented away stays on it. */
+  private tree: TreeProcess[] = [];
+  private readonly treeTimer: NodeJS.Timeout;
 
   private constructor(
     readonly child: ChildProcessWithoutNullStreams,
@@ -32,8 +43,11 @@ export class AgentProcess {
   ) {
     if (child.pid === undefined) throw new Error('agent process has no pid');
     this.pid = child.pid;
+    this.noteTree();
+    this.treeTimer = setInterval(() => this.noteTree(), TREE_REFRESH_MS).unref();
     this.exited = new Promise((resolve) => {
       child.once('exit', (code, signal) => {
+        clearInterval(this.treeTimer);
         this.exit = { code, signal };
         log.info('agent exited', { agent_pid: this.pid, code, signal });
         resolve(this.exit);
@@ -48,7 +62,8 @@ export class AgentProcess {
   /** Spawns the agent; rejects when the command cannot be started at all (ENOENT, EACCES). */
   static start(spec: AgentSpec, cwd: string, env: NodeJS.ProcessEnv, log: Logger): Promise<AgentProcess> {
     return new Promise((resolve, reject) => {
-      const child = spawn(spec.command, spec.args, { cwd, env: { ...env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+      // detached: the agent leads a new process group, so its tree can be signalled as one.
+      const child = spawn(spec.command, spec.args, { cwd, env: { ...env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
       child.once('error', (err) => reject(new Error(`cannot start agent "${spec.name}" (${spec.command}): ${err.message}`)));
       child.once('spawn', () => {
         try {
@@ -68,16 +83,32 @@ export class AgentProcess {
     return this.exit;
   }
 
+  /**
+   * SIGTERM to every group and process of the agent's tree, the grace period, then SIGKILL to
+   * whatever is left. Processes of the tree that outlive the agent are SIGKILLed too (they had the
+   * same grace). Also sweeps the tree of an agent that already exited on its own.
+   */
   async terminate(graceMs: number): Promise<Termination> {
     return tracer.startActiveSpan('agent.terminate', { attributes: { 'process.pid': this.pid, 'kandev.grace_ms': graceMs } }, async (span): Promise<Termination> => {
       try {
-        if (this.exit) return { how: 'graceful', exit: this.exit };
-        this.signal('SIGTERM');
-        const graceful = await Promise.race([this.exited.then(() => true), delay(graceMs).then(() => false)]);
-        if (graceful && this.exit) return { how: 'graceful', exit: this.exit };
-        this.log.warn('agent outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs });
-        this.signal('SIGKILL');
-        return { how: 'killed', exit: await this.exited };
+        this.noteTree();
+        const deadline = Date.now() + graceMs;
+        let how: Termination['how'] = 'graceful';
+        if (!this.exit) {
+          this.signal('SIGTERM');
+          const graceful = await Promise.race([this.exited.then(() => true), delay(graceMs).then(() => false)]);
+          if (!graceful || !this.exit) {
+            this.log.warn('agent outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs });
+            this.noteTree();
+            this.signal('SIGKILL');
+            how = 'killed';
+          }
+        } else if (this.survivors().length > 0) {
+          this.signal('SIGTERM');
+        }
+        const exit = await this.exited;
+        await this.sweep(deadline);
+        return { how, exit };
       } catch (err) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
         throw err;
@@ -87,10 +118,50 @@ export class AgentProcess {
     });
   }
 
+  /** SIGKILL to the whole tree at once, synchronously: the last word of an agentctl that is crashing. */
+  killTree(): void {
+    this.noteTree();
+    signalTree(this.survivors(), 'SIGKILL');
+  }
+
+  /** Processes of the agent's tree still running (the agent itself included). */
+  survivors(): TreeProcess[] {
+    return this.tree.filter(stillRunning);
+  }
+
+  /** The rest of the tree gets until `deadline` to go after SIGTERM; then SIGKILL until none is left. */
+  private async sweep(deadline: number): Promise<void> {
+    while (this.survivors().length > 0 && Date.now() < deadline) await delay(20);
+    const killUntil = Date.now() + SWEEP_LIMIT_MS;
+    for (let round = 0; this.survivors().length > 0; round++) {
+      if (Date.now() > killUntil) {
+        this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: this.survivors().map((p) => p.pid) });
+        return;
+      }
+      if (round === 0) this.log.warn('processes of the agent tree outlived the agent; killing', { agent_pid: this.pid, pids: this.survivors().map((p) => p.pid) });
+      signalTree(this.survivors(), 'SIGKILL');
+      await delay(20);
+    }
+  }
+
+  private noteTree(): void {
+    if (this.exit) return;
+    this.tree = mergeTrees(this.tree.filter(stillRunning), processTree(this.pid));
+  }
+
   private signal(signal: NodeJS.Signals): void {
     trace.getActiveSpan()?.addEvent('signal', { signal, 'process.pid': this.pid });
-    this.log.info('signalling agent', { agent_pid: this.pid, signal });
-    this.child.kill(signal);
+    const tree = this.survivors();
+    this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: tree.length });
+    const reached = signalTree(tree, signal);
+    // Without /proc (or when the tree could not be read) the group, then the child itself.
+    if (reached === 0 && !this.exit) {
+      try {
+        process.kill(-this.pid, signal);
+      } catch {
+        this.child.kill(signal);
+      }
+    }
   }
 }
 

@@ -47,6 +47,10 @@ async function main(): Promise<void> {
     }
   })();
 
+  // When the parent dies its end of stderr goes with it; a log write must not then crash agentctl
+  // (and skip the graceful stop of the agent's tree that the closed stdin starts).
+  process.stderr.on('error', () => undefined);
+
   const agentEnv: NodeJS.ProcessEnv = { ...process.env };
   for (const name of SECRET_ENV) delete agentEnv[name];
   const adapterOptions: AdapterOptions = {
@@ -75,11 +79,8 @@ async function main(): Promise<void> {
   // A crash must not leave the agent behind: nobody else knows its pid well enough to clean it up.
   process.once('uncaughtException', (err) => {
     log.error('agentctl crashed; killing the agent', { err: errorMessage(err) });
-    try {
-      process.kill(execution.adapter.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
+    // The whole tree: a shell command the agent started may run in a session of its own.
+    execution.adapter.kill();
     process.exit(1);
   });
 
@@ -104,6 +105,8 @@ async function main(): Promise<void> {
   void execution.adapter.exited.then(async (exit) => {
     if (execution.isStopping) return; // the stop path reports and exits after its HTTP answer
     log.warn('agent exited on its own', { code: exit.code, signal: exit.signal });
+    // What it started (a shell command, an MCP server) must not outlive it.
+    await execution.adapter.stop(SIGNAL_GRACE_MS).catch((err: unknown) => log.warn('sweeping the agent tree failed', { err: errorMessage(err) }));
     await execution.agentExited();
     await exitAfterAgent();
   });

@@ -154,6 +154,14 @@ export const AgentctlUsageEvent = z.object({
   tokens_in: count,
   tokens_cached_in: count,
   tokens_out: count,
+  /** The model the tokens were spent on, when the agent names it (Codex's thread model). */
+  model: z.string().min(1).optional(),
+  /**
+   * false: the agent reported tokens only and the model has no row in pricing.ts, so cost_cents is
+   * 0 and means "unpriced", not "free". Absent or true: cost_cents is the agent's own figure or
+   * the price table's.
+   */
+  priced: z.boolean().optional(),
 });
 export type AgentctlUsageEvent = z.infer<typeof AgentctlUsageEvent>;
 

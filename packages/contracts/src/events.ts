@@ -34,6 +34,8 @@ export const EventData = {
     tokens_in: z.number().int(),
     tokens_cached_in: z.number().int(),
     tokens_out: z.number().int(),
+    /** false: tokens without a price (the model is not in pricing.ts); cost_cents is 0 and means unpriced. */
+    priced: z.boolean().optional(),
   }),
   'queue.changed': z.object({ session_id: id, size: z.number().int(), messages: z.array(QueuedMessage) }),
   'tree_hold.created': z.object({ hold: Hold }),

@@ -9,3 +9,4 @@ export * from './agentctl.js';
 export * from './tree.js';
 export * from './clarifications.js';
 export * from './text.js';
+export * from './pricing.js';

@@ -4,3 +4,4 @@ export * from './pg.js';
 export * from './stack.js';
 export * from './clients.js';
 export * from './tokens.js';
+export * from './model-stub/index.js';

@@ -36,9 +36,16 @@ export interface Stack {
  * The whole system as processes, the way `npm start` runs it, on a nats-server and database of
  * this test's own. Tests then drive it only through the public surfaces (INTERFACES.md).
  */
-export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: string; natsPermissions?: boolean } = {}): Promise<Stack> {
-  // With natsPermissions, the deployed NATS users and permissions (deploy/nats) apply: each service
-  // connects as its own user, as in production.
+export interface StackOptions {
+  env?: NodeJS.ProcessEnv;
+  logLevel?: string;
+  /** Every log line of every service (JSON), e.g. to watch lifecycle's relay of agent events. */
+  onLog?: (service: StackService, line: string) => void;
+  /** The deployed NATS users and permissions (deploy/nats) apply: each service connects as its own user, as in production. */
+  natsPermissions?: boolean;
+}
+
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const [nats, db] = await Promise.all([startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}), createTestDatabase()]);
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   const secret = 'stack-test-secret-0123456789abcdef';
@@ -61,7 +68,10 @@ export async function startStack(opts: { env?: NodeJS.ProcessEnv; logLevel?: str
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
   const launch = async (name: StackService) => {
-    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: process.env.STACK_LOGS ? (l) => process.stderr.write(`[${name}] ${l}\n`) : undefined });
+    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: (l) => {
+        opts.onLog?.(name, l);
+        if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
+      } });
     services.set(name, p);
     return p;
   };
@@ -114,9 +124,9 @@ export interface AgentStack {
 }
 
 /** The whole stack with the scripted agents' observation log and an operator API client (e2e tests, benches). */
-export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: { natsPermissions?: boolean } = {}): Promise<AgentStack> {
+export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<AgentStack> {
   const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
-  const stack = await startStack({ env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env }, ...(opts.natsPermissions ? { natsPermissions: true } : {}) });
+  const stack = await startStack({ ...opts, env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env } });
   const token = await stack.operatorToken();
   return {
     stack,

@@ -14,6 +14,7 @@ export interface ProcessRef {
 interface ProcStat {
   state: string;
   ppid: number;
+  pgid: number;
   startTime: string;
 }
 
@@ -24,10 +25,10 @@ function readStat(pid: number): ProcStat | null {
     const raw = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // comm (field 2) may contain spaces and parentheses; everything after the last ')' is fixed.
     const rest = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
-    const [state, ppid] = rest;
+    const [state, ppid, pgid] = rest;
     const startTime = rest[19];
-    if (!state || !ppid || !startTime) return null;
-    return { state, ppid: Number(ppid), startTime };
+    if (!state || !ppid || !pgid || !startTime) return null;
+    return { state, ppid: Number(ppid), pgid: Number(pgid), startTime };
   } catch {
     return null;
   }
@@ -54,11 +55,16 @@ export function isAlive(ref: ProcessRef): boolean {
   return ref.startTime === null || st.startTime === ref.startTime;
 }
 
-/** Signal the process only if it is still the one we recorded. Returns whether a signal was sent. */
-export function signalProcess(ref: ProcessRef, signal: NodeJS.Signals): boolean {
+/**
+ * Signal the process only if it is still the one we recorded. Returns whether a signal was sent.
+ * With `group`, a process that leads its own process group (agentctl starts every agent so) is
+ * signalled with its whole group: what the agent started goes with it.
+ */
+export function signalProcess(ref: ProcessRef, signal: NodeJS.Signals, opts: { group?: boolean } = {}): boolean {
   if (!isAlive(ref)) return false;
+  const leadsGroup = opts.group === true && HAS_PROC && readStat(ref.pid)?.pgid === ref.pid;
   try {
-    process.kill(ref.pid, signal);
+    process.kill(leadsGroup ? -ref.pid : ref.pid, signal);
     return true;
   } catch {
     return false;

@@ -26,7 +26,8 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
   const alive = procs.filter(isAlive);
   for (const p of alive) {
     // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL.
-    if (signalProcess(p, 'SIGKILL')) log.warn({ pid: p.pid }, 'killed a process left behind by a previous run');
+    // Agents and agentctl each lead a process group of their own: each goes with its group.
+    if (signalProcess(p, 'SIGKILL', { group: true })) log.warn({ pid: p.pid }, 'killed a process left behind by a previous run');
   }
   for (let attempt = 0; attempt < 5 && !(await waitGone(alive, 1_000)); attempt++) {
     for (const p of alive.filter(isAlive)) signalProcess(p, 'SIGKILL');

@@ -317,15 +317,16 @@ export class ExecutionSupervisor {
         return void (await this.emit(x, 'usage.recorded', {
           execution_id: x.id,
           usage_event_id: ev.usage_event_id,
-          model: null,
+          model: ev.model ?? null,
           cost_cents: ev.cost_cents,
           tokens_in: ev.tokens_in,
           tokens_cached_in: ev.tokens_cached_in,
           tokens_out: ev.tokens_out,
+          ...(ev.priced === undefined ? {} : { priced: ev.priced }),
         }));
       case 'permission_requested':
       case 'permission_resolved':
-        x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type }, 'agent permission');
+        x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type, ...(ev.type === 'permission_resolved' ? { outcome: ev.outcome } : { title: ev.title }) }, 'agent permission');
         return;
       case 'agent_exited':
         x.agentExit = { code: ev.code, signal: ev.signal };

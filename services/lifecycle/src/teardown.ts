@@ -88,14 +88,14 @@ export class TeardownExecutor {
     const span = trace.getActiveSpan();
     for (const a of agents) {
       span?.addEvent('signal', { signal: 'SIGTERM', 'process.pid': a.pid });
-      if (signalProcess(a, 'SIGTERM')) log.info({ pid: a.pid, signal: 'SIGTERM' }, 'signalled agent');
+      if (signalProcess(a, 'SIGTERM', { group: true })) log.info({ pid: a.pid, signal: 'SIGTERM' }, 'signalled agent');
     }
     signalProcess(x.agentctl.ref, 'SIGTERM');
     const gone = await waitGone(agents, graceMs);
     if (gone) return false;
     for (const a of agents) {
       span?.addEvent('signal', { signal: 'SIGKILL', 'process.pid': a.pid });
-      if (signalProcess(a, 'SIGKILL')) log.warn({ pid: a.pid, signal: 'SIGKILL' }, 'agent outlived its grace period; killed');
+      if (signalProcess(a, 'SIGKILL', { group: true })) log.warn({ pid: a.pid, signal: 'SIGKILL' }, 'agent outlived its grace period; killed');
     }
     signalProcess(x.agentctl.ref, 'SIGKILL');
     return true;
@@ -126,7 +126,7 @@ export class TeardownExecutor {
         continue;
       }
       if (this.deps.abandoning() && attempt >= 3) return false;
-      for (const p of agentsAlive) signalProcess(p, 'SIGKILL');
+      for (const p of agentsAlive) signalProcess(p, 'SIGKILL', { group: true });
       if (!agentctlGone()) x.agentctl.kill('SIGKILL');
       const level = attempt < 5 ? 'warn' : 'error';
       log[level]({ attempt, pids: alive.map((p) => p.pid) }, 'process still alive after teardown; SIGKILL retried');

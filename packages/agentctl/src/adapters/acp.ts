@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
+import { costOf } from '@kandev/contracts/pricing';
 import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
 import { AgentProcess, type Termination } from '../agent-process.js';
@@ -19,6 +20,18 @@ const KandevUsageMeta = z.object({
     tokens_in: z.number().int().nonnegative(),
     tokens_cached_in: z.number().int().nonnegative(),
     tokens_out: z.number().int().nonnegative(),
+  }),
+});
+
+/**
+ * Gemini CLI's per-prompt token report on the `session/prompt` answer (`_meta.quota`): totals per
+ * model for the whole prompt. Tokens only; the cost comes from pricing.ts or is marked unpriced.
+ */
+const PromptQuotaMeta = z.looseObject({
+  quota: z.looseObject({
+    model_usage: z
+      .array(z.looseObject({ model: z.string().min(1), token_count: z.looseObject({ input_tokens: z.number().int().nonnegative(), output_tokens: z.number().int().nonnegative() }) }))
+      .default([]),
   }),
 });
 
@@ -88,6 +101,7 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
         connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...(context ? [{ type: 'text' as const, text: context }] : []), { type: 'text', text }] }),
         this.agent.exited,
       );
+      this.reportPromptUsage(turnId, response._meta);
       return response.stopReason;
     } finally {
       this.turnId = undefined;
@@ -168,6 +182,16 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
         break;
       default:
         break;
+    }
+  }
+
+  private reportPromptUsage(turnId: string, meta: unknown): void {
+    const parsed = PromptQuotaMeta.safeParse(meta ?? {});
+    if (!parsed.success) return;
+    for (const { model, token_count } of parsed.data.quota.model_usage) {
+      if (token_count.input_tokens === 0 && token_count.output_tokens === 0) continue;
+      const tokens = { tokens_in: token_count.input_tokens, tokens_cached_in: 0, tokens_out: token_count.output_tokens };
+      this.sink.usage(turnId, { ...costOf(model, tokens), ...tokens, model });
     }
   }
 

@@ -13,6 +13,9 @@ export interface UsageReport {
   tokens_in: number;
   tokens_cached_in: number;
   tokens_out: number;
+  /** Set when the cost was derived from tokens (pricing.ts): the model, and whether it had a price. */
+  model?: string;
+  priced?: boolean;
 }
 
 export type PermissionRequest = Omit<AgentctlPermissionRequestedEvent, 'type'>;
@@ -40,8 +43,10 @@ export interface AgentAdapter {
   cancel(): Promise<void>;
   /** Answers a pending permission request; undefined when there is no such request. */
   answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined;
-  /** SIGTERM, then SIGKILL after graceMs. */
+  /** SIGTERM, then SIGKILL after graceMs, to the agent's whole process tree. */
   stop(graceMs: number): Promise<Termination>;
+  /** SIGKILL to the agent's whole process tree, synchronously (agentctl is crashing). */
+  kill(): void;
 }
 
 export interface AdapterOptions {

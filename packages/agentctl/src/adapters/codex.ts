@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { costOf } from '@kandev/contracts/pricing';
 import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
 import { AgentProcess, type Termination } from '../agent-process.js';
@@ -10,7 +11,7 @@ import { ProcessAdapter } from './process-adapter.js';
 
 // ---------------------------------------------------------------- the Codex app-server messages agentctl reads
 
-const ThreadStartResult = z.looseObject({ thread: z.looseObject({ id: z.string().min(1) }) });
+const ThreadStartResult = z.looseObject({ thread: z.looseObject({ id: z.string().min(1) }), model: z.string().min(1).optional() });
 const TurnStatus = z.enum(['completed', 'interrupted', 'failed', 'inProgress']);
 const TurnStartResult = z.looseObject({ turn: z.looseObject({ id: z.string().min(1), status: TurnStatus.optional() }) });
 const TurnCompleted = z.looseObject({
@@ -74,12 +75,24 @@ interface CodexTurn {
 
 export class TurnFailedError extends Error {}
 
+/**
+ * The kandev entry of Codex's `mcp_servers` (streamable HTTP). Codex 0.169 refuses `bearer_token`
+ * ("not supported for streamable_http"); it takes `http_headers` or `bearer_token_env_var`. The
+ * header keeps the token inside the Codex process: an env var would reach every shell command the
+ * agent runs.
+ */
+export function codexMcpServer(mcp: { url: string; token: string | undefined }): { url: string; http_headers?: Record<string, string> } {
+  return { url: mcp.url, ...(mcp.token ? { http_headers: { Authorization: `Bearer ${mcp.token}` } } : {}) };
+}
+
 export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }> implements AgentAdapter {
   readonly protocol = 'codex' as const;
   private rpc: JsonLineRpc | undefined;
   private threadId: string | undefined;
   private turn: CodexTurn | undefined;
   private lastTurnId: string | undefined;
+  /** The thread's model (thread/start answer): what token usage is priced at. */
+  private model: string | undefined;
   /** turn/completed can outrun the turn/start answer; it waits here until the id is known. */
   private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
 
@@ -102,10 +115,11 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     await deadline(rpc.request('initialize', { clientInfo: { name: 'kandev-agentctl', title: 'Kandev agentctl', version: AGENTCTL_VERSION } }), 'initialize');
     rpc.notify('initialized');
     const mcp = this.options.mcp;
-    const config = mcp ? { mcp_servers: { kandev: { url: mcp.url, ...(mcp.token ? { bearer_token: mcp.token } : {}) } } } : undefined;
+    const config = mcp ? { mcp_servers: { kandev: codexMcpServer(mcp) } } : undefined;
     const started = ThreadStartResult.parse(await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'));
     this.threadId = started.thread.id;
-    this.log.info('Codex thread ready', { thread_id: this.threadId, mcp: mcp !== undefined });
+    this.model = started.model ?? (typeof started.thread.model === 'string' ? started.thread.model : undefined);
+    this.log.info('Codex thread ready', { thread_id: this.threadId, model: this.model, mcp: mcp !== undefined });
   }
 
   async prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason> {
@@ -182,10 +196,13 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
         if (!parsed.success || !turnId) return;
         const exact = parsed.data._meta?.kandev;
         const last = parsed.data.tokenUsage.last;
-        this.sink.usage(
-          turnId,
-          exact ?? { cost_cents: 0, tokens_in: last.inputTokens, tokens_cached_in: last.cachedInputTokens, tokens_out: last.outputTokens },
-        );
+        if (exact) {
+          this.sink.usage(turnId, exact);
+          return;
+        }
+        // Codex reports tokens only: the cost comes from the one price table, or is 0 and unpriced.
+        const tokens = { tokens_in: last.inputTokens, tokens_cached_in: last.cachedInputTokens, tokens_out: last.outputTokens };
+        this.sink.usage(turnId, { ...costOf(this.model, tokens), ...tokens, ...(this.model ? { model: this.model } : {}) });
         return;
       }
       default:

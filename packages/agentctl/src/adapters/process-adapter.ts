@@ -29,6 +29,10 @@ export abstract class ProcessAdapter<PermissionAnswer> {
     return this.agent.exited;
   }
 
+  kill(): void {
+    this.process?.killTree();
+  }
+
   protected get agent(): AgentProcess {
     if (!this.process) throw new Error('agent not started');
     return this.process;

@@ -26,7 +26,19 @@ const sigterm = installSigtermHandling(log, () => {});
 const InitializeParams = z.looseObject({
   clientInfo: z.looseObject({ name: z.string(), version: z.string().optional() }).optional(),
 });
-const McpServerConfig = z.looseObject({ url: z.string(), bearer_token: z.string().optional() });
+// As Codex 0.169 reads a streamable-HTTP server: `http_headers` or `bearer_token_env_var`; `bearer_token` is refused.
+const McpServerConfig = z.looseObject({
+  url: z.string(),
+  http_headers: z.record(z.string(), z.string()).optional(),
+  bearer_token_env_var: z.string().optional(),
+  bearer_token: z.unknown().optional(),
+});
+
+function mcpToken(server: z.infer<typeof McpServerConfig>): string | undefined {
+  const header = Object.entries(server.http_headers ?? {}).find(([k]) => k.toLowerCase() === 'authorization')?.[1];
+  if (header) return header.replace(/^Bearer\s+/i, '');
+  return server.bearer_token_env_var ? process.env[server.bearer_token_env_var] || undefined : undefined;
+}
 const ThreadStartParams = z.looseObject({
   cwd: z.string().nullish(),
   config: z.looseObject({ mcp_servers: z.record(z.string(), McpServerConfig).optional() }).nullish(),
@@ -134,7 +146,10 @@ peer.onRequest(async (method, params) => {
       const p = parseParams(ThreadStartParams, params);
       const servers = p.config?.mcp_servers ?? {};
       const kandev = servers.kandev ?? Object.values(servers)[0];
-      const fromConfig = kandev ? { url: kandev.url, token: kandev.bearer_token || undefined } : undefined;
+      for (const [name, server] of Object.entries(servers)) {
+        if (server.bearer_token !== undefined) throw new RpcFailure(-32600, `failed to load configuration: bearer_token is not supported for streamable_http\nin \`mcp_servers.${name}\`\n`);
+      }
+      const fromConfig = kandev ? { url: kandev.url, token: mcpToken(kandev) } : undefined;
       const thread: Thread = {
         id: `thr_${randomUUID()}`,
         mcp: mcpTargetFrom(fromConfig),

@@ -146,11 +146,16 @@ describe('scripted-codex', () => {
     expect((await done).turn).toMatchObject({ status: 'failed', error: { message: 'boom' } });
   }, 20_000);
 
-  it('calls MCP tools through config.mcp_servers.kandev with its bearer token', async () => {
+  it('refuses a bearer_token in mcp_servers, as Codex 0.169 does', async () => {
+    const h = connect();
+    await expect(startThread(h, { mcp_servers: { kandev: { url: 'http://127.0.0.1:9/mcp', bearer_token: 'tok' } } })).rejects.toThrow(/bearer_token is not supported/);
+  }, 20_000);
+
+  it('calls MCP tools through config.mcp_servers.kandev with its Authorization header', async () => {
     const mcp = await startEchoMcpServer({ requiredToken: 'tok-codex' });
     cleanups.push(() => mcp.close());
     const h = connect();
-    const threadId = await startThread(h, { mcp_servers: { kandev: { url: mcp.url, bearer_token: 'tok-codex' } } });
+    const threadId = await startThread(h, { mcp_servers: { kandev: { url: mcp.url, http_headers: { Authorization: 'Bearer tok-codex' } } } });
     const done = h.nextCompletion();
     await startTurn(h, threadId, JSON.stringify({ script: [{ mcp: { tool: 'echo', args: { text: 'pong' } } }, { ask: [{ text: 'Merge?' }] }] }));
     expect((await done).turn.status).toBe('completed');

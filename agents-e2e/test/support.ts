@@ -1,0 +1,146 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { eventually, findRealAgents, startAgentStack, startModelStub, writeRealAgentCatalogue, type AgentStack, type ApiClient, type ModelStub, type RealAgent, type StackService } from '@kandev/testkit';
+
+/*
+ * The published agents, installed from the npm registry as this workspace's pinned dependencies,
+ * registered through KANDEV_AGENT_CATALOGUE exactly as docs/agents.md tells a user to, and pointed
+ * at a local model stub instead of a vendor's API. Nothing here needs the internet.
+ */
+
+export { CODEX_MODEL, REAL_AGENTS, type RealAgent } from '@kandev/testkit';
+
+/** Catalogue names: `<agent>` runs tools without asking; `<agent>-asks` asks for approval first. */
+export const asking = (agent: RealAgent) => `${agent}-asks`;
+
+export interface LogLine {
+  service: StackService;
+  line: Record<string, unknown>;
+}
+
+export interface RealWorld extends AgentStack {
+  stub: ModelStub;
+  logs: LogLine[];
+  home: string;
+}
+
+export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealWorld> {
+  const home = mkdtempSync(join(tmpdir(), 'kandev-real-agents-'));
+  const stub = await startModelStub({ logFile: process.env.MODEL_STUB_LOG });
+  // This workspace pins the agents, so they are installed; a missing one is a failure, not a skip.
+  const bins = findRealAgents();
+  if (!bins) throw new Error('the published agents are not installed: run `npm ci` at the repository root (agents-e2e pins them)');
+  const file = writeRealAgentCatalogue(bins, stub.url, home);
+  const logs: LogLine[] = [];
+  const w = await startAgentStack(
+    // Real agents take seconds to start (Claude Code loads its CLI): a generous handshake bound.
+    { KANDEV_AGENT_CATALOGUE: file, TEARDOWN_GRACE_MS: '2000', LOG_LEVEL: 'info', LAUNCH_TIMEOUT_MS: '60000', ...env },
+    {
+      onLog: (service, line) => {
+        try {
+          logs.push({ service, line: JSON.parse(line) as Record<string, unknown> });
+        } catch {
+          // not JSON: not ours to read
+        }
+      },
+    },
+  );
+  const stopStack = w.stop;
+  return Object.assign(w, {
+    stub,
+    logs,
+    home,
+    async stop() {
+      await stopStack();
+      await stub.stop();
+      rmSync(home, { recursive: true, force: true });
+    },
+  });
+}
+
+export async function makeTask(api: ApiClient, opts: { workspace_id?: string; parent_id?: string; title?: string; agent?: string } = {}) {
+  const workspace_id = opts.workspace_id ?? (await api.ok('POST', '/workspaces', { name: 'real-agents' })).id;
+  const task = await api.ok('POST', '/tasks', { workspace_id, title: opts.title ?? 'task', ...(opts.parent_id ? { parent_id: opts.parent_id } : {}), ...(opts.agent ? { agent: opts.agent } : {}) });
+  return { workspace_id, task };
+}
+
+/** The session once its execution is up, with the agent's pid. */
+export async function runningSession(api: ApiClient, sessionId: string, timeoutMs = 60_000) {
+  return eventually(async () => {
+    const s = (await api.get(`/sessions/${sessionId}`)).body;
+    return s.execution?.pid && ['READY', 'RUNNING'].includes(s.execution.status) ? s : null;
+  }, timeoutMs, 100);
+}
+
+/** The stub's first request whose user turn carries `marker` (prompts are unique per test). */
+export function requestFor(stub: ModelStub, marker: string) {
+  return stub.requests.find((r) => r.userText.includes(marker) && r.tools.length > 0);
+}
+
+/** Processes whose command line contains `needle`, from /proc. */
+export function processesMatching(needle: string): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      const state = readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]?.[0];
+      if (cmd.includes(needle) && state !== 'Z') out.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** Running (a zombie waiting to be reaped holds nothing and counts as gone). */
+export function running(pid: number): boolean {
+  try {
+    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
+    return state !== undefined && state !== 'Z' && state !== 'X';
+  } catch {
+    return false;
+  }
+}
+
+/** `root` and its descendants, from /proc. */
+export function treeOf(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      parent.set(Number(name), Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out = [root];
+  for (let i = 0; i < out.length; i++) for (const [pid, ppid] of parent) if (ppid === out[i]) out.push(pid);
+  return out.filter((p) => parent.has(p));
+}
+
+/** Is `pid` a descendant of `ancestor` (walking ppid in /proc)? */
+export function descendsFrom(pid: number, ancestor: number): boolean {
+  for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+    if (p === ancestor) return true;
+    try {
+      p = Number(readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+    } catch {
+      return false;
+    }
+  }
+  return false;
+}
+
+/** The tool a script names for "run a shell command" in each agent, with its arguments. */
+export function shellTool(agent: RealAgent, command: string, extra: Record<string, unknown> = {}): { tool: string; args: Record<string, unknown> } {
+  switch (agent) {
+    case 'codex':
+      return { tool: 'exec_command', args: { cmd: command, yield_time_ms: 1000, ...extra } };
+    case 'claude-code':
+      return { tool: 'Bash', args: { command, description: 'run the test command', ...extra } };
+    case 'gemini':
+      return { tool: 'run_shell_command', args: { command, description: 'run the test command', ...extra } };
+  }
+}

@@ -1,0 +1,103 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { AgentProcess } from '../src/agent-process.js';
+import { createLogger } from '../src/log.js';
+import { processTree } from '../src/process-tree.js';
+
+/*
+ * The stop of an agent's whole process tree (agent-process.ts). The "agent" is a shell that starts
+ * a command in a session of its own (as Codex runs shell commands in a pseudo-terminal) which
+ * ignores SIGTERM: only a stop that notes the tree and SIGKILLs what is left after the grace ends it.
+ */
+
+const log = createLogger({ test: 'agent-process' }, 'error', new PassThrough());
+const started: AgentProcess[] = [];
+
+function running(pid: number): boolean {
+  try {
+    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
+    return state !== undefined && state !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+function sleepers(needle: string): number[] {
+  return readdirSync('/proc')
+    .filter((n) => /^\d+$/.test(n))
+    .filter((n) => {
+      try {
+        return readFileSync(`/proc/${n}/cmdline`, 'utf8').replace(/\0/g, ' ').startsWith(needle) && running(Number(n));
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
+async function until<T>(fn: () => T | undefined | false, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function agentWithStubbornCommand(leaderIgnoresTerm: boolean) {
+  const needle = `sleep ${5000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
+  const script = `${leaderIgnoresTerm ? "trap '' TERM; " : ''}setsid bash -c "trap '' TERM HUP; ${needle}" & wait`;
+  const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', script], env: {} }, process.cwd(), process.env, log);
+  started.push(agent);
+  const [sleeper] = await until(() => {
+    const found = sleepers(needle);
+    return found.length > 0 ? found : undefined;
+  });
+  return { agent, sleeper: sleeper!, needle };
+}
+
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((a) => a.terminate(0)));
+});
+
+describe('AgentProcess', () => {
+  it('runs the agent as the leader of a process group of its own', async () => {
+    const { agent } = await agentWithStubbornCommand(false);
+    const [leader] = processTree(agent.pid);
+    expect(leader).toMatchObject({ pid: agent.pid, pgid: agent.pid });
+    const own = Number(readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ')[2]);
+    expect(own).not.toBe(agent.pid);
+  });
+
+  it('stops a command the agent started in a session of its own, which ignores SIGTERM', async () => {
+    const { agent, sleeper, needle } = await agentWithStubbornCommand(false);
+    // In another session, so not in the agent's process group: a group signal alone would miss it.
+    expect(processTree(agent.pid).find((p) => p.pid === sleeper)?.pgid).not.toBe(agent.pid);
+    const t = await agent.terminate(300);
+    expect(t.how).toBe('graceful');
+    expect(running(sleeper)).toBe(false);
+    expect(sleepers(needle)).toEqual([]);
+  });
+
+  it('kills the agent and its tree when the agent ignores SIGTERM', async () => {
+    const { agent, sleeper } = await agentWithStubbornCommand(true);
+    const t = await agent.terminate(300);
+    expect(t.how).toBe('killed');
+    expect(running(agent.pid)).toBe(false);
+    expect(running(sleeper)).toBe(false);
+  });
+
+  it('sweeps what an agent left behind when it exited on its own', async () => {
+    const { agent, sleeper } = await agentWithStubbornCommand(false);
+    // agentctl notes the tree every second; a command younger than that is not known yet.
+    await until(() => agent.survivors().some((p) => p.pid === sleeper), 5_000);
+    // The agent (bash waiting on its job) dies at once; its command keeps running, re-parented away.
+    process.kill(agent.pid, 'SIGKILL');
+    await agent.exited;
+    expect(running(sleeper)).toBe(true);
+    await agent.terminate(300);
+    expect(running(sleeper)).toBe(false);
+  });
+});
