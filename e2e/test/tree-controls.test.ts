@@ -241,7 +241,7 @@ describe('cost summary', () => {
     expect(dup.status).toBe(200);
     expect(dup.body.duplicate).toBe(true);
     const summary = await w.api.ok('GET', `/tasks/${root.id}/tree/cost-summary`);
-    expect(summary).toEqual({ task_id: root.id, task_count: 2, include_descendants: true, cost_cents: 350, tokens_in: 3000, tokens_cached_in: 20, tokens_out: 10 });
+    expect(summary).toEqual({ task_id: root.id, task_count: 2, include_descendants: true, cost_cents: 350, tokens_in: 3000, tokens_cached_in: 20, tokens_out: 10, unpriced_events: 0 });
     expect(await w.api.ok('GET', `/tasks/${c.id}/tree/cost-summary`)).toMatchObject({ task_count: 1, cost_cents: 250 });
     const other = await makeTask(w.api, { title: 'unrelated' });
     expect(await w.api.ok('GET', `/tasks/${other.task.id}/tree/cost-summary`)).toMatchObject({ task_count: 0, cost_cents: 0, tokens_in: 0 });

@@ -139,6 +139,8 @@ export const CostSummary = z.object({
   tokens_in: z.number(),
   tokens_cached_in: z.number(),
   tokens_out: z.number(),
+  /** Cost events whose model has no price: counted in the tokens, at cost 0 (packages/contracts/src/pricing.ts). */
+  unpriced_events: z.number().int().optional(),
 });
 export type CostSummary = z.infer<typeof CostSummary>;
 

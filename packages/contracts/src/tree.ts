@@ -70,12 +70,15 @@ export const CostEventInput = z.object({
   tokens_cached_in: z.number().int().nonnegative(),
   tokens_out: z.number().int().nonnegative(),
   occurred_at: z.iso.datetime({ offset: true }).optional(),
+  /** False when the model has no price: the event counts tokens at cost 0 and the summary says how many such events it holds. */
+  priced: z.boolean().optional(),
 });
 export const CostEvent = CostEventInput.extend({
   id,
   session_id: id.nullable(),
   model: z.string().nullable(),
   occurred_at: z.string(),
+  priced: z.boolean(),
   /** True when this usage_event_id was already recorded: counted once (B-5). */
   duplicate: z.boolean(),
 });

@@ -35,9 +35,12 @@ CREATE INDEX wakeups_active_task ON wakeups (task_id) WHERE status IN ('queued',
 
 -- Per-task cost rollup, updated in the cost event's own transaction: a tree's summary costs
 -- O(tasks in the subtree), not O(events) (R-4.7).
+ALTER TABLE cost_events ADD COLUMN priced boolean NOT NULL DEFAULT true;
 CREATE TABLE task_costs (
   task_id uuid PRIMARY KEY,
   events bigint NOT NULL DEFAULT 0,
+  -- Events whose model has no price (packages/contracts/src/pricing.ts): recorded at cost 0.
+  unpriced_events bigint NOT NULL DEFAULT 0,
   cost_cents numeric NOT NULL DEFAULT 0,
   tokens_in bigint NOT NULL DEFAULT 0,
   tokens_cached_in bigint NOT NULL DEFAULT 0,

@@ -150,16 +150,19 @@ describe('cost events', () => {
     expect(await request(nc, Holds.costRecord, input)).toMatchObject({ duplicate: false, cost_cents: 12.5 });
     expect(await request(nc, Holds.costRecord, input)).toMatchObject({ duplicate: true });
     await request(nc, Holds.costRecord, { ...input, usage_event_id: `v-${task}`, cost_cents: 0.5 });
+    // A model without a price: its tokens count, at cost 0, and the summary says so.
+    expect(await request(nc, Holds.costRecord, { ...input, usage_event_id: `w-${task}`, cost_cents: 0, tokens_in: 1, tokens_cached_in: 0, tokens_out: 0, priced: false })).toMatchObject({ priced: false });
     expect(await request(nc, Holds.costSummary, { actor: operator, task_id: task })).toEqual({
       task_id: task,
       task_count: 1,
       include_descendants: true,
       cost_cents: 13,
-      tokens_in: 200,
+      tokens_in: 201,
       tokens_cached_in: 40,
       tokens_out: 60,
+      unpriced_events: 1,
     });
     const [rollup] = await sql`SELECT events::int FROM holds.task_costs WHERE task_id = ${task}`;
-    expect(rollup).toEqual({ events: 2 });
+    expect(rollup).toEqual({ events: 3 });
   });
 });

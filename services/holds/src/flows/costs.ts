@@ -15,6 +15,7 @@ const toCostEvent = (r: CostRow, duplicate: boolean) => ({
   tokens_cached_in: Number(r.tokens_cached_in),
   tokens_out: Number(r.tokens_out),
   occurred_at: r.occurred_at,
+  priced: r.priced,
   duplicate,
 });
 
@@ -34,6 +35,7 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
       tokens_cached_in: e.tokens_cached_in,
       tokens_out: e.tokens_out,
       occurred_at: e.occurred_at ?? null,
+      priced: e.priced ?? true,
     }),
   )) as Awaited<ReturnType<typeof recordCost>>;
   // A usage id is global; one already used by another task is the caller's mistake, not a duplicate.

@@ -30,6 +30,7 @@ export async function onEvent(rt: HoldsRuntime, ev: EventEnvelope): Promise<void
         tokens_in: data.tokens_in,
         tokens_cached_in: data.tokens_cached_in,
         tokens_out: data.tokens_out,
+        ...(data.priced !== undefined ? { priced: data.priced } : {}),
       });
       return;
     }

@@ -34,8 +34,9 @@ export interface CostRow {
   tokens_cached_in: string | number;
   tokens_out: string | number;
   occurred_at: string;
+  priced: boolean;
 }
-const COLS = 'id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at';
+const COLS = 'id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced';
 
 /**
  * Record one cost event and fold it into its task's rollup in the same transaction. The same
@@ -43,22 +44,23 @@ const COLS = 'id, task_id, session_id, usage_event_id, model, cost_cents, tokens
  */
 export async function recordCost(
   tx: Tx,
-  e: { task_id: string; session_id: string | null; usage_event_id: string; model: string | null; cost_cents: number; tokens_in: number; tokens_cached_in: number; tokens_out: number; occurred_at: string | null },
+  e: { task_id: string; session_id: string | null; usage_event_id: string; model: string | null; cost_cents: number; tokens_in: number; tokens_cached_in: number; tokens_out: number; occurred_at: string | null; priced: boolean },
 ): Promise<{ row: CostRow; duplicate: boolean }> {
   const [row] = await tx.unsafe<CostRow[]>(
-    `INSERT INTO cost_events (id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, COALESCE($10::timestamptz, now()))
+    `INSERT INTO cost_events (id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, COALESCE($10::timestamptz, now()), $11)
      ON CONFLICT (usage_event_id) DO NOTHING RETURNING ${COLS}`,
-    [randomUUID(), e.task_id, e.session_id, e.usage_event_id, e.model, e.cost_cents, e.tokens_in, e.tokens_cached_in, e.tokens_out, e.occurred_at],
+    [randomUUID(), e.task_id, e.session_id, e.usage_event_id, e.model, e.cost_cents, e.tokens_in, e.tokens_cached_in, e.tokens_out, e.occurred_at, e.priced],
     { prepare: true },
   );
   if (!row) {
     const [existing] = await tx.unsafe<CostRow[]>(`SELECT ${COLS} FROM cost_events WHERE usage_event_id = $1`, [e.usage_event_id], { prepare: true });
     return { row: existing!, duplicate: true };
   }
-  await tx`INSERT INTO task_costs (task_id, events, cost_cents, tokens_in, tokens_cached_in, tokens_out)
-           VALUES (${e.task_id}, 1, ${e.cost_cents}, ${e.tokens_in}, ${e.tokens_cached_in}, ${e.tokens_out})
-           ON CONFLICT (task_id) DO UPDATE SET events = task_costs.events + 1, cost_cents = task_costs.cost_cents + EXCLUDED.cost_cents,
+  await tx`INSERT INTO task_costs (task_id, events, unpriced_events, cost_cents, tokens_in, tokens_cached_in, tokens_out)
+           VALUES (${e.task_id}, 1, ${e.priced ? 0 : 1}, ${e.cost_cents}, ${e.tokens_in}, ${e.tokens_cached_in}, ${e.tokens_out})
+           ON CONFLICT (task_id) DO UPDATE SET events = task_costs.events + 1, unpriced_events = task_costs.unpriced_events + EXCLUDED.unpriced_events,
+             cost_cents = task_costs.cost_cents + EXCLUDED.cost_cents,
              tokens_in = task_costs.tokens_in + EXCLUDED.tokens_in, tokens_cached_in = task_costs.tokens_cached_in + EXCLUDED.tokens_cached_in,
              tokens_out = task_costs.tokens_out + EXCLUDED.tokens_out`;
   return { row, duplicate: false };
@@ -66,17 +68,18 @@ export async function recordCost(
 
 /** R-4.7: one recursive query over the subtree (archived and hidden tasks included) joined with the per-task rollups. */
 export async function treeCost(q: Q, rootId: string): Promise<Omit<CostSummary, 'task_id' | 'include_descendants'>> {
-  const [row] = await q.unsafe<{ task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string }[]>(
+  const [row] = await q.unsafe<{ task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string; unpriced_events: string }[]>(
     `WITH RECURSIVE tree AS (
        SELECT task_id FROM task_tree WHERE task_id = $1
        UNION ALL
        SELECT c.task_id FROM task_tree c JOIN tree ON c.parent_id = tree.task_id
      )
      SELECT count(*) FILTER (WHERE c.events > 0)::int AS task_count, COALESCE(sum(c.cost_cents), 0) AS cost_cents,
-            COALESCE(sum(c.tokens_in), 0) AS tokens_in, COALESCE(sum(c.tokens_cached_in), 0) AS tokens_cached_in, COALESCE(sum(c.tokens_out), 0) AS tokens_out
+            COALESCE(sum(c.tokens_in), 0) AS tokens_in, COALESCE(sum(c.tokens_cached_in), 0) AS tokens_cached_in, COALESCE(sum(c.tokens_out), 0) AS tokens_out,
+            COALESCE(sum(c.unpriced_events), 0) AS unpriced_events
      FROM tree JOIN task_costs c ON c.task_id = tree.task_id`,
     [rootId],
     { prepare: true },
   );
-  return { task_count: row!.task_count, cost_cents: Number(row!.cost_cents), tokens_in: Number(row!.tokens_in), tokens_cached_in: Number(row!.tokens_cached_in), tokens_out: Number(row!.tokens_out) };
+  return { task_count: row!.task_count, cost_cents: Number(row!.cost_cents), tokens_in: Number(row!.tokens_in), tokens_cached_in: Number(row!.tokens_cached_in), tokens_out: Number(row!.tokens_out), unpriced_events: Number(row!.unpriced_events) };
 }
