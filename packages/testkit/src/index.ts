@@ -3,3 +3,4 @@ export * from './nats.js';
 export * from './pg.js';
 export * from './stack.js';
 export * from './clients.js';
+export * from './procs.js';
