@@ -66,8 +66,14 @@ export class ExecutionRegistry {
     return keys;
   }
 
+  /**
+   * A key listed but unreadable is a failed read, not an absent execution: the whole list fails,
+   * so a task stop answers INTERNAL_ERROR instead of NOT_FOUND or a stop that misses an agent. A
+   * key deleted between listing and reading reads as null (gone), and a value that breaks the
+   * contract is logged and skipped (see decode).
+   */
   private async readAll(keys: string[]): Promise<Execution[]> {
-    const values = await Promise.all(keys.map((k) => this.read(k).catch(() => null)));
+    const values = await Promise.all(keys.map((k) => this.read(k)));
     return values.filter((v): v is Execution => v !== null);
   }
 
