@@ -5,6 +5,7 @@ import {
   unavailable,
   validationError,
   type EventDataOf,
+  type EventEnvelope,
   type EventType,
   type Execution,
   type LaunchRequest,
@@ -12,7 +13,7 @@ import {
   type ResultOf,
   Life,
 } from '@kandev/contracts';
-import { request, signAgentToken, type EventPublisher, type Logger, type NatsConnection } from '@kandev/runtime';
+import { buildEvent, request, signAgentToken, type Logger, type NatsConnection } from '@kandev/runtime';
 import { CatalogueError, resolveAgent } from '@kandev/agentctl/catalogue';
 import { randomUUID } from 'node:crypto';
 import { AgentctlClient, AgentctlHttpError, AgentctlUnreachable } from './agentctl/client.js';
@@ -23,6 +24,7 @@ import { promptAccepted, promptRefusal, turnCompleted, turnStarted } from './dom
 import { mcpPublicUrl, type LifecycleEnv } from './env.js';
 import { LiveExecution } from './live-execution.js';
 import { processRef, sleep } from './processes.js';
+import type { EventJournal } from './store/event-journal.js';
 import type { ExecutionRegistry } from './store/registry.js';
 import type { StateFile } from './store/state-file.js';
 import { TeardownExecutor } from './teardown.js';
@@ -34,7 +36,7 @@ export interface SupervisorDeps {
   instanceId: string;
   nc: NatsConnection;
   log: Logger;
-  publisher: EventPublisher;
+  journal: EventJournal;
   registry: ExecutionRegistry;
   stateFile: StateFile;
   agentctlBin: string;
@@ -53,7 +55,7 @@ export class ExecutionSupervisor {
 
   constructor(private readonly deps: SupervisorDeps) {
     this.teardowns = new TeardownExecutor({
-      publisher: deps.publisher,
+      journal: deps.journal,
       stateFile: deps.stateFile,
       log: deps.log,
       forget: (id) => this.live.delete(id),
@@ -346,12 +348,9 @@ export class ExecutionSupervisor {
     if (stopReason === 'cancelled') await this.emit(x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
   }
 
+  /** Recorded in the journal and published until acknowledged (ADR 0008); resolves once out, or once a first attempt failed. */
   private async emit<T extends EventType>(x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {
-    try {
-      await this.deps.publisher.emit(type, x.scope, data);
-    } catch (e) {
-      x.log.error({ err: e, type }, 'event publish failed');
-    }
+    await this.deps.journal.record(buildEvent(type, x.scope, data) as EventEnvelope);
   }
 
   // ------------------------------------------------------------------ registry lapse (issue 11)

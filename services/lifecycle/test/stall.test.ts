@@ -68,7 +68,7 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     expect(stopped.data.reason).toMatch(/^registry_lapsed/);
     await eventually(() => processGone(givenUp.pid!) && processGone(givenUp.agentctl_pid!), (g) => g, 10_000, 50);
     const stoppedAfterMs = performance.now() - resumedAt;
-    expect(await kvEntry(kv, givenUp.execution_id)).toBeNull();
+    await eventually(() => kvEntry(kv, givenUp.execution_id), (e) => e === null, 10_000, 50);
 
     expect(processGone(kept.pid!), logs.join('\n')).toBe(false);
     const readmissions = orch.admitted.slice(admissionsBefore).map((r) => r.execution_id);
