@@ -11,5 +11,10 @@ export const OrchestratorEnv = BaseEnv.extend({
   DEFAULT_AGENT: z.string().default('scripted-acp'),
   /** Interval of the reconciler that re-sends stops for cancelled sessions whose process lives on. */
   RECONCILE_INTERVAL_MS: z.coerce.number().int().positive().default(5_000),
+  /**
+   * How long the registry may say an execution is idle (its turn over) while the orchestrator still
+   * has the turn open, before the reconciler closes the turn itself: its turn.completed was lost.
+   */
+  TURN_OUTCOME_GRACE_MS: z.coerce.number().int().nonnegative().default(15_000),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

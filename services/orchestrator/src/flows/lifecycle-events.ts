@@ -4,6 +4,7 @@ import { sessionStateAfterExecutionEnd, sessionStateAfterTurn } from '../domain/
 import { lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
+import type { Tx } from '@kandev/runtime';
 import type { Emit } from './context.js';
 import type { OrchRuntime } from './context.js';
 import { changeSessionState } from './changes.js';
@@ -29,16 +30,9 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
     const executionId = data.execution_id as string | undefined;
     if (s.execution_id && executionId && s.execution_id !== executionId) return;
     switch (ev.type) {
-      case 'turn.completed': {
-        const first = await completeTurn(tx, data.turn_id as string, data.stop_reason as string);
-        // A turn another path already closed (a cancel or interrupt did) changes nothing here.
-        if (!first) return;
-        if (await openTurn(tx, s.id)) return;
-        const next = sessionStateAfterTurn(s.state);
-        const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${data.stop_reason as string}` }) : s;
-        drained = await drainQueue(rt, { requestId: ev.id }, tx, emit, task, idle);
+      case 'turn.completed':
+        drained = await endTurn(rt, tx, emit, task, s, data.turn_id as string, data.stop_reason as string, ev.id);
         return;
-      }
       case 'execution.stopped': {
         await completeOpenTurns(tx, s.id, 'cancelled');
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
@@ -52,4 +46,28 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
   });
   await rt.outbox.flush(staged);
   if (drained) rt.log.info({ task_id: ev.task_id, session_id: ev.session_id }, 'queued message delivered after turn end');
+}
+
+/**
+ * A turn ended (reported by lifecycle, or found ended by the reconciler): close it, and when no
+ * other turn is open move the session on and deliver the next queued message. Returns whether a
+ * queued message was delivered. Idempotent: a turn already closed changes nothing.
+ */
+export async function endTurn(
+  rt: OrchRuntime,
+  tx: Tx,
+  emit: Emit,
+  task: NonNullable<Awaited<ReturnType<typeof getTask>>>,
+  s: NonNullable<Awaited<ReturnType<typeof lockSession>>>,
+  turnId: string,
+  stopReason: string,
+  requestId: string,
+): Promise<boolean> {
+  const first = await completeTurn(tx, turnId, stopReason);
+  // A turn another path already closed (a cancel or interrupt did) changes nothing here.
+  if (!first) return false;
+  if (await openTurn(tx, s.id)) return false;
+  const next = sessionStateAfterTurn(s.state);
+  const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;
+  return drainQueue(rt, { requestId }, tx, emit, task, idle);
 }
