@@ -138,7 +138,7 @@ export class ExecutionSupervisor {
       x.inOrder(async () => {
         if (x.teardown || x.record.status === 'STARTING') return;
         log.warn({ exit_code: exit.code, signal: exit.signal }, 'agentctl exited on its own');
-        void this.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
+        void this.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false, agentctlDied: exit });
       }),
     );
     log.info({ agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch }, 'launching execution');

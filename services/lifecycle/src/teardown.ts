@@ -45,6 +45,7 @@ export class TeardownExecutor {
     const obs: StopObservation = {
       exitedOnItsOwn: x.agentExit !== null || (x.agentRef !== null && !isAlive(x.agentRef)),
       killedByUs: false,
+      agentctlDied: req.agentctlDied,
     };
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
     if (!obs.exitedOnItsOwn) {

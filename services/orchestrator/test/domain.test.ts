@@ -3,7 +3,7 @@ import type { Execution } from '@kandev/contracts';
 import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom } from '../src/domain/messages.js';
 import { livenessOf, planTaskStop } from '../src/domain/stop.js';
-import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../src/domain/transitions.js';
+import { mayMoveToReview, sessionStateAfterExecutionEnd, turnEndAfterExecutionEnd } from '../src/domain/transitions.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const exec = (n: number, session: number, status: Execution['status'] = 'RUNNING'): Execution => ({
@@ -81,4 +81,9 @@ it('maps an execution end to a session outcome', () => {
   expect(sessionStateAfterExecutionEnd('exited', 0)).toEqual({ state: 'COMPLETED', error: null });
   expect(sessionStateAfterExecutionEnd('exited', 2).state).toBe('FAILED');
   expect(sessionStateAfterExecutionEnd('lost', null).error).toMatch(/lost/);
+  // Ended while the session was active (no stop accepted): it died, and the turn with it.
+  expect(sessionStateAfterExecutionEnd('killed', null, 'agentctl_exited')).toEqual({ state: 'FAILED', error: 'agent execution was killed (agentctl_exited)' });
+  expect(sessionStateAfterExecutionEnd('graceful', null).error).not.toMatch(/graceful/);
+  expect(turnEndAfterExecutionEnd(true)).toBe('error');
+  expect(turnEndAfterExecutionEnd(false)).toBe('cancelled');
 });

@@ -1,6 +1,6 @@
 import { isActiveSession, type EventEnvelope } from '@kandev/contracts';
 import { processOnce } from '@kandev/runtime';
-import { sessionStateAfterExecutionEnd, sessionStateAfterTurn } from '../domain/transitions.js';
+import { sessionStateAfterExecutionEnd, sessionStateAfterTurn, turnEndAfterExecutionEnd } from '../domain/transitions.js';
 import { lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
@@ -34,9 +34,9 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
         drained = await endTurn(rt, tx, emit, task, s, data.turn_id as string, data.stop_reason as string, ev.id);
         return;
       case 'execution.stopped': {
-        await completeOpenTurns(tx, s.id, 'cancelled');
+        await completeOpenTurns(tx, s.id, turnEndAfterExecutionEnd(isActiveSession(s.state)));
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
-        const end = sessionStateAfterExecutionEnd(data.how as 'graceful' | 'killed' | 'exited' | 'lost', (data.exit_code as number | null) ?? null);
+        const end = sessionStateAfterExecutionEnd(data.how as 'graceful' | 'killed' | 'exited' | 'lost', (data.exit_code as number | null) ?? null, (data.reason as string | null) ?? null);
         await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${data.how as string}` });
         return;
       }
