@@ -19,7 +19,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   env: LifecycleEnv,
   async start(rt) {
     const { env, instanceId, log } = rt;
-    const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log);
+    const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
     const stateFile = new StateFile(env.KANDEV_STATE_DIR, instanceId);
     // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
     const journal = new EventJournal(env.KANDEV_STATE_DIR, instanceId, rt.publisher, log);
