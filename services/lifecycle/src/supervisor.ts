@@ -22,6 +22,7 @@ import { decideCancel } from './domain/cancel.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted } from './domain/turns.js';
 import { mcpPublicUrl, type LifecycleEnv } from './env.js';
+import { LaunchGate } from './launch-gate.js';
 import { LiveExecution } from './live-execution.js';
 import { processRef, sleep } from './processes.js';
 import type { EventJournal } from './store/event-journal.js';
@@ -52,8 +53,10 @@ export class ExecutionSupervisor {
   private readonly teardowns: TeardownExecutor;
   private refreshTimer: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  private readonly gate: LaunchGate;
 
   constructor(private readonly deps: SupervisorDeps) {
+    this.gate = new LaunchGate({ concurrency: deps.env.LAUNCH_CONCURRENCY, maxWaitMs: deps.env.LAUNCH_QUEUE_WAIT_MS });
     this.teardowns = new TeardownExecutor({
       journal: deps.journal,
       stateFile: deps.stateFile,
@@ -67,14 +70,37 @@ export class ExecutionSupervisor {
     return this.live.size;
   }
 
+  /** The registry record of an execution this instance owns and still has registered, else null. */
+  registeredRecord(executionId: string): Execution | null {
+    const x = this.live.get(executionId);
+    return x && x.isRegistered ? x.record : null;
+  }
+
   // ------------------------------------------------------------------ launch
 
   async launch(req: LaunchRequest): Promise<Execution> {
-    const { env, deps } = { env: this.deps.env, deps: this.deps };
     if (this.shuttingDown) throw unavailable('lifecycle instance is shutting down');
     const existing = this.live.get(req.execution_id);
     if (existing) {
       // A retried launch: answer with what is there rather than spawning a second agent.
+      if (existing.teardown) throw conflict('execution is being stopped', { execution_id: req.execution_id });
+      return existing.record;
+    }
+    // Overload: start now, wait a bounded time in this instance's queue, or be refused at once (503).
+    const release = await this.gate.acquire();
+    try {
+      return await this.launchAdmitted(req, release);
+    } finally {
+      release();
+    }
+  }
+
+  /** Holds a launch slot until the agent is ready (or failed); the fence and first prompt run after it is given back. */
+  private async launchAdmitted(req: LaunchRequest, releaseSlot: () => void): Promise<Execution> {
+    const { env, deps } = { env: this.deps.env, deps: this.deps };
+    if (this.shuttingDown) throw unavailable('lifecycle instance is shutting down');
+    const existing = this.live.get(req.execution_id);
+    if (existing) {
       if (existing.teardown) throw conflict('execution is being stopped', { execution_id: req.execution_id });
       return existing.record;
     }
@@ -146,7 +172,9 @@ export class ExecutionSupervisor {
     let ready;
     try {
       ready = await proc.ready;
+      releaseSlot();
     } catch (e) {
+      releaseSlot();
       const stoppedMeanwhile = x.teardown !== null;
       await this.teardowns.teardown(x, { reason: 'launch_failed', graceMs: 0, orphaned: false });
       if (stoppedMeanwhile) throw conflict('execution was stopped while launching', { execution_id: x.id });

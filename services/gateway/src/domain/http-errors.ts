@@ -1,16 +1,19 @@
-import { httpStatusOf, isKandevError, type ErrorBody, type ErrorCode } from '@kandev/contracts';
+import { httpStatusOf, isKandevError, retryAfterOf, type ErrorBody, type ErrorCode } from '@kandev/contracts';
 
 export interface ErrorResponse {
   status: number;
   body: { error: ErrorBody };
   /** True when the failure is ours (5xx that is not a downstream's answer) and deserves an error log. */
   unexpected: boolean;
+  /** Seconds for a `Retry-After` header (a 503 refused for load), else null. */
+  retryAfterS: number | null;
 }
 
 const respond = (code: ErrorCode, message: string, details?: Record<string, unknown>, unexpected = false): ErrorResponse => ({
   status: httpStatusOf(code),
   body: { error: details ? { code, message, details } : { code, message } },
   unexpected,
+  retryAfterS: retryAfterOf({ code, details }),
 });
 
 interface FrameworkError {
