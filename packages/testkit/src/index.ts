@@ -4,3 +4,4 @@ export * from './pg.js';
 export * from './stack.js';
 export * from './clients.js';
 export * from './procs.js';
+export * from './invariants.js';

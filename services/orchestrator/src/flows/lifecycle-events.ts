@@ -7,7 +7,7 @@ import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
 import type { Tx } from '@kandev/runtime';
 import type { Emit } from './context.js';
 import type { OrchRuntime } from './context.js';
-import { changeSessionState } from './changes.js';
+import { changeSessionState, reviewTaskIfNothingActive } from './changes.js';
 import { drainQueue } from './message.js';
 
 export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
@@ -38,6 +38,7 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
         const end = sessionStateAfterExecutionEnd(data.how as 'graceful' | 'killed' | 'exited' | 'lost', (data.exit_code as number | null) ?? null, (data.reason as string | null) ?? null);
         await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${data.how as string}` });
+        await reviewTaskIfNothingActive(tx, emit, task.id, `session_${end.state.toLowerCase()}`);
         return;
       }
       default:

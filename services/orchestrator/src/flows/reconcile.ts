@@ -5,7 +5,7 @@ import { StopReasons } from '../domain/stop.js';
 import { lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
-import { changeSessionState } from './changes.js';
+import { changeSessionState, reviewTaskIfNothingActive } from './changes.js';
 import { endTurn } from './lifecycle-events.js';
 import { transact, type OrchRuntime } from './context.js';
 import { scheduleTeardown } from './stop.js';
@@ -83,6 +83,7 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     const end = sessionStateAfterExecutionEnd('lost', null);
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
+    await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
   });

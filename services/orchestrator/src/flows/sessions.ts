@@ -4,7 +4,7 @@ import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusOnSessionStart } from '../domain/transitions.js';
-import { attachExecution, getSession, hasPrimarySession, insertSession, lockSession, setQueuePaused } from '../store/sessions.js';
+import { attachExecution, getSession, hasActiveSession, hasPrimarySession, insertSession, lockSession, setQueuePaused } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
@@ -29,7 +29,7 @@ export async function startSession(
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
   const context = await contextFor(rt.sql, opts.sender_task_id);
-  const { task, session, epoch } = await transact(rt, async (tx, emit) => {
+  const { task, session, epoch, statusBefore } = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
     if (locked.archived_at) throw conflict('task is archived');
@@ -39,7 +39,7 @@ export async function startSession(
     if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
-    return { task, session, epoch: locked.fence_epoch };
+    return { task, session, epoch: locked.fence_epoch, statusBefore: locked.status };
   });
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
@@ -69,16 +69,26 @@ export async function startSession(
     return { session: updated, turn_id: turnId };
   } catch (e) {
     log.warn({ err: e }, 'launch failed');
-    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message : 'launch failed');
+    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message : 'launch failed', statusBefore);
     throw e;
   }
 }
 
-async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: string, message: string) {
+/**
+ * The launch failed or was refused (overload): the session is FAILED, and the task goes back to the
+ * status it had unless something else is running on it, so it does not say IN_PROGRESS with nothing
+ * running (issue 11).
+ */
+async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: string, message: string, statusBefore: TaskRow['status']) {
   await transact(rt, async (tx, emit) => {
+    // Session guard first, then the task row: the order every event handler takes.
     const s = (await lockSession(tx, sessionId))!;
     if (s.state !== 'STARTING') return;
+    const locked = await lockTask(tx, task.id);
     await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: message, reason: 'launch_failed' });
+    if (locked && locked.status === 'IN_PROGRESS' && statusBefore !== 'IN_PROGRESS' && !(await hasActiveSession(tx, task.id))) {
+      await changeTaskStatus(tx, emit, locked, statusBefore, { reason: 'session_start_failed' });
+    }
   });
 }
 
