@@ -45,7 +45,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2)))) log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
       journal.close();
     });
-    await rt.serve([...registryEndpoints(registry, (id) => supervisor.registeredRecord(id)), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
+    await rt.serve([...registryEndpoints(registry, { get: (id) => supervisor.registeredRecord(id), ofTask: (taskId) => supervisor.registeredRecordsOfTask(taskId) }), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
     log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'lifecycle ready');
   },
 };

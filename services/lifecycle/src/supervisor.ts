@@ -76,6 +76,10 @@ export class ExecutionSupervisor {
     return x && x.isRegistered ? x.record : null;
   }
 
+  registeredRecordsOfTask(taskId: string): Execution[] {
+    return [...this.live.values()].filter((x) => x.isRegistered && x.record.task_id === taskId).map((x) => x.record);
+  }
+
   // ------------------------------------------------------------------ launch
 
   async launch(req: LaunchRequest): Promise<Execution> {

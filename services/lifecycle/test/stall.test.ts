@@ -3,7 +3,7 @@
 // re-registered at once and put to the launch fence again: the ones still wanted stay, the ones
 // given up are stopped. No agent runs unregistered for longer than one refresh period (TTL/3) after
 // the stall ends, plus the fence round trip and the teardown grace (docs/operations.md).
-import { Buckets, pingEndpoint } from '@kandev/contracts';
+import { Buckets, Life, pingEndpoint } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { Kvm } from '@nats-io/kv';
@@ -58,8 +58,14 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     for (const x of [kept, givenUp]) await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, TTL_MS * 4, 100);
     // ...and meanwhile the orchestrator gives one of them up (its reconciler marks the session FAILED).
     orch.decide = (req) => (req.execution_id === givenUp.execution_id ? { admitted: false, reason: 'session is FAILED' } : { admitted: true, reason: null });
+    // Reads queued during the stall are answered after it, and must still find the executions.
+    const queuedGet = request(nc, Life.get, { execution_id: kept.execution_id, task_id: kept.task_id }, { timeoutMs: 15_000 });
+    const queuedList = request(nc, Life.list, { task_id: kept.task_id }, { timeoutMs: 15_000 });
+    await nc.flush();
     child.kill('SIGCONT');
     const resumedAt = performance.now();
+    expect((await queuedGet)?.execution_id).toBe(kept.execution_id);
+    expect((await queuedList).map((e) => e.execution_id)).toEqual([kept.execution_id]);
 
     // The one still wanted is registered again and keeps running.
     await eventually(() => kvEntry(kv, kept.execution_id), (e) => e !== null, 10_000, 50);
