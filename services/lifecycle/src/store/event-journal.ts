@@ -2,7 +2,7 @@ import type { EventEnvelope } from '@kandev/contracts';
 import { EventEnvelope as EventEnvelopeSchema } from '@kandev/contracts';
 import { injectTrace, type EventPublisher, type Logger } from '@kandev/runtime';
 import { headers as natsHeaders } from '@nats-io/nats-core';
-import { closeSync, fdatasyncSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, fdatasyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 /*
@@ -17,7 +17,8 @@ import { dirname, join } from 'node:path';
  *   {"e": <EventEnvelope>, "h": {<trace headers>}}   recorded, to publish
  *   {"a": "<event id>"}                               acknowledged by JetStream
  * Rewritten (temp + rename) with only the unacknowledged records once it grows past COMPACT_BYTES,
- * truncated whenever nothing is pending.
+ * truncated whenever nothing is pending. Records are fsynced; acknowledgements and truncation are
+ * not (losing one in a crash only replays an event, which consumers dedupe by id).
  */
 
 /** Events whose loss leaves state wrong (a session RUNNING forever, a turn never closed, cost missing). */
@@ -99,6 +100,11 @@ export class EventJournal {
    * an outage, and the event is not lost to it.
    */
   record(event: EventEnvelope): Promise<void> {
+    if (this.closed) {
+      // A teardown that finished after shutdown closed us: keep the event for the next start.
+      if (DURABLE.has(event.type)) appendFileSync(this.path, JSON.stringify({ e: event, h: {} }) + '\n');
+      return Promise.resolve();
+    }
     if (this.fd === null) throw new Error('event journal is not open');
     const h = natsHeaders();
     injectTrace(h);
@@ -159,9 +165,10 @@ export class EventJournal {
       failures = 0;
       this.outage = false;
       this.queue.shift();
-      if (head.durable) this.append({ a: head.event.id });
+      // Not fsynced: an acknowledgement lost in a crash only means one harmless replay (same id).
+      if (head.durable) this.append({ a: head.event.id }, false);
       head.settled();
-      if (this.queue.length === 0) this.rewrite([]);
+      if (this.queue.length === 0) this.truncate();
       else if (this.bytes > COMPACT_BYTES) this.rewrite(this.queue.filter((p) => p.durable));
     }
   }
@@ -177,12 +184,19 @@ export class EventJournal {
     });
   }
 
-  private append(rec: object): void {
+  private append(rec: object, sync = true): void {
     if (this.fd === null) return;
     const line = JSON.stringify(rec) + '\n';
     writeSync(this.fd, line);
-    fdatasyncSync(this.fd);
+    if (sync) fdatasyncSync(this.fd);
     this.bytes += Buffer.byteLength(line);
+  }
+
+  /** Nothing pending: empty the file (the fd appends, so later writes start at 0 again). */
+  private truncate(): void {
+    if (this.fd === null || this.bytes === 0) return;
+    ftruncateSync(this.fd, 0);
+    this.bytes = 0;
   }
 
   /** Replace the file with exactly these records (atomic: temp file, fsync, rename). */
