@@ -44,7 +44,16 @@ async function agentOf(taskId: string, sessionId: string): Promise<number> {
 describe('faults', () => {
   it('100 concurrent session starts: each answered within its timeout by a start or a fast 503 with Retry-After', async () => {
     const tasks = await Promise.all(Array.from({ length: 100 }, () => makeTask(w.api).then((t) => t.task)));
+    // Sessions already running when the burst hits: an operator stops them in the middle of it.
+    const busy = [];
+    for (let i = 0; i < 3; i++) {
+      const { task } = await makeTask(w.api);
+      const s = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(120_000) });
+      await agentOf(task.id, s.id);
+      busy.push(task);
+    }
     const t0 = performance.now();
+    const operatorStops = Promise.all(busy.map((t) => w.api.post(`/tasks/${t.id}/stop`)));
     const answers = await Promise.all(
       tasks.map(async (task) => {
         const res = await fetch(`${w.stack.gatewayUrl}/tasks/${task.id}/sessions`, {
@@ -56,6 +65,8 @@ describe('faults', () => {
         return { task, status: res.status, retryAfter: res.headers.get('retry-after'), body, ms: performance.now() - t0 };
       }),
     );
+    // Stops are what an operator reaches for under load: none fails.
+    for (const stop of await operatorStops) expect(stop.status, JSON.stringify(stop.body)).toBe(200);
     const started = answers.filter((a) => a.status === 201);
     const refused = answers.filter((a) => a.status === 503);
     expect(started.length + refused.length, JSON.stringify(answers.filter((a) => a.status !== 201 && a.status !== 503).map((a) => [a.status, a.body]))).toBe(100);
