@@ -3,16 +3,16 @@
 // kill -9 of the lifecycle process. The fault is real: the event stream is deleted (every publish
 // fails) and recreated later.
 import { Buckets, Streams, eventSubject, pingEndpoint, type EventEnvelope } from '@kandev/contracts';
-import { ensureEventStream, parseEvent, request, type NatsConnection } from '@kandev/runtime';
+import { buildEvent, ensureEventStream, parseEvent, request, type NatsConnection } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
+import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, startLifecycle, tmpStateDir } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterAll(async () => {
@@ -83,4 +83,30 @@ describe('lifecycle event journal', () => {
     // Nothing pending any more: the journal is empty.
     await eventually(() => readFileSync(journal, 'utf8'), (t) => t === '', 10_000, 50);
   }, 90_000);
+
+  it('on start publishes exactly the recorded, unacknowledged events, skipping a torn last line', async () => {
+    const nats: TestNats = await startNats();
+    const nc = await natsClient(nats.url, 'journal-replay-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    await ensureEventStream(nc);
+    const scope = { workspace_id: randomUUID(), task_id: randomUUID(), session_id: randomUUID() };
+    const execution_id = randomUUID();
+    const acked = buildEvent('turn.completed', scope, { execution_id, turn_id: randomUUID(), stop_reason: 'end_turn' });
+    const pending = buildEvent('turn.completed', scope, { execution_id, turn_id: randomUUID(), stop_reason: 'end_turn' });
+    mkdirSync(join(stateDir, 'lifecycle'), { recursive: true });
+    writeFileSync(
+      join(stateDir, 'lifecycle', 'life-replay.events.jsonl'),
+      [JSON.stringify({ e: acked, h: {} }), JSON.stringify({ e: pending, h: {} }), JSON.stringify({ a: acked.id }), '{"e": {"id": "torn'].join('\n'),
+    );
+    const life = await startLifecycle(nats.url, 'life-replay', stateDir);
+    cleanups.push(() => life.stop());
+    const stored = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
+    expect(stored.map((e) => e.id)).toEqual([pending.id]);
+  }, 60_000);
 });
+
