@@ -99,13 +99,38 @@ function logStream(file) {
   return s;
 }
 
-/** Exit of a process we rely on, outside a shutdown we asked for, takes everything down. */
-function watch(child, label) {
+/**
+ * nats-server or PostgreSQL that we started exiting outside a shutdown: started again on the same
+ * port with the same data (the services reconnect by themselves), under the same restart policy as
+ * the services; a crash loop, or a restart that cannot be done, stops everything.
+ */
+function watch(child, label, restart) {
   child.once('exit', (code, signal) => {
-    if (stopping) return;
-    say(`${label} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping everything (logs: ${logsDir})`);
-    void shutdown(1, `${label} exited`);
+    if (!stopping) restartInfra(label, signal ?? `exit code ${code}`, restart);
   });
+}
+
+function restartInfra(label, how, restart) {
+  const d = decideRestart(crashes.get(label) ?? [], Date.now(), policy);
+  crashes.set(label, d.crashes);
+  if (d.giveUp) {
+    say(`${label} exited (${how}): ${d.count} crashes within ${policy.windowMs / 1000}s is a crash loop; giving up and stopping everything (logs: ${logsDir})`);
+    void shutdown(1, `${label} crash loop`);
+    return;
+  }
+  say(`${label} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${policy.windowMs / 1000}s; logs: ${logsDir})`);
+  const attempt = (async () => {
+    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping; ) await sleep(Math.min(100, until - Date.now()));
+    if (stopping) return;
+    try {
+      await restart();
+    } catch (e) {
+      // e.g. PostgreSQL's shared memory still held by a dying backend: a failed start counts as a crash.
+      if (!stopping) restartInfra(label, `failed to start: ${e.message.split('\n')[0]}`, restart);
+    }
+  })();
+  pendingRestarts.add(attempt);
+  void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
 async function startNats(rt) {
@@ -117,11 +142,18 @@ async function startNats(rt) {
   }
   if (env.NATS_URL) say(`NATS_URL ${url} is not reachable; starting a nats-server of our own`);
   const storeDir = join(state, 'nats');
-  const handle = await rt.spawnNatsServer({ storeDir, port: (await portFree(4222)) ? 4222 : -1 });
-  running.nats = handle;
   const out = logStream(join(logsDir, 'nats-server.log'));
-  handle.process.stderr?.on('data', (d) => out.write(d));
-  watch(handle.process, 'nats-server');
+  const launch = async (port) => {
+    const handle = await rt.spawnNatsServer({ storeDir, port });
+    running.nats = handle;
+    handle.process.stderr?.on('data', (d) => out.write(d));
+    watch(handle.process, 'nats-server', async () => {
+      const again = await launch(handle.port);
+      say(`nats-server restarted (pid ${again.pid})`);
+    });
+    return handle;
+  };
+  const handle = await launch((await portFree(4222)) ? 4222 : -1);
   say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir})`);
   return { url: handle.url, own: true };
 }
@@ -144,15 +176,22 @@ async function startDatabase() {
   }
   if (process.getuid?.() === 0) checkTraversable(state);
   const t = performance.now();
-  const pg = await startEmbeddedPostgres({
-    dataDir: join(state, 'pg'),
-    credentialsFile: join(state, 'pg-credentials.json'),
-    logFile: join(logsDir, 'postgres.log'),
-    port: await freePort(),
-    log: say,
-  });
-  running.pg = pg;
-  watch(pg.process, 'PostgreSQL');
+  const launch = async (port) => {
+    const pg = await startEmbeddedPostgres({
+      dataDir: join(state, 'pg'),
+      credentialsFile: join(state, 'pg-credentials.json'),
+      logFile: join(logsDir, 'postgres.log'),
+      port,
+      log: say,
+    });
+    running.pg = pg;
+    watch(pg.process, 'PostgreSQL', async () => {
+      const again = await launch(pg.port);
+      say(`PostgreSQL restarted (pid ${again.pid})`);
+    });
+    return pg;
+  };
+  const pg = await launch(await freePort());
   say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
   return { url: pg.url, own: true };
 }
