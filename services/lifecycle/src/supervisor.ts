@@ -102,6 +102,7 @@ export class ExecutionSupervisor {
   /** Holds a launch slot until the agent is ready (or failed); the fence and first prompt run after it is given back. */
   private async launchAdmitted(req: LaunchRequest, releaseSlot: () => void): Promise<Execution> {
     const { env, deps } = { env: this.deps.env, deps: this.deps };
+    // Checked again after the wait in the queue: shutdown, or a retry of this launch, may have come first.
     if (this.shuttingDown) throw unavailable('lifecycle instance is shutting down');
     const existing = this.live.get(req.execution_id);
     if (existing) {
@@ -382,7 +383,12 @@ export class ExecutionSupervisor {
 
   /** Recorded in the journal and published until acknowledged (ADR 0008); resolves once out, or once a first attempt failed. */
   private async emit<T extends EventType>(x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {
-    await this.deps.journal.record(buildEvent(type, x.scope, data) as EventEnvelope);
+    try {
+      await this.deps.journal.record(buildEvent(type, x.scope, data) as EventEnvelope);
+    } catch (e) {
+      // The journal could not be written (disk full, state dir gone): the event is lost; say so loudly.
+      x.log.error({ err: e, type }, 'event could not be journalled; it is lost');
+    }
   }
 
   // ------------------------------------------------------------------ registry lapse (issue 11)
