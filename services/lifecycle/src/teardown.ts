@@ -74,7 +74,7 @@ export class TeardownExecutor {
       return;
     }
     // Journalled, then published until JetStream acknowledges it (ADR 0008).
-    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data));
+    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data)).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
     await x.unregister();
     this.deps.stateFile.remove(x.id);
     this.deps.forget(x.id);

@@ -99,11 +99,11 @@ export class EventJournal {
    * once JetStream acknowledged it, or once a first attempt failed: the caller is never held up by
    * an outage, and the event is not lost to it.
    */
-  record(event: EventEnvelope): Promise<void> {
+  async record(event: EventEnvelope): Promise<void> {
     if (this.closed) {
       // A teardown that finished after shutdown closed us: keep the event for the next start.
       if (DURABLE.has(event.type)) appendFileSync(this.path, JSON.stringify({ e: event, h: {} }) + '\n');
-      return Promise.resolve();
+      return;
     }
     if (this.fd === null) throw new Error('event journal is not open');
     const h = natsHeaders();
@@ -114,7 +114,7 @@ export class EventJournal {
     if (durable) this.append({ e: event, h: headers });
     else if (this.queue.filter((p) => !p.durable).length >= MAX_VOLATILE_PENDING) {
       this.log.warn({ type: event.type, event_id: event.id }, 'publish backlog full; dropping a streamed event');
-      return Promise.resolve();
+      return;
     }
     return new Promise<void>((settled) => {
       this.queue.push({ event, headers, durable, settled });
