@@ -54,10 +54,14 @@ describe('infrastructure faults', () => {
     const stop = await stopping;
     expect(stop.status).toBeGreaterThanOrEqual(200);
     // Whatever the answer, a repeated stop after recovery is accepted or finds nothing to stop.
+    let last: unknown = null;
     await eventually(async () => {
       const again = await w.api.post(`/tasks/${a.taskId}/stop`);
+      last = again;
       return again.status === 200 || again.status === 404 ? again : null;
-    }, 30_000, 500);
+    }, 30_000, 500).catch((e) => {
+      throw new Error(`${(e as Error).message}; first answer ${JSON.stringify(stop)}, last ${JSON.stringify(last)}`);
+    });
     await assertInvariants(w.stack, { agentPids, bounds, withinMs: WITHIN_MS });
     expect((await w.api.get(`/sessions/${b.sessionId}`)).body.state).toBe('RUNNING');
     await servesAgain();
