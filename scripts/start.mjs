@@ -1,29 +1,65 @@
 #!/usr/bin/env node
-// `npm start`: the whole control plane on this machine (see docs/operations.md).
+// `npm start`: build, then the whole control plane on this machine (see docs/operations.md).
 //
-// This launcher only relays signals. The stack itself (scripts/lib/stack.mjs) runs in a process
-// group of its own, so a terminal Ctrl-C reaches it once, through here, instead of hitting every
-// service, nats-server and PostgreSQL at the same instant: the stack can then stop the services
-// first (in reverse start order) and the infrastructure they drain into last.
+// package.json runs this as `exec node scripts/start.mjs`: npm's shell is replaced by this process,
+// so a SIGTERM that npm forwards (a process manager or container runtime stopping npm) reaches us.
+// A `sh -c "build && start"` sat in between and swallowed it, leaving the stack running.
+//
+// This launcher builds (unless --no-build) and then only relays signals. The stack itself
+// (scripts/lib/stack.mjs) runs in a process group of its own, so a terminal Ctrl-C reaches it once,
+// through here, instead of hitting every service, nats-server and PostgreSQL at the same instant:
+// the stack can then stop the services first (in reverse start order) and the infrastructure they
+// drain into last.
 import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
-const stack = spawn(process.execPath, [fileURLToPath(new URL('./lib/stack.mjs', import.meta.url)), ...process.argv.slice(2)], {
-  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  detached: true,
-  env: process.env,
-});
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const args = process.argv.slice(2);
+const build = !args.includes('--no-build') && process.env.KANDEV_NO_BUILD !== '1';
+const stackArgs = args.filter((a) => a !== '--no-build');
+
+/** The child running now: the build (`tsc -b`), then the stack. */
+let child = null;
+let stopRequested = false;
 
 // npm forwards a Ctrl-C on top of the terminal's own, so one key press may arrive twice here;
 // the stack treats a repeat within 2 s as the same request.
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   process.on(sig, () => {
-    if (stack.exitCode === null && stack.signalCode === null) stack.kill(sig === 'SIGHUP' ? 'SIGTERM' : sig);
+    stopRequested = true;
+    if (child && child.exitCode === null && child.signalCode === null) child.kill(sig === 'SIGHUP' ? 'SIGTERM' : sig);
+    else if (!child) process.exit(0);
   });
 }
 
-stack.once('error', (e) => {
+function runBuild() {
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  return new Promise((resolve) => {
+    child = spawn(process.execPath, [tsc, '-b'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+    child.once('error', (e) => resolve({ ok: false, why: e.message }));
+    child.once('exit', (code, signal) => resolve({ ok: code === 0, why: signal ?? `exit code ${code}` }));
+  });
+}
+
+if (build) {
+  const result = await runBuild();
+  child = null;
+  if (stopRequested) process.exit(0);
+  if (!result.ok) {
+    console.error(`[kandev] build failed (${result.why}); not starting`);
+    process.exit(1);
+  }
+}
+
+child = spawn(process.execPath, [fileURLToPath(new URL('./lib/stack.mjs', import.meta.url)), ...stackArgs], {
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  detached: true,
+  env: process.env,
+});
+
+child.once('error', (e) => {
   console.error(`[kandev] could not start the stack: ${e.message}`);
   process.exit(1);
 });
-stack.once('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+child.once('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

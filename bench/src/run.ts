@@ -92,7 +92,7 @@ function markdown(rows: Row[], machine: Record<string, unknown>): string {
     '```',
     '',
     'It starts its own `nats-server -js` (testkit `startNats`, file storage in a temp dir) and a fresh',
-    'database on the test PostgreSQL (`KANDEV_TEST_PG_URL`, default `postgres://postgres@127.0.0.1:5432`).',
+    'database on the test PostgreSQL (`KANDEV_TEST_PG_URL`, else 127.0.0.1:5432, else the embedded test server).',
     '',
     '## Results',
     '',

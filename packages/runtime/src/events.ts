@@ -9,28 +9,41 @@ import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-/** Create or update the event stream. Idempotent: every service calls it at start-up. */
-export async function ensureEventStream(nc: NatsConnection): Promise<void> {
+/**
+ * Make sure the event stream exists. Created with `replicas` and the settings below when missing.
+ * An existing stream is not re-configured wholesale (that undid operators' changes at every start):
+ * only subjects of ours it lacks are added, keeping everything else; a replica count other than the
+ * configured one is reported, not changed (changing it moves data: an operator's decision).
+ */
+export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: number; log?: Logger } = {}): Promise<void> {
   const jsm = await jetstreamManager(nc);
+  const replicas = opts.replicas ?? 1;
   const cfg = {
     name: Streams.events.name,
     subjects: [...Streams.events.subjects],
     // Dedupe window for Nats-Msg-Id: retries of the same event within it are stored once.
     duplicate_window: 120 * 1_000_000_000,
     max_age: 7 * 24 * 3600 * 1_000_000_000,
+    num_replicas: replicas,
   };
-  try {
-    await jsm.streams.info(cfg.name);
-    await jsm.streams.update(cfg.name, cfg);
-  } catch {
+  const existing = await jsm.streams.info(cfg.name).catch(() => null);
+  if (!existing) {
     try {
       await jsm.streams.add(cfg);
+      return;
     } catch (e) {
       // Another replica created it between our info and add.
-      await jsm.streams.info(cfg.name).catch(() => {
-        throw e;
-      });
+      if (!(await jsm.streams.info(cfg.name).catch(() => null))) throw e;
+      return;
     }
+  }
+  const missing = cfg.subjects.filter((s) => !existing.config.subjects?.includes(s));
+  if (missing.length) {
+    await jsm.streams.update(cfg.name, { ...existing.config, subjects: [...(existing.config.subjects ?? []), ...missing] });
+    opts.log?.info({ stream: cfg.name, added_subjects: missing }, 'event stream: added missing subjects');
+  }
+  if (existing.config.num_replicas !== replicas) {
+    opts.log?.warn({ stream: cfg.name, replicas: existing.config.num_replicas, configured_replicas: replicas }, 'event stream has a different replica count than KANDEV_JS_REPLICAS; left as is');
   }
 }
 

@@ -67,7 +67,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
   const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS });
-  if (def.publishesEvents !== false) await ensureEventStream(nc);
+  if (def.publishesEvents !== false) await ensureEventStream(nc, { replicas: env.KANDEV_JS_REPLICAS, log });
   let sql: Sql | undefined;
   if (def.schema) {
     if (!env.DATABASE_URL) throw new Error(`${def.name} needs DATABASE_URL`);

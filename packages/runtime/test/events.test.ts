@@ -73,3 +73,16 @@ it('applies a redelivered event once', async () => {
   expect(deliveries).toBe(2);
   expect(await sql`SELECT count(*)::int AS n FROM effects WHERE event_id = ${ev.id}`).toEqual([{ n: 1 }]);
 });
+
+it('ensureEventStream leaves an existing stream as an operator configured it (issue 11)', async () => {
+  const jsm = await jetstreamManager(nc);
+  const before = (await jsm.streams.info(Streams.events.name)).config;
+  const oneDay = 24 * 3600 * 1_000_000_000;
+  await jsm.streams.update(Streams.events.name, { ...before, max_age: oneDay, duplicate_window: 60 * 1_000_000_000 });
+  // A start-up with another replica count configured: reported, not applied (a single server cannot
+  // hold 3 replicas anyway; on a cluster the operator moves the data).
+  await ensureEventStream(nc, { replicas: 3 });
+  const after = (await jsm.streams.info(Streams.events.name)).config;
+  expect(after).toMatchObject({ max_age: oneDay, duplicate_window: 60 * 1_000_000_000, num_replicas: 1 });
+  await jsm.streams.update(Streams.events.name, before);
+});

@@ -5,3 +5,5 @@ export * from './stack.js';
 export * from './clients.js';
 export * from './tokens.js';
 export * from './model-stub/index.js';
+export * from './procs.js';
+export * from './invariants.js';

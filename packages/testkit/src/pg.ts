@@ -1,15 +1,51 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import postgres from 'postgres';
 import { connectDb, migrate } from '@kandev/runtime';
-import { SERVICE_SCHEMAS } from './paths.js';
+import { repoRoot, SERVICE_SCHEMAS } from './paths.js';
 
-/** The PostgreSQL server tests create their databases on (must be running; trust or password in the URL). */
-export const TEST_PG_URL = process.env.KANDEV_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+/** Where tests look for a PostgreSQL first (trust auth, or a password in the URL). */
+export const DEFAULT_TEST_PG_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
-export const PG_INSTALL_HINT =
-  `PostgreSQL is not reachable at ${TEST_PG_URL}. Start it (Debian: \`apt-get install postgresql && pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start\`) or set KANDEV_TEST_PG_URL.`;
+/** Whether a superuser connection to `url` works right now. */
+async function reachable(url: string): Promise<Error | null> {
+  const sql = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 3 });
+  try {
+    await sql`SELECT 1`;
+    return null;
+  } catch (e) {
+    return e as Error;
+  } finally {
+    await sql.end({ timeout: 1 }).catch(() => undefined);
+  }
+}
+
+interface TestPgModule {
+  ensureTestPostgres(opts?: { dir?: string }): Promise<string>;
+}
+
+/**
+ * The server tests create their databases on, resolved once per process:
+ * - `KANDEV_TEST_PG_URL` when set (used as is; an unreachable one is an error, not a fallback);
+ * - else PostgreSQL at 127.0.0.1:5432 when it answers;
+ * - else the embedded PostgreSQL of scripts/lib/test-pg.mjs, started once and shared by every
+ *   worker, file and package of the run (`KANDEV_TEST_PG=embedded` forces it).
+ */
+let resolved: Promise<string> | null = null;
+export function testPgUrl(): Promise<string> {
+  resolved ??= (async () => {
+    if (process.env.KANDEV_TEST_PG_URL) return process.env.KANDEV_TEST_PG_URL;
+    if (process.env.KANDEV_TEST_PG !== 'embedded') {
+      if ((await reachable(DEFAULT_TEST_PG_URL)) === null) return DEFAULT_TEST_PG_URL;
+    }
+    const mod = (await import(pathToFileURL(join(repoRoot, 'scripts/lib/test-pg.mjs')).href)) as TestPgModule;
+    return mod.ensureTestPostgres();
+  })();
+  resolved.catch(() => (resolved = null));
+  return resolved;
+}
 
 const withDb = (url: string, db: string) => {
   const u = new URL(url);
@@ -28,14 +64,21 @@ function migrationsHash(): string {
 }
 
 async function admin() {
-  const sql = postgres(TEST_PG_URL, { max: 1, onnotice: () => undefined, connect_timeout: 5 });
+  const url = await testPgUrl();
+  const sql = postgres(url, { max: 1, onnotice: () => undefined, connect_timeout: 5 });
   try {
     await sql`SELECT 1`;
   } catch (e) {
     await sql.end({ timeout: 1 }).catch(() => undefined);
-    throw new Error(`${PG_INSTALL_HINT}\n(cause: ${(e as Error).message})`);
+    throw new Error(`the test PostgreSQL is not reachable at ${redact(url)} (KANDEV_TEST_PG_URL overrides it): ${(e as Error).message}`);
   }
   return sql;
+}
+
+function redact(url: string): string {
+  const u = new URL(url);
+  if (u.password) u.password = '****';
+  return u.toString();
 }
 
 /** Build (once per migration set) a template database with every service schema migrated. */
@@ -49,7 +92,7 @@ async function ensureTemplate(): Promise<string> {
       await sql.unsafe(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
       await sql.unsafe(`CREATE DATABASE ${name}`);
       for (const s of SERVICE_SCHEMAS) {
-        const db = connectDb(withDb(TEST_PG_URL, name), s.schema, { max: 1 });
+        const db = connectDb(withDb(await testPgUrl(), name), s.schema, { max: 1 });
         try {
           await migrate(db, s.schema, existsSync(s.migrationsDir) ? s.migrationsDir : null);
         } finally {
@@ -92,7 +135,7 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
   }
   return {
     name,
-    url: withDb(TEST_PG_URL, name),
+    url: withDb(await testPgUrl(), name),
     drop: async () => {
       const s = await admin();
       try {

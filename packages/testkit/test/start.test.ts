@@ -2,64 +2,16 @@
 // services as processes; the gateway gets ready; Ctrl-C (SIGINT) exits 0 and leaves no process
 // behind. Expects a built tree (`npm test` builds first).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
 import { repoRoot } from '../src/paths.js';
+import { descendants, procAlive, type Proc } from '../src/procs.js';
 
-interface Proc {
-  pid: number;
-  start: string;
-  cmd: string;
-}
-
-/** (state, ppid, start time) from /proc/<pid>/stat; the comm field may hold spaces and parens. */
-function stat(pid: number): { state: string; ppid: number; start: string } | null {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return { state: rest[0]!, ppid: Number(rest[1]), start: rest[19]! };
-  } catch {
-    return null;
-  }
-}
-
-function cmdline(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
-  } catch {
-    return '';
-  }
-}
-
-/** Every process below `root`, found by walking ppid chains over /proc. */
-function descendants(root: number): Proc[] {
-  const children = new Map<number, number[]>();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const st = stat(Number(name));
-    if (!st) continue;
-    children.set(st.ppid, [...(children.get(st.ppid) ?? []), Number(name)]);
-  }
-  const out: Proc[] = [];
-  const queue = [root];
-  while (queue.length) {
-    for (const pid of children.get(queue.shift()!) ?? []) {
-      const st = stat(pid);
-      if (st) out.push({ pid, start: st.start, cmd: cmdline(pid) });
-      queue.push(pid);
-    }
-  }
-  return out;
-}
-
-const alive = (p: Proc) => {
-  const st = stat(p.pid);
-  return st !== null && st.start === p.start && st.state !== 'Z';
-};
+const alive = procAlive;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -98,7 +50,7 @@ describe('npm start', () => {
     const state = tempStateDir();
     cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
     const started = Date.now();
-    const child: ChildProcess = spawn(process.execPath, ['scripts/start.mjs'], {
+    const child: ChildProcess = spawn(process.execPath, ['scripts/start.mjs', '--no-build'], {
       cwd: repoRoot,
       env: childEnv({
         KANDEV_STATE_DIR: state,

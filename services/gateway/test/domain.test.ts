@@ -82,9 +82,18 @@ describe('notifications', () => {
 
 describe('errorResponseOf', () => {
   it('keeps a KandevError code, message and details with the SPEC status', () => {
-    expect(errorResponseOf(new KandevError('CONFLICT', 'full', { limit: 10 }))).toEqual({ status: 409, body: { error: { code: 'CONFLICT', message: 'full', details: { limit: 10 } } }, unexpected: false });
+    expect(errorResponseOf(new KandevError('CONFLICT', 'full', { limit: 10 }))).toEqual({ status: 409, body: { error: { code: 'CONFLICT', message: 'full', details: { limit: 10 } } }, unexpected: false, retryAfterS: null });
     expect(errorResponseOf(new KandevError('UNKNOWN_ACTION', 'x')).status).toBe(400);
     expect(errorResponseOf(new KandevError('UNAVAILABLE', 'x')).status).toBe(503);
+  });
+  it('a 503 refused for load carries Retry-After seconds; the body keeps the SPEC shape', () => {
+    expect(errorResponseOf(new KandevError('UNAVAILABLE', 'busy', { retry_after_s: 2.2 }))).toEqual({
+      status: 503,
+      body: { error: { code: 'UNAVAILABLE', message: 'busy', details: { retry_after_s: 2.2 } } },
+      unexpected: false,
+      retryAfterS: 3,
+    });
+    expect(errorResponseOf(new KandevError('CONFLICT', 'x', { retry_after_s: 2 })).retryAfterS).toBeNull();
   });
   it('folds Fastify errors into the closed set', () => {
     expect(errorResponseOf({ code: 'FST_ERR_CTP_INVALID_JSON_BODY', statusCode: 400 }).body.error.code).toBe('BAD_REQUEST');
@@ -93,7 +102,7 @@ describe('errorResponseOf', () => {
     expect(errorResponseOf({ validation: [{ message: 'x' }], statusCode: 400 }).body.error.code).toBe('VALIDATION_ERROR');
   });
   it('hides the message of an unexpected error', () => {
-    expect(errorResponseOf(new Error('db password is hunter2'))).toEqual({ status: 500, body: { error: { code: 'INTERNAL_ERROR', message: 'internal error' } }, unexpected: true });
+    expect(errorResponseOf(new Error('db password is hunter2'))).toEqual({ status: 500, body: { error: { code: 'INTERNAL_ERROR', message: 'internal error' } }, unexpected: true, retryAfterS: null });
   });
 });
 

@@ -23,6 +23,14 @@ export class LiveExecution {
   teardown: Promise<void> | null = null;
   private removed = false;
   private pendingWrites = 0;
+  /** performance.now() of the last put the server acknowledged; null before the first. */
+  private lastPutAt: number | null = null;
+  /**
+   * Called after a put that came more than `ttlMs` after the previous acknowledged one: the entry
+   * may have lapsed in between (this process was stalled, or NATS unreachable) and the orchestrator
+   * may have declared the execution lost meanwhile. Set by the supervisor.
+   */
+  onLapse: ((gapMs: number) => void) | null = null;
   private writes: Promise<void> = Promise.resolve();
   private lines: Promise<void> = Promise.resolve();
 
@@ -31,6 +39,7 @@ export class LiveExecution {
     readonly agentctl: AgentctlProcess,
     readonly log: Logger,
     private readonly registry: ExecutionRegistry,
+    private readonly ttlMs: number = Infinity,
   ) {
     this.record = record;
   }
@@ -64,7 +73,12 @@ export class LiveExecution {
     this.pendingWrites++;
     this.writes = this.writes.then(async () => {
       try {
-        if (!this.removed) await this.registry.put(this.record);
+        if (this.removed) return;
+        await this.registry.put(this.record);
+        const now = performance.now();
+        const gap = this.lastPutAt === null ? 0 : now - this.lastPutAt;
+        this.lastPutAt = now;
+        if (gap > this.ttlMs) this.onLapse?.(Math.round(gap));
       } catch (e) {
         this.log.warn({ err: e }, 'registry put failed; the next refresh retries');
       } finally {
@@ -95,6 +109,11 @@ export class LiveExecution {
       this.log.error('registry delete kept failing; the entry lapses with its TTL');
     });
     return this.writes;
+  }
+
+  /** Still in the registry (its entry is refreshed): false once the execution is removed. */
+  get isRegistered(): boolean {
+    return !this.removed;
   }
 
   /** Run fn after every earlier line; returns when fn is done. Errors are logged, never thrown. */

@@ -5,6 +5,7 @@ import { ownedExecutionEndpoints } from './endpoints/owned.js';
 import { registryEndpoints } from './endpoints/registry.js';
 import { LifecycleEnv } from './env.js';
 import { cleanUpLeftovers } from './startup-cleanup.js';
+import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';
 import { ExecutionSupervisor } from './supervisor.js';
@@ -18,10 +19,13 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   env: LifecycleEnv,
   async start(rt) {
     const { env, instanceId, log } = rt;
-    const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log);
+    const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
     const stateFile = new StateFile(env.KANDEV_STATE_DIR, instanceId);
+    // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
+    const journal = new EventJournal(env.KANDEV_STATE_DIR, instanceId, rt.publisher, log);
+    journal.open();
     // Before serving anything: a previous run with this instance id may have left agents behind.
-    const lost = await cleanUpLeftovers({ instanceId, stateFile, registry, publisher: rt.publisher, log });
+    const lost = await cleanUpLeftovers({ instanceId, stateFile, registry, journal, log });
     if (lost) log.warn({ lost }, 'cleaned up executions of a previous run');
 
     const supervisor = new ExecutionSupervisor({
@@ -29,14 +33,19 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       instanceId,
       nc: rt.nc,
       log,
-      publisher: rt.publisher,
+      journal,
       registry,
       stateFile,
       agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
     });
     supervisor.startRefreshing();
-    rt.onStop(() => supervisor.shutdown());
-    await rt.serve([...registryEndpoints(registry), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
+    rt.onStop(async () => {
+      await supervisor.shutdown();
+      // What cannot be published within the budget stays in the journal for the next start.
+      if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2)))) log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
+      journal.close();
+    });
+    await rt.serve([...registryEndpoints(registry, { get: (id) => supervisor.registeredRecord(id), ofTask: (taskId) => supervisor.registeredRecordsOfTask(taskId) }), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
     log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'lifecycle ready');
   },
 };

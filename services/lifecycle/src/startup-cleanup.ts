@@ -1,4 +1,5 @@
-import { buildEvent, type EventPublisher, type Logger } from '@kandev/runtime';
+import { buildEvent, type Logger } from '@kandev/runtime';
+import type { EventJournal } from './store/event-journal.js';
 import { leftoversToReport, type Leftover } from './domain/teardown.js';
 import { childProcesses, isAlive, signalProcess, type ProcessRef } from './processes.js';
 import type { ExecutionRegistry } from './store/registry.js';
@@ -11,8 +12,8 @@ import { waitGone } from './teardown.js';
  * instance id still owns is deleted; each execution is reported once as `execution.stopped`
  * with how `lost`. Runs before any endpoint is served.
  */
-export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: StateFile; registry: ExecutionRegistry; publisher: EventPublisher; log: Logger }): Promise<number> {
-  const { instanceId, stateFile, registry, publisher, log } = deps;
+export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: StateFile; registry: ExecutionRegistry; journal: EventJournal; log: Logger }): Promise<number> {
+  const { instanceId, stateFile, registry, journal, log } = deps;
   const { entries, problem } = stateFile.readLeftovers();
   if (problem) log.error({ path: stateFile.path, problem }, 'cannot read the state file; leftover processes (if any) are not killed');
 
@@ -54,7 +55,7 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
       { workspace_id: l.workspace_id, task_id: l.task_id, session_id: l.session_id },
       { execution_id: l.execution_id, how: 'lost', grace_ms: null, reason: 'lifecycle_instance_restarted', pid: l.pid, exit_code: null, signal: null, orphaned: false },
     );
-    await publisher.publish(ev).catch((e) => log.error({ err: e, execution_id: l.execution_id }, 'publishing execution.stopped (lost) failed'));
+    await journal.record(ev);
     await registry.delete(l.execution_id, l.task_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
     log.warn({ execution_id: l.execution_id, task_id: l.task_id, session_id: l.session_id, pid: l.pid }, 'execution left behind by a previous run cleaned up');
   }

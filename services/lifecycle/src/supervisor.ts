@@ -5,6 +5,7 @@ import {
   unavailable,
   validationError,
   type EventDataOf,
+  type EventEnvelope,
   type EventType,
   type Execution,
   type LaunchRequest,
@@ -12,7 +13,7 @@ import {
   type ResultOf,
   Life,
 } from '@kandev/contracts';
-import { request, signAgentToken, type EventPublisher, type Logger, type NatsConnection } from '@kandev/runtime';
+import { buildEvent, request, signAgentToken, type Logger, type NatsConnection } from '@kandev/runtime';
 import { CatalogueError, resolveAgent } from '@kandev/agentctl/catalogue';
 import { randomUUID } from 'node:crypto';
 import { AgentctlClient, AgentctlHttpError, AgentctlUnreachable } from './agentctl/client.js';
@@ -21,8 +22,10 @@ import { decideCancel } from './domain/cancel.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted } from './domain/turns.js';
 import { mcpPublicUrl, type LifecycleEnv } from './env.js';
+import { LaunchGate } from './launch-gate.js';
 import { LiveExecution } from './live-execution.js';
 import { processRef, sleep } from './processes.js';
+import type { EventJournal } from './store/event-journal.js';
 import type { ExecutionRegistry } from './store/registry.js';
 import type { StateFile } from './store/state-file.js';
 import { TeardownExecutor } from './teardown.js';
@@ -34,7 +37,7 @@ export interface SupervisorDeps {
   instanceId: string;
   nc: NatsConnection;
   log: Logger;
-  publisher: EventPublisher;
+  journal: EventJournal;
   registry: ExecutionRegistry;
   stateFile: StateFile;
   agentctlBin: string;
@@ -50,10 +53,12 @@ export class ExecutionSupervisor {
   private readonly teardowns: TeardownExecutor;
   private refreshTimer: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  private readonly gate: LaunchGate;
 
   constructor(private readonly deps: SupervisorDeps) {
+    this.gate = new LaunchGate({ concurrency: deps.env.LAUNCH_CONCURRENCY, maxWaitMs: deps.env.LAUNCH_QUEUE_WAIT_MS });
     this.teardowns = new TeardownExecutor({
-      publisher: deps.publisher,
+      journal: deps.journal,
       stateFile: deps.stateFile,
       log: deps.log,
       forget: (id) => this.live.delete(id),
@@ -65,14 +70,42 @@ export class ExecutionSupervisor {
     return this.live.size;
   }
 
+  /** The registry record of an execution this instance owns and still has registered, else null. */
+  registeredRecord(executionId: string): Execution | null {
+    const x = this.live.get(executionId);
+    return x && x.isRegistered ? x.record : null;
+  }
+
+  registeredRecordsOfTask(taskId: string): Execution[] {
+    return [...this.live.values()].filter((x) => x.isRegistered && x.record.task_id === taskId).map((x) => x.record);
+  }
+
   // ------------------------------------------------------------------ launch
 
   async launch(req: LaunchRequest): Promise<Execution> {
-    const { env, deps } = { env: this.deps.env, deps: this.deps };
     if (this.shuttingDown) throw unavailable('lifecycle instance is shutting down');
     const existing = this.live.get(req.execution_id);
     if (existing) {
       // A retried launch: answer with what is there rather than spawning a second agent.
+      if (existing.teardown) throw conflict('execution is being stopped', { execution_id: req.execution_id });
+      return existing.record;
+    }
+    // Overload: start now, wait a bounded time in this instance's queue, or be refused at once (503).
+    const release = await this.gate.acquire();
+    try {
+      return await this.launchAdmitted(req, release);
+    } finally {
+      release();
+    }
+  }
+
+  /** Holds a launch slot until the agent is ready (or failed); the fence and first prompt run after it is given back. */
+  private async launchAdmitted(req: LaunchRequest, releaseSlot: () => void): Promise<Execution> {
+    const { env, deps } = { env: this.deps.env, deps: this.deps };
+    // Checked again after the wait in the queue: shutdown, or a retry of this launch, may have come first.
+    if (this.shuttingDown) throw unavailable('lifecycle instance is shutting down');
+    const existing = this.live.get(req.execution_id);
+    if (existing) {
       if (existing.teardown) throw conflict('execution is being stopped', { execution_id: req.execution_id });
       return existing.record;
     }
@@ -124,7 +157,9 @@ export class ExecutionSupervisor {
       proc,
       log,
       deps.registry,
+      env.REGISTRY_TTL_MS,
     );
+    x.onLapse = (gapMs) => void this.readmit(x, gapMs);
     this.live.set(x.id, x);
     this.recordProcesses(x);
     void x.persist();
@@ -134,7 +169,7 @@ export class ExecutionSupervisor {
       x.inOrder(async () => {
         if (x.teardown || x.record.status === 'STARTING') return;
         log.warn({ exit_code: exit.code, signal: exit.signal }, 'agentctl exited on its own');
-        void this.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
+        void this.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false, agentctlDied: exit });
       }),
     );
     log.info({ agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch }, 'launching execution');
@@ -142,7 +177,9 @@ export class ExecutionSupervisor {
     let ready;
     try {
       ready = await proc.ready;
+      releaseSlot();
     } catch (e) {
+      releaseSlot();
       const stoppedMeanwhile = x.teardown !== null;
       await this.teardowns.teardown(x, { reason: 'launch_failed', graceMs: 0, orphaned: false });
       if (stoppedMeanwhile) throw conflict('execution was stopped while launching', { execution_id: x.id });
@@ -350,11 +387,51 @@ export class ExecutionSupervisor {
     ]);
   }
 
+  /** Recorded in the journal and published until acknowledged (ADR 0008); resolves once out, or once a first attempt failed. */
   private async emit<T extends EventType>(x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {
     try {
-      await this.deps.publisher.emit(type, x.scope, data);
+      await this.deps.journal.record(buildEvent(type, x.scope, data) as EventEnvelope);
     } catch (e) {
-      x.log.error({ err: e, type }, 'event publish failed');
+      // The journal could not be written (disk full, state dir gone): the event is lost; say so loudly.
+      x.log.error({ err: e, type }, 'event could not be journalled; it is lost');
+    }
+  }
+
+  // ------------------------------------------------------------------ registry lapse (issue 11)
+
+  /**
+   * The entry was just re-put after a gap longer than the TTL, so it may have lapsed meanwhile
+   * (this process stalled, or NATS was unreachable) and the orchestrator's reconciler may have
+   * declared the execution lost (session FAILED) or a stop may have bumped the task's fence. Ask
+   * the fence again: the same B-1 admission a launch gets. Admitted = the re-put entry stands;
+   * refused = nobody wants this agent any more, so it is stopped. Orchestrator unreachable = the
+   * entry stays (a stop can find it) and we keep asking, with backoff.
+   */
+  private async readmit(x: LiveExecution, gapMs: number): Promise<void> {
+    const { deps, env } = { deps: this.deps, env: this.deps.env };
+    if (x.teardown || x.record.status === 'STARTING') return;
+    x.log.warn({ gap_ms: gapMs, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'registry entry may have lapsed (refresh gap above the TTL); re-registered, asking the launch fence again');
+    for (let attempt = 0; !x.teardown && !this.shuttingDown; attempt++) {
+      let verdict: { admitted: boolean; reason: string | null };
+      try {
+        verdict = await request(
+          deps.nc,
+          Orch.executionAdmit,
+          { execution_id: x.id, task_id: x.record.task_id, session_id: x.record.session_id, fence_epoch: x.record.fence_epoch, instance_id: deps.instanceId },
+          { timeoutMs: env.REQUEST_TIMEOUT_MS },
+        );
+      } catch (e) {
+        x.log.warn({ err: e, attempt }, 'orchestrator unreachable for re-admission; the execution stays registered, retrying');
+        await sleep(Math.min(5_000, 250 * 2 ** attempt));
+        continue;
+      }
+      if (verdict.admitted) {
+        x.log.info('execution re-admitted after a registry lapse');
+        return;
+      }
+      x.log.warn({ reason: verdict.reason }, 'execution was given up while its entry lapsed; stopping it');
+      await this.teardowns.teardown(x, { reason: `registry_lapsed: ${verdict.reason ?? 'not admitted'}`, graceMs: env.TEARDOWN_GRACE_MS, orphaned: true });
+      return;
     }
   }
 

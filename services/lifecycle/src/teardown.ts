@@ -1,10 +1,10 @@
-import type { EventEnvelope } from '@kandev/contracts';
-import { SpanKind, buildEvent, inSpan, trace, type EventPublisher, type Logger } from '@kandev/runtime';
+import { SpanKind, buildEvent, inSpan, trace, type Logger } from '@kandev/runtime';
 import { AgentctlHttpError } from './agentctl/client.js';
 import type { ProcessExit } from './agentctl/process.js';
 import { killRetryDelayMs, stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from './domain/teardown.js';
 import type { LiveExecution } from './live-execution.js';
 import { childProcesses, isAlive, signalProcess, sleep, type ProcessRef } from './processes.js';
+import type { EventJournal } from './store/event-journal.js';
 import type { StateFile } from './store/state-file.js';
 
 const POLL_MS = 25;
@@ -12,7 +12,7 @@ const POLL_MS = 25;
 const AGENTCTL_EXIT_WAIT_MS = 2_000;
 
 export interface TeardownDeps {
-  publisher: EventPublisher;
+  journal: EventJournal;
   stateFile: StateFile;
   log: Logger;
   /** Called once the execution is fully gone (registry key deleted). */
@@ -45,6 +45,7 @@ export class TeardownExecutor {
     const obs: StopObservation = {
       exitedOnItsOwn: x.agentExit !== null || (x.agentRef !== null && !isAlive(x.agentRef)),
       killedByUs: false,
+      agentctlDied: req.agentctlDied,
     };
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
     if (!obs.exitedOnItsOwn) {
@@ -72,7 +73,8 @@ export class TeardownExecutor {
       log.error({ how }, 'execution processes still alive at shutdown; left to start-up cleanup');
       return;
     }
-    await this.publishStopped(buildEvent('execution.stopped', x.scope, data), log);
+    // Journalled, then published until JetStream acknowledges it (ADR 0008).
+    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data)).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
     await x.unregister();
     this.deps.stateFile.remove(x.id);
     this.deps.forget(x.id);
@@ -133,20 +135,6 @@ export class TeardownExecutor {
       await sleep(killRetryDelayMs(attempt));
       attempt++;
     }
-  }
-
-  /** At-least-once with a fixed event id: JetStream dedupes the retries. */
-  private async publishStopped(ev: EventEnvelope, log: Logger): Promise<void> {
-    for (let attempt = 0; attempt < 20; attempt++) {
-      try {
-        await this.deps.publisher.publish(ev);
-        return;
-      } catch (e) {
-        log.warn({ err: e, attempt }, 'publishing execution.stopped failed; retrying');
-        await sleep(Math.min(2_000, 100 * 2 ** attempt));
-      }
-    }
-    log.error('execution.stopped could not be published');
   }
 }
 

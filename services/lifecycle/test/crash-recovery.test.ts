@@ -1,56 +1,13 @@
 import { Buckets, pingEndpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
-import { repoRoot, startNats, type TestNats } from '@kandev/testkit';
-import { Kvm, type KV } from '@nats-io/kv';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { startNats, type TestNats } from '@kandev/testkit';
+import { Kvm } from '@nats-io/kv';
+import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EventLog, FakeOrchestrator, eventually, launch, launchRequest, natsClient, processGone, promptAt, script, tmpStateDir } from './helpers.js';
-
-const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
-
-/** The lifecycle service as its own OS process, so it can be killed hard. */
-async function spawnLifecycle(env: Record<string, string>): Promise<ChildProcess> {
-  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
-  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines: string[] = [];
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`lifecycle exited with ${code}:\n${lines.join('\n')}`));
-    });
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      lines.push(line);
-      if (line.includes('"msg":"lifecycle started"')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-    createInterface({ input: child.stderr! }).on('line', (line) => lines.push(line));
-  });
-  child.removeAllListeners('exit');
-  return child;
-}
-
-function killHard(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill('SIGKILL');
-  });
-}
-
-/** The registry key is `<task_id>.<execution_id>`. */
-const kvEntry = async (kv: KV, id: string) => {
-  const keys: string[] = [];
-  for await (const k of await kv.keys(`*.${id}`)) keys.push(k);
-  const e = keys[0] ? await kv.get(keys[0]) : null;
-  return e && e.operation === 'PUT' ? e : null;
-};
+import { EventLog, FakeOrchestrator, eventually, killHard, kvEntry, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
 
 describe('a lifecycle instance killed hard (R-6.4)', () => {
   const children: ChildProcess[] = [];

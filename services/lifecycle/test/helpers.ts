@@ -11,10 +11,14 @@ import {
   type RunningService,
 } from '@kandev/runtime';
 import { Svcm } from '@nats-io/services';
+import { repoRoot } from '@kandev/testkit';
+import type { KV } from '@nats-io/kv';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { lifecycleService } from '../src/service.js';
 
 export const log = createLogger('lifecycle-test', 'silent');
@@ -114,8 +118,10 @@ export const promptAt = (nc: NatsConnection, instance: string, req: RequestOf<ty
 export const cancelAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.cancel>): Promise<ResultOf<typeof Life.cancel>> =>
   request(nc, Life.cancel.at(instance), req, { timeoutMs: 15_000 });
 export const stopAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stop>) => request(nc, Life.stop.at(instance), req, { timeoutMs: 10_000 });
-export const getExecution = (nc: NatsConnection, executionId: string) => request(nc, Life.get, { execution_id: executionId });
-export const listExecutions = (nc: NatsConnection, taskId: string) => request(nc, Life.list, { task_id: taskId });
+// Registry reads are one KV round trip; the 15 s bound is headroom for a busy 2-core machine (issue 11:
+// the 5 s default timed out under a full `npm test`), not an expectation.
+export const getExecution = (nc: NatsConnection, executionId: string) => request(nc, Life.get, { execution_id: executionId }, { timeoutMs: 15_000 });
+export const listExecutions = (nc: NatsConnection, taskId: string) => request(nc, Life.list, { task_id: taskId }, { timeoutMs: 15_000 });
 
 export const script = (steps: unknown[], flags: { ignore_cancel?: boolean; ignore_sigterm?: boolean } = {}) => JSON.stringify({ script: steps, ...flags });
 
@@ -158,3 +164,50 @@ export async function requestsAnsweredBy(nc: NatsConnection, endpointName: strin
 export async function natsClient(url: string, name: string): Promise<NatsConnection> {
   return connectNats({ url, name });
 }
+
+const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
+
+/** The lifecycle service as its own OS process, so it can be killed hard. */
+export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void): Promise<ChildProcess> {
+  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
+  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`lifecycle exited with ${code}:\n${lines.join('\n')}`));
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      lines.push(line);
+      onLine?.(line);
+      if (line.includes('"msg":"lifecycle started"')) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      lines.push(line);
+      onLine?.(line);
+    });
+  });
+  child.removeAllListeners('exit');
+  return child;
+}
+
+export function killHard(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+/** The registry key is `<task_id>.<execution_id>`. */
+export const kvEntry = async (kv: KV, id: string) => {
+  const keys: string[] = [];
+  for await (const k of await kv.keys(`*.${id}`)) keys.push(k);
+  const e = keys[0] ? await kv.get(keys[0]) : null;
+  return e && e.operation === 'PUT' ? e : null;
+};
+

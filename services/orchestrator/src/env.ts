@@ -25,5 +25,10 @@ export const OrchestratorEnv = BaseEnv.extend({
   AGENT_CATALOGUE_TTL_MS: z.coerce.number().int().nonnegative().default(10_000),
   /** An idempotency key whose first request never finished (a crash) may be taken over after this long. */
   IDEMPOTENCY_STALE_MS: z.coerce.number().int().positive().default(300_000),
+  /**
+   * How long the registry may say an execution is idle (its turn over) while the orchestrator still
+   * has the turn open, before the reconciler closes the turn itself: its turn.completed was lost.
+   */
+  TURN_OUTCOME_GRACE_MS: z.coerce.number().int().nonnegative().default(15_000),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

@@ -60,21 +60,40 @@ describe('orch.agent.cancel', () => {
     const s = await h.startSession(child.id, 'working');
     const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
     const turn = e.turn_id!;
+    const scope = { workspace_id: ws.id, task_id: child.id, session_id: s.id };
+    const pub = new EventPublisher(h.nc);
+    /** Wait until the orchestrator applied (or skipped) the event: its id is in the inbox. */
+    const applied = async (id: string) => {
+      for (const end = Date.now() + 10_000; Date.now() < end; await new Promise((r) => setTimeout(r, 25))) {
+        if ((await h.sql`SELECT 1 FROM orchestrator.inbox WHERE event_id = ${id}`).length) return;
+      }
+      throw new Error(`event ${id} not applied within 10 s`);
+    };
+    const queue = () => request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id });
+    const promptsTo = () => h.life.prompts.filter((p) => p.execution_id === e.execution_id).map((p) => p.prompt);
+
     await h.message(parent.id, child.id, 'next job');
     await cancel(s.id);
     // The lifecycle's own report of the cancelled turn arrives afterwards: no drain.
-    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
-    await new Promise((r) => setTimeout(r, 300));
-    expect(await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).toHaveLength(1);
-    const prompts = h.life.prompts.filter((p) => p.execution_id === e.execution_id).length;
-    expect(prompts).toBe(1);
-    // The operator resumes by prompting: the queue drains after that turn.
+    await applied((await pub.emit('turn.completed', scope, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' })).id);
+    // A queued message arriving now waits as well.
+    expect(await h.message(parent.id, child.id, 'another job')).toMatchObject({ status: 'queued' });
+    // The parent's explicit interrupt runs; when its turn ends the queue still waits (the drain
+    // after a turn end is what the pause holds back).
+    expect(await h.message(parent.id, child.id, 'urgent', 'interrupt')).toMatchObject({ status: 'sent' });
+    const urgent = h.life.prompts.at(-1)!;
+    expect(urgent.prompt).toBe('urgent');
+    e.status = 'READY';
+    e.turn_id = null;
+    await applied((await pub.emit('turn.completed', scope, { execution_id: e.execution_id, turn_id: urgent.turn_id, stop_reason: 'end_turn' })).id);
+    expect((await queue()).map((m) => m.prompt)).toEqual(['next job', 'another job']);
+    expect(promptsTo()).toEqual(['working', 'urgent']);
+
+    // The operator resumes by prompting: the queue drains, oldest first, after that turn.
     const { turn_id } = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'carry on' });
     e.status = 'READY';
     e.turn_id = null;
-    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id, stop_reason: 'end_turn' });
-    const end = Date.now() + 3000;
-    while ((await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).length && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
-    expect(h.life.prompts.at(-1)!.prompt).toBe('next job');
+    await applied((await pub.emit('turn.completed', scope, { execution_id: e.execution_id, turn_id, stop_reason: 'end_turn' })).id);
+    expect(promptsTo()).toEqual(['working', 'urgent', 'carry on', 'next job']);
   });
 });

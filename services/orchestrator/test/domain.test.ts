@@ -4,7 +4,7 @@ import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom, EVENT_PROMPT_PREVIEW, queueEventMessage } from '../src/domain/messages.js';
 import { livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
-import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask } from '../src/domain/transitions.js';
+import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask, turnEndAfterExecutionEnd } from '../src/domain/transitions.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const exec = (n: number, session: number, status: Execution['status'] = 'RUNNING'): Execution => ({
@@ -147,6 +147,11 @@ it('maps an execution end to a session outcome', () => {
   expect(sessionStateAfterExecutionEnd('exited', 0)).toEqual({ state: 'COMPLETED', error: null });
   expect(sessionStateAfterExecutionEnd('exited', 2).state).toBe('FAILED');
   expect(sessionStateAfterExecutionEnd('lost', null).error).toMatch(/lost/);
+  // Ended while the session was active (no stop accepted): it died, and the turn with it.
+  expect(sessionStateAfterExecutionEnd('killed', null, 'agentctl_exited')).toEqual({ state: 'FAILED', error: 'agent execution was killed (agentctl_exited)' });
+  expect(sessionStateAfterExecutionEnd('graceful', null).error).not.toMatch(/graceful/);
+  expect(turnEndAfterExecutionEnd(true)).toBe('error');
+  expect(turnEndAfterExecutionEnd(false)).toBe('cancelled');
 });
 
 describe('issue 10 domain rules', () => {

@@ -65,3 +65,19 @@ it('refuses a launch whose session was stopped by an operator task stop meanwhil
   release();
   expect(await launching).toMatchObject({ code: 'CONFLICT' });
 });
+
+it('refuses on the epoch alone: the fence moved while the session is still active', async () => {
+  // The state between a stop's two steps: it has bumped the task's fence (its own commit) but not
+  // yet cancelled the session. Only the epoch comparison can refuse the launch here; the session
+  // check alone would admit it (issue 11: the tests above pass without the epoch check).
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 'window');
+  const { release, isRegistered } = parkNextLaunch();
+  const launching = h.startSession(task.id, 'work').catch((e) => e);
+  await isRegistered;
+  await h.sql`UPDATE orchestrator.tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${task.id}`;
+  const [session] = await h.sql<{ state: string }[]>`SELECT state FROM orchestrator.sessions WHERE task_id = ${task.id}`;
+  expect(session!.state).toBe('STARTING');
+  release();
+  expect(await launching).toMatchObject({ code: 'CONFLICT', message: expect.stringMatching(/stop was accepted/) });
+});

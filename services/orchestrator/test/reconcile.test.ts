@@ -39,3 +39,33 @@ it('sends the stop again for a CANCELLED session whose process is still register
   // Now STOPPING in the registry: nothing more to do.
   expect((await reconcileOnce(rt())).restopped).toBe(0);
 });
+
+it('closes a turn whose turn.completed never arrived once lifecycle reports the execution idle past the grace', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 't');
+  const s = await h.startSession(task.id, 'work');
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  expect(e.status).toBe('RUNNING');
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
+  // Still in flight in lifecycle: nothing to reconcile.
+  expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
+
+  // Lifecycle saw the turn end, but its turn.completed was lost.
+  e.status = 'READY';
+  e.turn_id = null;
+  e.updated_at = new Date().toISOString();
+  // Within the grace the event may still be on its way.
+  expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
+  e.updated_at = new Date(Date.now() - 60_000).toISOString();
+  // A turn that began after lifecycle last changed the execution is not the lost one.
+  await h.sql`UPDATE orchestrator.turns SET started_at = now() WHERE session_id = ${s.id}`;
+  expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
+  await h.sql`UPDATE orchestrator.turns SET started_at = now() - interval '2 minutes' WHERE session_id = ${s.id}`;
+
+  expect((await reconcileOnce(rt())).turnsClosed).toBe(1);
+  const t = await h.getTask(task.id);
+  expect(t.sessions[0]!.state).toBe('WAITING_FOR_INPUT');
+  const [turn] = await h.sql<{ stop_reason: string; completed_at: Date | null }[]>`SELECT stop_reason, completed_at FROM orchestrator.turns WHERE session_id = ${s.id}`;
+  expect(turn).toMatchObject({ stop_reason: 'lost', completed_at: expect.any(Date) });
+  expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
+});

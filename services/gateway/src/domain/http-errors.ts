@@ -1,4 +1,4 @@
-import { httpStatusOf, isKandevError, type ErrorBody, type ErrorCode } from '@kandev/contracts';
+import { httpStatusOf, isKandevError, retryAfterOf, type ErrorBody, type ErrorCode } from '@kandev/contracts';
 
 /**
  * Largest JSON body the gateway reads (docs/limits.md). Chosen below the NATS max payload (1 MiB
@@ -16,12 +16,15 @@ export interface ErrorResponse {
   body: { error: ErrorBody };
   /** True when the failure is ours (5xx that is not a downstream's answer) and deserves an error log. */
   unexpected: boolean;
+  /** Seconds for a `Retry-After` header (a 503 refused for load), else null. */
+  retryAfterS: number | null;
 }
 
 const respond = (code: ErrorCode, message: string, details?: Record<string, unknown>, unexpected = false): ErrorResponse => ({
   status: httpStatusOf(code),
   body: { error: details ? { code, message, details } : { code, message } },
   unexpected,
+  retryAfterS: retryAfterOf({ code, details }),
 });
 
 interface FrameworkError {

@@ -85,6 +85,7 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       if (res.status >= 500) k.span?.recordException(err as Error);
     }
     if (res.unexpected) (k?.log ?? deps.log).error({ err }, 'request failed');
+    if (res.retryAfterS !== null) void reply.header('retry-after', String(res.retryAfterS));
     return reply.code(res.status).send(res.body);
   });
 

@@ -13,6 +13,8 @@ export interface TeardownRequest {
   reason: string;
   graceMs: number;
   orphaned: boolean;
+  /** agentctl ended without being asked (crashed, or killed from outside): the execution died. */
+  agentctlDied?: { code: number | null; signal: string | null } | undefined;
 }
 
 /** Never wait longer than a bound the caller cannot see: a stop's grace is capped. */
@@ -35,9 +37,17 @@ export interface StopObservation {
   agentctlHow?: 'graceful' | 'killed' | undefined;
   /** We had to send SIGKILL to the agent ourselves. */
   killedByUs: boolean;
+  /** agentctl ended without being asked; what we then did to the agent was cleanup, not a stop. */
+  agentctlDied?: { code: number | null; signal: string | null } | undefined;
 }
 
+/**
+ * How the execution ended. A dead agentctl is the execution dying, whatever our cleanup of the
+ * agent then looked like: `killed` when a signal took agentctl down, `exited` when it exited by
+ * itself. Never `graceful`: nobody asked it to stop (issue 11).
+ */
 export function stopHow(o: StopObservation): StopHow {
+  if (o.agentctlDied) return o.agentctlDied.signal ? 'killed' : 'exited';
   if (o.exitedOnItsOwn) return 'exited';
   if (o.killedByUs) return 'killed';
   return o.agentctlHow ?? 'graceful';

@@ -16,9 +16,10 @@ export class ExecutionRegistry {
     private readonly log: Logger,
   ) {}
 
-  static async open(nc: NatsConnection, ttlMs: number, log: Logger): Promise<ExecutionRegistry> {
-    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs });
+  static async open(nc: NatsConnection, ttlMs: number, log: Logger, replicas = 1): Promise<ExecutionRegistry> {
+    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs, replicas });
     const status = await kv.status();
+    if (status.replicas !== replicas) log.warn({ bucket_replicas: status.replicas, configured_replicas: replicas }, 'registry bucket has a different replica count than KANDEV_JS_REPLICAS; left as is');
     // The first instance creates the bucket; later ones get its TTL. A mismatch means replicas were
     // configured differently, and entries of the one with the longer refresh period could lapse.
     if (status.ttl !== ttlMs) log.warn({ bucket_ttl_ms: status.ttl, configured_ttl_ms: ttlMs }, 'registry bucket has a different TTL than REGISTRY_TTL_MS');
@@ -66,8 +67,14 @@ export class ExecutionRegistry {
     return keys;
   }
 
+  /**
+   * A key listed but unreadable is a failed read, not an absent execution: the whole list fails,
+   * so a task stop answers INTERNAL_ERROR instead of NOT_FOUND or a stop that misses an agent. A
+   * key deleted between listing and reading reads as null (gone), and a value that breaks the
+   * contract is logged and skipped (see decode).
+   */
   private async readAll(keys: string[]): Promise<Execution[]> {
-    const values = await Promise.all(keys.map((k) => this.read(k).catch(() => null)));
+    const values = await Promise.all(keys.map((k) => this.read(k)));
     return values.filter((v): v is Execution => v !== null);
   }
 

@@ -47,9 +47,20 @@ export function sessionStateAfterTurn(current: SessionState): SessionState | nul
 export type ExecutionEnd = 'graceful' | 'killed' | 'exited' | 'lost';
 
 /** What an active session becomes when its execution is gone without a stop having cancelled it. */
-export function sessionStateAfterExecutionEnd(how: ExecutionEnd, exitCode: number | null): { state: SessionState; error: string | null } {
+export function sessionStateAfterExecutionEnd(how: ExecutionEnd, exitCode: number | null, reason?: string | null): { state: SessionState; error: string | null } {
+  const why = reason ? ` (${reason})` : '';
   if (how === 'exited' && exitCode === 0) return { state: 'COMPLETED', error: null };
-  if (how === 'exited') return { state: 'FAILED', error: `agent exited with code ${exitCode ?? 'unknown'}` };
+  if (how === 'exited') return { state: 'FAILED', error: `agent exited with code ${exitCode ?? 'unknown'}${why}` };
   if (how === 'lost') return { state: 'FAILED', error: 'agent execution was lost with its lifecycle instance' };
-  return { state: 'FAILED', error: `agent execution stopped (${how})` };
+  // An active session means no stop was accepted: the execution ended without anyone asking.
+  if (how === 'killed') return { state: 'FAILED', error: `agent execution was killed${why}` };
+  return { state: 'FAILED', error: `agent execution ended unexpectedly${why}` };
+}
+
+/**
+ * How the open turns of a session end when its execution does. A session still active means no
+ * stop or cancel was accepted for it: the turn did not get cancelled, it died with the process.
+ */
+export function turnEndAfterExecutionEnd(sessionStillActive: boolean): 'error' | 'cancelled' {
+  return sessionStillActive ? 'error' : 'cancelled';
 }

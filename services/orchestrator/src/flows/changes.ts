@@ -1,7 +1,7 @@
 import type { Actor, SessionState, TaskStatus } from '@kandev/contracts';
 import type { Tx } from '@kandev/runtime';
-import { setSessionState } from '../store/sessions.js';
-import { updateTaskFields } from '../store/tasks.js';
+import { hasActiveSession, setSessionState } from '../store/sessions.js';
+import { lockTask, updateTaskFields } from '../store/tasks.js';
 import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
 import type { Emit } from './context.js';
 
@@ -38,4 +38,17 @@ export async function changeTaskStatus(tx: Tx, emit: Emit, task: TaskRow, to: Ta
     { task: toTask(updated), from: task.status, to, reason: opts.reason ?? null },
   );
   return updated;
+}
+
+/**
+ * The last active session of a task ended on its own (the agent exited, died or was lost): an
+ * IN_PROGRESS task would otherwise say so with nothing running (issue 11). It goes to REVIEW, as
+ * after a stop (R-1.4): someone should look at what the agent left. Office-managed and archived
+ * tasks are left to their own paths. Call with the session's guard held (session → task lock order).
+ */
+export async function reviewTaskIfNothingActive(tx: Tx, emit: Emit, taskId: string, reason: string): Promise<void> {
+  const task = await lockTask(tx, taskId);
+  if (!task || task.status !== 'IN_PROGRESS' || task.archived_at !== null || task.office) return;
+  if (await hasActiveSession(tx, taskId)) return;
+  await changeTaskStatus(tx, emit, task, 'REVIEW', { reason });
 }

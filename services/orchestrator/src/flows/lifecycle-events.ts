@@ -1,12 +1,13 @@
 import { isActiveSession, type EventEnvelope } from '@kandev/contracts';
 import { processOnce } from '@kandev/runtime';
-import { sessionStateAfterExecutionEnd, sessionStateAfterTurn } from '../domain/transitions.js';
+import { sessionStateAfterExecutionEnd, sessionStateAfterTurn, turnEndAfterExecutionEnd } from '../domain/transitions.js';
 import { lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
+import type { Tx } from '@kandev/runtime';
 import type { Emit } from './context.js';
 import type { OrchRuntime } from './context.js';
-import { changeSessionState } from './changes.js';
+import { changeSessionState, reviewTaskIfNothingActive } from './changes.js';
 import { drainQueue } from './message.js';
 
 export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
@@ -33,27 +34,44 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
     if (!s || !task) return;
     if (s.execution_id && s.execution_id !== ev.data.execution_id) return;
     switch (ev.type) {
-      case 'turn.completed': {
-        const { turn_id, stop_reason } = ev.data;
-        const first = await completeTurn(tx, turn_id, stop_reason);
-        // A turn another path already closed (a cancel or interrupt did) changes nothing here.
-        if (!first) return;
-        if (await openTurn(tx, s.id)) return;
-        const next = sessionStateAfterTurn(s.state);
-        const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stop_reason}` }) : s;
-        drained = await drainQueue(rt, { requestId: ev.id }, tx, emit, task, idle);
+      case 'turn.completed':
+        drained = await endTurn(rt, tx, emit, task, s, ev.data.turn_id, ev.data.stop_reason, ev.id);
         return;
-      }
       case 'execution.stopped': {
-        await completeOpenTurns(tx, s.id, 'cancelled');
+        await completeOpenTurns(tx, s.id, turnEndAfterExecutionEnd(isActiveSession(s.state)));
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
-        const { how, exit_code } = ev.data;
-        const end = sessionStateAfterExecutionEnd(how, exit_code);
+        const { how, exit_code, reason } = ev.data;
+        const end = sessionStateAfterExecutionEnd(how, exit_code, reason);
         await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${how}` });
+        await reviewTaskIfNothingActive(tx, emit, task.id, `session_${end.state.toLowerCase()}`);
         return;
       }
     }
   });
   await rt.outbox.flush(staged);
   if (drained) rt.log.info({ task_id: taskId, session_id: sessionId }, 'queued message delivered after turn end');
+}
+
+/**
+ * A turn ended (reported by lifecycle, or found ended by the reconciler): close it, and when no
+ * other turn is open move the session on and deliver the next queued message. Returns whether a
+ * queued message was delivered. Idempotent: a turn already closed changes nothing.
+ */
+export async function endTurn(
+  rt: OrchRuntime,
+  tx: Tx,
+  emit: Emit,
+  task: NonNullable<Awaited<ReturnType<typeof getTask>>>,
+  s: NonNullable<Awaited<ReturnType<typeof lockSession>>>,
+  turnId: string,
+  stopReason: string,
+  requestId: string,
+): Promise<boolean> {
+  const first = await completeTurn(tx, turnId, stopReason);
+  // A turn another path already closed (a cancel or interrupt did) changes nothing here.
+  if (!first) return false;
+  if (await openTurn(tx, s.id)) return false;
+  const next = sessionStateAfterTurn(s.state);
+  const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;
+  return drainQueue(rt, { requestId }, tx, emit, task, idle);
 }

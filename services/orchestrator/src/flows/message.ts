@@ -79,6 +79,9 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
     status = await transact(rt, async (tx, emit): Promise<Status> => {
       const s = (await lockSession(tx, session.id))!;
       if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) return 'queued';
+      // after a user cancel a queued message waits for the operator too; an interrupt is the
+      // parent's explicit "run this now" and still goes through.
+      if (s.queue_paused && mode !== 'interrupt') return 'queued';
       if (!sessionIsIdle(s.state)) {
         if (mode !== 'interrupt') return 'queued';
         const turn = await openTurn(tx, s.id);

@@ -4,8 +4,9 @@ import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/tr
 import { StopReasons } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSession } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
-import { completeOpenTurns } from '../store/turns.js';
-import { changeSessionState, changeTaskStatus } from './changes.js';
+import { completeOpenTurns, openTurn } from '../store/turns.js';
+import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
+import { endTurn } from './lifecycle-events.js';
 import { transact, type OrchRuntime } from './context.js';
 import { scheduleTeardown } from './stop.js';
 
@@ -21,16 +22,20 @@ interface Suspect {
  * - an active session whose execution left the registry (its lifecycle instance died and the entry
  *   expired) is marked FAILED instead of looking RUNNING forever;
  * - a CANCELLED session whose execution is still registered and not being torn down gets its stop
- *   sent again (a lost teardown request must not leave a living process behind a logical cancel).
+ *   sent again (a lost teardown request must not leave a living process behind a logical cancel);
+ * - a RUNNING session whose execution lifecycle reports idle (no turn in flight) for longer than
+ *   TURN_OUTCOME_GRACE_MS, while the orchestrator still has a turn open that began before that,
+ *   gets the turn closed (stop_reason `lost`) and moves on as on turn.completed: the report of
+ *   the turn's end never arrived.
  * One replica at a time (advisory lock); every step is idempotent.
  */
-export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; repaired: number }> {
+export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; turnsClosed: number; repaired: number }> {
   // A session-level advisory lock lives on one connection: reserve it, so lock and unlock meet.
   const conn = await rt.sql.reserve();
   const [row] = await conn<{ locked: boolean }[]>`SELECT pg_try_advisory_lock(hashtext('kandev-orchestrator-reconcile')) AS locked`;
   if (!row?.locked) {
     conn.release();
-    return { lost: 0, restopped: 0, repaired: 0 };
+    return { lost: 0, restopped: 0, turnsClosed: 0, repaired: 0 };
   }
   try {
     // Settled rows only: a launch being admitted or a stop in progress is not a disagreement yet.
@@ -42,6 +47,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
       ORDER BY updated_at LIMIT 500`;
     let lost = 0;
     let restopped = 0;
+    let turnsClosed = 0;
     for (const s of suspects) {
       let execution: Execution | null;
       try {
@@ -57,10 +63,12 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
         await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, StopReasons.operatorStop).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
         restopped++;
+      } else if (s.state === 'RUNNING' && live && execution!.status === 'READY' && execution!.turn_id === null) {
+        if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await closeLostTurn(rt, s, execution!))) turnsClosed++;
       }
     }
     const repaired = await repairStalledTasks(rt);
-    return { lost, restopped, repaired };
+    return { lost, restopped, turnsClosed, repaired };
   } finally {
     await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
     conn.release();
@@ -76,6 +84,7 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     const end = sessionStateAfterExecutionEnd('lost', null);
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
+    await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
   });
@@ -112,6 +121,20 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
     }
   }
   return repaired;
+}
+
+/** The session's open turn began before lifecycle last changed the execution, which is idle now: its end was never reported. */
+async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execution): Promise<boolean> {
+  return transact(rt, async (tx, emit) => {
+    const s = await lockSession(tx, suspect.id);
+    if (!s || s.execution_id !== suspect.execution_id || s.state !== 'RUNNING') return false;
+    const turn = await openTurn(tx, s.id);
+    if (!turn || new Date(turn.started_at).getTime() >= Date.parse(execution.updated_at)) return false;
+    const task = (await getTask(tx, s.task_id))!;
+    rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, turn_id: turn.id }, 'turn reconciled: lifecycle reports the execution idle but its turn.completed never arrived');
+    await endTurn(rt, tx, emit, task, s, turn.id, 'lost', `reconcile-turn-${turn.id}`);
+    return true;
+  });
 }
 
 /** Run reconcileOnce every interval until stopped. */

@@ -56,6 +56,12 @@ export async function activeSessionsOfTask(q: Q, taskId: string): Promise<Sessio
   ], { prepare: true });
 }
 
+/** Whether any session of the task is active (ACTIVE_SESSION_STATES). */
+export async function hasActiveSession(q: Q, taskId: string): Promise<boolean> {
+  const rows = await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND state IN ('CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT') LIMIT 1`;
+  return rows.length > 0;
+}
+
 export async function hasPrimarySession(q: Q, taskId: string): Promise<boolean> {
   return (await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND is_primary`).length > 0;
 }

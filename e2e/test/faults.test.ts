@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { assertInvariants, eventually, type InvariantBounds } from '@kandev/testkit';
+import { makeTask, sleepScript, startWorld, type World } from './support.js';
+
+/**
+ * Issue 11, the faults that fit in `npm test`: a burst of session starts (overload), and a
+ * kill -9 of the lifecycle service in the middle of a stop. After each, the invariant checker
+ * (packages/testkit/src/invariants.ts) must pass within the documented bounds.
+ */
+const REGISTRY_TTL_MS = 3_000;
+const RECONCILE_INTERVAL_MS = 1_000;
+const TEARDOWN_GRACE_MS = 500;
+const bounds: InvariantBounds = {
+  graceMs: TEARDOWN_GRACE_MS + 2_000,
+  // Registry lapse + reconciler's settle time (5 s) + one interval.
+  reconcileMs: REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS,
+};
+/** Recovery headroom on a busy machine, on top of the bounds. */
+const WITHIN_MS = bounds.reconcileMs + 20_000;
+
+let w: World;
+const agentPids = new Map<string, number>();
+beforeAll(async () => {
+  w = await startWorld({
+    REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
+    RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
+    TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
+    LAUNCH_CONCURRENCY: '2',
+    LAUNCH_QUEUE_WAIT_MS: '3000',
+  });
+}, 120_000);
+afterAll(async () => w?.stop());
+
+/** The running agent's pid of a task's session, remembered for the checker. */
+async function agentOf(taskId: string, sessionId: string): Promise<number> {
+  const e = await eventually(async () => {
+    const list = (await w.api.get(`/tasks/${taskId}/executions`)).body as Array<{ session_id: string; pid: number | null; status: string }>;
+    return list.find((x) => x.session_id === sessionId && x.pid && (x.status === 'RUNNING' || x.status === 'READY')) ?? null;
+  }, 20_000);
+  agentPids.set(sessionId, e.pid!);
+  return e.pid!;
+}
+
+describe('faults', () => {
+  it('100 concurrent session starts: each answered within its timeout by a start or a fast 503 with Retry-After', async () => {
+    const tasks = await Promise.all(Array.from({ length: 100 }, () => makeTask(w.api).then((t) => t.task)));
+    // Sessions already running when the burst hits: an operator stops them in the middle of it.
+    const busy = [];
+    for (let i = 0; i < 3; i++) {
+      const { task } = await makeTask(w.api);
+      const s = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(120_000) });
+      await agentOf(task.id, s.id);
+      busy.push(task);
+    }
+    const t0 = performance.now();
+    const operatorStops = Promise.all(busy.map((t) => w.api.post(`/tasks/${t.id}/stop`)));
+    const answers = await Promise.all(
+      tasks.map(async (task) => {
+        const res = await fetch(`${w.stack.gatewayUrl}/tasks/${task.id}/sessions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${w.token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: sleepScript(120_000) }),
+        });
+        const body = (await res.json()) as { id?: string; error?: { code: string; details?: { retry_after_s?: number } } };
+        return { task, status: res.status, retryAfter: res.headers.get('retry-after'), body, ms: performance.now() - t0 };
+      }),
+    );
+    // Stops are what an operator reaches for under load: none fails.
+    for (const stop of await operatorStops) expect(stop.status, JSON.stringify(stop.body)).toBe(200);
+    const started = answers.filter((a) => a.status === 201);
+    const refused = answers.filter((a) => a.status === 503);
+    expect(started.length + refused.length, JSON.stringify(answers.filter((a) => a.status !== 201 && a.status !== 503).map((a) => [a.status, a.body]))).toBe(100);
+    expect(started.length).toBeGreaterThan(0);
+    for (const r of refused) {
+      expect(r.body.error).toMatchObject({ code: 'UNAVAILABLE' });
+      expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
+    }
+    // The orchestrator's launch timeout is 20 s: nobody got there.
+    for (const a of answers) expect(a.ms).toBeLessThan(20_000);
+    console.info(
+      `[overload] 100 starts: ${started.length} started (slowest ${Math.max(...started.map((a) => a.ms)).toFixed(0)} ms), ${refused.length} refused (slowest ${Math.max(0, ...refused.map((a) => a.ms)).toFixed(0)} ms)`,
+    );
+
+    for (const a of started) await agentOf(a.task.id, a.body.id!);
+    // Stop what started; afterwards nothing of it runs and nothing says it does.
+    const stops = await Promise.all(started.map((a) => w.api.post(`/tasks/${a.task.id}/stop`)));
+    for (const s of stops) expect(s.status).toBe(200);
+    await assertInvariants(w.stack, { agentPids, bounds, withinMs: WITHIN_MS });
+  }, 180_000);
+
+  it('kill -9 of lifecycle in the middle of a stop: the stopped agent and the other one are gone, sessions settle', async () => {
+    const a = await makeTask(w.api);
+    const b = await makeTask(w.api);
+    const sa = await w.api.ok('POST', `/tasks/${a.task.id}/sessions`, { prompt: sleepScript(120_000) });
+    const sb = await w.api.ok('POST', `/tasks/${b.task.id}/sessions`, { prompt: sleepScript(120_000) });
+    await agentOf(a.task.id, sa.id);
+    await agentOf(b.task.id, sb.id);
+
+    const lifecycle = w.stack.services.get('lifecycle')!;
+    const stopping = w.api.post(`/tasks/${a.task.id}/stop`);
+    lifecycle.process.kill('SIGKILL');
+    // The caller gets an answer: the stop was accepted (200) or refused with an error, never silence.
+    const stop = await stopping;
+    expect([200, 500, 503]).toContain(stop.status);
+    await w.stack.restart('lifecycle');
+
+    await assertInvariants(w.stack, { agentPids, bounds, withinMs: WITHIN_MS });
+    const after = await Promise.all([w.api.get(`/sessions/${sa.id}`), w.api.get(`/sessions/${sb.id}`)]);
+    // An accepted stop leaves its session CANCELLED; the other one was lost with the instance.
+    if (stop.status === 200) expect(after[0].body.state).toBe('CANCELLED');
+    expect(['FAILED', 'CANCELLED']).toContain(after[1].body.state);
+  }, 180_000);
+});

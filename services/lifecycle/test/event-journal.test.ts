@@ -1,0 +1,112 @@
+// Lifecycle's events are not lost (issue 11, ADR 0008): while JetStream refuses them they are kept
+// in the instance's journal and published, in order, once it accepts them again, even across a
+// kill -9 of the lifecycle process. The fault is real: the event stream is deleted (every publish
+// fails) and recreated later.
+import { Buckets, Streams, eventSubject, pingEndpoint, type EventEnvelope } from '@kandev/contracts';
+import { buildEvent, ensureEventStream, parseEvent, request, type NatsConnection } from '@kandev/runtime';
+import { startNats, type TestNats } from '@kandev/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, startLifecycle, tmpStateDir } from './helpers.js';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterAll(async () => {
+  for (const fn of cleanups.reverse()) await fn();
+});
+
+/** Every event stored in the stream on `type`'s subject (JetStream's view, not a core subscription). */
+async function storedEvents(nc: NatsConnection, type: EventEnvelope['type']): Promise<EventEnvelope[]> {
+  const jsm = await jetstreamManager(nc);
+  const out: EventEnvelope[] = [];
+  let seq = 0;
+  for (;;) {
+    const info = await jsm.streams.info(Streams.events.name).catch(() => null);
+    if (!info || seq >= info.state.last_seq) return out;
+    seq++;
+    const m = await jsm.streams.getMessage(Streams.events.name, { seq }).catch(() => null);
+    if (m && m.subject === eventSubject(type)) out.push(parseEvent(m.data));
+  }
+}
+
+describe('lifecycle event journal', () => {
+  it('keeps turn.completed while JetStream refuses it, across a kill -9, and publishes it once JetStream is back', async () => {
+    const nats: TestNats = await startNats();
+    const nc = await natsClient(nats.url, 'journal-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    await FakeOrchestrator.start(nc);
+    await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: 30_000 });
+    const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-journal', KANDEV_STATE_DIR: stateDir };
+    const start = async () => {
+      const c: ChildProcess = await spawnLifecycle(env);
+      cleanups.push(() => killHard(c));
+      await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+      return c;
+    };
+    const first = await start();
+    const x = await launch(nc, launchRequest());
+    cleanups.push(() => {
+      for (const pid of [x.pid!, x.agentctl_pid!]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
+    });
+
+    // JetStream refuses every event from now on.
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.delete(Streams.events.name);
+    const turn = randomUUID();
+    await promptAt(nc, 'life-journal', { execution_id: x.execution_id, turn_id: turn, prompt: script([{ text: 'done' }]) });
+    // The turn ends (lifecycle saw it) while its turn.completed cannot be published...
+    await eventually(() => getExecution(nc, x.execution_id), (e) => e?.status === 'READY' && e.turn_id === null, 15_000, 50);
+    const journal = join(stateDir, 'lifecycle', 'life-journal.events.jsonl');
+    await eventually(() => (existsSync(journal) ? readFileSync(journal, 'utf8') : ''), (t) => t.includes(turn) && t.includes('"turn.completed"'), 10_000, 50);
+
+    // ...and the instance dies before JetStream is back.
+    await killHard(first);
+    await ensureEventStream(nc);
+    expect(await storedEvents(nc, 'turn.completed')).toEqual([]);
+
+    // The next run with the same instance id and state dir publishes it, with its original id.
+    await start();
+    const completed = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
+    expect(completed).toHaveLength(1);
+    expect(completed[0]!.data).toMatchObject({ execution_id: x.execution_id, turn_id: turn, stop_reason: 'end_turn' });
+    // Its start-up cleanup reports the execution the dead run left, after the journalled events.
+    await eventually(() => storedEvents(nc, 'execution.stopped'), (evs) => evs.some((e) => e.data.execution_id === x.execution_id && e.data.how === 'lost'), 15_000, 100);
+    // Nothing pending any more: the journal is empty.
+    await eventually(() => readFileSync(journal, 'utf8'), (t) => t === '', 10_000, 50);
+  }, 90_000);
+
+  it('on start publishes exactly the recorded, unacknowledged events, skipping a torn last line', async () => {
+    const nats: TestNats = await startNats();
+    const nc = await natsClient(nats.url, 'journal-replay-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    await ensureEventStream(nc);
+    const scope = { workspace_id: randomUUID(), task_id: randomUUID(), session_id: randomUUID() };
+    const execution_id = randomUUID();
+    const acked = buildEvent('turn.completed', scope, { execution_id, turn_id: randomUUID(), stop_reason: 'end_turn' });
+    const pending = buildEvent('turn.completed', scope, { execution_id, turn_id: randomUUID(), stop_reason: 'end_turn' });
+    mkdirSync(join(stateDir, 'lifecycle'), { recursive: true });
+    writeFileSync(
+      join(stateDir, 'lifecycle', 'life-replay.events.jsonl'),
+      [JSON.stringify({ e: acked, h: {} }), JSON.stringify({ e: pending, h: {} }), JSON.stringify({ a: acked.id }), '{"e": {"id": "torn'].join('\n'),
+    );
+    const life = await startLifecycle(nats.url, 'life-replay', stateDir);
+    cleanups.push(() => life.stop());
+    const stored = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
+    expect(stored.map((e) => e.id)).toEqual([pending.id]);
+  }, 60_000);
+});
+

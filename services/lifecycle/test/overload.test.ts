@@ -1,0 +1,67 @@
+// Overload (issue 11): one instance starts at most LAUNCH_CONCURRENCY agents at a time; the rest
+// wait a bounded time in its queue or are refused at once with UNAVAILABLE and a retry-after hint.
+// Every request is answered well within its caller's timeout, by a start or a refusal.
+import { isKandevError, type Execution } from '@kandev/contracts';
+import { startNats, type TestNats } from '@kandev/testkit';
+import type { NatsConnection, RunningService } from '@kandev/runtime';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { admitLaunch, nextTypicalLaunchMs } from '../src/domain/admission.js';
+import { FakeOrchestrator, launch, launchRequest, natsClient, processGone, startLifecycle, tmpStateDir } from './helpers.js';
+
+describe('launch admission (pure)', () => {
+  const limits = { concurrency: 2, maxWaitMs: 5_000 };
+  it('starts while there is room, queues what fits in the wait bound, refuses the rest at once', () => {
+    expect(admitLaunch({ running: 1, waiting: 0, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'start' });
+    expect(admitLaunch({ running: 2, waiting: 0, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'wait' });
+    // 9 ahead + this one = 5 waves of 1 s: just fits.
+    expect(admitLaunch({ running: 2, waiting: 9, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'wait' });
+    expect(admitLaunch({ running: 2, waiting: 10, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'refuse', retryAfterMs: 6_000 });
+    // Nobody jumps the queue: a free slot with waiters means wait.
+    expect(admitLaunch({ running: 1, waiting: 1, typicalLaunchMs: 1_000 }, limits).kind).toBe('wait');
+    expect(nextTypicalLaunchMs(1_000, 2_000)).toBe(1_300);
+  });
+});
+
+describe('launch admission under a burst', () => {
+  let nats: TestNats;
+  let nc: NatsConnection;
+  let life: RunningService;
+  const WAIT_MS = 5_000;
+  beforeAll(async () => {
+    nats = await startNats();
+    nc = await natsClient(nats.url, 'overload-test');
+    await FakeOrchestrator.start(nc);
+    life = await startLifecycle(nats.url, 'life-busy', tmpStateDir(), { LAUNCH_CONCURRENCY: '2', LAUNCH_QUEUE_WAIT_MS: String(WAIT_MS) });
+  }, 60_000);
+  afterAll(async () => {
+    await life?.stop();
+    await nc?.close();
+    await nats?.stop();
+  });
+
+  it('answers every one of 20 concurrent launches with a start or a fast refusal carrying retry_after_s', async () => {
+    const t0 = performance.now();
+    const outcomes = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        launch(nc, launchRequest()).then(
+          (x: Execution) => ({ ok: true as const, x, ms: performance.now() - t0 }),
+          (e: unknown) => ({ ok: false as const, e, ms: performance.now() - t0 }),
+        ),
+      ),
+    );
+    const started = outcomes.filter((o) => o.ok);
+    const refused = outcomes.filter((o) => !o.ok);
+    // The first wave starts at once, later ones waited their turn in the queue.
+    expect(started.length).toBeGreaterThan(2);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) {
+      expect(isKandevError(r.e) && r.e.code === 'UNAVAILABLE', String(r.e)).toBe(true);
+      const details = (r.e as { details?: { retry_after_s?: number } }).details;
+      expect(details?.retry_after_s).toBeGreaterThanOrEqual(1);
+    }
+    // Nobody waited for the caller's timeout (20 s): refusals come within the queue bound plus slack.
+    for (const r of refused) expect(r.ms).toBeLessThan(WAIT_MS + 5_000);
+    for (const s of started) if (s.ok) expect(processGone(s.x.pid!)).toBe(false);
+    console.info(`[overload] 20 launches, concurrency 2: ${started.length} started, ${refused.length} refused; slowest refusal ${Math.max(...refused.map((r) => r.ms)).toFixed(0)} ms, slowest start ${Math.max(...started.map((s) => s.ms)).toFixed(0)} ms`);
+  }, 60_000);
+});

@@ -1,0 +1,91 @@
+// A lifecycle instance stalled (SIGSTOP) for longer than the registry TTL (issue 11): its entries
+// lapse and the orchestrator may give its executions up meanwhile. On SIGCONT each execution is
+// re-registered at once and put to the launch fence again: the ones still wanted stay, the ones
+// given up are stopped. No agent runs unregistered for longer than one refresh period (TTL/3) after
+// the stall ends, plus the fence round trip and the teardown grace (docs/operations.md).
+import { Buckets, Life, pingEndpoint } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
+import { startNats, type TestNats } from '@kandev/testkit';
+import { Kvm } from '@nats-io/kv';
+import { type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import { afterAll, describe, expect, it } from 'vitest';
+import { EventLog, FakeOrchestrator, eventually, killHard, kvEntry, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
+
+const TTL_MS = 1_500;
+const GRACE_MS = 1_000;
+const cleanups: Array<() => Promise<void> | void> = [];
+afterAll(async () => {
+  for (const fn of cleanups.reverse()) await fn();
+});
+
+describe('a lifecycle instance stalled longer than the registry TTL', () => {
+  it('re-registers the executions still wanted and stops the ones given up meanwhile', async () => {
+    const nats: TestNats = await startNats();
+    const nc = await natsClient(nats.url, 'stall-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    const orch = await FakeOrchestrator.start(nc);
+    const events = new EventLog(nc);
+    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
+    const logs: string[] = [];
+    const child: ChildProcess = await spawnLifecycle(
+      { NATS_URL: nats.url, INSTANCE_ID: 'life-stall', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(TTL_MS), TEARDOWN_GRACE_MS: String(GRACE_MS) },
+      (l) => logs.push(l),
+    );
+    cleanups.push(async () => {
+      child.kill('SIGCONT');
+      await killHard(child);
+    });
+    await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+
+    const [kept, givenUp] = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
+    for (const x of [kept, givenUp]) {
+      await promptAt(nc, 'life-stall', { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
+      cleanups.push(() => {
+        for (const pid of [x.pid!, x.agentctl_pid!]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
+      });
+    }
+    const admissionsBefore = orch.admitted.length;
+
+    child.kill('SIGSTOP');
+    // The entries lapse while the instance cannot refresh them...
+    for (const x of [kept, givenUp]) await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, TTL_MS * 4, 100);
+    // ...and meanwhile the orchestrator gives one of them up (its reconciler marks the session FAILED).
+    orch.decide = (req) => (req.execution_id === givenUp.execution_id ? { admitted: false, reason: 'session is FAILED' } : { admitted: true, reason: null });
+    // Reads queued during the stall are answered after it, and must still find the executions.
+    const queuedGet = request(nc, Life.get, { execution_id: kept.execution_id, task_id: kept.task_id }, { timeoutMs: 15_000 });
+    const queuedList = request(nc, Life.list, { task_id: kept.task_id }, { timeoutMs: 15_000 });
+    await nc.flush();
+    child.kill('SIGCONT');
+    const resumedAt = performance.now();
+    expect((await queuedGet)?.execution_id).toBe(kept.execution_id);
+    expect((await queuedList).map((e) => e.execution_id)).toEqual([kept.execution_id]);
+
+    // The one still wanted is registered again and keeps running.
+    await eventually(() => kvEntry(kv, kept.execution_id), (e) => e !== null, 10_000, 50);
+    // The one given up is stopped: its agent is gone and its stop is reported.
+    const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === givenUp.execution_id, 20_000);
+    expect(stopped.data.reason).toMatch(/^registry_lapsed/);
+    await eventually(() => processGone(givenUp.pid!) && processGone(givenUp.agentctl_pid!), (g) => g, 10_000, 50);
+    const stoppedAfterMs = performance.now() - resumedAt;
+    await eventually(() => kvEntry(kv, givenUp.execution_id), (e) => e === null, 10_000, 50);
+
+    expect(processGone(kept.pid!), logs.join('\n')).toBe(false);
+    const readmissions = orch.admitted.slice(admissionsBefore).map((r) => r.execution_id);
+    expect(readmissions).toContain(kept.execution_id);
+    expect(readmissions).toContain(givenUp.execution_id);
+    // The stated bound: refresh period + fence round trip + grace, with headroom for a busy machine.
+    const bound = TTL_MS / 3 + 5_000 + GRACE_MS + 2_000;
+    expect(stoppedAfterMs).toBeLessThan(bound);
+    console.info(`[timing] given-up execution stopped ${stoppedAfterMs.toFixed(0)} ms after SIGCONT (bound ${bound} ms)`);
+    // And the kept one survives further refreshes without another fence round trip.
+    await new Promise((r) => setTimeout(r, TTL_MS));
+    expect(await kvEntry(kv, kept.execution_id)).not.toBeNull();
+  }, 90_000);
+});
