@@ -43,7 +43,8 @@ afterAll(async () => {
     } catch {
       /* not running */
     }
-    rmSync(dir, { recursive: true, force: true });
+    // The server's last writes can race the removal (ENOTEMPTY on pg_wal): retry it.
+    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
   }
 });
 
