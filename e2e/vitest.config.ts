@@ -2,5 +2,5 @@ import { defineConfig } from 'vitest/config';
 
 // Each file starts a whole stack (5 services + agents): run files one at a time on 2 cores.
 export default defineConfig({
-  test: { include: ['test/**/*.test.ts'], testTimeout: 60_000, hookTimeout: 60_000, pool: 'forks', fileParallelism: false },
+  test: { include: ['test/**/*.test.ts'], testTimeout: 120_000, hookTimeout: 90_000, pool: 'forks', fileParallelism: false },
 });

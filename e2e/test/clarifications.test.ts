@@ -29,7 +29,8 @@ const waitForActive = (taskId: string, not?: string) =>
   eventually(async () => {
     const { active } = (await w.api.get(`/tasks/${taskId}/clarifications`)).body;
     return active && active.id !== not && active.waiter_live ? active : null;
-  }, 20_000);
+    // A prompt reaching the agent and its MCP call coming back: generous on a loaded 2-core machine.
+  }, 45_000);
 const mcpResults = (pid: number) => w.agentEvents(pid).filter((e) => e.kind === 'mcp_result' && e.tool === 'ask_user_questions');
 const turnEnds = (pid: number) => w.agentEvents(pid).filter((e) => e.kind === 'turn_end');
 const said = (pid: number, text: string) => w.agentEvents(pid).some((e) => e.kind === 'say' && e.text === text);

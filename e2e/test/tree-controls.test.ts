@@ -266,8 +266,11 @@ describe('cost summary', () => {
 });
 
 describe('races', () => {
-  it('a wakeup dispatched concurrently with a pause is gated or its session stopped, never left running', async () => {
-    for (let i = 0; i < 6; i++) {
+  // Bounds from the operations: a launch in flight when the pause lands settles within lifecycle's
+  // LAUNCH_TIMEOUT_MS (30 s) plus the teardown grace; 45 s leaves headroom on a loaded machine.
+  const SETTLE_MS = 45_000;
+  it('a wakeup dispatched concurrently with a pause is gated or its session stopped, never left running', { timeout: 4 * 2 * SETTLE_MS + 30_000 }, async () => {
+    for (let i = 0; i < 4; i++) {
       const { workspace_id, task: root } = await makeTask(w.api, { title: `race ${i}` });
       const c = await child(w.api, workspace_id, root.id, 'child');
       const wake = await w.api.ok('POST', '/wakeups', { task_id: c.id, reason: 'race', payload: { prompt: sleepScript(60_000) } });
@@ -277,11 +280,11 @@ describe('races', () => {
       const final = await eventually(async () => {
         const x = (await w.api.get(`/wakeups/${wake.id}`)).body;
         return x.status === 'finished' || x.status === 'cancelled' ? x : null;
-      }, 30_000);
+      }, SETTLE_MS);
       const sessions = (await w.api.get(`/tasks/${c.id}`)).body.sessions as Array<{ id: string; state: string }>;
       if (final.skip_reason === 'tree_paused') expect(sessions.every((s) => s.state === 'CANCELLED' || s.state === 'FAILED')).toBe(true);
       // Whatever won, nothing of the child runs once the launch settles.
-      await eventually(async () => (await w.api.get(`/tasks/${c.id}/executions`)).body.length === 0, 20_000);
+      await eventually(async () => (await w.api.get(`/tasks/${c.id}/executions`)).body.length === 0, SETTLE_MS);
       const after = (await w.api.get(`/tasks/${c.id}`)).body.sessions as Array<{ state: string }>;
       expect(after.every((s) => s.state === 'CANCELLED' || s.state === 'FAILED')).toBe(true);
     }
