@@ -1,5 +1,5 @@
 import postgres from 'postgres';
-import { connectMcp, eventually } from '@kandev/testkit';
+import { connectMcp, eventually, processAlive } from '@kandev/testkit';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { e2eIterations, natsAndHttpFloor, samples, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
@@ -12,19 +12,24 @@ async function family(b: BenchStack, n: number) {
   const parent = await b.api.ok('POST', '/tasks', { workspace_id, title: 'coordinator' });
   const mcp = await connectMcp(b.stack.mcpUrl, await b.stack.agentToken(parent.id));
   const children: string[] = [];
+  const pids = new Map<string, number>();
   // Launch a few at a time: every child is two node processes (agentctl + agent).
   for (let i = 0; i < n; i += 8) {
     const batch = await Promise.all(
       Array.from({ length: Math.min(8, n - i) }, async () => {
         const child = await b.api.ok('POST', '/tasks', { workspace_id, title: 'child', parent_id: parent.id });
         const s = await b.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }] }) });
-        await eventually(async () => (await b.api.get(`/sessions/${s.id}`)).body.execution?.status === 'RUNNING', 30_000);
+        const exec = await eventually(async () => {
+          const e = (await b.api.get(`/sessions/${s.id}`)).body.execution;
+          return e?.status === 'RUNNING' ? e : null;
+        }, 30_000);
+        pids.set(child.id, exec.pid);
         return child.id as string;
       }),
     );
     children.push(...batch);
   }
-  return { parent, mcp, children };
+  return { parent, mcp, children, pids };
 }
 
 async function stop(mcp: Mcp, taskId: string): Promise<number> {
@@ -74,7 +79,9 @@ const scenario: Scenario = {
       single.push(await stop(one.mcp, child));
       // One stop at a time on a quiet machine: the previous child's teardown (SIGTERM, two node
       // processes exiting, its events) would otherwise share the 2 cores with the next stop.
-      await eventually(async () => (await b.api.get(`/tasks/${child}/executions`)).body.length === 0, 15_000);
+      // Waits for the agent process itself to be gone (a /proc check, nothing asked of the system
+      // being measured).
+      await eventually(async () => !processAlive(one.pids.get(child)!), 30_000);
       await new Promise((r) => setTimeout(r, 100));
     }
 

@@ -12,7 +12,7 @@ export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
   on(Orch.workspaceCreate, (req) => createWorkspace(rt, req.actor, req.name)),
   on(Orch.taskCreate, (req, ctx) => createTask(rt, ctx, req)),
   on(Orch.taskGet, (req) => getTaskWithSessions(rt, req.actor, req.task_id)),
-  on(Orch.taskUpdate, (req) => updateTask(rt, req)),
+  on(Orch.taskUpdate, (req, ctx) => updateTask(rt, ctx, req)),
   on(Orch.sessionStart, async (req, ctx) => {
     const task = await getTaskWithSessions(rt, req.actor, req.task_id); // access check before any effect
     const started = await startSession(rt, ctx, { actor: req.actor, task_id: task.id, agent: req.agent, prompt: req.prompt });

@@ -1,5 +1,6 @@
 import { ACTIVE_SESSION_STATES, isLiveExecution, Life, type Execution } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { request, type Sql, type Tx } from '@kandev/runtime';
+import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { StopReasons } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSession } from '../store/sessions.js';
@@ -9,6 +10,10 @@ import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from 
 import { endTurn } from './lifecycle-events.js';
 import { transact, type OrchRuntime } from './context.js';
 import { scheduleTeardown } from './stop.js';
+
+/** B-3: what the reconciler does to a task is audited like any other control action, in its own transaction. */
+const reconcilerAudit = (q: Sql | Tx, task: { id: string; workspace_id: string }, action: string, details: Record<string, unknown>) =>
+  recordAudit(q, { task_id: task.id, workspace_id: task.workspace_id, action, actor: 'system:reconciler', reason: null, request_id: null, outcome: 'reconciled', details });
 
 interface Suspect {
   id: string;
@@ -62,6 +67,9 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
       } else if (s.state === 'CANCELLED' && live && execution!.status !== 'STOPPING') {
         rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
         await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, StopReasons.operatorStop).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
+        await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id }).catch((e) =>
+          rt.log.warn({ err: e }, 'audit write failed'),
+        );
         restopped++;
       } else if (s.state === 'RUNNING' && live && execution!.status === 'READY' && execution!.turn_id === null) {
         if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await closeLostTurn(rt, s, execution!))) turnsClosed++;
@@ -85,6 +93,7 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
     await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
+    await reconcilerAudit(tx, task, 'reconcile.session_lost', { session_id: s.id, execution_id: s.execution_id });
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
   });
@@ -113,6 +122,7 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
       const next = statusOfStalledTask(task, (await activeSessionsOfTask(tx, id)).length);
       if (!next) return false;
       await changeTaskStatus(tx, emit, task, next, { actor: { type: 'system', id: 'reconciler' }, reason: 'no_active_session' });
+      await reconcilerAudit(tx, task, 'reconcile.task_stalled', { from: task.status, to: next });
       return true;
     });
     if (moved) {
@@ -133,6 +143,7 @@ async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execu
     const task = (await getTask(tx, s.task_id))!;
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, turn_id: turn.id }, 'turn reconciled: lifecycle reports the execution idle but its turn.completed never arrived');
     await endTurn(rt, tx, emit, task, s, turn.id, 'lost', `reconcile-turn-${turn.id}`);
+    await reconcilerAudit(tx, task, 'reconcile.turn_lost', { session_id: s.id, turn_id: turn.id });
     return true;
   });
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
+import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
+import { recordAudit } from '../store/audit.js';
 import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
@@ -52,6 +53,16 @@ export async function startSession(
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
     if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
+    await recordAudit(tx, {
+      task_id: locked.id,
+      workspace_id: locked.workspace_id,
+      action: 'session.start',
+      actor: actorLabel(opts.actor),
+      reason: null,
+      request_id: call.requestId,
+      outcome: 'started',
+      details: { session_id: session.id, agent, ...(opts.launch_key ? { wakeup_id: opts.launch_key } : {}), ...(opts.sender_task_id ? { sender_task_id: opts.sender_task_id } : {}) },
+    });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
     return { task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null };
@@ -143,7 +154,10 @@ export async function promptSession(rt: OrchRuntime, call: CallContext, actor: A
       throw conflict(s.state === 'RUNNING' ? 'a turn is already in flight' : `session is ${s.state}; agent not running`, { state: s.state });
     }
     const turn = await dispatchTurn(rt, call, tx, emit, task, s, prompt, null);
-    await setQueuePaused(tx, s.id, false);
+    await Promise.all([
+      setQueuePaused(tx, s.id, false),
+      recordAudit(tx, { task_id: task.id, workspace_id: task.workspace_id, action: 'session.prompt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'sent', details: { session_id: s.id, turn_id: turn } }),
+    ]);
     return { turn_id: turn };
   });
 }

@@ -1,6 +1,6 @@
 import { actorLabel, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf, type Task, type TaskWithSessions } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
-import { auditOfTask } from '../store/audit.js';
+import { auditOfTask, recordAudit } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
 import { sessionsOfTask } from '../store/sessions.js';
 import { getTask, insertTask, insertWorkspace, lockParentForChild, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
@@ -65,14 +65,28 @@ export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId:
   }) as Promise<TaskWithSessions>;
 }
 
-export async function updateTask(rt: OrchRuntime, req: Req<'taskUpdate'>) {
+export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'taskUpdate'>) {
   assertCanAccess(req.actor, await getTask(rt.sql, req.task_id));
   return transact(rt, async (tx, emit) => {
-    let task = (await lockTask(tx, req.task_id))!;
+    const before = (await lockTask(tx, req.task_id))!;
+    let task = before;
     if (req.title !== undefined || req.archived !== undefined) {
       task = await updateTaskFields(tx, task.id, { ...(req.title !== undefined ? { title: req.title } : {}), ...(req.archived !== undefined ? { archived: req.archived } : {}) });
     }
     if (req.status) task = await changeTaskStatus(tx, emit, task, req.status, { actor: req.actor, reason: 'operator_update' });
+    // B-3: an operator moving a card or archiving it is a control action, audited with the change.
+    if (req.status !== undefined || req.archived !== undefined) {
+      await recordAudit(tx, {
+        task_id: task.id,
+        workspace_id: task.workspace_id,
+        action: 'task.update',
+        actor: actorLabel(req.actor),
+        reason: null,
+        request_id: call.requestId,
+        outcome: 'updated',
+        details: { from: before.status, to: task.status, ...(req.archived !== undefined ? { archived: req.archived } : {}) },
+      });
+    }
     return toTask(task);
   });
 }
