@@ -1,45 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertInvariants, eventually, type InvariantBounds } from '@kandev/testkit';
-import { makeTask, sleepScript, startWorld, type World } from './support.js';
+import { assertInvariants } from '@kandev/testkit';
+import { makeTask, sleepScript, type World } from './support.js';
+import { agentOf as agentOfIn, bounds, startFaultWorld, WITHIN_MS } from './fault-world.js';
 
 /**
  * Issue 11, the faults that fit in `npm test`: a burst of session starts (overload), and a
  * kill -9 of the lifecycle service in the middle of a stop. After each, the invariant checker
  * (packages/testkit/src/invariants.ts) must pass within the documented bounds.
  */
-const REGISTRY_TTL_MS = 3_000;
-const RECONCILE_INTERVAL_MS = 1_000;
-const TEARDOWN_GRACE_MS = 500;
-const bounds: InvariantBounds = {
-  graceMs: TEARDOWN_GRACE_MS + 2_000,
-  // Registry lapse + reconciler's settle time (5 s) + one interval.
-  reconcileMs: REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS,
-};
-/** Recovery headroom on a busy machine, on top of the bounds. */
-const WITHIN_MS = bounds.reconcileMs + 20_000;
-
 let w: World;
 const agentPids = new Map<string, number>();
 beforeAll(async () => {
-  w = await startWorld({
-    REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
-    RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
-    TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
-    LAUNCH_CONCURRENCY: '2',
-    LAUNCH_QUEUE_WAIT_MS: '3000',
-  });
+  w = await startFaultWorld();
 }, 120_000);
 afterAll(async () => w?.stop());
-
-/** The running agent's pid of a task's session, remembered for the checker. */
-async function agentOf(taskId: string, sessionId: string): Promise<number> {
-  const e = await eventually(async () => {
-    const list = (await w.api.get(`/tasks/${taskId}/executions`)).body as Array<{ session_id: string; pid: number | null; status: string }>;
-    return list.find((x) => x.session_id === sessionId && x.pid && (x.status === 'RUNNING' || x.status === 'READY')) ?? null;
-  }, 20_000);
-  agentPids.set(sessionId, e.pid!);
-  return e.pid!;
-}
+const agentOf = (taskId: string, sessionId: string) => agentOfIn(w, agentPids, taskId, sessionId);
 
 describe('faults', () => {
   it('100 concurrent session starts: each answered within its timeout by a start or a fast 503 with Retry-After', async () => {
