@@ -14,14 +14,21 @@ export interface TreeProcess {
   startTime: string;
 }
 
-const HAS_PROC = existsSync('/proc/self/stat');
+/** Whether this system has /proc (Linux); without it nothing here can see processes. */
+export const HAS_PROC = existsSync('/proc/self/stat');
 
-interface Stat extends TreeProcess {
+/** The fields of /proc/<pid>/stat the process helpers of agentctl and lifecycle need. */
+export interface ProcStat {
+  pid: number;
   ppid: number;
+  pgid: number;
   state: string;
+  /** Field 22: tells this process from a later one with the same pid. */
+  startTime: string;
 }
 
-function readStat(pid: number): Stat | undefined {
+/** One process's /proc/<pid>/stat, or undefined when it is gone or unreadable. */
+export function readProcStat(pid: number): ProcStat | undefined {
   try {
     const raw = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // comm (field 2) may hold spaces and parentheses; the fields after the last ')' are fixed.
@@ -57,13 +64,13 @@ function childrenOf(pid: number): number[] | undefined {
  */
 export function processTree(root: number): TreeProcess[] {
   if (!HAS_PROC) return [];
-  const rootStat = readStat(root);
+  const rootStat = readProcStat(root);
   if (!rootStat || rootStat.state === 'Z' || rootStat.state === 'X') return [];
   const out: TreeProcess[] = [];
   const queue: number[] = [root];
   while (queue.length > 0) {
     const pid = queue.shift()!;
-    const st = readStat(pid);
+    const st = readProcStat(pid);
     if (!st || st.state === 'Z' || st.state === 'X') continue;
     out.push({ pid: st.pid, pgid: st.pgid, startTime: st.startTime });
     const children = childrenOf(pid);
@@ -74,18 +81,18 @@ export function processTree(root: number): TreeProcess[] {
 }
 
 function scanTree(root: number): TreeProcess[] {
-  const all: Stat[] = [];
+  const all: ProcStat[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    const st = readStat(Number(name));
+    const st = readProcStat(Number(name));
     if (st && st.state !== 'Z' && st.state !== 'X') all.push(st);
   }
-  const byParent = new Map<number, Stat[]>();
+  const byParent = new Map<number, ProcStat[]>();
   for (const st of all) byParent.set(st.ppid, [...(byParent.get(st.ppid) ?? []), st]);
   const rootStat = all.find((s) => s.pid === root);
   if (!rootStat) return [];
   const out: TreeProcess[] = [];
-  const queue: Stat[] = [rootStat];
+  const queue: ProcStat[] = [rootStat];
   while (queue.length > 0) {
     const st = queue.shift()!;
     out.push({ pid: st.pid, pgid: st.pgid, startTime: st.startTime });
@@ -96,7 +103,7 @@ function scanTree(root: number): TreeProcess[] {
 
 /** Still the very process we noted (not a zombie, not a recycled pid)? */
 export function stillRunning(p: TreeProcess): boolean {
-  const st = readStat(p.pid);
+  const st = readProcStat(p.pid);
   return st !== undefined && st.state !== 'Z' && st.state !== 'X' && st.startTime === p.startTime;
 }
 
@@ -105,7 +112,7 @@ export function stillRunning(p: TreeProcess): boolean {
  * the process we noted. Never agentctl's own group. Returns how many processes were signalled.
  */
 export function signalTree(tree: readonly TreeProcess[], signal: NodeJS.Signals): number {
-  const own = readStat(process.pid)?.pgid ?? process.pid;
+  const own = readProcStat(process.pid)?.pgid ?? process.pid;
   let signalled = 0;
   const groups = new Set<number>();
   for (const p of tree) {

@@ -1,4 +1,5 @@
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
+import { HAS_PROC, readProcStat } from '@kandev/agentctl/process-tree';
 
 /*
  * OS process handles that survive pid reuse: a pid is only ever signalled together with the start
@@ -11,31 +12,9 @@ export interface ProcessRef {
   startTime: string | null;
 }
 
-interface ProcStat {
-  state: string;
-  ppid: number;
-  pgid: number;
-  startTime: string;
-}
-
-const HAS_PROC = existsSync('/proc/self/stat');
-
-function readStat(pid: number): ProcStat | null {
-  try {
-    const raw = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // comm (field 2) may contain spaces and parentheses; everything after the last ')' is fixed.
-    const rest = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
-    const [state, ppid, pgid] = rest;
-    const startTime = rest[19];
-    if (!state || !ppid || !pgid || !startTime) return null;
-    return { state, ppid: Number(ppid), pgid: Number(pgid), startTime };
-  } catch {
-    return null;
-  }
-}
 
 export function processRef(pid: number): ProcessRef {
-  return { pid, startTime: readStat(pid)?.startTime ?? null };
+  return { pid, startTime: readProcStat(pid)?.startTime ?? null };
 }
 
 /**
@@ -49,7 +28,7 @@ export function isAlive(ref: ProcessRef): boolean {
     if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
   if (!HAS_PROC) return true;
-  const st = readStat(ref.pid);
+  const st = readProcStat(ref.pid);
   if (!st) return false;
   if (st.state === 'Z' || st.state === 'X') return false;
   return ref.startTime === null || st.startTime === ref.startTime;
@@ -62,7 +41,7 @@ export function isAlive(ref: ProcessRef): boolean {
  */
 export function signalProcess(ref: ProcessRef, signal: NodeJS.Signals, opts: { group?: boolean } = {}): boolean {
   if (!isAlive(ref)) return false;
-  const leadsGroup = opts.group === true && HAS_PROC && readStat(ref.pid)?.pgid === ref.pid;
+  const leadsGroup = opts.group === true && HAS_PROC && readProcStat(ref.pid)?.pgid === ref.pid;
   try {
     process.kill(leadsGroup ? -ref.pid : ref.pid, signal);
     return true;
@@ -77,7 +56,7 @@ export function childProcesses(ppid: number): ProcessRef[] {
   const out: ProcessRef[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
-    const st = readStat(Number(name));
+    const st = readProcStat(Number(name));
     if (st && st.ppid === ppid && st.state !== 'Z') out.push({ pid: Number(name), startTime: st.startTime });
   }
   return out;
