@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { HoldMode, Wakeup } from '@kandev/contracts';
+import { HoldSkipReasons, type HoldMode, type Wakeup } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 
 type Q = Sql | Tx;
@@ -49,13 +49,13 @@ export async function claimWakeups(tx: Tx, limit: number): Promise<Array<WakeupR
      )
      UPDATE wakeups w SET
        status = CASE WHEN p.mode IS NULL THEN 'claimed' ELSE 'finished' END,
-       skip_reason = CASE p.mode WHEN 'pause' THEN 'tree_paused' WHEN 'cancel' THEN 'tree_cancelled' ELSE NULL END,
+       skip_reason = CASE p.mode WHEN 'pause' THEN $2 WHEN 'cancel' THEN $3 ELSE NULL END,
        claimed_at = now(),
        finished_at = CASE WHEN p.mode IS NULL THEN NULL ELSE now() END,
        attempts = w.attempts + CASE WHEN p.mode IS NULL THEN 1 ELSE 0 END
      FROM picked p WHERE w.id = p.id
      RETURNING ${COLS.split(', ').map((c) => `w.${c}`).join(', ')}, p.mode AS gate_mode`,
-    [limit],
+    [limit, HoldSkipReasons.pause, HoldSkipReasons.cancel],
     { prepare: true },
   );
 }
