@@ -111,6 +111,33 @@ describe('detached and superseded bundles', () => {
     expect(w.agentEvents(pid).filter((e) => e.kind === 'prompt')).toHaveLength(1);
   });
 
+  it('an older-turn bundle after a new prompt is not active and a late answer to it is ignored', async () => {
+    const { task, session, bundle: old, pid } = await asking();
+    await w.api.ok('POST', `/sessions/${session.id}/cancel`);
+    await w.api.ok('POST', `/sessions/${session.id}/prompt`, { prompt: askScript([{ id: 'color', text: 'Which colour?' }], 'after the new question') });
+    // Asked within the prompt's own dispatch: it must wait for that turn, not be refused (the agent logs a refusal).
+    const fresh = await waitForActive(task.id, old.id).catch((e: Error) => {
+      throw new Error(`${e.message}; the agent's tool results: ${JSON.stringify(mcpResults(pid))}`);
+    });
+    expect(fresh.turn_id).not.toBe(old.turn_id);
+
+    const listed = (await w.api.get(`/tasks/${task.id}/clarifications`)).body;
+    expect(listed.active.id).toBe(fresh.id);
+    expect(listed.bundles.find((b: { id: string }) => b.id === old.id)).toMatchObject({ status: 'pending', superseded: true, active: false, waiter_live: false });
+
+    const late = await w.api.post(`/clarification/${old.id}/respond`, { answers: [{ question_id: 'db', answer: 'late' }, { question_id: 'name', answer: 'late' }] });
+    expect(late.status).toBe(200);
+    expect(late.body).toMatchObject({ status: 'answered', agent_resumed: false, superseded: true });
+    // The agent is still waiting on the new question: the late answer went nowhere.
+    expect((await w.api.get(`/clarification/${fresh.id}`)).body).toMatchObject({ status: 'pending', waiter_live: true, active: true });
+    expect(mcpResults(pid)).toEqual([]);
+
+    await w.api.ok('POST', `/clarification/${fresh.id}/respond`, { answers: [{ question_id: 'color', answer: 'green' }] });
+    const [result] = await eventually(async () => (mcpResults(pid).length ? mcpResults(pid) : null));
+    expect(JSON.parse(result!.text as string)).toMatchObject({ bundle_id: fresh.id, answers: [{ question_id: 'color', answer: 'green' }] });
+    expect(result!.text).not.toContain('late');
+    await eventually(async () => said(pid, 'after the new question'));
+  });
 });
 
 describe('cancel (R-5.5) and concurrent responses', () => {

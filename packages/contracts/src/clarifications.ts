@@ -113,6 +113,8 @@ export const OrchMcpClarification = {
   ),
   renew: endpoint('orch.mcp.clarification.renew', z.object({ caller_task_id: id, agent_token: agentToken, bundle_id: id }), ClarificationWait),
   expire: endpoint('orch.mcp.clarification.expire', z.object({ caller_task_id: id, agent_token: agentToken, bundle_id: id }), ClarificationWait),
+  /** The waiting call's client went away (cancelled the call, or its connection closed): detach now, not when the lease lapses. */
+  release: endpoint('orch.mcp.clarification.release', z.object({ caller_task_id: id, agent_token: agentToken, bundle_id: id }), ClarificationWait),
 } as const;
 
 /**

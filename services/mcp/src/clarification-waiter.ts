@@ -15,8 +15,8 @@ import type { ToolContext } from './tools/tool.js';
  */
 
 interface Watch {
-  /** Resolves when a close event for the bundle arrives (or already arrived), or after `ms`. */
-  next(ms: number): Promise<void>;
+  /** Resolves when a close event for the bundle arrives (or already arrived), after `ms`, or when `signal` aborts. */
+  next(ms: number, signal: AbortSignal): Promise<void>;
   close(): void;
 }
 
@@ -69,15 +69,17 @@ class ClosedEvents {
     set.add(onEvent);
     this.watchers.set(bundleId, set);
     return {
-      next: (ms) =>
+      next: (ms, signal) =>
         new Promise<void>((resolve) => {
-          if (signalled) {
+          if (signalled || signal.aborted) {
             signalled = false;
             return resolve();
           }
           const timer = setTimeout(done, ms);
+          signal.addEventListener('abort', done, { once: true });
           function done() {
             clearTimeout(timer);
+            signal.removeEventListener('abort', done);
             wake = null;
             signalled = false;
             resolve();
@@ -102,7 +104,15 @@ export function closedEvents(nc: NatsConnection): ClosedEvents {
   return events;
 }
 
-/** Wait for the outcome of the bundle `ask` just stored. Every exit is typed; only a lost orchestrator at the deadline is an error. */
+const detachedOutcome = (w: ClarificationWait): AskOutcome =>
+  outcomeOf(w.bundle) ?? { bundle_id: w.bundle.id, status: 'detached', detached: true, reason: w.bundle.detached_reason, answers: [], questions: w.bundle.questions };
+
+/**
+ * Wait for the outcome of the bundle `ask` just stored. Every exit is typed; only a lost orchestrator
+ * at the deadline is an error. When the call's client goes away (`ctx.signal`: it cancelled the call
+ * or closed the connection) the bundle is detached at once, so the operator sees that nobody waits
+ * for the answer any more instead of a live waiter until the turn ends or the wait expires.
+ */
 export async function awaitOutcome(ctx: ToolContext, first: ClarificationWait): Promise<AskOutcome> {
   const bundleId = first.bundle.id;
   const deadline = Date.now() + first.expires_in_ms;
@@ -116,9 +126,14 @@ export async function awaitOutcome(ctx: ToolContext, first: ClarificationWait): 
       const remaining = deadline - Date.now();
       if (remaining <= 0) {
         state = await request(ctx.nc, OrchMcpClarification.expire, ids, { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs });
-        return outcomeOf(state.bundle) ?? { bundle_id: bundleId, status: 'detached', detached: true, reason: state.bundle.detached_reason, answers: [], questions: state.bundle.questions };
+        return detachedOutcome(state);
       }
-      await watch.next(Math.min(state.renew_every_ms, remaining));
+      await watch.next(Math.min(state.renew_every_ms, remaining), ctx.signal);
+      if (ctx.signal.aborted) {
+        // Nobody reads this result; if the release does not get through, the lapsing lease detaches the bundle.
+        state = await request(ctx.nc, OrchMcpClarification.release, ids, { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs }).catch(() => state);
+        return detachedOutcome(state);
+      }
       // Shutting down: stop renewing, so the lease lapses and the bundle shows as detached.
       if (ctx.nc.isClosed() || ctx.nc.isDraining()) throw unavailable('mcp instance is shutting down; the question stays open for the operator');
       try {

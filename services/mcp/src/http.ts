@@ -1,6 +1,6 @@
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
 import { agentTokenVerifier, bearer, context, propagation, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
-import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -71,6 +71,39 @@ function readBody(req: IncomingMessage, limit: number): Promise<string | null> {
 
 const isRequest = (m: JSONRPCMessage): m is JSONRPCRequest => 'method' in m && 'id' in m;
 
+/** The request ids a `notifications/cancelled` in this POST names (MCP cancellation). */
+function cancelledIds(messages: readonly JSONRPCMessage[]): RequestId[] {
+  const ids: RequestId[] = [];
+  for (const m of messages) {
+    if (isRequest(m) || !('method' in m) || m.method !== 'notifications/cancelled') continue;
+    const id = (m.params as { requestId?: unknown } | undefined)?.requestId;
+    if (typeof id === 'string' || typeof id === 'number') ids.push(id);
+  }
+  return ids;
+}
+
+/**
+ * Requests in flight on this instance, by caller token and JSON-RPC id, so that the caller's
+ * `notifications/cancelled` (a POST of its own: the server is stateless) reaches the call it names.
+ * A cancel landing on another replica finds nothing; the call then ends with its connection or turn.
+ */
+class InFlight {
+  private readonly calls = new Map<string, AbortController>();
+  private static key = (token: string, id: RequestId) => `${token}\n${typeof id}:${id}`;
+
+  /** The call's signal: aborted by a cancel naming it, or by `connection` (its HTTP connection closing). */
+  start(token: string, id: RequestId, connection: AbortSignal): { signal: AbortSignal; end(): void } {
+    const key = InFlight.key(token, id);
+    const own = new AbortController();
+    this.calls.set(key, own);
+    return { signal: AbortSignal.any([own.signal, connection]), end: () => this.calls.get(key) === own && this.calls.delete(key) };
+  }
+
+  cancel(token: string, id: RequestId): void {
+    this.calls.get(InFlight.key(token, id))?.abort(new Error('cancelled by the client'));
+  }
+}
+
 /**
  * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
  * simple clients). Each POST is authenticated, its JSON-RPC messages validated with the SDK's
@@ -82,6 +115,7 @@ const isRequest = (m: JSONRPCMessage): m is JSONRPCRequest => 'method' in m && '
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
   const verify = agentTokenVerifier(opts.jwtSecret);
+  const inFlight = new InFlight();
 
   async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const auth = await authenticate(req, verify);
@@ -119,6 +153,7 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       if (!m.success) return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON-RPC message');
       messages.push(m.data);
     }
+    for (const id of cancelledIds(messages)) inFlight.cancel(auth.token, id);
     const requests = messages.filter(isRequest);
     const initializing = requests.some((r) => r.method === 'initialize');
     if (initializing && messages.length > 1) return jsonRpcError(res, 400, ErrorCode.InvalidRequest, 'Invalid Request: Only one initialization request is allowed');
@@ -129,7 +164,7 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     // Notifications (initialized, cancelled, progress) and responses only: nothing to answer.
     if (requests.length === 0) return void res.writeHead(202).end();
 
-    const scope: CallScope = {
+    const scope: Omit<CallScope, 'signal'> = {
       nc: opts.nc,
       log,
       caller: auth.claims,
@@ -138,7 +173,21 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       requestTimeoutMs: opts.requestTimeoutMs,
       trace: req.headers.traceparent ? propagation.extract(context.active(), req.headers) : context.active(),
     };
-    const answers: JsonRpcAnswer[] = await Promise.all(requests.map((r) => answerRequest(r, scope)));
+    // A client that goes away before its answer (a closed connection) no longer waits for it.
+    const connection = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) connection.abort(new Error('client connection closed'));
+    });
+    const answers: JsonRpcAnswer[] = await Promise.all(
+      requests.map(async (r) => {
+        const call = inFlight.start(auth.token, r.id, connection.signal);
+        try {
+          return await answerRequest(r, { ...scope, signal: call.signal });
+        } finally {
+          call.end();
+        }
+      }),
+    );
     // As the SDK transport: one request (with or without notifications beside it) gets one object.
     const body = JSON.stringify(answers.length === 1 ? answers[0] : answers);
     res.writeHead(200, { 'content-type': 'application/json' }).end(body);

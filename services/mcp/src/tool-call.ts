@@ -15,6 +15,8 @@ export interface CallScope {
   requestTimeoutMs: number;
   /** Trace context extracted from the HTTP request (`traceparent`), parent of every tool span. */
   trace: Context;
+  /** Aborts when the caller cancels this call or its HTTP connection closes. */
+  signal: AbortSignal;
 }
 
 /**
@@ -62,7 +64,7 @@ async function runTool(tool: Tool | undefined, requested: string, args: unknown,
     const summary = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ');
     return toolFailure(validationError(`invalid arguments for ${tool.name}: ${summary}`, { issues }));
   }
-  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, callerToken: scope.callerToken, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs };
+  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, callerToken: scope.callerToken, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs, signal: scope.signal };
   try {
     return toolSuccess(await tool.run(parsed.data, ctx));
   } catch (e) {

@@ -14,6 +14,7 @@ class FakeBundles {
   renewEveryMs = 5_000;
   renewals = 0;
   expiries = 0;
+  releases = 0;
   asked: Array<Record<string, unknown>> = [];
   askError: Error | null = null;
 
@@ -73,6 +74,11 @@ beforeAll(async () => {
       fake.renewals++;
       return fake.wait();
     }),
+    on(OrchMcpClarification.release, async () => {
+      fake.releases++;
+      if (fake.view!.status === 'pending') fake.view = { ...fake.view!, waiter_live: false, detached: true, detached_reason: 'caller_gone', active: false };
+      return fake.wait();
+    }),
     on(OrchMcpClarification.expire, async () => {
       fake.expiries++;
       if (fake.view!.status === 'pending') fake.close('expired', 'expired');
@@ -81,7 +87,7 @@ beforeAll(async () => {
   ]);
 });
 afterEach(async () => {
-  Object.assign(fake, { view: null, expiresInMs: 30_000, renewEveryMs: 5_000, renewals: 0, expiries: 0, asked: [], askError: null });
+  Object.assign(fake, { view: null, expiresInMs: 30_000, renewEveryMs: 5_000, renewals: 0, expiries: 0, releases: 0, asked: [], askError: null });
   await Promise.all(clients.splice(0).map((c) => c.close().catch(() => undefined)));
 });
 afterAll(async () => h?.stop());
@@ -91,8 +97,8 @@ async function agent(claims: { task_id?: string; session_id?: string } = {}) {
   clients.push(client);
   return client;
 }
-const askCall = (client: Client, questions: unknown[] = [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }]) =>
-  client.callTool({ name: 'ask_user_questions', arguments: { questions } }) as Promise<{ isError?: boolean; content: Array<{ type: string; text?: string }>; structuredContent?: Record<string, unknown> }>;
+const askCall = (client: Client, questions: unknown[] = [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }], signal?: AbortSignal) =>
+  client.callTool({ name: 'ask_user_questions', arguments: { questions } }, undefined, signal ? { signal } : undefined) as Promise<{ isError?: boolean; content: Array<{ type: string; text?: string }>; structuredContent?: Record<string, unknown> }>;
 async function until(what: string, pred: () => boolean, ms = 5_000) {
   const end = Date.now() + ms;
   while (!pred()) {
@@ -159,6 +165,32 @@ describe('ask_user_questions', () => {
     const r = await pending;
     expect(r.structuredContent).toMatchObject({ detached: true, status: 'detached', reason: 'turn_cancelled' });
     expect(r.structuredContent).not.toHaveProperty('rejected');
+  });
+
+  it('detaches the bundle at once when the client cancels the call (notifications/cancelled)', async () => {
+    const client = await agent();
+    fake.renewEveryMs = 60_000; // only the cancel can end this wait in time
+    const abort = new AbortController();
+    const pending = askCall(client, undefined, abort.signal);
+    await until('the bundle', () => fake.view !== null);
+    abort.abort();
+    await expect(pending).rejects.toThrow();
+    await until('the release', () => fake.releases === 1);
+    expect(fake.view).toMatchObject({ detached: true, detached_reason: 'caller_gone' });
+  });
+
+  it("detaches the bundle at once when the client's connection closes mid-wait", async () => {
+    const token = await agentToken({ task_id: uuid(), mode: 'task' });
+    fake.renewEveryMs = 60_000;
+    const http = await import('node:http');
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } } });
+    const req = http.request(h.url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' } });
+    req.on('error', () => undefined); // destroyed below on purpose
+    req.end(body);
+    await until('the bundle', () => fake.view !== null);
+    req.destroy();
+    await until('the release', () => fake.releases === 1);
+    expect(fake.view).toMatchObject({ detached: true, detached_reason: 'caller_gone' });
   });
 
   it('reports a refused ask as a tool error', async () => {

@@ -83,6 +83,53 @@ describe('clarifications', () => {
     await expect(ask(task.id, undefined, [{ id: 'x', text: '1' }, { id: 'x', text: '2' }])).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
   });
 
+  it('an agent asking while the prompt that started its turn is still being dispatched gets that turn, not CONFLICT', async () => {
+    // A prompt dispatch holds the session's guard from inserting the turn until lifecycle has handed
+    // the prompt to the agent, so a fast agent asks before the turn is committed. Played here by hand:
+    // the old turn is over, a transaction holds the guard with the new turn uncommitted, the agent asks.
+    const { task, session } = await working();
+    await h.sql`UPDATE orchestrator.turns SET completed_at = now(), stop_reason = 'cancelled' WHERE session_id = ${session.id}`;
+    await h.sql`UPDATE orchestrator.sessions SET state = 'WAITING_FOR_INPUT' WHERE id = ${session.id}`;
+    let releaseDispatch!: () => void;
+    const dispatched = new Promise<void>((r) => (releaseDispatch = r));
+    let newTurn = '';
+    const dispatch = h.sql.begin(async (tx) => {
+      await tx`SELECT id FROM orchestrator.sessions WHERE id = ${session.id} FOR UPDATE`;
+      [{ id: newTurn }] = await tx<{ id: string }[]>`INSERT INTO orchestrator.turns (id, session_id, prompt) VALUES (gen_random_uuid(), ${session.id}, 'next') RETURNING id`;
+      await tx`UPDATE orchestrator.sessions SET state = 'RUNNING' WHERE id = ${session.id}`;
+      await dispatched;
+    });
+    await until('the dispatch to hold the guard', async () => (newTurn ? true : undefined));
+    const asked = Promise.allSettled([ask(task.id), ask(task.id, session.id, [{ id: 'c', text: 'C?' }])]);
+    try {
+      // Both asks queue behind the guard (neither answers before the dispatch commits).
+      await until('both asks to wait on the guard', async () => {
+        const [{ n }] = await h.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`;
+        return n >= 2 ? true : undefined;
+      }).catch(() => undefined);
+    } finally {
+      releaseDispatch();
+      await dispatch;
+    }
+    const [byTask, bySession] = (await asked).map((r) => (r.status === 'fulfilled' ? r.value : { refused: String(r.reason) }));
+    expect(byTask).toMatchObject({ bundle: { session_id: session.id, turn_id: newTurn, status: 'pending' } });
+    expect(bySession).toMatchObject({ bundle: { session_id: session.id, turn_id: newTurn, status: 'pending' } });
+  });
+
+  it('a released waiter (its client went away) detaches the bundle at once; a later answer resumes nobody; a closed bundle stays as it is', async () => {
+    const { task, session } = await working();
+    const { bundle } = await ask(task.id, session.id);
+    const release = async (bundle_id: string) => request(h.nc, OrchMcpClarification.release, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id });
+    const released = await release(bundle.id);
+    expect(released.bundle).toMatchObject({ status: 'pending', waiter_live: false, detached: true, detached_reason: 'caller_gone' });
+    const answered = await respond(bundle.id, { answers: [{ question_id: 'a', answer: '1' }, { question_id: 'b', answer: '2' }] });
+    expect(answered).toMatchObject({ status: 'answered', agent_resumed: false, detached: true });
+    expect((await release(bundle.id)).bundle).toMatchObject({ status: 'answered', detached_reason: 'caller_gone' });
+    const other = await working();
+    const foreign = (await ask(other.task.id, other.session.id)).bundle.id;
+    await expect(release(foreign)).rejects.toMatchObject({ code: 'NOT_FOUND' }); // another task's bundle
+  });
+
   it('answers: the bundle closes once nothing is pending, the waiter would get it, a second response is CONFLICT with the final state', async () => {
     const { task, session } = await working();
     const { bundle } = await ask(task.id, session.id);

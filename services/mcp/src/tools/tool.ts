@@ -11,6 +11,8 @@ export interface ToolContext {
   readonly callerToken: string;
   readonly requestId: string;
   readonly requestTimeoutMs: number;
+  /** Aborts when the caller cancels this call (`notifications/cancelled`) or its HTTP connection closes. */
+  readonly signal: AbortSignal;
 }
 
 export interface ToolSpec<Shape extends z.ZodRawShape> {

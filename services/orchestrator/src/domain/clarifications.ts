@@ -45,6 +45,8 @@ export const DetachReasons = {
   turnCancelled: 'turn_cancelled',
   turnEnded: 'turn_ended',
   waiterLost: 'waiter_lost',
+  /** The agent's MCP client cancelled the call or disconnected while it waited. */
+  callerGone: 'caller_gone',
   superseded: 'superseded',
 } as const;
 
@@ -175,6 +177,11 @@ export function decideExpiry(b: BundleFacts): Decision | null {
 }
 
 /** What a lease renewal does: extend a live waiter's lease, or record that the waiter is gone. */
+/** The waiting call's client is gone: a pending bundle that still had a waiter is detached. */
+export function decideRelease(b: BundleFacts): { kind: 'detach'; reason: string } | { kind: 'none' } {
+  return b.status === 'pending' && !b.detached_at ? { kind: 'detach', reason: DetachReasons.callerGone } : { kind: 'none' };
+}
+
 export function decideRenewal(b: BundleFacts): { kind: 'extend' } | { kind: 'detach'; reason: string } | { kind: 'none' } {
   if (b.status !== 'pending' || b.detached_at) return { kind: 'none' };
   const w = waiterOf(b);

@@ -7,6 +7,7 @@ import {
   clarificationsOfTask,
   expireBundle,
   getClarification,
+  releaseWaiter,
   renewWaiter,
   respondToClarification,
 } from '../flows/clarifications.js';
@@ -30,5 +31,9 @@ export const clarificationEndpoints = (rt: OrchRuntime): Registration[] => [
   on(OrchMcpClarification.expire, async (req) => {
     await verifyMcpCaller(rt, req, ['task']);
     return expireBundle(rt, req);
+  }),
+  on(OrchMcpClarification.release, async (req) => {
+    await verifyMcpCaller(rt, req, ['task']);
+    return releaseWaiter(rt, req);
   }),
 ];

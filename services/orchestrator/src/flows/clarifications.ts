@@ -18,6 +18,7 @@ import {
   decideCancel,
   decideExpiry,
   decideRejection,
+  decideRelease,
   decideRenewal,
   pickActiveBundle,
   pinnedOf,
@@ -34,11 +35,10 @@ import {
   insertBundle,
   lockBundle,
   markDetached,
-  sessionWithOpenTurn,
   updateQuestions,
   type BundleRow,
 } from '../store/clarifications.js';
-import { lockSessionWithOpenTurn } from '../store/sessions.js';
+import { lockSessionAskingFor, lockSessionWithOpenTurn } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
@@ -81,11 +81,10 @@ export async function askQuestions(rt: OrchRuntime, call: CallContext, req: McpR
   const questions = questionsAsked(req.questions);
   const task = await getTask(rt.sql, req.caller_task_id);
   if (!task) throw notFound('calling task not found');
-  const sessionId = req.caller_session_id ?? (await sessionWithOpenTurn(rt.sql, task.id));
-  if (!sessionId) throw conflict('no agent turn in flight to attach the questions to');
   const bundle = await transact(rt, async (tx, emit) => {
-    const s = await lockSessionWithOpenTurn(tx, sessionId);
-    if (!s || s.task_id !== task.id) throw notFound('session not found');
+    const s = req.caller_session_id ? await lockSessionWithOpenTurn(tx, req.caller_session_id) : await lockSessionAskingFor(tx, task.id);
+    if (req.caller_session_id && (!s || s.task_id !== task.id)) throw notFound('session not found');
+    if (!s) throw conflict('no agent turn in flight to attach the questions to');
     if (!isActiveSession(s.state) || !s.open_turn_id) throw conflict('no agent turn in flight to attach the questions to', { session_id: s.id, state: s.state });
     const id = randomUUID();
     await insertBundle(tx, {
@@ -115,6 +114,21 @@ export async function renewWaiter(rt: OrchRuntime, req: McpReq<'renew'>): Promis
     if (r.kind === 'detach') await markDetached(tx, b.id, r.reason);
     return r.kind === 'none' ? b : (await getBundle(tx, b.id))!;
   });
+  return waitOf(rt, b);
+}
+
+/** The waiting call's client went away: detach the bundle at once (an operator's answer then resumes nobody). */
+export async function releaseWaiter(rt: OrchRuntime, req: McpReq<'release'>): Promise<ClarificationWait> {
+  let detached = false;
+  const b = await transact(rt, async (tx) => {
+    const b = await lockOwnBundle(tx, req.caller_task_id, req.bundle_id);
+    const r = decideRelease(b);
+    if (r.kind === 'none') return b;
+    await markDetached(tx, b.id, r.reason);
+    detached = true;
+    return (await getBundle(tx, b.id))!;
+  });
+  if (detached) rt.log.info({ task_id: b.task_id, session_id: b.session_id, bundle_id: b.id }, 'clarification detached: the waiting call went away');
   return waitOf(rt, b);
 }
 

@@ -1,4 +1,3 @@
-import { ACTIVE_SESSION_STATES } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 import type { BundleFacts, BundleStatus, Question } from '../domain/clarifications.js';
 
@@ -89,13 +88,4 @@ export async function detachPendingBundles(tx: Tx, sessionIds: readonly string[]
   const rows = await tx`UPDATE clarification_bundles SET detached_at = now(), detached_reason = ${reason}
                         WHERE session_id = ANY(${sessionIds as string[]}::uuid[]) AND status = 'pending' AND detached_at IS NULL RETURNING id`;
   return rows.length;
-}
-
-/** The session an agent without a session id in its token asks from: the task's active session with a turn in flight. */
-export async function sessionWithOpenTurn(q: Q, taskId: string): Promise<string | null> {
-  const [row] = await q<{ id: string }[]>`
-    SELECT s.id FROM sessions s JOIN turns tu ON tu.session_id = s.id
-    WHERE s.task_id = ${taskId} AND s.state = ANY(${[...ACTIVE_SESSION_STATES]}) AND tu.completed_at IS NULL
-    ORDER BY tu.started_at DESC LIMIT 1`;
-  return row?.id ?? null;
 }

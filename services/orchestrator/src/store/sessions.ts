@@ -31,17 +31,47 @@ export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null
   return row ?? null;
 }
 
-/** The per-session guard plus the session's workspace and open turn, in one statement (the hot path of a cancel). */
-export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<(SessionRow & { workspace_id: string; open_turn_id: string | null }) | null> {
-  const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
-  const [row] = await tx.unsafe<(SessionRow & { workspace_id: string; open_turn_id: string | null })[]>(
-    `SELECT ${cols}, t.workspace_id,
-       (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
-     FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1 FOR UPDATE OF s`,
-    [id],
-    { prepare: true },
-  );
-  return row ?? null;
+type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
+
+/**
+ * The per-session guard plus the session's workspace and open turn (the hot path of a cancel and of
+ * an agent's question). Two statements, pipelined in one round trip: under READ COMMITTED a statement
+ * reads a snapshot taken when it starts, so a turn read by the locking statement itself would miss a
+ * turn whose prompt committed while we waited for the lock (a prompt dispatch holds this lock while
+ * the agent already runs the new turn). The read runs after the lock is granted and sees it.
+ */
+export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<GuardedSession | null> {
+  const [locked, [extra]] = await Promise.all([
+    lockSession(tx, id),
+    tx.unsafe<{ workspace_id: string; open_turn_id: string | null }[]>(
+      `SELECT t.workspace_id,
+         (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
+       FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`,
+      [id],
+      { prepare: true },
+    ),
+  ]);
+  return locked && extra ? { ...locked, ...extra } : null;
+}
+
+/**
+ * The session a task's agent asks from when its token names no session: lock the task's active
+ * sessions (in the stop pipeline's order), then, in a statement that starts after the locks are
+ * granted, pick the one whose turn is in flight. Reading first and locking after would answer "no
+ * turn" to an agent that asks within the prompt dispatch that started its turn.
+ */
+export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
+  const active = [...ACTIVE_SESSION_STATES];
+  const [, [row]] = await Promise.all([
+    tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true }),
+    tx.unsafe<{ id: string }[]>(
+      `SELECT s.id FROM sessions s JOIN turns tu ON tu.session_id = s.id
+       WHERE s.task_id = $1 AND s.state = ANY($2) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`,
+      [taskId, active],
+      { prepare: true },
+    ),
+  ]);
+  return row ? lockSessionWithOpenTurn(tx, row.id) : null;
 }
 
 export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
@@ -58,7 +88,7 @@ export async function activeSessionsOfTask(q: Q, taskId: string): Promise<Sessio
 
 /** Whether any session of the task is active (ACTIVE_SESSION_STATES). */
 export async function hasActiveSession(q: Q, taskId: string): Promise<boolean> {
-  const rows = await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND state IN ('CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT') LIMIT 1`;
+  const rows = await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND state = ANY(${[...ACTIVE_SESSION_STATES]}) LIMIT 1`;
   return rows.length > 0;
 }
 
