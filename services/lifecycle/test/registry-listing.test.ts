@@ -166,6 +166,10 @@ describe('registry listing', () => {
       }
       expect(slowest).toBeLessThan(DEFAULT_REQUEST_TIMEOUT_MS);
       expect(n).toBeGreaterThan(LISTINGS / 10); // there was churn to list through
+      // A listing leaves nothing on the server. Each kv.keys() left an ephemeral consumer for its
+      // 5 min inactivity threshold, and every registry put is matched against every consumer.
+      const info = JSON.parse(new TextDecoder().decode((await nc.request(`$JS.API.STREAM.INFO.${STREAM}`, '', { timeout: 5_000 })).data)) as { state: { consumer_count: number } };
+      expect(info.state.consumer_count).toBe(0);
     } finally {
       churning = false;
       await Promise.all([refresher, churner]);
@@ -173,6 +177,19 @@ describe('registry listing', () => {
       await churnNats.stop();
     }
   }, 120_000);
+
+  it('finds an execution without its task id, and lists every task\'s entries', async () => {
+    const registry = await ExecutionRegistry.open(admin, 60_000, log);
+    const [a, b] = [entry(randomUUID()), entry(randomUUID())];
+    await registry.put(a);
+    await registry.put(b);
+    await registry.delete(b.execution_id); // a delete marker: listed by the server, read as gone
+    expect(await registry.get(a.execution_id)).toEqual(a);
+    expect(await registry.get(b.execution_id)).toBeNull();
+    const all = (await registry.all()).map((e) => e.execution_id);
+    expect(all).toContain(a.execution_id);
+    expect(all).not.toContain(b.execution_id);
+  });
 
   it('fails whole with UNAVAILABLE when it cannot finish within its caller deadline, never with part of the list', async () => {
     const task = randomUUID();
