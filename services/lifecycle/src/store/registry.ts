@@ -11,7 +11,7 @@ const dec = new TextDecoder();
  * value is validated when written and when read. The bucket's max age is the liveness TTL: the
  * owner re-puts its entries every TTL/3, so the entries of a dead instance vanish on their own.
  *
- * Listings never use `kv.keys()` (ADR 0010): on nats-server 2.9 its consumer can wait 30 s or for
+ * Listings never use `kv.keys()` (ADR 0009): on nats-server 2.9 its consumer can wait 30 s or for
  * ever when an entry ages out between the consumer's creation and its delivery. A listing is one
  * stream-info request naming the matching subjects, then one direct read per key, all within the
  * caller's deadline.
