@@ -125,16 +125,18 @@ describe('registry listing', () => {
     // A bucket of its own with a short max age, so entries keep ageing out during the listings.
     const churnNats = await startNats();
     const nc = await connectNats({ url: churnNats.url, name: 'registry-listing-churn' });
-    const TTL_MS = 1_500;
+    const TTL_MS = 2_000;
+    // The stable entries are re-put well within the TTL, so a slow event loop cannot let them lapse.
+    const REFRESH_MS = TTL_MS / 5;
     const registry = await ExecutionRegistry.open(nc, TTL_MS, log);
     const task = randomUUID();
-    // Re-put every TTL/3 like an owner does: always live, so every listing must include them.
+    // Re-put like an owner does: always live, so every listing must include them.
     const stable = [entry(task), entry(task), entry(task)];
     for (const e of stable) await registry.put(e);
     let churning = true;
     const refresher = (async () => {
       while (churning) {
-        await new Promise((r) => setTimeout(r, TTL_MS / 3));
+        await new Promise((r) => setTimeout(r, REFRESH_MS));
         await Promise.all(stable.map((e) => registry.put(e)));
       }
     })();
