@@ -87,7 +87,8 @@ async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol:
 
 /** Step 1: agentctl is started and the execution is registered STARTING (memory, KV, state file). */
 function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execution['protocol']; token: string }): LiveExecution {
-  const { env, deps } = { env: ctx.deps.env, deps: ctx.deps };
+  const { deps } = ctx;
+  const { env } = deps;
   const log = deps.log.child({ task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id });
   const proc = AgentctlProcess.spawn({
     bin: deps.agentctlBin,

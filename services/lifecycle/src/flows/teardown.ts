@@ -1,6 +1,7 @@
 import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
 import { SpanKind, buildEvent, inSpan, type Logger } from '@kandev/runtime';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import { stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
@@ -110,8 +111,12 @@ export class TeardownExecutor {
       terminate([x.agentctl.ref], this.schedule(x, log, { signal: null, graceMs: AGENTCTL_EXIT_WAIT_MS })),
     ]);
     if (agents.survivors.length > 0 || agentctl.survivors.length > 0) return false;
-    // agentctl is our child: gone once Node has reaped it (its exit event, a moment after it died), so its exit is known.
-    await x.agentctl.exited;
+    // agentctl is gone: let every line it wrote be handled first (its agent_exited line has the
+    // agent's real exit status). Bounded, should something else hold its stdout open.
+    const bound = new AbortController();
+    await Promise.race([x.agentctl.closed, sleep(AGENTCTL_EXIT_WAIT_MS, undefined, { signal: bound.signal }).catch(() => undefined)]);
+    bound.abort();
+    await x.inOrder(async () => undefined);
     return true;
   }
 
