@@ -11,6 +11,8 @@ import { killRetryDelayMs, signalProcesses, terminate } from '../src/terminate.j
  */
 
 const spawned: ChildProcess[] = [];
+/** Processes outside those groups (a grandchild in a session of its own), killed after a failed test too. */
+const strays: ProcessRef[] = [];
 
 afterEach(() => {
   for (const c of spawned.splice(0)) {
@@ -20,17 +22,22 @@ afterEach(() => {
       // already gone
     }
   }
+  signalProcesses(strays.splice(0), 'SIGKILL');
 });
 
-/** A process leading a group of its own (as agentctl starts agents and lifecycle starts agentctl). */
-function leader(script: string): { child: ChildProcess; ref: ProcessRef; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; said: () => string } {
-  const child = spawn('bash', ['-c', script], { detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
+/** A process leading a group of its own (as agentctl starts agents and lifecycle starts agentctl): a bash or a node script. */
+function leader(script: string, command = 'bash'): { child: ChildProcess; ref: ProcessRef; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; said: () => string } {
+  const child = spawn(command === 'bash' ? 'bash' : process.execPath, [command === 'bash' ? '-c' : '-e', script], { detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
   spawned.push(child);
   let out = '';
   child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
-  const exit = once(child, 'exit').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
+  // 'close': after the exit and the last of its stdout, so what it said is all there.
+  const exit = once(child, 'close').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
   return { child, ref: processRef(child.pid!), exit, said: () => out };
 }
+
+/** Says `up` once its handler is installed, and `TERM` for every SIGTERM, which it otherwise ignores. */
+const IGNORES_SIGTERM = "process.on('SIGTERM', () => process.stdout.write('TERM\\n')); process.stdout.write('up\\n'); setInterval(() => {}, 60000);";
 
 async function until<T>(fn: () => T | undefined, ms = 5_000): Promise<T> {
   const end = Date.now() + ms;
@@ -62,7 +69,7 @@ describe('terminate', () => {
   });
 
   it('a process that ignores SIGTERM: SIGKILLed once the grace is over, and reported as killed', async () => {
-    const p = leader("trap 'echo TERM' TERM; echo up; while :; do sleep 0.05; done");
+    const p = leader(IGNORES_SIGTERM, 'node');
     await until(() => (p.said().includes('up') ? true : undefined));
     const graceMs = 300;
     const rounds: string[] = [];
@@ -79,14 +86,16 @@ describe('terminate', () => {
 
   it('a process that forks: its grandchild in the same group goes with it, one in a session of its own ignoring SIGTERM is SIGKILLed', async () => {
     // bash → (a) `sleep` in bash's group, (b) a setsid'd shell that ignores TERM: outside the group.
-    const p = leader(`sleep 600 & setsid bash -c "trap '' TERM; while :; do sleep 0.05; done" & wait`);
-    // Both started, and the second one's setsid done.
+    const p = leader(`sleep 600 & setsid bash -c "trap '' TERM; echo ignoring; while :; do sleep 0.05; done" & wait`);
+    // Both started, the second one in its own session and ignoring SIGTERM already.
+    await until(() => (p.said().includes('ignoring') ? true : undefined));
     const [inGroup, ownSession] = await until(() => {
       const kids = childProcesses(p.ref.pid);
       const a = kids.find((k) => k.pgid === p.ref.pid);
       const b = kids.find((k) => k.pgid === k.pid);
       return a && b ? [a, b] : undefined;
     });
+    strays.push(ownSession!);
     const r = await terminate([p.ref, ownSession!], { graceMs: 300, exits: [p.exit] });
     expect(r.survivors).toEqual([]);
     // bash dies of SIGTERM; its same-group child with it (only the leader was named); the other needed SIGKILL.
@@ -96,7 +105,7 @@ describe('terminate', () => {
   });
 
   it('grace 0: SIGKILL at once, nothing before it', async () => {
-    const p = leader("trap 'echo TERM' TERM; echo up; while :; do sleep 0.05; done");
+    const p = leader(IGNORES_SIGTERM, 'node');
     await until(() => (p.said().includes('up') ? true : undefined));
     const rounds: string[] = [];
     const r = await terminate([p.ref], { graceMs: 0, onSignal: (s, _pids, round) => rounds.push(`${round}:${s}`) });
