@@ -10,30 +10,23 @@ import { killRetryDelayMs, signalProcesses, terminate } from '../src/terminate.j
  * wait until gone, with process groups, never touching a recycled pid.
  */
 
-const spawned: ChildProcess[] = [];
-/** Processes outside those groups (a grandchild in a session of its own), killed after a failed test too. */
-const strays: ProcessRef[] = [];
+/** Every process a test started or found, killed (with its group) after the test, failed or not; by start time, so never a recycled pid. */
+const started: ProcessRef[] = [];
 
 afterEach(() => {
-  for (const c of spawned.splice(0)) {
-    try {
-      process.kill(-c.pid!, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-  signalProcesses(strays.splice(0), 'SIGKILL');
+  signalProcesses(started.splice(0), 'SIGKILL');
 });
 
 /** A process leading a group of its own (as agentctl starts agents and lifecycle starts agentctl): a bash or a node script. */
 function leader(script: string, command = 'bash'): { child: ChildProcess; ref: ProcessRef; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; said: () => string } {
   const child = spawn(command === 'bash' ? 'bash' : process.execPath, [command === 'bash' ? '-c' : '-e', script], { detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
-  spawned.push(child);
+  const ref = processRef(child.pid!);
+  started.push(ref);
   let out = '';
   child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
   // 'close': after the exit and the last of its stdout, so what it said is all there.
   const exit = once(child, 'close').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
-  return { child, ref: processRef(child.pid!), exit, said: () => out };
+  return { child, ref, exit, said: () => out };
 }
 
 /** Says `up` once its handler is installed, and `TERM` for every SIGTERM, which it otherwise ignores. */
@@ -95,7 +88,7 @@ describe('terminate', () => {
       const b = kids.find((k) => k.pgid === k.pid);
       return a && b ? [a, b] : undefined;
     });
-    strays.push(ownSession!);
+    started.push(inGroup!, ownSession!);
     const r = await terminate([p.ref, ownSession!], { graceMs: 300, exits: [p.exit] });
     expect(r.survivors).toEqual([]);
     // bash dies of SIGTERM; its same-group child with it (only the leader was named); the other needed SIGKILL.
@@ -164,9 +157,9 @@ describe('signalProcesses', () => {
 
   it('signals a process in our own group alone, never the group (that would be us)', async () => {
     const child = spawn('sleep', ['600'], { stdio: 'ignore' });
-    spawned.push(child);
     const exit = once(child, 'exit');
-    const ref = await until(() => (isAlive(processRef(child.pid!)) ? processRef(child.pid!) : undefined));
+    const ref = processRef(child.pid!);
+    started.push(ref);
     expect(groupOf(ref.pid)).toBe(groupOf(process.pid));
     expect(signalProcesses([ref], 'SIGTERM').map((x) => x.pid)).toEqual([ref.pid]);
     expect((await exit)[1]).toBe('SIGTERM');
