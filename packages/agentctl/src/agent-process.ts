@@ -3,7 +3,8 @@ import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
-import { mergeTrees, processTree, signalTree, stillRunning, type TreeProcess } from './process-tree.js';
+import { isAlive, mergeTrees, processTree, type ProcessRef, type TreeProcess } from './process-tree.js';
+import { signalProcesses, terminate } from './terminate.js';
 
 export interface AgentExit {
   code: number | null;
@@ -20,7 +21,7 @@ const tracer = trace.getTracer('@kandev/agentctl');
 
 /** How often the agent's process tree is noted while it runs (see process-tree.ts). */
 const TREE_REFRESH_MS = 1_000;
-/** How long agentctl keeps SIGKILLing survivors of the tree after the agent itself is gone. */
+/** How long agentctl keeps re-sending SIGKILL to survivors of the tree before it reports them and gives up. */
 const SWEEP_LIMIT_MS = 5_000;
 
 /**
@@ -85,30 +86,26 @@ export class AgentProcess {
 
   /**
    * SIGTERM to every group and process of the agent's tree, the grace period, then SIGKILL to
-   * whatever is left. Processes of the tree that outlive the agent are SIGKILLed too (they had the
-   * same grace). Also sweeps the tree of an agent that already exited on its own.
+   * whatever is left (terminate.ts). Processes of the tree that outlive the agent are SIGKILLed too
+   * (they had the same grace). Also sweeps the tree of an agent that already exited on its own.
+   * `killed` only when the agent itself outlived the grace.
    */
   async terminate(graceMs: number): Promise<Termination> {
     return tracer.startActiveSpan('agent.terminate', { attributes: { 'process.pid': this.pid, 'kandev.grace_ms': graceMs } }, async (span): Promise<Termination> => {
       try {
-        this.noteTree();
-        const deadline = Date.now() + graceMs;
-        let how: Termination['how'] = 'graceful';
-        if (!this.exit) {
-          this.signal('SIGTERM');
-          const graceful = await Promise.race([this.exited.then(() => true), delay(graceMs).then(() => false)]);
-          if (!graceful || !this.exit) {
-            this.log.warn('agent outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs });
-            this.noteTree();
-            this.signal('SIGKILL');
-            how = 'killed';
-          }
-        } else if (this.survivors().length > 0) {
-          this.signal('SIGTERM');
-        }
-        const exit = await this.exited;
-        await this.sweep(deadline);
-        return { how, exit };
+        const r = await terminate(() => this.targets(), {
+          graceMs,
+          exits: [this.exited],
+          killWindowMs: SWEEP_LIMIT_MS,
+          onSignal: (signal, pids, round) => {
+            if (round === 0) this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: pids.length });
+            else if (round === 1) this.log.warn('agent tree outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs, pids });
+            else this.log.warn('processes of the agent tree survive SIGKILL; retrying', { agent_pid: this.pid, pids, round });
+          },
+        });
+        if (r.survivors.length > 0) this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: r.survivors.map((p) => p.pid) });
+        const how: Termination['how'] = r.killed.some((p) => p.pid === this.pid) ? 'killed' : 'graceful';
+        return { how, exit: await this.exited };
       } catch (err) {
         span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
         throw err;
@@ -120,49 +117,23 @@ export class AgentProcess {
 
   /** SIGKILL to the whole tree at once, synchronously: the last word of an agentctl that is crashing. */
   killTree(): void {
-    this.noteTree();
-    signalTree(this.survivors(), 'SIGKILL');
+    signalProcesses(this.targets(), 'SIGKILL');
   }
 
   /** Processes of the agent's tree still running (the agent itself included). */
   survivors(): TreeProcess[] {
-    return this.tree.filter(stillRunning);
+    return this.tree.filter(isAlive);
   }
 
-  /** The rest of the tree gets until `deadline` to go after SIGTERM; then SIGKILL until none is left. */
-  private async sweep(deadline: number): Promise<void> {
-    while (this.survivors().length > 0 && Date.now() < deadline) await delay(20);
-    const killUntil = Date.now() + SWEEP_LIMIT_MS;
-    for (let round = 0; this.survivors().length > 0; round++) {
-      if (Date.now() > killUntil) {
-        this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: this.survivors().map((p) => p.pid) });
-        return;
-      }
-      if (round === 0) this.log.warn('processes of the agent tree outlived the agent; killing', { agent_pid: this.pid, pids: this.survivors().map((p) => p.pid) });
-      signalTree(this.survivors(), 'SIGKILL');
-      await delay(20);
-    }
+  /** What a stop must end: the tree as noted now; without /proc (no tree to see) the agent itself. */
+  private targets(): ProcessRef[] {
+    this.noteTree();
+    const tree = this.survivors();
+    return tree.length > 0 || this.exit ? tree : [{ pid: this.pid, startTime: null }];
   }
 
   private noteTree(): void {
     if (this.exit) return;
-    this.tree = mergeTrees(this.tree.filter(stillRunning), processTree(this.pid));
-  }
-
-  private signal(signal: NodeJS.Signals): void {
-    trace.getActiveSpan()?.addEvent('signal', { signal, 'process.pid': this.pid });
-    const tree = this.survivors();
-    this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: tree.length });
-    const reached = signalTree(tree, signal);
-    // Without /proc (or when the tree could not be read) the group, then the child itself.
-    if (reached === 0 && !this.exit) {
-      try {
-        process.kill(-this.pid, signal);
-      } catch {
-        this.child.kill(signal);
-      }
-    }
+    this.tree = mergeTrees(this.tree.filter(isAlive), processTree(this.pid));
   }
 }
-
-export const delay = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -1,16 +1,25 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 
 /*
- * The agent's process tree as /proc shows it. A process group alone does not hold an agent's
- * tree: Codex runs shell commands in a pseudo-terminal of their own (setsid, so a new session and
- * group), and a grandchild outlives its parent by being re-parented to init. So agentctl notes the
- * whole tree before it signals, and signals every group in it.
+ * Processes as /proc shows them: who is still there, and an agent's whole tree. A process group
+ * alone does not hold an agent's tree: Codex runs shell commands in a pseudo-terminal of their own
+ * (setsid, so a new session and group), and a grandchild outlives its parent by being re-parented
+ * to init. So agentctl notes the whole tree before it signals, and signals every group in it
+ * (terminate.ts). The lifecycle service identifies agentctl and agents the same way.
  */
 
-export interface TreeProcess {
+/**
+ * A process as we learnt it: the pid together with its start time, so a recycled pid is never
+ * taken for it (R-6.4).
+ */
+export interface ProcessRef {
   pid: number;
+  /** Field 22 of /proc/<pid>/stat (clock ticks since boot); null where /proc is unavailable. */
+  startTime: string | null;
+}
+
+export interface TreeProcess extends ProcessRef {
   pgid: number;
-  /** Field 22 of /proc/<pid>/stat: tells this process from a later one with the same pid. */
   startTime: string;
 }
 
@@ -80,13 +89,19 @@ export function processTree(root: number): TreeProcess[] {
   return out;
 }
 
-function scanTree(root: number): TreeProcess[] {
+/** Every live process on the machine (the fallback where the kernel lacks the children files). */
+function scanProc(): ProcStat[] {
   const all: ProcStat[] = [];
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     const st = readProcStat(Number(name));
     if (st && st.state !== 'Z' && st.state !== 'X') all.push(st);
   }
+  return all;
+}
+
+function scanTree(root: number): TreeProcess[] {
+  const all = scanProc();
   const byParent = new Map<number, ProcStat[]>();
   for (const st of all) byParent.set(st.ppid, [...(byParent.get(st.ppid) ?? []), st]);
   const rootStat = all.find((s) => s.pid === root);
@@ -101,41 +116,38 @@ function scanTree(root: number): TreeProcess[] {
   return out;
 }
 
-/** Still the very process we noted (not a zombie, not a recycled pid)? */
-export function stillRunning(p: TreeProcess): boolean {
-  const st = readProcStat(p.pid);
-  return st !== undefined && st.state !== 'Z' && st.state !== 'X' && st.startTime === p.startTime;
+/** A handle on a process that is there now (its start time read from /proc where there is one). */
+export function processRef(pid: number): ProcessRef {
+  return { pid, startTime: readProcStat(pid)?.startTime ?? null };
 }
 
 /**
- * Signals every process group of the tree (the agent's own first) and every member that is still
- * the process we noted. Never agentctl's own group. Returns how many processes were signalled.
+ * Is this very process still there? A zombie counts as gone (it holds nothing and only waits to be
+ * reaped); a pid now owned by another process (other start time) counts as gone.
  */
-export function signalTree(tree: readonly TreeProcess[], signal: NodeJS.Signals): number {
-  const own = readProcStat(process.pid)?.pgid ?? process.pid;
-  let signalled = 0;
-  const groups = new Set<number>();
-  for (const p of tree) {
-    if (p.pgid === own || p.pgid <= 1 || groups.has(p.pgid)) continue;
-    // A group is signalled only while one of its members we noted is still that process.
-    if (!tree.some((q) => q.pgid === p.pgid && stillRunning(q))) continue;
-    groups.add(p.pgid);
-    try {
-      process.kill(-p.pgid, signal);
-    } catch {
-      // the group emptied meanwhile
-    }
+export function isAlive(ref: ProcessRef): boolean {
+  try {
+    process.kill(ref.pid, 0);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
-  for (const p of tree) {
-    if (p.pid === process.pid || !stillRunning(p)) continue;
-    try {
-      process.kill(p.pid, signal);
-      signalled++;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return signalled;
+  if (!HAS_PROC) return true;
+  return liveStat(ref) !== undefined;
+}
+
+/** The process's stat while it is still the process we noted (not a zombie, not a recycled pid). */
+export function liveStat(ref: ProcessRef): ProcStat | undefined {
+  const st = readProcStat(ref.pid);
+  if (!st || st.state === 'Z' || st.state === 'X') return undefined;
+  return ref.startTime === null || st.startTime === ref.startTime ? st : undefined;
+}
+
+/** Live children of a process (an agent agentctl spawned before it could tell us its pid). */
+export function childProcesses(ppid: number): TreeProcess[] {
+  if (!HAS_PROC) return [];
+  const children = childrenOf(ppid);
+  const stats = children === undefined ? scanProc().filter((st) => st.ppid === ppid) : children.map(readProcStat).filter((st) => st !== undefined);
+  return stats.filter((st) => st.ppid === ppid && st.state !== 'Z' && st.state !== 'X').map((st) => ({ pid: st.pid, pgid: st.pgid, startTime: st.startTime }));
 }
 
 /** Merges a fresh look at the tree into what was noted before (processes re-parented away stay on the list). */

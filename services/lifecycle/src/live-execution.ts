@@ -3,7 +3,7 @@ import type { Execution } from '@kandev/contracts';
 import type { AgentctlClient } from './agentctl/client.js';
 import type { AgentctlProcess, ProcessExit } from './agentctl/process.js';
 import type { TurnStep, TurnView } from './domain/turns.js';
-import type { ProcessRef } from './processes.js';
+import type { ProcessRef } from '@kandev/agentctl/process-tree';
 import type { ExecutionRegistry } from './store/registry.js';
 
 /**
@@ -28,7 +28,7 @@ export class LiveExecution {
   /**
    * Called after a put that came more than `ttlMs` after the previous acknowledged one: the entry
    * may have lapsed in between (this process was stalled, or NATS unreachable) and the orchestrator
-   * may have declared the execution lost meanwhile. Set by the supervisor.
+   * may have declared the execution lost meanwhile. Set by the launch (flows/readmit.ts).
    */
   onLapse: ((gapMs: number) => void) | null = null;
   private writes: Promise<void> = Promise.resolve();

@@ -4,7 +4,7 @@ import { launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
 import { registryEndpoints } from './endpoints/registry.js';
 import { LifecycleEnv } from './env.js';
-import { cleanUpLeftovers } from './startup-cleanup.js';
+import { cleanUpLeftovers } from './flows/startup-cleanup.js';
 import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';

@@ -1,13 +1,12 @@
 import type { Execution } from '@kandev/contracts';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { decideCancel } from '../src/domain/cancel.js';
-import { killRetryDelayMs, leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, teardownGrace } from '../src/domain/teardown.js';
+import { abandonLaunch } from '../src/domain/launch.js';
+import { leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, teardownGrace } from '../src/domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted, type TurnView } from '../src/domain/turns.js';
-import { isAlive, processRef, signalProcess } from '../src/processes.js';
 import { StateFile } from '../src/store/state-file.js';
 
 const T1 = '00000000-0000-4000-8000-000000000001';
@@ -94,10 +93,6 @@ describe('teardown rules (R-6.3, B-4)', () => {
   it('gives agentctl time to cancel, wait the grace and kill before calling it silent', () => {
     expect(stopRequestTimeoutMs(1000)).toBeGreaterThan(2 * 1000);
   });
-  it('backs SIGKILL retries off up to 2 s', () => {
-    expect([0, 1, 2, 3].map(killRetryDelayMs)).toEqual([50, 100, 200, 400]);
-    expect(killRetryDelayMs(20)).toBe(2000);
-  });
   it('reports each leftover of this instance once, from the state file and the registry', () => {
     const entry = (id: string, instance: string): Execution => ({
       execution_id: id,
@@ -125,21 +120,33 @@ describe('teardown rules (R-6.3, B-4)', () => {
   });
 });
 
-describe('process handles', () => {
-  it('identify a process by pid and start time, and never signal a different process', async () => {
-    const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 30000)']);
-    const ref = processRef(child.pid!);
-    expect(ref.startTime).not.toBeNull();
-    expect(isAlive(ref)).toBe(true);
-    // Same pid, another start time: a recycled pid must not be touched.
-    const impostor = { pid: ref.pid, startTime: String(Number(ref.startTime) + 1) };
-    expect(isAlive(impostor)).toBe(false);
-    expect(signalProcess(impostor, 'SIGKILL')).toBe(false);
-    expect(isAlive(ref)).toBe(true);
-    const exited = new Promise((r) => child.once('exit', r));
-    expect(signalProcess(ref, 'SIGKILL')).toBe(true);
-    await exited;
-    expect(isAlive(ref)).toBe(false);
+describe('an abandoned launch (B-1, one failure path)', () => {
+  const X = '00000000-0000-4000-8000-0000000000aa';
+
+  it('a stop between steps: joins the stop, answers CONFLICT stopped while launching', () => {
+    const p = abandonLaunch({ step: 'stopped' }, true, X);
+    expect(p.answer).toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching', details: { execution_id: X } });
+  });
+
+  it('an agent that never came up is removed without grace: UNAVAILABLE, or the stop that killed it', () => {
+    const alone = abandonLaunch({ step: 'ready', cause: new Error('agentctl exited before ready (code 1, signal null)') }, false, X);
+    expect(alone.teardown).toEqual({ reason: 'launch_failed', graceful: false });
+    expect(alone.answer).toMatchObject({ code: 'UNAVAILABLE', message: 'agent failed to start: agentctl exited before ready (code 1, signal null)' });
+    expect(abandonLaunch({ step: 'ready', cause: new Error('killed') }, true, X).answer).toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching' });
+  });
+
+  it('a fence refusal is the answer and the teardown reason, stop or not', () => {
+    for (const stopped of [false, true]) {
+      const p = abandonLaunch({ step: 'admit', refusal: 'task stopped at epoch 5' }, stopped, X);
+      expect(p.teardown).toEqual({ reason: 'launch fenced: task stopped at epoch 5', graceful: true });
+      expect(p.answer).toMatchObject({ code: 'CONFLICT', message: 'launch fenced: task stopped at epoch 5' });
+    }
+  });
+
+  it('a failed first prompt (or a defect) answers with its own error after a graceful teardown', () => {
+    const err = new Error('agent not running');
+    expect(abandonLaunch({ step: 'first_prompt', cause: err }, true, X)).toMatchObject({ teardown: { reason: 'first_prompt_failed', graceful: true }, answer: { rethrow: err }, log: { level: 'error' } });
+    expect(abandonLaunch({ step: 'unexpected', cause: err }, false, X)).toMatchObject({ teardown: { reason: 'launch_failed', graceful: true }, answer: { rethrow: err } });
   });
 });
 

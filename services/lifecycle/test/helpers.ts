@@ -47,9 +47,12 @@ export async function startLifecycle(natsUrl: string, instanceId: string, stateD
 export type AdmitRequest = RequestOf<typeof Orch.executionAdmit>;
 
 /** The orchestrator, faked at the subject level: answers the launch fence as the test says. */
+type AdmitVerdict = { admitted: boolean; reason: string | null };
+
 export class FakeOrchestrator {
   readonly admitted: AdmitRequest[] = [];
-  decide: (req: AdmitRequest) => { admitted: boolean; reason: string | null } = () => ({ admitted: true, reason: null });
+  /** The verdict; a promise holds the launch in its admission step until it settles. */
+  decide: (req: AdmitRequest) => AdmitVerdict | Promise<AdmitVerdict> = () => ({ admitted: true, reason: null });
   private constructor() {}
   static async start(nc: NatsConnection): Promise<FakeOrchestrator> {
     const fake = new FakeOrchestrator();

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { childProcesses } from '../src/processes.js';
+import { childProcesses } from '@kandev/agentctl/process-tree';
 import {
   EventLog,
   FakeOrchestrator,
@@ -28,6 +28,7 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
   let nc: NatsConnection;
   let life: RunningService;
   let events: EventLog;
+  let orchestrator: FakeOrchestrator;
   const stateDir = tmpStateDir();
   const stateFile = join(stateDir, 'lifecycle', 'life-a.json');
   const stateFileIds = () => (JSON.parse(readFileSync(stateFile, 'utf8')) as { executions: Array<{ execution_id: string }> }).executions.map((e) => e.execution_id);
@@ -35,7 +36,7 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
   beforeAll(async () => {
     nats = await startNats();
     nc = await natsClient(nats.url, 'stop-test');
-    await FakeOrchestrator.start(nc);
+    orchestrator = await FakeOrchestrator.start(nc);
     events = new EventLog(nc);
     life = await startLifecycle(nats.url, 'life-a', stateDir, { TEARDOWN_GRACE_MS: '1000', SHUTDOWN_TIMEOUT_MS: '9000' });
   });
@@ -159,6 +160,32 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(events.of('execution.ready', req.execution_id)).toHaveLength(0);
     expect(await getExecution(nc, req.execution_id)).toBeNull();
     expect(stateFileIds()).not.toContain(req.execution_id);
+  });
+
+  it('launch vs stop: a stop that lands during admission wins before the first prompt reaches the agent', async () => {
+    const req = launchRequest({ prompt: script([{ say: 'must never run' }]), turn_id: randomUUID() });
+    let admit!: () => void;
+    const usual = orchestrator.decide;
+    orchestrator.decide = (a) => (a.execution_id === req.execution_id ? new Promise((r) => (admit = () => r({ admitted: true, reason: null }))) : usual(a));
+    try {
+      const launching = launch(nc, req);
+      await eventually(() => orchestrator.admitted.some((a) => a.execution_id === req.execution_id), (asked) => asked, 10_000, 10);
+      const ready = (await getExecution(nc, req.execution_id))!;
+      expect(ready.status).toBe('READY');
+      expect(await stopAt(nc, 'life-a', { execution_id: req.execution_id, reason: 'stopped during admission', grace_ms: 500 })).toMatchObject({ accepted: true });
+      await eventually(() => getExecution(nc, req.execution_id), (e) => e === null || e.status === 'STOPPING', 5_000, 10);
+      admit();
+      await expect(launching).rejects.toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching' });
+      const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === req.execution_id);
+      expect(stopped.data.reason).toBe('stopped during admission');
+      expect(events.of('execution.stopped', req.execution_id)).toHaveLength(1);
+      expect(events.of('turn.started', req.execution_id)).toHaveLength(0);
+      expect(events.of('execution.ready', req.execution_id)).toHaveLength(0);
+      expect(processGone(ready.pid!)).toBe(true);
+      expect(processGone(ready.agentctl_pid!)).toBe(true);
+    } finally {
+      orchestrator.decide = usual;
+    }
   });
 
   // Last: it stops the service this file shares.

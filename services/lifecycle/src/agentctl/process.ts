@@ -4,7 +4,7 @@ import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { processRef, type ProcessRef } from '../processes.js';
+import { processRef, type ProcessRef } from '@kandev/agentctl/process-tree';
 
 /** agentctl's build inside the monorepo (the package export `@kandev/agentctl/main`). */
 export function defaultAgentctlBin(): string {

@@ -2,7 +2,7 @@ import type { EventDataOf, Execution } from '@kandev/contracts';
 
 /*
  * The rules of tearing an execution down (R-6.3, B-4), free of I/O so they are easy to test. The
- * executor (src/teardown.ts) performs them: STOPPING in the registry → agentctl `POST /stop` →
+ * executor (flows/teardown.ts) performs them: STOPPING in the registry → agentctl `POST /stop` →
  * (agentctl silent) SIGTERM the agent ourselves → grace → SIGKILL → reconcile until both processes
  * are gone → `execution.stopped` → registry key deleted.
  */
@@ -51,11 +51,6 @@ export function stopHow(o: StopObservation): StopHow {
   if (o.exitedOnItsOwn) return 'exited';
   if (o.killedByUs) return 'killed';
   return o.agentctlHow ?? 'graceful';
-}
-
-/** Backoff between SIGKILL retries while a process refuses to disappear (logged on each retry). */
-export function killRetryDelayMs(attempt: number): number {
-  return Math.min(2_000, 50 * 2 ** Math.max(0, attempt));
 }
 
 /**

@@ -1,10 +1,13 @@
+import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
+import { terminate } from '@kandev/agentctl/terminate';
 import { buildEvent, type Logger } from '@kandev/runtime';
-import type { EventJournal } from './store/event-journal.js';
-import { leftoversToReport, type Leftover } from './domain/teardown.js';
-import { childProcesses, isAlive, signalProcess, type ProcessRef } from './processes.js';
-import type { ExecutionRegistry } from './store/registry.js';
-import type { StateFile } from './store/state-file.js';
-import { waitGone } from './teardown.js';
+import { leftoversToReport, type Leftover } from '../domain/teardown.js';
+import type { EventJournal } from '../store/event-journal.js';
+import type { ExecutionRegistry } from '../store/registry.js';
+import type { StateFile } from '../store/state-file.js';
+
+/** How long leftovers are SIGKILLed again before start-up goes on without them. */
+const LEFTOVER_KILL_WINDOW_MS = 5_000;
 
 /**
  * R-6.4: what a previous run of this instance id left behind. Every process in the state file
@@ -24,16 +27,16 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
     const agents: ProcessRef[] = e.agent ? [{ pid: e.agent.pid, startTime: e.agent.start_time }] : isAlive(agentctl) ? childProcesses(agentctl.pid) : [];
     procs.push(...agents, agentctl);
   }
-  const alive = procs.filter(isAlive);
-  for (const p of alive) {
-    // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL.
-    // Agents and agentctl each lead a process group of their own: each goes with its group.
-    if (signalProcess(p, 'SIGKILL', { group: true })) log.warn({ pid: p.pid }, 'killed a process left behind by a previous run');
-  }
-  for (let attempt = 0; attempt < 5 && !(await waitGone(alive, 1_000)); attempt++) {
-    for (const p of alive.filter(isAlive)) signalProcess(p, 'SIGKILL');
-    log.error({ attempt, pids: alive.filter(isAlive).map((p) => p.pid) }, 'leftover process survives SIGKILL; retrying');
-  }
+  // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL, each with its process group.
+  const left = await terminate(procs, {
+    graceMs: 0,
+    killWindowMs: LEFTOVER_KILL_WINDOW_MS,
+    onSignal: (_signal, pids, round) => {
+      if (round === 1) log.warn({ pids }, 'killed processes left behind by a previous run');
+      else log.error({ pids, attempt: round - 1 }, 'leftover process survives SIGKILL; retrying');
+    },
+  });
+  if (left.survivors.length > 0) log.error({ pids: left.survivors.map((p) => p.pid) }, 'leftover processes survive SIGKILL; going on without them');
 
   let owned: Awaited<ReturnType<ExecutionRegistry['all']>> = [];
   try {

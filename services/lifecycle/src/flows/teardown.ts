@@ -1,13 +1,14 @@
-import { SpanKind, buildEvent, inSpan, trace, type Logger } from '@kandev/runtime';
-import { AgentctlHttpError } from './agentctl/client.js';
-import type { ProcessExit } from './agentctl/process.js';
-import { killRetryDelayMs, stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from './domain/teardown.js';
-import type { LiveExecution } from './live-execution.js';
-import { childProcesses, isAlive, signalProcess, sleep, type ProcessRef } from './processes.js';
-import type { EventJournal } from './store/event-journal.js';
-import type { StateFile } from './store/state-file.js';
+import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
+import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
+import { SpanKind, buildEvent, inSpan, type Logger } from '@kandev/runtime';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { AgentctlHttpError } from '../agentctl/client.js';
+import type { ProcessExit } from '../agentctl/process.js';
+import { stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
+import type { LiveExecution } from '../live-execution.js';
+import type { EventJournal } from '../store/event-journal.js';
+import type { StateFile } from '../store/state-file.js';
 
-const POLL_MS = 25;
 /** How long agentctl gets to exit by itself once its agent is gone, before we kill it. */
 const AGENTCTL_EXIT_WAIT_MS = 2_000;
 
@@ -82,25 +83,13 @@ export class TeardownExecutor {
   }
 
   /**
-   * agentctl is gone or silent: SIGTERM the agent (and agentctl), wait out the grace, SIGKILL
-   * whatever is left. Returns whether the agent needed SIGKILL.
+   * agentctl is gone or silent: SIGTERM the agent and agentctl, wait out the grace, SIGKILL
+   * whatever is left (the one schedule of terminate.ts). Returns whether the agent needed SIGKILL.
    */
   private async killDirectly(x: LiveExecution, graceMs: number, log: Logger): Promise<boolean> {
     const agents = this.agentRefs(x);
-    const span = trace.getActiveSpan();
-    for (const a of agents) {
-      span?.addEvent('signal', { signal: 'SIGTERM', 'process.pid': a.pid });
-      if (signalProcess(a, 'SIGTERM', { group: true })) log.info({ pid: a.pid, signal: 'SIGTERM' }, 'signalled agent');
-    }
-    signalProcess(x.agentctl.ref, 'SIGTERM');
-    const gone = await waitGone(agents, graceMs);
-    if (gone) return false;
-    for (const a of agents) {
-      span?.addEvent('signal', { signal: 'SIGKILL', 'process.pid': a.pid });
-      if (signalProcess(a, 'SIGKILL', { group: true })) log.warn({ pid: a.pid, signal: 'SIGKILL' }, 'agent outlived its grace period; killed');
-    }
-    signalProcess(x.agentctl.ref, 'SIGKILL');
-    return true;
+    const r = await terminate([...agents, x.agentctl.ref], this.schedule(x, log, { graceMs }));
+    return r.killed.some((k) => agents.some((a) => a.pid === k.pid));
   }
 
   /** The agent as we know it, or (launch not finished) whatever agentctl has spawned. */
@@ -110,40 +99,37 @@ export class TeardownExecutor {
   }
 
   /**
-   * B-4: poll until the agent and agentctl are both gone. agentctl gets a moment to exit by itself;
-   * after that every survivor is SIGKILLed again with backoff, and each retry is logged. Returns
-   * false only when shutdown interrupts the loop.
+   * B-4: make sure the agent and agentctl are both gone. The agent has had its grace (agentctl's
+   * stop, or killDirectly), so a survivor is SIGKILLed at once; agentctl gets a moment to exit by
+   * itself (it leaves once it has reported its agent's end), then SIGKILL. SIGKILL is re-sent with
+   * backoff until they are gone, each retry logged. Returns false only when shutdown cuts the
+   * retries short.
    */
   private async reconcile(x: LiveExecution, log: Logger): Promise<boolean> {
-    const agents = this.agentRefs(x);
-    // agentctl is our child: it is gone once Node has reaped it (its exit event), not merely a zombie.
-    const agentctlGone = () => x.agentctl.exitInfo !== undefined;
-    const politeUntil = Date.now() + AGENTCTL_EXIT_WAIT_MS;
-    for (let attempt = 0; ; ) {
-      const agentsAlive = agents.filter(isAlive);
-      const alive = agentctlGone() ? agentsAlive : [...agentsAlive, x.agentctl.ref];
-      if (alive.length === 0) return true;
-      if (agentsAlive.length === 0 && Date.now() < politeUntil) {
-        await sleep(POLL_MS);
-        continue;
-      }
-      if (this.deps.abandoning() && attempt >= 3) return false;
-      for (const p of agentsAlive) signalProcess(p, 'SIGKILL', { group: true });
-      if (!agentctlGone()) x.agentctl.kill('SIGKILL');
-      const level = attempt < 5 ? 'warn' : 'error';
-      log[level]({ attempt, pids: alive.map((p) => p.pid) }, 'process still alive after teardown; SIGKILL retried');
-      await sleep(killRetryDelayMs(attempt));
-      attempt++;
-    }
+    const [agents, agentctl] = await Promise.all([
+      terminate(this.agentRefs(x), this.schedule(x, log, { graceMs: 0 })),
+      terminate([x.agentctl.ref], this.schedule(x, log, { signal: null, graceMs: AGENTCTL_EXIT_WAIT_MS })),
+    ]);
+    if (agents.survivors.length > 0 || agentctl.survivors.length > 0) return false;
+    // agentctl is gone: let every line it wrote be handled first (its agent_exited line has the
+    // agent's real exit status). Bounded, should something else hold its stdout open.
+    const bound = new AbortController();
+    await Promise.race([x.agentctl.closed, sleep(AGENTCTL_EXIT_WAIT_MS, undefined, { signal: bound.signal }).catch(() => undefined)]);
+    bound.abort();
+    await x.inOrder(async () => undefined);
+    return true;
   }
-}
 
-/** Resolves true once every process is gone, false when the deadline passes first. */
-export async function waitGone(procs: readonly ProcessRef[], timeoutMs: number): Promise<boolean> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (!procs.some(isAlive)) return true;
-    if (Date.now() >= deadline) return false;
-    await sleep(Math.min(POLL_MS, Math.max(1, deadline - Date.now())));
+  private schedule(x: LiveExecution, log: Logger, o: Pick<TerminateOptions, 'graceMs' | 'signal'>): TerminateOptions {
+    return {
+      ...o,
+      exits: [x.agentctl.exited],
+      giveUp: () => this.deps.abandoning(),
+      onSignal: (signal, pids, round) => {
+        if (round === 0) log.info({ pids, signal }, 'signalled execution processes');
+        else if (round === 1) log.warn({ pids, signal }, 'execution processes outlived their grace period; killed');
+        else log[round < 7 ? 'warn' : 'error']({ pids, attempt: round - 1 }, 'process still alive after SIGKILL; retried');
+      },
+    };
   }
 }

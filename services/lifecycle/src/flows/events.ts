@@ -1,0 +1,72 @@
+import type { EventDataOf, EventEnvelope, EventType } from '@kandev/contracts';
+import { buildEvent } from '@kandev/runtime';
+import type { AgentctlLine } from '../agentctl/process.js';
+import { turnCompleted, turnStarted } from '../domain/turns.js';
+import type { LiveExecution } from '../live-execution.js';
+import type { EventJournal } from '../store/event-journal.js';
+import type { Executions } from './context.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Recorded in the journal and published until acknowledged (ADR 0008); resolves once out, or once a first attempt failed. */
+export async function emit<T extends EventType>(journal: EventJournal, x: LiveExecution, type: T, data: EventDataOf<T>): Promise<void> {
+  try {
+    await journal.record(buildEvent(type, x.scope, data) as EventEnvelope);
+  } catch (e) {
+    // The journal could not be written (disk full, state dir gone): the event is lost; say so loudly.
+    x.log.error({ err: e, type }, 'event could not be journalled; it is lost');
+  }
+}
+
+/** One line agentctl wrote, as the events of the execution (run in order, see LiveExecution.inOrder). */
+export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine): Promise<void> {
+  const { journal } = ctx.deps;
+  switch (ev.type) {
+    case 'turn_started': {
+      const step = turnStarted(x.turnView, ev.turn_id);
+      if (x.applyTurn(step)) void x.persist();
+      if (step.publish && UUID.test(ev.turn_id)) await emit(journal, x, 'turn.started', { execution_id: x.id, turn_id: ev.turn_id });
+      return;
+    }
+    case 'turn_completed':
+      if (ev.stop_reason === 'error') x.log.warn({ turn_id: ev.turn_id, error: ev.error }, 'turn failed');
+      return finishTurn(journal, x, ev.turn_id, ev.stop_reason);
+    case 'agent_message':
+      return emit(journal, x, 'agent.message', { execution_id: x.id, turn_id: UUID.test(ev.turn_id) ? ev.turn_id : null, text: ev.text });
+    case 'usage':
+      return emit(journal, x, 'usage.recorded', {
+        execution_id: x.id,
+        usage_event_id: ev.usage_event_id,
+        model: ev.model ?? null,
+        cost_cents: ev.cost_cents,
+        tokens_in: ev.tokens_in,
+        tokens_cached_in: ev.tokens_cached_in,
+        tokens_out: ev.tokens_out,
+        ...(ev.priced === undefined ? {} : { priced: ev.priced }),
+      });
+    case 'permission_requested':
+    case 'permission_resolved':
+      x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type, ...(ev.type === 'permission_resolved' ? { outcome: ev.outcome } : { title: ev.title }) }, 'agent permission');
+      return;
+    case 'agent_exited':
+      x.agentExit = { code: ev.code, signal: ev.signal };
+      if (!x.teardown) {
+        x.log.warn({ exit_code: ev.code, signal: ev.signal }, 'agent exited on its own');
+        void ctx.teardowns.teardown(x, { reason: 'agent_exited', graceMs: 0, orphaned: false });
+      }
+      return;
+  }
+}
+
+/** The turn's end, learnt from agentctl's line or from the cancel reply, whichever comes first (once). */
+export async function finishTurn(journal: EventJournal, x: LiveExecution, turnId: string, stopReason: string): Promise<void> {
+  const step = turnCompleted(x.turnView, turnId);
+  if (x.applyTurn(step)) void x.persist();
+  if (!step.publish || !UUID.test(turnId)) return;
+  // Published together (one connection keeps their order in the stream); the cancel reply waits for both acks.
+  // the orchestrator moves the session to WAITING_FOR_INPUT on turn.completed, and the gateway pushes it.
+  await Promise.all([
+    emit(journal, x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }),
+    stopReason === 'cancelled' ? emit(journal, x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }) : null,
+  ]);
+}
