@@ -79,7 +79,7 @@ describe('lifecycle event journal', () => {
     expect(completed).toHaveLength(1);
     expect(completed[0]!.data).toMatchObject({ execution_id: x.execution_id, turn_id: turn, stop_reason: 'end_turn' });
     // Its start-up cleanup reports the execution the dead run left, after the journalled events.
-    await eventually(() => storedEvents(nc, 'execution.stopped'), (evs) => evs.some((e) => e.data.execution_id === x.execution_id && e.data.how === 'lost'), 15_000, 100);
+    await eventually(() => storedEvents(nc, 'execution.stopped'), (evs) => evs.some((e) => { const d = e.data as { execution_id?: string; how?: string }; return d.execution_id === x.execution_id && d.how === 'lost'; }), 15_000, 100);
     // Nothing pending any more: the journal is empty.
     await eventually(() => readFileSync(journal, 'utf8'), (t) => t === '', 10_000, 50);
   }, 90_000);
