@@ -30,6 +30,12 @@ export const AgentctlConfig = z.object({
    * end of the pipe, so this fires however the parent dies, SIGKILL included (B-4: no lingering agents).
    */
   exitWithParent: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()),
+  /**
+   * With `exitWithParent`: the parent writes a heartbeat byte to stdin periodically; after this long
+   * without one the parent is taken as frozen or hung (alive, so stdin stays open) and the agent is
+   * stopped as if stdin had closed. 0 = no heartbeat expected.
+   */
+  ownerSilenceMs: z.preprocess((v) => (v === '' || v === undefined ? 0 : v), z.coerce.number().int().nonnegative().max(3_600_000)),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -48,6 +54,7 @@ const options = {
   'handshake-timeout-ms': ['handshakeTimeoutMs', 'AGENTCTL_HANDSHAKE_TIMEOUT_MS'],
   'log-level': ['logLevel', 'AGENTCTL_LOG_LEVEL'],
   'exit-with-parent': ['exitWithParent', 'AGENTCTL_EXIT_WITH_PARENT'],
+  'owner-silence-ms': ['ownerSilenceMs', 'AGENTCTL_OWNER_SILENCE_MS'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */

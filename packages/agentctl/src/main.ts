@@ -6,6 +6,7 @@ import { CodexAdapter } from './adapters/codex.js';
 import { CatalogueError, resolveAgent } from './catalogue.js';
 import { ConfigError, SECRET_ENV, describeConfig, loadConfig, type AgentctlConfig } from './config.js';
 import { EventStream } from './events.js';
+import type { AgentctlAgentExitedEvent } from '@kandev/contracts/agentctl';
 import { Execution } from './execution.js';
 import { createHttpServer } from './http.js';
 import { createLogger, errorMessage, type Logger } from './log.js';
@@ -87,12 +88,12 @@ async function main(): Promise<void> {
   let exiting = false;
   const server = createHttpServer(execution, log, { onStopped: () => void exitAfterAgent() });
 
-  /** Reports the agent's end, then leaves: there is nothing left to control. */
-  async function exitAfterAgent(): Promise<void> {
+  /** Reports the agent's end (and who ended it, if agentctl did on its own), then leaves: there is nothing left to control. */
+  async function exitAfterAgent(stoppedBy?: AgentctlAgentExitedEvent['stopped_by']): Promise<void> {
     if (exiting) return;
     exiting = true;
     const exit = await execution.adapter.exited;
-    events.emit({ type: 'agent_exited', code: exit.code, signal: exit.signal });
+    events.emit({ type: 'agent_exited', code: exit.code, signal: exit.signal, ...(stoppedBy ? { stopped_by: stoppedBy } : {}) });
     await events.flush();
     server.close();
     server.closeAllConnections();
@@ -111,25 +112,32 @@ async function main(): Promise<void> {
     await exitAfterAgent();
   });
 
-  const onSignal = (signal: NodeJS.Signals) => {
-    log.info('signal received; stopping the agent', { signal, grace_ms: SIGNAL_GRACE_MS });
+  const stopOnOwnAccount = (stoppedBy: NonNullable<AgentctlAgentExitedEvent['stopped_by']>) => {
     void execution.stop(SIGNAL_GRACE_MS).then(
-      () => exitAfterAgent(),
+      () => exitAfterAgent(stoppedBy),
       (err: unknown) => {
         log.error('stop failed', { err: errorMessage(err) });
         process.exit(1);
       },
     );
   };
+  const onSignal = (signal: NodeJS.Signals) => {
+    log.info('signal received; stopping the agent', { signal, grace_ms: SIGNAL_GRACE_MS });
+    stopOnOwnAccount('signal');
+  };
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
   if (config.exitWithParent) {
-    const onParentGone = () => {
-      log.warn('parent is gone (stdin closed); stopping the agent');
-      onSignal('SIGTERM');
+    let parentGone = false;
+    const onParentGone = (stoppedBy: 'owner_gone' | 'owner_silent', fields: Record<string, unknown> = {}) => {
+      if (parentGone) return;
+      parentGone = true;
+      log.warn(stoppedBy === 'owner_gone' ? 'parent is gone (stdin closed); stopping the agent' : 'parent is silent (frozen or hung); stopping the agent', { ...fields, grace_ms: SIGNAL_GRACE_MS });
+      stopOnOwnAccount(stoppedBy);
     };
-    process.stdin.once('end', onParentGone);
-    process.stdin.once('error', onParentGone);
+    process.stdin.once('end', () => onParentGone('owner_gone'));
+    process.stdin.once('error', () => onParentGone('owner_gone'));
+    if (config.ownerSilenceMs > 0) watchOwnerHeartbeat(config.ownerSilenceMs, (silentMs) => onParentGone('owner_silent', { silent_ms: silentMs, bound_ms: config.ownerSilenceMs }));
     process.stdin.resume();
   }
 
@@ -142,6 +150,23 @@ async function main(): Promise<void> {
   const url = `http://${host}:${port}`;
   events.emit({ type: 'ready', url, agent_pid: execution.adapter.pid, protocol: spec.protocol });
   log.info('ready', { url, agent: spec.name, agent_pid: execution.adapter.pid, protocol: spec.protocol });
+}
+
+/**
+ * A parent that is frozen (SIGSTOP, a hung event loop) keeps stdin open, so 'end' never comes, and
+ * its registry entries lapse while the agent runs on unsupervised. Its heartbeat bytes (written with
+ * every registry refresh) are the proof of life: after `boundMs` without one, `onSilent` fires once.
+ */
+function watchOwnerHeartbeat(boundMs: number, onSilent: (silentMs: number) => void): void {
+  let last = performance.now();
+  process.stdin.on('data', () => (last = performance.now()));
+  const check = setInterval(() => {
+    const silent = performance.now() - last;
+    if (silent <= boundMs) return;
+    clearInterval(check);
+    onSilent(Math.round(silent));
+  }, Math.max(50, Math.min(1_000, Math.floor(boundMs / 4))));
+  check.unref();
 }
 
 main().catch((err: unknown) => {

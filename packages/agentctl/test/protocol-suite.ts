@@ -238,7 +238,7 @@ export function describeProtocol(agent: ScriptedAgent): void {
       ctl.child.kill('SIGTERM');
       expect(await ctl.exited).toEqual({ code: 0, signal: null });
       expect(isAlive(ctl.agentPid)).toBe(false);
-      expect(ctl.events.at(-1)).toEqual({ type: 'agent_exited', code: null, signal: 'SIGTERM' });
+      expect(ctl.events.at(-1)).toEqual({ type: 'agent_exited', code: null, signal: 'SIGTERM', stopped_by: 'signal' });
     });
 
     it('passes the MCP server and token to the agent', async () => {

@@ -187,6 +187,11 @@ export const AgentctlAgentExitedEvent = z.object({
   type: z.literal('agent_exited'),
   code: z.number().int().nullable(),
   signal: z.string().nullable(),
+  /**
+   * Set when agentctl itself stopped the agent without a stop request: its owner went silent past
+   * --owner-silence-ms (`owner_silent`), its stdin closed (`owner_gone`), or it got SIGTERM/SIGINT (`signal`).
+   */
+  stopped_by: z.enum(['owner_silent', 'owner_gone', 'signal']).optional(),
 });
 export type AgentctlAgentExitedEvent = z.infer<typeof AgentctlAgentExitedEvent>;
 

@@ -31,6 +31,12 @@ export const LifecycleEnv = BaseEnv.extend({
    * turns this off to exercise it.
    */
   AGENTS_EXIT_WITH_LIFECYCLE: z.preprocess((v) => (v === undefined || v === '' ? true : v === true || v === 'true' || v === '1'), z.boolean()),
+  /**
+   * With AGENTS_EXIT_WITH_LIFECYCLE: an agent also stops when this instance has been silent (frozen,
+   * hung) this long, as its heartbeat to agentctl rides on the registry refresh. Unset = twice the
+   * registry TTL (domain/liveness.ts): a stall shorter than that can still be re-admitted on resume.
+   */
+  AGENT_OWNER_SILENCE_MS: z.coerce.number().int().positive().optional(),
   /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
   AGENTCTL_BIN: z.string().optional(),
 });

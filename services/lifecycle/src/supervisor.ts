@@ -1,5 +1,6 @@
 import { conflict, notFound, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import type { Executions, LifecycleDeps } from './flows/context.js';
 import { launch } from './flows/launch.js';
@@ -79,9 +80,14 @@ export class ExecutionSupervisor {
   }
 
   startRefreshing(): void {
-    const every = Math.max(100, Math.floor(this.deps.env.REGISTRY_TTL_MS / 3));
+    const every = registryRefreshMs(this.deps.env.REGISTRY_TTL_MS);
     this.refreshTimer = setInterval(() => {
-      for (const x of this.live.values()) x.refresh();
+      // The registry entry and agentctl's heartbeat are renewed together: an instance too frozen to
+      // do one does neither, and its agents stop one TTL after their entries lapse (ownerSilenceBound).
+      for (const x of this.live.values()) {
+        x.refresh();
+        x.agentctl.heartbeat();
+      }
     }, every);
     this.refreshTimer.unref();
   }

@@ -20,37 +20,44 @@ afterAll(async () => {
   for (const fn of cleanups.reverse()) await fn();
 });
 
+/** A lifecycle instance (own process, so it can be frozen) with two agents running a long turn. */
+async function stallWorld(instanceId: string, extraEnv: Record<string, string> = {}) {
+  const nats: TestNats = await startNats();
+  const nc = await natsClient(nats.url, 'stall-test');
+  const stateDir = tmpStateDir();
+  cleanups.push(async () => {
+    await nc.close();
+    await nats.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+  const orch = await FakeOrchestrator.start(nc);
+  const events = new EventLog(nc);
+  const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
+  const logs: string[] = [];
+  const child: ChildProcess = await spawnLifecycle(
+    { NATS_URL: nats.url, INSTANCE_ID: instanceId, KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(TTL_MS), TEARDOWN_GRACE_MS: String(GRACE_MS), ...extraEnv },
+    (l) => logs.push(l),
+  );
+  cleanups.push(async () => {
+    child.kill('SIGCONT');
+    await killHard(child);
+  });
+  await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+  const executions = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
+  for (const x of executions) {
+    await promptAt(nc, instanceId, { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
+    cleanups.push(() => {
+      for (const pid of [x.pid!, x.agentctl_pid!]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
+    });
+  }
+  return { nc, orch, events, kv, logs, child, executions };
+}
+
 describe('a lifecycle instance stalled longer than the registry TTL', () => {
   it('re-registers the executions still wanted and stops the ones given up meanwhile', async () => {
-    const nats: TestNats = await startNats();
-    const nc = await natsClient(nats.url, 'stall-test');
-    const stateDir = tmpStateDir();
-    cleanups.push(async () => {
-      await nc.close();
-      await nats.stop();
-      rmSync(stateDir, { recursive: true, force: true });
-    });
-    const orch = await FakeOrchestrator.start(nc);
-    const events = new EventLog(nc);
-    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
-    const logs: string[] = [];
-    const child: ChildProcess = await spawnLifecycle(
-      { NATS_URL: nats.url, INSTANCE_ID: 'life-stall', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(TTL_MS), TEARDOWN_GRACE_MS: String(GRACE_MS) },
-      (l) => logs.push(l),
-    );
-    cleanups.push(async () => {
-      child.kill('SIGCONT');
-      await killHard(child);
-    });
-    await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
-
-    const [kept, givenUp] = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
-    for (const x of [kept, givenUp]) {
-      await promptAt(nc, 'life-stall', { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
-      cleanups.push(() => {
-        for (const pid of [x.pid!, x.agentctl_pid!]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
-      });
-    }
+    // This case is about re-admission: agentctl must not give up on its owner during the stall.
+    const { nc, orch, events, kv, logs, child, executions } = await stallWorld('life-stall', { AGENT_OWNER_SILENCE_MS: '600000' });
+    const [kept, givenUp] = executions as [(typeof executions)[0], (typeof executions)[0]];
     const admissionsBefore = orch.admitted.length;
 
     child.kill('SIGSTOP');
@@ -87,5 +94,28 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     // And the kept one survives further refreshes without another fence round trip.
     await new Promise((r) => setTimeout(r, TTL_MS));
     expect(await kvEntry(kv, kept.execution_id)).not.toBeNull();
+  }, 90_000);
+
+  it('frozen past the owner-silence bound: agentctl stops every agent while the instance is still frozen; after SIGCONT the stops are reported and nothing is left registered', async () => {
+    const silenceMs = 2 * TTL_MS;
+    const { events, kv, logs, child, executions } = await stallWorld('life-frozen', { AGENT_OWNER_SILENCE_MS: String(silenceMs) });
+    const frozenAt = performance.now();
+    child.kill('SIGSTOP');
+    try {
+      // No heartbeat comes any more: each agentctl stops its agent and exits on its own, within the
+      // bound plus agentctl's stop (its grace), with headroom for a busy machine.
+      for (const x of executions) await eventually(() => processGone(x.pid!) && processGone(x.agentctl_pid!), (g) => g, silenceMs + 15_000, 50);
+      const goneAfterMs = performance.now() - frozenAt;
+      expect(goneAfterMs).toBeGreaterThanOrEqual(silenceMs - 100);
+      console.info(`[timing] agents of a frozen instance gone ${goneAfterMs.toFixed(0)} ms after SIGSTOP (bound ${silenceMs} ms + stop)`);
+    } finally {
+      child.kill('SIGCONT');
+    }
+    // The instance learns its agentctls exited and reports each execution stopped, and unregisters it.
+    for (const x of executions) {
+      const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id, 20_000);
+      expect(stopped.data.reason, logs.join('\n')).toBe('agentctl_stopped_agent:owner_silent');
+      await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, 10_000, 50);
+    }
   }, 90_000);
 });

@@ -24,6 +24,8 @@ export interface AgentctlSpawnOptions {
   log: Logger;
   /** agentctl stops its agent when this process dies (stdin closes). */
   exitWithParent: boolean;
+  /** With `exitWithParent`: agentctl also stops its agent after this long without a `heartbeat()` (0 = never). */
+  ownerSilenceMs: number;
 }
 
 export interface ProcessExit {
@@ -122,14 +124,17 @@ export class AgentctlProcess {
       '--mcp-url', opts.mcpUrl,
       '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
       '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
-      ...(opts.exitWithParent ? ['--exit-with-parent', '1'] : []),
+      ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000))] : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
     // when an agent dies (R-6.1).
-    // stdin is a pipe nobody writes to: it closes when this process dies, however it dies, and
-    // agentctl then stops its agent (--exit-with-parent).
+    // stdin is a pipe that carries only heartbeats: it closes when this process dies, however it
+    // dies, and agentctl then stops its agent (--exit-with-parent); it goes silent when this process
+    // freezes or hangs, and agentctl stops its agent after --owner-silence-ms.
     const child = spawn(process.execPath, args, { stdio: [opts.exitWithParent ? 'pipe' : 'ignore', 'pipe', 'pipe'], env, detached: true }) as ChildProcessByStdio<Writable | null, Readable, Readable>;
     if (child.pid === undefined) throw new Error('agentctl could not be spawned');
+    // A heartbeat written as agentctl dies fails with EPIPE: its exit is handled elsewhere.
+    child.stdin?.on('error', () => undefined);
     child.once('error', (e) => opts.log.error({ err: e }, 'agentctl process error'));
     return new AgentctlProcess(child, opts.log, opts.handshakeTimeoutMs);
   }
@@ -154,5 +159,11 @@ export class AgentctlProcess {
 
   kill(signal: NodeJS.Signals): void {
     if (!this.exit) this.child.kill(signal);
+  }
+
+  /** Proof of life for agentctl (--owner-silence-ms): one byte down its stdin pipe. */
+  heartbeat(): void {
+    const stdin = this.child.stdin;
+    if (!this.exit && stdin && stdin.writable && stdin.writableLength === 0) stdin.write('\n');
   }
 }

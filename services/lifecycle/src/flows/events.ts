@@ -51,8 +51,10 @@ export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine)
     case 'agent_exited':
       x.agentExit = { code: ev.code, signal: ev.signal };
       if (!x.teardown) {
-        x.log.warn({ exit_code: ev.code, signal: ev.signal }, 'agent exited on its own');
-        void ctx.teardowns.teardown(x, { reason: 'agent_exited', graceMs: 0, orphaned: false });
+        // agentctl may have stopped it itself (this instance was silent or gone, or agentctl was signalled).
+        const reason = ev.stopped_by ? `agentctl_stopped_agent:${ev.stopped_by}` : 'agent_exited';
+        x.log.warn({ exit_code: ev.code, signal: ev.signal, reason }, ev.stopped_by ? 'agentctl stopped the agent on its own' : 'agent exited on its own');
+        void ctx.teardowns.teardown(x, { reason, graceMs: 0, orphaned: false });
       }
       return;
   }

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { AgentctlClient } from '../agentctl/client.js';
 import { AgentctlProcess } from '../agentctl/process.js';
 import { abandonLaunch, type LaunchFailure } from '../domain/launch.js';
+import { ownerSilenceBound } from '../domain/liveness.js';
 import { mcpPublicUrl } from '../env.js';
 import type { LaunchGate } from '../launch-gate.js';
 import { LiveExecution } from '../live-execution.js';
@@ -101,6 +102,7 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
     cancelTimeoutMs: env.CANCEL_TIMEOUT_MS,
     handshakeTimeoutMs: env.LAUNCH_TIMEOUT_MS,
     exitWithParent: env.AGENTS_EXIT_WITH_LIFECYCLE,
+    ownerSilenceMs: ownerSilenceBound(env.REGISTRY_TTL_MS, env.AGENT_OWNER_SILENCE_MS),
     log,
   });
   const now = new Date().toISOString();
