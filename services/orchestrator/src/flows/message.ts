@@ -91,7 +91,7 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
       if (!sessionIsIdle(s.state)) {
         if (mode !== 'interrupt') return 'queued';
         const turn = await openTurn(tx, s.id);
-        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId });
+        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS });
         if (res.cancelled && res.turn_id) {
           await Promise.all([completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'), auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null]);
         }
