@@ -27,7 +27,7 @@ export interface Stack {
   services: Map<StackService, ServiceProcess>;
   operatorToken(workspaces?: string[]): Promise<string>;
   agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
-  /** Restart one service process (same env). */
+  /** Restart one service process (same env; the gateway and mcp on the same ports). */
   restart(name: StackService): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
@@ -61,8 +61,14 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...opts.env,
   };
   const services = new Map<StackService, ServiceProcess>();
+  // A restarted gateway or mcp listens where the first one did: clients (and the agents' MCP URL) keep working.
+  const pinnedPorts = (name: StackService): NodeJS.ProcessEnv => {
+    const url = name === 'gateway' ? services.get(name)?.urls.http : name === 'mcp' ? services.get(name)?.urls.mcp : undefined;
+    return url ? { [name === 'gateway' ? 'GATEWAY_PORT' : 'MCP_PORT']: new URL(url).port } : {};
+  };
   const envFor = (name: StackService): NodeJS.ProcessEnv => ({
     ...baseEnv,
+    ...pinnedPorts(name),
     INSTANCE_ID: `${name}-1`,
     ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
