@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Orch, OrchMcp } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { EventPublisher, request } from '@kandev/runtime';
+import { eventually } from '@kandev/testkit';
 import { agentToken, operator, startHarness, type Harness } from './harness.js';
 
 /**
@@ -117,4 +118,30 @@ describe('message interrupt audit', () => {
     expect((await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id })).turns).toHaveLength(1);
     expect((await interruptRows(child.id))[0]).toMatchObject({ outcome: 'queued' });
   });
+});
+
+it('a turn the agent runtime reports cancelled, with no cancel of ours recorded, is audited when the report closes it', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 'cancelled elsewhere');
+  const s = await h.startSession(task.id, 'work');
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  const turn = e.turn_id!;
+  e.status = 'READY';
+  e.turn_id = null;
+  const report = () => new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
+  const rows = () => h.sql<{ details: Record<string, string>; created_at: Date }[]>`SELECT details, created_at FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'turn.cancelled'`;
+  await report();
+  await eventually(async () => (await rows()).length === 1);
+  const [t] = await h.sql<{ completed_at: Date }[]>`SELECT completed_at FROM orchestrator.turns WHERE id = ${turn}`;
+  const [row] = await rows();
+  expect(row!.details).toMatchObject({ session_id: s.id, turn_id: turn });
+  expect(row!.created_at.getTime()).toBe(t!.completed_at.getTime());
+
+  // A turn our own cancel closed is the cancel's row: its later report adds nothing.
+  const { turn_id: second } = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'again' });
+  await request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id });
+  await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: second, stop_reason: 'cancelled' });
+  // Applied once it is in the consumer's inbox (both reports are).
+  await eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE consumer = 'orchestrator-lifecycle'`).length >= 2);
+  expect(await rows()).toHaveLength(1);
 });

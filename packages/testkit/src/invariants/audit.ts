@@ -12,7 +12,8 @@ type Tx = postgres.TransactionSql;
  *   `tree.pause` / `tree.cancel` row (and `tree.resume` / `tree.restore` once released);
  * - a turn that reads `cancelled` while its session went on (not closed by the session's own
  *   end) was cancelled by an operator (`agent.cancel` → `cancelled`, same transaction, so the same
- *   instant) or by a parent's interrupt (its row names the turn).
+ *   instant), by a parent's interrupt (its row names the turn), or — when that request failed after
+ *   the agent had cancelled — is recorded as `turn.cancelled` when the agent runtime's report closes it.
  */
 export async function auditViolations(tx: Tx): Promise<Violation[]> {
   const out: Violation[] = [];
@@ -49,7 +50,8 @@ export async function auditViolations(tx: Tx): Promise<Violation[]> {
         SELECT 1 FROM orchestrator.audit_log a
         WHERE a.task_id = s.task_id AND a.details->>'session_id' = s.id::text
           AND ((a.action = 'agent.cancel' AND a.outcome = 'cancelled' AND a.created_at = t.completed_at)
-               OR (a.action = 'mcp.message_task.interrupt' AND a.details->>'cancelled_turn_id' = t.id::text)))`;
+               OR (a.action = 'mcp.message_task.interrupt' AND a.details->>'cancelled_turn_id' = t.id::text)
+               OR (a.action = 'turn.cancelled' AND a.details->>'turn_id' = t.id::text)))`;
   for (const t of turns) out.push(at('control_action_unaudited', `turn ${t.id} of session ${t.session_id} (task ${t.task_id}) was cancelled but no cancel or interrupt audit row accounts for it`));
   return out;
 }
