@@ -166,10 +166,14 @@ describe('no accepted request is lost without an error to its caller', () => {
     const s = await session(t);
     const cancel = answered({ kind: 'session.cancel', task_id: t.id, session_id: s, answer: { ok: true, body: { success: true, session_id: s } } });
     expect(await named('accepted_request_lost', [cancel])).toEqual([expect.stringContaining('no agent.cancel audit row')]);
-    const at = new Date(Date.now() - 500);
-    await audit(t, 'agent.cancel', 'cancelled', { session_id: s }, { created_at: at });
+    // One transaction, as the orchestrator writes them: both stamps are its now(), with microseconds.
+    await sql.begin(async (tx) => {
+      await tx`INSERT INTO orchestrator.audit_log (id, task_id, workspace_id, action, actor, outcome, details, created_at)
+               VALUES (${randomUUID()}, ${t.id}, ${t.workspace_id}, 'agent.cancel', 'operator:test', 'cancelled', ${tx.json({ session_id: s })}, now() - interval '500.123 milliseconds')`;
+    });
     expect(await named('accepted_request_lost', [cancel])).toEqual([expect.stringContaining('no turn of the session was cancelled then')]);
-    await sql`INSERT INTO orchestrator.turns (id, session_id, prompt, completed_at, stop_reason) VALUES (${randomUUID()}, ${s}, 'p', ${at}, 'cancelled')`;
+    await sql`INSERT INTO orchestrator.turns (id, session_id, prompt, completed_at, stop_reason)
+              SELECT ${randomUUID()}, ${s}, 'p', created_at, 'cancelled' FROM orchestrator.audit_log WHERE task_id = ${t.id} AND action = 'agent.cancel'`;
     expect(await named('accepted_request_lost', [cancel])).toEqual([]);
   });
 
