@@ -13,7 +13,7 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 let w: World;
 let sql: postgres.Sql;
 beforeAll(async () => {
-  w = await startWorld({ GATEWAY_REQUEST_TIMEOUT_MS: '5000', RECONCILE_INTERVAL_MS: '1000' });
+  w = await startWorld({ GATEWAY_REQUEST_TIMEOUT_MS: '5000', RECONCILE_INTERVAL_MS: '1000', STALLED_TASK_AFTER_MS: '5000' });
   sql = postgres(w.stack.db.url, { max: 2, onnotice: () => undefined });
 });
 afterAll(async () => {
@@ -21,7 +21,9 @@ afterAll(async () => {
   await w?.stop();
 });
 
-// This world's registry TTL is lifecycle's default (15 s); the rest as in fault-world.ts.
+// This world's registry TTL is lifecycle's default (15 s); the rest as in fault-world.ts. A restore
+// writes back a member's IN_PROGRESS snapshot although the hold cancelled its session: the
+// reconciler's stalled-task repair (STALLED_TASK_AFTER_MS, 5 s here) moves it on, well within the bound.
 const bounds: InvariantBounds = { graceMs: 500 + 2_000, reconcileMs: 15_000 + 5_000 + 1_000 + 10_000 };
 const WITHIN_MS = bounds.reconcileMs + 20_000;
 const controlLog = () => new ControlLog({ gatewayUrl: w.stack.gatewayUrl, mcpUrl: w.stack.mcpUrl, operatorToken: w.token });
