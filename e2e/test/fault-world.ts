@@ -183,16 +183,22 @@ export const natsRestart: Fault = {
   },
 };
 
-/** PostgreSQL refusing connections to the system's database (and dropping the open ones) for 3 s, the operation sent meanwhile. */
+/**
+ * PostgreSQL refusing connections to the system's database for 3 s, its open connections dropped,
+ * at the operation's midpoint: a cancel's or interrupt's transaction is open then (the agent was
+ * just asked to cancel), so it cannot commit what the agent already did.
+ */
 export const pgRefusing: Fault = {
   name: 'PostgreSQL refusing connections for 3 s',
   async during(w, op, log) {
     const admin = postgres(w.stack.db.url.replace(/\/[^/?]+(\?|$)/, '/postgres$1'), { max: 1, onnotice: () => undefined });
     const db = w.stack.db.name;
+    await admin`SELECT 1`;
     try {
+      const inflight = op.send(log);
+      await midway(op, inflight);
       await admin.unsafe(`ALTER DATABASE ${db} WITH ALLOW_CONNECTIONS false`);
       await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${db} AND pid <> pg_backend_pid()`;
-      const inflight = op.send(log);
       await new Promise((r) => setTimeout(r, 3_000));
       await admin.unsafe(`ALTER DATABASE ${db} WITH ALLOW_CONNECTIONS true`);
       return await inflight;
