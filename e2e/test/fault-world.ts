@@ -1,26 +1,47 @@
-import { eventually, type InvariantBounds } from '@kandev/testkit';
-import { startWorld, type World } from './support.js';
+import { randomUUID } from 'node:crypto';
+import postgres from 'postgres';
+import { expect } from 'vitest';
+import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest, type InvariantBounds, type StackService } from '@kandev/testkit';
+import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
  * The stack the fault tests run (issue 11): a short registry TTL and reconcile interval so a fault's
- * recovery fits a test, and the invariant checker's bounds derived from them.
+ * recovery fits a test, and the invariant checker's bounds derived from them. Below it, the fault
+ * matrix: control operations (stop, interrupt, cancel) × faults, each fault injected in the middle
+ * of the operation, every case ending with the invariant checker over the operation's answer.
  */
 export const REGISTRY_TTL_MS = 3_000;
 export const RECONCILE_INTERVAL_MS = 1_000;
 export const TEARDOWN_GRACE_MS = 500;
+/** Lifecycle's bound on an agent's cancel acknowledgement, and the orchestrator's on lifecycle's answer (≥ that + 2 s). */
+export const CANCEL_TIMEOUT_MS = 1_000;
+export const LIFECYCLE_CANCEL_WAIT_MS = 4_000;
 export const bounds: InvariantBounds = {
   graceMs: TEARDOWN_GRACE_MS + 2_000,
-  // Registry lapse + reconciler's settle time (5 s) + one interval.
-  reconcileMs: REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS,
+  // Registry lapse + reconciler's settle time (5 s) + one interval, + a cancel in flight holding the
+  // session (its owner died mid-request) for up to LIFECYCLE_CANCEL_WAIT_MS.
+  reconcileMs: REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS + LIFECYCLE_CANCEL_WAIT_MS,
 };
 /** Recovery headroom on a busy machine, on top of the bounds. */
 export const WITHIN_MS = bounds.reconcileMs + 20_000;
+/**
+ * The deadline of every API call, /ws action and MCP tool call in the fault world: above a launch
+ * (3 s queue wait + the launch) on a busy machine. A request published while NATS reconnects, or
+ * held by a service that is killed, is answered with its timeout error only when this runs out.
+ */
+export const REQUEST_TIMEOUT_MS = 15_000;
+/** A launch is answered within its request deadline; one lost to a fault is retried once. */
+const LAUNCH_BOUND_MS = 2 * REQUEST_TIMEOUT_MS + 5_000;
 
 export const startFaultWorld = (): Promise<World> =>
   startWorld({
     REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
     RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
     TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
+    CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS),
+    LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
+    GATEWAY_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+    MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
     LAUNCH_CONCURRENCY: '2',
     LAUNCH_QUEUE_WAIT_MS: '3000',
   });
@@ -30,7 +51,213 @@ export async function agentOf(w: World, pids: Map<string, number>, taskId: strin
   const e = await eventually(async () => {
     const list = (await w.api.get(`/tasks/${taskId}/executions`)).body as Array<{ session_id: string; pid: number | null; status: string }>;
     return list.find((x) => x.session_id === sessionId && x.pid && (x.status === 'RUNNING' || x.status === 'READY')) ?? null;
-  }, 20_000);
+  }, LAUNCH_BOUND_MS);
   pids.set(sessionId, e.pid!);
   return e.pid!;
+}
+
+/**
+ * Start a session whose agent is in the middle of a long turn. A start refused with 503 is tried
+ * again after its Retry-After, as a client is told to: the fault world admits 2 launches at a time
+ * with a 3 s queue wait, which a busy machine can exceed (that refusal is the overload contract,
+ * not a fault of the test's making).
+ */
+export async function startRunning(w: World, pids: Map<string, number>, taskId: string): Promise<{ sessionId: string; pid: number }> {
+  const deadline = Date.now() + LAUNCH_BOUND_MS;
+  for (;;) {
+    const r = await w.api.post(`/tasks/${taskId}/sessions`, { prompt: sleepScript(120_000) });
+    if (r.status === 201) {
+      const pid = await agentOf(w, pids, taskId, r.body.id);
+      await eventually(async () => w.agentEvents(pid).some((e) => e.kind === 'prompt'), LAUNCH_BOUND_MS);
+      return { sessionId: r.body.id, pid };
+    }
+    if (r.status !== 503 || Date.now() > deadline) throw new Error(`session start → ${r.status} ${JSON.stringify(r.body)}`);
+    await new Promise((res) => setTimeout(res, 1_000 * Number(r.body.error?.details?.retry_after_s ?? 1)));
+  }
+}
+
+/** One control request, prepared against a running agent. */
+interface Prepared {
+  /** Send it through its public surface; resolves with the recorded request and answer. */
+  send(log: ControlLog): Promise<ControlRequest>;
+  /** Resolves when the operation is half done, as the agent sees it, or when `answered` settles first (it never got there). */
+  midpoint(answered: Promise<unknown>): Promise<void>;
+  tasks: string[];
+  close(): void;
+}
+export interface Operation {
+  name: 'stop' | 'interrupt' | 'cancel';
+  prepare(w: World, pids: Map<string, number>): Promise<Prepared>;
+}
+
+/** Resolves once the agent `pid` logs an event of `kind` after the call, or once `until` settles. */
+function agentSees(w: World, pid: number, kind: 'cancel' | 'sigterm'): (until: Promise<unknown>) => Promise<void> {
+  return async (until) => {
+    let settled = false;
+    void until.finally(() => (settled = true));
+    const seen = w.agentEvents(pid).filter((e) => e.kind === kind).length;
+    while (!settled && w.agentEvents(pid).filter((e) => e.kind === kind).length <= seen) await new Promise((r) => setTimeout(r, 2));
+  };
+}
+
+export const OPERATIONS: readonly Operation[] = [
+  {
+    // An operator's task stop (R-2); half done when the agent gets its SIGTERM (stop accepted, teardown under way).
+    name: 'stop',
+    async prepare(w, pids) {
+      const { task } = await makeTask(w.api);
+      const { pid } = await startRunning(w, pids, task.id);
+      return { tasks: [task.id], send: (log) => log.stopTask(task.id), midpoint: agentSees(w, pid, 'sigterm'), close: () => undefined };
+    },
+  },
+  {
+    // A parent's message interrupt (R-1.8); half done when the child's agent is asked to cancel its turn (before the new turn is dispatched).
+    name: 'interrupt',
+    async prepare(w, pids) {
+      const { workspace_id, task: parent } = await makeTask(w.api, { title: 'coordinator' });
+      const { task: child } = await makeTask(w.api, { workspace_id, parent_id: parent.id, title: 'worker' });
+      const { pid } = await startRunning(w, pids, child.id);
+      const token = await w.stack.agentToken(parent.id);
+      const prompt = JSON.stringify({ script: [{ say: 'steered' }], tag: randomUUID() });
+      return { tasks: [parent.id, child.id], send: (log) => log.interrupt(token, child.id, prompt), midpoint: agentSees(w, pid, 'cancel'), close: () => undefined };
+    },
+  },
+  {
+    // An operator's turn cancel over /ws (R-3); half done when the agent is asked to cancel.
+    name: 'cancel',
+    async prepare(w, pids) {
+      const { task } = await makeTask(w.api);
+      const { sessionId, pid } = await startRunning(w, pids, task.id);
+      const ws = await WsClient.connect(w.stack.wsUrl, w.token);
+      return { tasks: [task.id], send: (log) => log.cancelTurn(ws, task.id, sessionId), midpoint: agentSees(w, pid, 'cancel'), close: () => ws.close() };
+    },
+  },
+];
+
+export interface Fault {
+  name: string;
+  /** Inject the fault in the middle of the operation and bring the faulty part back; resolves with the operation's answer. */
+  during(w: World, op: Prepared, log: ControlLog): Promise<ControlRequest>;
+}
+
+/** The operation's midpoint, or its answer if it never gets there (refused before reaching the agent). */
+const midway = (op: Prepared, inflight: Promise<ControlRequest>) => op.midpoint(inflight);
+
+/** kill -9 of one service in the middle of the operation; restarted at once, as `npm start` supervises it. */
+export const kill9 = (service: StackService): Fault => ({
+  name: `kill -9 of ${service}`,
+  async during(w, op, log) {
+    const inflight = op.send(log);
+    await midway(op, inflight);
+    w.stack.services.get(service)!.process.kill('SIGKILL');
+    const [answer] = await Promise.all([inflight, w.stack.restart(service)]);
+    return answer;
+  },
+});
+
+/** lifecycle SIGSTOPped for twice the registry TTL (past the reconciler's give-up), the operation sent meanwhile. */
+export const lifecycleStall: Fault = {
+  name: 'SIGSTOP/SIGCONT of lifecycle past the registry TTL',
+  async during(w, op, log) {
+    const lifecycle = w.stack.services.get('lifecycle')!;
+    lifecycle.process.kill('SIGSTOP');
+    try {
+      const inflight = op.send(log);
+      await new Promise((r) => setTimeout(r, 2 * REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS));
+      lifecycle.process.kill('SIGCONT');
+      return await inflight;
+    } finally {
+      lifecycle.process.kill('SIGCONT');
+    }
+  },
+};
+
+/** nats-server stopped in the middle of the operation, started again 2 s later (same port and store). */
+export const natsRestart: Fault = {
+  name: 'restart of nats-server',
+  async during(w, op, log) {
+    const inflight = op.send(log);
+    await midway(op, inflight);
+    await w.stack.nats.restart(2_000);
+    return inflight;
+  },
+};
+
+/**
+ * PostgreSQL refusing connections to the system's database for 3 s, its open connections dropped,
+ * at the operation's midpoint: a cancel's or interrupt's transaction is open then (the agent was
+ * just asked to cancel), so it cannot commit what the agent already did.
+ */
+export const pgRefusing: Fault = {
+  name: 'PostgreSQL refusing connections for 3 s',
+  async during(w, op, log) {
+    const admin = postgres(w.stack.db.url.replace(/\/[^/?]+(\?|$)/, '/postgres$1'), { max: 1, onnotice: () => undefined });
+    const db = w.stack.db.name;
+    await admin`SELECT 1`;
+    try {
+      const inflight = op.send(log);
+      await midway(op, inflight);
+      await admin.unsafe(`ALTER DATABASE ${db} WITH ALLOW_CONNECTIONS false`);
+      await admin`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ${db} AND pid <> pg_backend_pid()`;
+      await new Promise((r) => setTimeout(r, 3_000));
+      await admin.unsafe(`ALTER DATABASE ${db} WITH ALLOW_CONNECTIONS true`);
+      return await inflight;
+    } finally {
+      await admin.unsafe(`ALTER DATABASE ${db} WITH ALLOW_CONNECTIONS true`).catch(() => undefined);
+      await admin.end();
+    }
+  },
+};
+
+/**
+ * A service process that exited during a fault. `npm start` restarts a crashed service (with
+ * backoff); so does this, but only for a crash whose cause is known and reported, so any other
+ * crash still fails the case:
+ * - postgres.js 3.4.9 writes to a connection whose socket its close handler already dropped
+ *   (`nextWrite`: "Cannot read properties of null (reading 'write')", an uncaught TypeError from a
+ *   setImmediate; open upstream as porsager/postgres#1154 / #1208) when PostgreSQL terminates a
+ *   backend at the wrong moment — the PostgreSQL fault does exactly that.
+ */
+const KNOWN_CRASHES = [/postgres\/src\/connection\.js[\s\S]*Cannot read properties of null \(reading 'write'\)|Cannot read properties of null \(reading 'write'\)[\s\S]*nextWrite/];
+
+async function restartCrashed(w: World, when: string): Promise<void> {
+  for (const [name, p] of w.stack.services) {
+    if (p.process.exitCode === null && p.process.signalCode === null) continue;
+    const tail = w.stack.logTail(name).join('\n');
+    if (!KNOWN_CRASHES.some((re) => re.test(tail))) throw new Error(`${name} exited (${p.process.exitCode ?? p.process.signalCode}) ${when}:\n${tail}`);
+    console.warn(`[fault] ${name} crashed ${when} on the known postgres.js defect (null socket in nextWrite); restarted as npm start would:\n${tail.split('\n').slice(-12).join('\n')}`);
+    await w.stack.restart(name);
+  }
+}
+
+/**
+ * One case of the matrix: prepare the operation against a running agent, inject the fault in its
+ * middle, then require the invariant checker to pass over what the caller was told, and the
+ * system to serve again (a new session starts and stops).
+ */
+export async function runFaultCase(w: World, pids: Map<string, number>, op: Operation, fault: Fault): Promise<ControlRequest> {
+  const log = new ControlLog({ gatewayUrl: w.stack.gatewayUrl, mcpUrl: w.stack.mcpUrl, operatorToken: w.token });
+  const prepared = await op.prepare(w, pids);
+  let answer: ControlRequest;
+  try {
+    answer = await fault.during(w, prepared, log);
+    await restartCrashed(w, `during ${fault.name}`);
+    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body)}` : answer.answer.error} after ${answer.answeredAt.getTime() - answer.sentAt.getTime()} ms`);
+    await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS });
+  } finally {
+    prepared.close();
+  }
+  await restartCrashed(w, `after ${fault.name}`);
+  // Serves again: a new session starts and stops. Right after a fault a request may still meet
+  // what it left behind (a pooled connection PostgreSQL terminated fails its next query once,
+  // answered INTERNAL_ERROR); the bound is on serving again, not on the first try.
+  const task = await eventually(async () => {
+    const { task: t } = await makeTask(w.api);
+    await startRunning(w, pids, t.id);
+    return t;
+  }, 2 * LAUNCH_BOUND_MS, 500);
+  expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);
+  // Nothing of this case keeps running into the next one.
+  for (const id of prepared.tasks) await w.api.post(`/tasks/${id}/stop`);
+  return answer;
 }

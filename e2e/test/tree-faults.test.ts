@@ -1,7 +1,7 @@
 import postgres from 'postgres';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { eventually, processAlive, type ApiClient } from '@kandev/testkit';
+import { assertInvariants, ControlLog, eventually, processAlive, type ApiClient, type InvariantBounds } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
@@ -13,13 +13,20 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 let w: World;
 let sql: postgres.Sql;
 beforeAll(async () => {
-  w = await startWorld({ GATEWAY_REQUEST_TIMEOUT_MS: '5000', RECONCILE_INTERVAL_MS: '1000' });
+  w = await startWorld({ GATEWAY_REQUEST_TIMEOUT_MS: '5000', RECONCILE_INTERVAL_MS: '1000', STALLED_TASK_AFTER_MS: '5000' });
   sql = postgres(w.stack.db.url, { max: 2, onnotice: () => undefined });
 });
 afterAll(async () => {
   await sql?.end();
   await w?.stop();
 });
+
+// This world's registry TTL is lifecycle's default (15 s); the rest as in fault-world.ts. A restore
+// writes back a member's IN_PROGRESS snapshot although the hold cancelled its session: the
+// reconciler's stalled-task repair (STALLED_TASK_AFTER_MS, 5 s here) moves it on, well within the bound.
+const bounds: InvariantBounds = { graceMs: 500 + 2_000, reconcileMs: 15_000 + 5_000 + 1_000 + 10_000 };
+const WITHIN_MS = bounds.reconcileMs + 20_000;
+const controlLog = () => new ControlLog({ gatewayUrl: w.stack.gatewayUrl, mcpUrl: w.stack.mcpUrl, operatorToken: w.token });
 
 async function tree(api: ApiClient, children: number) {
   const { workspace_id, task: root } = await makeTask(api, { title: 'root' });
@@ -37,9 +44,10 @@ it('kill -9 of the holds service around a cancel: the cancel stands; after a res
   const queued = randomUUID();
   await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status) VALUES (${queued}, ${kids[1]!.id}, ${workspace_id}, 'queued before the crash', 'queued')`;
 
-  const res = await w.api.post(`/tasks/${root.id}/tree/cancel`, { reason: 'holds is down' });
-  expect(res.status).toBe(200);
-  const hold = res.body.hold;
+  const log = controlLog();
+  const res = await log.holdTree(root.id, 'cancel');
+  expect(res.answer.ok).toBe(true);
+  const hold = (res.answer as { body: { hold: { id: string } } }).body.hold;
   expect((await w.api.get(`/sessions/${s.id}`)).body.state).toBe('CANCELLED');
   await eventually(async () => !processAlive(exec.pid), 15_000);
 
@@ -56,6 +64,7 @@ it('kill -9 of the holds service around a cancel: the cancel stands; after a res
   expect(restored.status).toBe(200);
   for (const t of [root, ...kids]) expect((await w.api.get(`/tasks/${t.id}`)).body.status).not.toBe('CANCELLED');
   await eventually(async () => (await sql`SELECT 1 FROM holds.held_tasks WHERE hold_id = ${hold.id}`).length === 0, 10_000);
+  await assertInvariants(w.stack, { agentPids: new Map([[s.id, exec.pid as number]]), bounds, requests: log, withinMs: WITHIN_MS });
 });
 
 it('kill -9 of the orchestrator in the middle of a cancel leaves the whole hold or none of it; teardown and restore complete after the restart', async () => {
@@ -65,7 +74,8 @@ it('kill -9 of the orchestrator in the middle of a cancel leaves the whole hold 
     const exec = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution, 15_000);
     const ids = [root.id, ...kids.map((k) => k.id)];
 
-    const inFlight = w.api.post(`/tasks/${root.id}/tree/cancel`).catch(() => null);
+    const log = controlLog();
+    const inFlight = log.holdTree(root.id, 'cancel');
     await new Promise((r) => setTimeout(r, delayMs));
     w.stack.services.get('orchestrator')!.process.kill('SIGKILL');
     await inFlight;
@@ -91,5 +101,7 @@ it('kill -9 of the orchestrator in the middle of a cancel leaves the whole hold 
     await eventually(async () => !processAlive(exec.pid), 20_000);
     expect((await w.api.post(`/tasks/${root.id}/tree/restore`)).status).toBe(200);
     expect((await w.api.get(`/tasks/${kids[1]!.id}`)).body.status).toBe('TODO');
+    // Whatever the cancel's caller was told holds, and every member's hold and restore is audited.
+    await assertInvariants(w.stack, { agentPids: new Map([[s.id, exec.pid as number]]), bounds, requests: log, withinMs: WITHIN_MS });
   }
 });

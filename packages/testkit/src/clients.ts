@@ -39,7 +39,7 @@ export interface WsFrame {
 export class WsClient {
   private seq = 0;
   readonly notifications: WsFrame[] = [];
-  private readonly waiters = new Map<string, (f: WsFrame) => void>();
+  private readonly waiters = new Map<string, { resolve: (f: WsFrame) => void; reject: (e: Error) => void }>();
   private readonly listeners = new Set<() => void>();
   private constructor(readonly socket: WebSocket) {
     socket.on('message', (data) => {
@@ -48,9 +48,14 @@ export class WsClient {
         this.notifications.push(frame);
         this.listeners.forEach((l) => l());
       } else if (frame.id && this.waiters.has(frame.id)) {
-        this.waiters.get(frame.id)!(frame);
+        this.waiters.get(frame.id)!.resolve(frame);
         this.waiters.delete(frame.id);
       }
+    });
+    // A dropped connection is an error to every request still waiting (the caller is told, not left hanging).
+    socket.on('close', () => {
+      for (const w of this.waiters.values()) w.reject(new Error('connection closed before the answer'));
+      this.waiters.clear();
     });
   }
   static connect(url: string, token: string): Promise<WsClient> {
@@ -65,9 +70,15 @@ export class WsClient {
     const id = String(++this.seq);
     return new Promise((resolve, reject) => {
       const t = setTimeout(() => reject(new Error(`no answer to ${action}`)), timeoutMs);
-      this.waiters.set(id, (f) => {
-        clearTimeout(t);
-        resolve(f);
+      this.waiters.set(id, {
+        resolve: (f) => {
+          clearTimeout(t);
+          resolve(f);
+        },
+        reject: (e) => {
+          clearTimeout(t);
+          reject(e);
+        },
       });
       this.socket.send(JSON.stringify({ id, type: 'request', action, payload }));
     });

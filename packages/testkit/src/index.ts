@@ -7,3 +7,4 @@ export * from './tokens.js';
 export * from './model-stub/index.js';
 export * from './procs.js';
 export * from './invariants.js';
+export * from './control-requests.js';

@@ -27,7 +27,9 @@ export interface Stack {
   services: Map<StackService, ServiceProcess>;
   operatorToken(workspaces?: string[]): Promise<string>;
   agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
-  /** Restart one service process (same env). */
+  /** The last lines a service wrote (stdout and stderr, its current and earlier processes): why it died, when it did. */
+  logTail(name: StackService): string[];
+  /** Restart one service process (same env; the gateway and mcp on the same ports). */
   restart(name: StackService): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
@@ -61,14 +63,25 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...opts.env,
   };
   const services = new Map<StackService, ServiceProcess>();
+  const tails = new Map<StackService, string[]>();
+  // A restarted gateway or mcp listens where the first one did: clients (and the agents' MCP URL) keep working.
+  const pinnedPorts = (name: StackService): NodeJS.ProcessEnv => {
+    const url = name === 'gateway' ? services.get(name)?.urls.http : name === 'mcp' ? services.get(name)?.urls.mcp : undefined;
+    return url ? { [name === 'gateway' ? 'GATEWAY_PORT' : 'MCP_PORT']: new URL(url).port } : {};
+  };
   const envFor = (name: StackService): NodeJS.ProcessEnv => ({
     ...baseEnv,
+    ...pinnedPorts(name),
     INSTANCE_ID: `${name}-1`,
     ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
   const launch = async (name: StackService) => {
     const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: (l) => {
+        const tail = tails.get(name) ?? [];
+        tail.push(l);
+        if (tail.length > 60) tail.shift();
+        tails.set(name, tail);
         opts.onLog?.(name, l);
         if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
       } });
@@ -100,6 +113,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     services,
     operatorToken: (workspaces = ['*']) => signOperatorToken(secret, { sub: 'test-operator', workspaces }),
     agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(secret, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+    logTail: (name) => [...(tails.get(name) ?? [])],
     async restart(name) {
       await services.get(name)?.stop();
       return launch(name);

@@ -30,5 +30,12 @@ export const OrchestratorEnv = BaseEnv.extend({
    * has the turn open, before the reconciler closes the turn itself: its turn.completed was lost.
    */
   TURN_OUTCOME_GRACE_MS: z.coerce.number().int().nonnegative().default(15_000),
+  /**
+   * The longest a turn cancel (operator cancel, message interrupt) waits for the owner lifecycle
+   * instance while it holds the session's guard: lifecycle answers within its CANCEL_TIMEOUT_MS
+   * (5 s) + 2 s, so this is that with headroom. Without it an instance that dies mid-cancel would
+   * hold the guard — and every stop, event and repair of the session — for the caller's whole deadline.
+   */
+  LIFECYCLE_CANCEL_WAIT_MS: z.coerce.number().int().positive().default(10_000),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

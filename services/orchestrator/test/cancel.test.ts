@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Orch } from '@kandev/contracts';
 import { EventPublisher, request } from '@kandev/runtime';
-import { operator, startHarness, type Harness } from './harness.js';
+import { LIFECYCLE_CANCEL_WAIT_MS, operator, startHarness, type Harness } from './harness.js';
 
 /** R-3 at the orchestrator: the guard, the R-3.4 error cases, and R-3.5 (queue waits after a user cancel). */
 describe('orch.agent.cancel', () => {
@@ -52,6 +52,25 @@ describe('orch.agent.cancel', () => {
       h.life.cancelBehaviour = 'cancel';
     }
   });
+
+  it('an owner that never answers (died mid-cancel) holds the session for LIFECYCLE_CANCEL_WAIT_MS, not the caller\'s deadline', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'x');
+    h.life.cancelBehaviour = 'hang';
+    try {
+      const t0 = performance.now();
+      await expect(request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id }, { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+      const waited = performance.now() - t0;
+      expect(waited).toBeGreaterThanOrEqual(LIFECYCLE_CANCEL_WAIT_MS - 50);
+      expect(waited).toBeLessThan(LIFECYCLE_CANCEL_WAIT_MS + 5_000);
+      // The guard is free again: a stop goes through at once.
+      expect((await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id })).status).toBe('stopped');
+    } finally {
+      h.life.cancelBehaviour = 'cancel';
+      h.life.releaseHung();
+    }
+  }, 40_000);
 
   it('does not run queued messages after a user cancel until the operator prompts again', async () => {
     const ws = await h.workspace();

@@ -18,7 +18,12 @@ export class FakeLifecycle {
   readonly agents = new Set(['scripted-acp', 'scripted-codex']);
   /** Make the next launches fail (as an overloaded or crashing lifecycle would). */
   launchFails: KandevError | null = null;
-  cancelBehaviour: 'cancel' | 'timeout' = 'cancel';
+  /** `hang`: the owner took the request and never answers (it died mid-request) until `releaseHung()`. */
+  cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
+  private hung: Array<() => void> = [];
+  releaseHung() {
+    for (const r of this.hung.splice(0)) r();
+  }
   constructor(
     private readonly nc: NatsConnection,
     readonly instanceId = 'life-fake',
@@ -51,6 +56,10 @@ export class FakeLifecycle {
         const e = this.registry.get(req.execution_id);
         if (!e || e.status !== 'RUNNING') return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
         if (this.cancelBehaviour === 'timeout') throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');
+        if (this.cancelBehaviour === 'hang') {
+          await new Promise<void>((r) => this.hung.push(r));
+          throw new KandevError('UNAVAILABLE', 'released');
+        }
         const turn = e.turn_id;
         e.status = 'READY';
         e.turn_id = null;

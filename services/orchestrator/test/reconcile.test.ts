@@ -26,6 +26,37 @@ it('marks an active session FAILED once its execution left the registry (dead li
   expect((await reconcileOnce(rt())).lost).toBe(0);
 });
 
+it('a session held by a control action in flight does not stall the reconciliation of the others', async () => {
+  const ws = await h.workspace();
+  const [busy, lost] = [await h.task(ws.id, 'busy'), await h.task(ws.id, 'lost')];
+  const [sb, sl] = [await h.startSession(busy.id, 'work'), await h.startSession(lost.id, 'work')];
+  for (const s of [sb, sl]) h.life.forget([...h.life.registry.values()].find((x) => x.session_id === s.id)!.execution_id);
+  // The held one is listed first (older), as a session whose cancel waits on a dead instance would be.
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '2 minutes' WHERE id = ${sb.id}`;
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '1 minute' WHERE id = ${sl.id}`;
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let locked!: () => void;
+  const isLocked = new Promise<void>((r) => (locked = r));
+  const holder = h.sql.begin(async (tx) => {
+    await tx`SELECT id FROM orchestrator.sessions WHERE id = ${sb.id} FOR UPDATE`;
+    locked();
+    await released;
+  });
+  try {
+    await isLocked;
+    const pass = await Promise.race([reconcileOnce(rt()), new Promise<'stalled'>((r) => setTimeout(() => r('stalled'), 5_000))]);
+    expect(pass).toMatchObject({ lost: 1 });
+    expect((await h.getTask(lost.id)).sessions[0]!.state).toBe('FAILED');
+    expect((await h.getTask(busy.id)).sessions[0]!.state).toBe('RUNNING');
+  } finally {
+    release();
+    await holder;
+  }
+  // Released: the next pass reconciles it.
+  expect((await reconcileOnce(rt())).lost).toBe(1);
+});
+
 it('sends the stop again for a CANCELLED session whose process is still registered and not stopping', async () => {
   const ws = await h.workspace();
   const task = await h.task(ws.id, 't');

@@ -31,7 +31,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         rt.nc,
         Life.cancel.at(s.instance_id),
         { execution_id: s.execution_id, turn_id: s.open_turn_id },
-        { requestId: call.requestId },
+        { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
       );
       if (!res.cancelled) {
         await recordAudit(tx, audit('no_active_turn'));

@@ -1,6 +1,7 @@
 import { isActiveSession, type EventEnvelope } from '@kandev/contracts';
 import { processOnce } from '@kandev/runtime';
 import { sessionStateAfterExecutionEnd, sessionStateAfterTurn, turnEndAfterExecutionEnd } from '../domain/transitions.js';
+import { recordAudit } from '../store/audit.js';
 import { lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
@@ -34,9 +35,26 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
     if (!s || !task) return;
     if (s.execution_id && s.execution_id !== ev.data.execution_id) return;
     switch (ev.type) {
-      case 'turn.completed':
-        drained = await endTurn(rt, tx, emit, task, s, ev.data.turn_id, ev.data.stop_reason, ev.id);
+      case 'turn.completed': {
+        const ended = await endTurn(rt, tx, emit, task, s, ev.data.turn_id, ev.data.stop_reason, ev.id);
+        drained = ended.drained;
+        // A turn that ends `cancelled` here was not closed by a cancel or interrupt of ours (those close
+        // it in their own transaction): the agent runtime cancelled it while our request failed (its
+        // owner died, the database refused the commit). The control action took effect: audit it.
+        if (ended.closed && ev.data.stop_reason === 'cancelled') {
+          await recordAudit(tx, {
+            task_id: task.id,
+            workspace_id: task.workspace_id,
+            action: 'turn.cancelled',
+            actor: `system:lifecycle`,
+            reason: 'the agent runtime reported the turn cancelled without a recorded cancel',
+            request_id: null,
+            outcome: 'cancelled',
+            details: { session_id: s.id, turn_id: ev.data.turn_id, execution_id: ev.data.execution_id, event_id: ev.id },
+          });
+        }
         return;
+      }
       case 'execution.stopped': {
         await completeOpenTurns(tx, s.id, turnEndAfterExecutionEnd(isActiveSession(s.state)));
         if (!isActiveSession(s.state)) return; // already CANCELLED by a stop, or an orphan: terminal state and message stay (R-2.4)
@@ -54,8 +72,9 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
 
 /**
  * A turn ended (reported by lifecycle, or found ended by the reconciler): close it, and when no
- * other turn is open move the session on and deliver the next queued message. Returns whether a
- * queued message was delivered. Idempotent: a turn already closed changes nothing.
+ * other turn is open move the session on and deliver the next queued message. Returns whether this
+ * call closed the turn and whether a queued message was delivered. Idempotent: a turn already
+ * closed changes nothing.
  */
 export async function endTurn(
   rt: OrchRuntime,
@@ -66,12 +85,12 @@ export async function endTurn(
   turnId: string,
   stopReason: string,
   requestId: string,
-): Promise<boolean> {
+): Promise<{ closed: boolean; drained: boolean }> {
   const first = await completeTurn(tx, turnId, stopReason);
   // A turn another path already closed (a cancel or interrupt did) changes nothing here.
-  if (!first) return false;
-  if (await openTurn(tx, s.id)) return false;
+  if (!first) return { closed: false, drained: false };
+  if (await openTurn(tx, s.id)) return { closed: true, drained: false };
   const next = sessionStateAfterTurn(s.state);
   const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;
-  return drainQueue(rt, { requestId }, tx, emit, task, idle);
+  return { closed: true, drained: await drainQueue(rt, { requestId }, tx, emit, task, idle) };
 }

@@ -2,7 +2,7 @@ import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf
 import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
 import { assertQueueHasRoom, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
-import { recordAudit } from '../store/audit.js';
+import { recordAudit, settleAudit } from '../store/audit.js';
 import { enqueue, queueOfSession, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
@@ -63,13 +63,19 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
     return { task_id: task.id, session_id: started.session.id, status: 'started' as Status };
   }
 
-  // Store first, under the guard: from here on the message is never lost.
-  const stored = await transact(rt, async (tx, emit) => {
+  // Store first, under the guard: from here on the message is never lost. An interrupt is audited
+  // in this same transaction (B-3), as `queued`; delivery settles the row's outcome in its own.
+  const { stored, auditId } = await transact(rt, async (tx, emit) => {
     const s = (await lockSession(tx, session.id))!;
     assertQueueHasRoom(await queueSize(tx, s.id), rt.env.QUEUE_LIMIT);
     const m = await enqueue(tx, { task_id: task.id, session_id: s.id, prompt, sender_task_id: caller.id, queued_by: actorLabel(actor) });
-    await emitQueueChanged(tx, emit, task, s.id);
-    return m;
+    const [, id] = await Promise.all([
+      emitQueueChanged(tx, emit, task, s.id),
+      mode === 'interrupt'
+        ? recordAudit(tx, { task_id: task.id, workspace_id: task.workspace_id, action: 'mcp.message_task.interrupt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'queued', details: { session_id: s.id, message_id: m.id } })
+        : null,
+    ]);
+    return { stored: m, auditId: id };
   });
   // Stored: from now on a retry must not store it again, whatever happens next.
   await idem.checkpoint({ task_id: task.id, session_id: session.id, status: 'queued' });
@@ -85,23 +91,20 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
       if (!sessionIsIdle(s.state)) {
         if (mode !== 'interrupt') return 'queued';
         const turn = await openTurn(tx, s.id);
-        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId });
-        if (res.cancelled && res.turn_id) await completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled');
+        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS });
+        if (res.cancelled && res.turn_id) {
+          await Promise.all([completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'), auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null]);
+        }
       }
       if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
-      await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
-      await emitQueueChanged(tx, emit, task, s.id);
+      const turnId = await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
+      await Promise.all([emitQueueChanged(tx, emit, task, s.id), auditId ? settleAudit(tx, auditId, 'sent', { turn_id: turnId }) : null]);
       return 'sent';
     });
   } catch (e) {
     // The message is stored; it waits in the queue (R-1.8: never an error after the insert).
     log.warn({ err: e, message_id: stored.id }, 'immediate delivery failed; message stays queued');
     status = 'queued';
-  }
-  if (mode === 'interrupt') {
-    await recordAudit(rt.sql, { task_id: task.id, workspace_id: task.workspace_id, action: 'mcp.message_task.interrupt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: status, details: { session_id: session.id, message_id: stored.id } }).catch(
-      (e) => log.warn({ err: e }, 'audit write failed'),
-    );
   }
   return { task_id: task.id, session_id: session.id, status };
 }

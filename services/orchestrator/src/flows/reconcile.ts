@@ -3,7 +3,7 @@ import { request, type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { StopReasons } from '../domain/stop.js';
-import { activeSessionsOfTask, lockSession } from '../store/sessions.js';
+import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
@@ -85,7 +85,9 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
 
 async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
   return transact(rt, async (tx, emit) => {
-    const s = await lockSession(tx, suspect.id);
+    // A session held by a control action in flight is skipped this pass: waiting on it would
+    // stall the reconciliation of every other session behind one slow request.
+    const s = await lockSessionIfFree(tx, suspect.id);
     // Re-check under the guard: the session may have moved on since it was listed.
     if (!s || s.execution_id !== suspect.execution_id || s.state !== suspect.state) return false;
     const task = (await getTask(tx, s.task_id))!;
@@ -136,7 +138,7 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
 /** The session's open turn began before lifecycle last changed the execution, which is idle now: its end was never reported. */
 async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execution): Promise<boolean> {
   return transact(rt, async (tx, emit) => {
-    const s = await lockSession(tx, suspect.id);
+    const s = await lockSessionIfFree(tx, suspect.id);
     if (!s || s.execution_id !== suspect.execution_id || s.state !== 'RUNNING') return false;
     const turn = await openTurn(tx, s.id);
     if (!turn || new Date(turn.started_at).getTime() >= Date.parse(execution.updated_at)) return false;

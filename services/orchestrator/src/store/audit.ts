@@ -15,10 +15,21 @@ export interface AuditRecord {
   details?: Record<string, unknown>;
 }
 
-/** B-3: every control action, with actor, reason, request id and outcome. */
-export async function recordAudit(q: Q, a: AuditRecord): Promise<void> {
+/** B-3: every control action, with actor, reason, request id and outcome. Returns the row's id. */
+export async function recordAudit(q: Q, a: AuditRecord): Promise<string> {
+  const id = randomUUID();
   await q`INSERT INTO audit_log (id, task_id, workspace_id, action, actor, reason, request_id, outcome, details)
-          VALUES (${randomUUID()}, ${a.task_id}, ${a.workspace_id}, ${a.action}, ${a.actor}, ${a.reason}, ${a.request_id}, ${a.outcome}, ${q.json((a.details ?? {}) as never)})`;
+          VALUES (${id}, ${a.task_id}, ${a.workspace_id}, ${a.action}, ${a.actor}, ${a.reason}, ${a.request_id}, ${a.outcome}, ${q.json((a.details ?? {}) as never)})`;
+  return id;
+}
+
+/**
+ * The outcome of an action that is carried out in two transactions (a message interrupt: stored,
+ * then delivered): the first records the row, the second settles its outcome in its own
+ * transaction, so the row says what committed and nothing else.
+ */
+export async function settleAudit(tx: Tx, id: string, outcome: string, details: Record<string, unknown> = {}): Promise<void> {
+  await tx`UPDATE audit_log SET outcome = ${outcome}, details = details || ${tx.json(details as never)} WHERE id = ${id}`;
 }
 
 /** Many audit rows in one statement (a tree hold records its action on every member). */

@@ -31,6 +31,15 @@ export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null
   return row ?? null;
 }
 
+/**
+ * The per-session guard, or null at once when another transaction holds it (a control action in
+ * flight): for background work that must not queue behind it (the reconciler tries again next pass).
+ */
+export async function lockSessionIfFree(tx: Tx, id: string): Promise<SessionRow | null> {
+  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE SKIP LOCKED`, [id], { prepare: true });
+  return row ?? null;
+}
+
 type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
 
 /**
