@@ -47,7 +47,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     const suspects = await rt.sql<Suspect[]>`
       SELECT id, task_id, state, execution_id FROM sessions
       WHERE execution_id IS NOT NULL AND updated_at < now() - interval '5 seconds'
-        AND (state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT', 'CREATED')
+        AND (state = ANY(${[...ACTIVE_SESSION_STATES]})
              OR (state = 'CANCELLED' AND updated_at > now() - interval '1 hour'))
       ORDER BY updated_at LIMIT 500`;
     let lost = 0;
