@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { TaskStatus } from '@kandev/contracts';
+import { ACTIVE_SESSION_STATES, type TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 import { TASK_COLUMNS, type TaskRow } from './rows.js';
 
@@ -46,6 +46,34 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
 export async function bumpFenceLocked(tx: Tx, id: string): Promise<TaskRow | null> {
   const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}`, [id], { prepare: true });
   return row ? norm(row) : null;
+}
+
+/**
+ * R-1.4 after a stop, on a task this transaction holds locked: REVIEW through review_after_stop
+ * (migrations/005), which never aborts the transaction. The row as it is afterwards: still in its
+ * old status if the transition failed (the database logged why).
+ */
+export async function reviewAfterStop(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1)`, [id], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/** The caller and target of a child stop, with the execution ids the target's active sessions name (read without locks). */
+export async function childStopCandidates(q: Q, callerId: string, targetId: string): Promise<{ tasks: Map<string, TaskRow>; executionIds: string[] }> {
+  const rows = await q.unsafe<Array<TaskRow & { active_execution_ids: string[] | null }>>(
+    `SELECT ${TASK_COLUMNS},
+            CASE WHEN t.id = $2 THEN ARRAY(SELECT s.execution_id FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($3) AND s.execution_id IS NOT NULL) END AS active_execution_ids
+     FROM tasks t WHERE t.id = ANY($1::uuid[])`,
+    [[callerId, targetId], targetId, [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
+  const tasks = new Map<string, TaskRow>();
+  let executionIds: string[] = [];
+  for (const { active_execution_ids, ...task } of rows) {
+    tasks.set(task.id, norm(task as TaskRow));
+    if (task.id === targetId) executionIds = active_execution_ids ?? [];
+  }
+  return { tasks, executionIds };
 }
 
 /**
