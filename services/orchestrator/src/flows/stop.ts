@@ -5,8 +5,8 @@ import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecisio
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { cancelSessions, lockActiveSessionsOfChild, lockActiveSessionsOfTasks } from '../store/sessions.js';
-import { bumpChildFenceLocked, bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop } from '../store/tasks.js';
+import { cancelSessions, lockActiveSessionsOfTasks } from '../store/sessions.js';
+import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
 import { changeSessionState, emitTaskStatusChange } from './changes.js';
@@ -117,7 +117,7 @@ interface PlannedStop {
 }
 
 interface StopRun {
-  taskId: string;
+  task: TaskRow;
   actor: Actor;
   /** Reads under the locks and plans; runs first in the stop's transaction. */
   planner: (tx: Tx) => Promise<PlannedStop>;
@@ -158,13 +158,11 @@ async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: T
  * progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
-  const { actor } = run;
-  const log = rt.log.child({ task_id: run.taskId, request_id: call.requestId });
-  // Known once the planner has read it (in the transaction's first flight).
-  let task: { id: string; workspace_id: string } | null = null;
-  const audit = (t: { id: string; workspace_id: string }, outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
-    task_id: t.id,
-    workspace_id: t.workspace_id,
+  const { task, actor } = run;
+  const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
+  const audit = (outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
+    task_id: task.id,
+    workspace_id: task.workspace_id,
     action: run.audit.action,
     actor: actorLabel(actor),
     reason: run.audit.reason ?? reason,
@@ -177,7 +175,6 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     done = await transactInFlights(rt, async (tx, emit) => {
       const planned = await run.planner(tx);
       const { plan } = planned;
-      task = planned.task;
       if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
       const decision = decideStops(plan, planned.sessions);
       const stopped = decision.cancel.length > 0 || decision.teardowns.length > 0;
@@ -185,10 +182,10 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       // One flight: the stop's writes, its audit row (B-3, same transaction), and REVIEW, which
       // cannot abort the others (review_after_stop): its failure is logged, the stops stand (R-1.4).
       const [cancelled, , reviewed] = await Promise.all([
-        writeStops(tx, emit, decision, planned.sessions, plan.reason, planned.task.workspace_id, actor),
+        writeStops(tx, emit, decision, planned.sessions, plan.reason, task.workspace_id, actor),
         recordAudit(
           tx,
-          audit(planned.task, stopped ? 'stopped' : run.idleOutcome, plan.reason, {
+          audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
             sessions: decision.cancel,
             executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
           }),
@@ -197,25 +194,23 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       ]);
       mark('stop.written');
       if (reviewed?.status === 'REVIEW') await emitTaskStatusChange(emit, planned.task, reviewed, { reason: 'stopped', actor });
-      else if (reviewed) log.error({ status: reviewed.status }, 'REVIEW transition after stop failed (the database logged why); stops stand');
+      else if (reviewed) log.error({ task_id: task.id, status: reviewed.status }, 'REVIEW transition after stop failed (the database logged why); stops stand');
       return { accepted: cancelled.length, teardowns: decision.teardowns, plan };
     });
   } catch (e) {
     if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
     // Nothing was cancelled, so nothing is torn down: a retry makes progress (R-1.3).
     log.error({ err: e }, 'persisting the stop failed');
-    const failedOn = task ?? (await getTask(rt.sql, run.taskId).catch(() => null));
-    if (failedOn) await recordAudit(rt.sql, audit(failedOn, 'error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
     throw isKandevError(e) ? e : internalError('stopping the task failed', e);
   }
   const { result, publish } = done;
   const { accepted, teardowns, plan } = result;
-  const stopped = task!;
   const dispatch = () =>
     dispatchTeardowns(rt, call, teardowns, plan.reason, log).then(async (outcomes) => {
       const failed = outcomes.filter((o) => o.error);
       if (failed.length) {
-        await recordAudit(rt.sql, audit(stopped, 'error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) =>
+        await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) =>
           log.warn({ err }, 'audit write failed'),
         );
       }
@@ -293,61 +288,44 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
  * R-1: a parent task stops its direct child (halt-only). All checks finish before any side
  * effect; then every live execution among the active sessions is stopped. The answer goes at
  * commit; the teardowns follow it.
- *
- * The checks' read travels in the transaction's first flight, with BEGIN and the fence bump and
- * session locks, which apply only for the direct parent (R-1.2, in their SQL): one round trip and
- * one pooled connection for all of it. The registry reads start as soon as that read is in, while
- * the fence and locks are still being applied.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
+  const found = await childStopCandidates(rt.sql, callerTaskId, targetTaskId);
+  mark('stop.checked');
+  const caller = found.tasks.get(callerTaskId);
+  const target = found.tasks.get(targetTaskId);
+  if (!caller) throw notFound('calling task not found');
+  if (!target) throw notFound('task not found');
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
-  const registry = new RegistryReads(rt.nc, call, targetTaskId);
-  let refused: { caller: TaskRow; target: TaskRow } | null = null;
   try {
-    const { accepted } = await runStop(rt, call, {
-      taskId: targetTaskId,
-      actor,
-      review: true,
-      audit: { action: 'mcp.stop_task' },
-      idleOutcome: 'not_running',
-      answerAfterTeardown: false,
-      planner: async (tx) => {
-        const read = childStopCandidates(tx, callerTaskId, targetTaskId);
-        // Fence first, then candidates (ADR 0001): a launch admitted before the bump has recorded
-        // its execution on its session; one admitted after it is refused (B-1). So each
-        // candidate's own execution is all there is to check, by exact registry key.
-        const locked = Promise.all([bumpChildFenceLocked(tx, callerTaskId, targetTaskId), lockActiveSessionsOfChild(tx, callerTaskId, targetTaskId)]);
-        locked.catch(() => undefined); // awaited below unless a check refuses first
-        const found = await read;
-        mark('stop.checked');
-        const caller = found.tasks.get(callerTaskId);
-        const target = found.tasks.get(targetTaskId);
-        if (!caller) throw notFound('calling task not found');
-        if (!target) throw notFound('task not found');
-        try {
-          assertDirectParent(caller, target);
-        } catch (e) {
-          refused = { caller, target };
-          throw e;
-        }
-        registry.start(found.executionIds);
-        const [task, sessions] = await locked;
-        mark('stop.locked');
-        if (!task) throw notFound('task not found');
-        const executions = await registry.executionsOf(sessions);
-        mark('stop.registry_read');
-        return { task, sessions, plan: planChildStop(sessions, executions) };
-      },
-    });
-    return { task_id: targetTaskId, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
+    assertDirectParent(caller, target);
   } catch (e) {
     // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
-    const r = refused as { caller: TaskRow; target: TaskRow } | null;
-    if (r && r.caller.workspace_id === r.target.workspace_id) {
-      await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
+    if (caller.workspace_id === target.workspace_id) {
+      await recordAudit(rt.sql, { task_id: target.id, workspace_id: target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
     }
     throw e;
   }
+  const registry = new RegistryReads(rt.nc, call, target.id).start(found.executionIds);
+  // Fence and candidates first, in the stop's transaction: a launch admitted before the bump has
+  // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001). So
+  // each candidate's own execution is all there is to check, by exact registry key.
+  const { accepted } = await runStop(rt, call, {
+    task: target,
+    actor,
+    review: true,
+    audit: { action: 'mcp.stop_task' },
+    idleOutcome: 'not_running',
+    answerAfterTeardown: false,
+    planner: async (tx) => {
+      const { task, sessions } = await fenceAndLockCandidates(tx, target.id);
+      mark('stop.locked');
+      const executions = await registry.executionsOf(sessions);
+      mark('stop.registry_read');
+      return { task, sessions, plan: planChildStop(sessions, executions) };
+    },
+  });
+  return { task_id: target.id, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
 }
 
 /**
@@ -358,7 +336,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
   const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
   const { outcomes } = await runStop(rt, call, {
-    taskId: task.id,
+    task,
     actor,
     review: true,
     audit: { action: 'task.stop', reason },

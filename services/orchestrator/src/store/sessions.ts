@@ -108,18 +108,6 @@ export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string
   ], { prepare: true });
 }
 
-/** The per-session guard of a child stop: as lockActiveSessionsOfTasks, only for the target's direct parent (R-1.2, see bumpChildFenceLocked). */
-export async function lockActiveSessionsOfChild(tx: Tx, callerId: string, targetId: string): Promise<SessionRow[]> {
-  return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions
-     WHERE task_id = $2 AND state = ANY($3)
-       AND EXISTS (SELECT 1 FROM tasks t JOIN tasks p ON p.id = t.parent_id AND p.workspace_id = t.workspace_id WHERE t.id = $2 AND p.id = $1)
-     ORDER BY id FOR UPDATE`,
-    [callerId, targetId, [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
-}
-
 /** Write CANCELLED with a fixed reason on sessions already locked and checked active, in one statement. */
 export async function cancelSessions(tx: Tx, ids: readonly string[], cancelReason: string): Promise<SessionRow[]> {
   if (!ids.length) return [];

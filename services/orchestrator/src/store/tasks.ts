@@ -58,23 +58,6 @@ export async function reviewAfterStop(tx: Tx, id: string): Promise<TaskRow | nul
   return row ? norm(row) : null;
 }
 
-const T_COLUMNS = TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ');
-
-/**
- * B-1 for a child stop (see bumpFenceLocked), only when `callerId` is the target's direct parent
- * in the same workspace (R-1.2): a refused caller bumps and locks nothing, though the statement
- * goes out before the checks of what childStopCandidates read have run.
- */
-export async function bumpChildFenceLocked(tx: Tx, callerId: string, targetId: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(
-    `UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 FROM tasks p
-     WHERE t.id = $2 AND p.id = $1 AND t.parent_id = p.id AND t.workspace_id = p.workspace_id RETURNING ${T_COLUMNS}`,
-    [callerId, targetId],
-    { prepare: true },
-  );
-  return row ? norm(row) : null;
-}
-
 /** The caller and target of a child stop, with the execution ids the target's active sessions name (read without locks). */
 export async function childStopCandidates(q: Q, callerId: string, targetId: string): Promise<{ tasks: Map<string, TaskRow>; executionIds: string[] }> {
   const rows = await q.unsafe<Array<TaskRow & { active_execution_ids: string[] | null }>>(
