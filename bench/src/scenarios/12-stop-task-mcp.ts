@@ -60,8 +60,7 @@ const SEGMENTS: Array<[string, string]> = [
   ['orch.reserve', 'orchestrator: a pooled connection reserved for the transaction'],
   ['orch.lock', 'orchestrator: BEGIN + fence bump + session locks (one flight); the registry read runs alongside'],
   ['orch.registry_wait', 'orchestrator: waiting for the registry read after the locks'],
-  ['orch.write', 'orchestrator: CANCELLED, turn, bundles, audit row, REVIEW (one flight)'],
-  ['orch.commit', 'orchestrator: outbox rows + COMMIT (one flight, one fsync)'],
+  ['orch.write_commit', 'orchestrator: CANCELLED, turn, bundles, audit row, REVIEW, outbox rows + COMMIT (one flight, one fsync)'],
   ['orch.reply', 'orchestrator: committed → reply sent'],
   ['registry_read', 'the registry read itself (Life.get round trip, overlapped with the lock flight)'],
 ];
@@ -85,8 +84,7 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
       'orch.reserve': at('transaction.reserved') - at('stop.checked'),
       'orch.lock': at('stop.locked') - at('transaction.reserved'),
       'orch.registry_wait': at('stop.registry_read') - at('stop.locked'),
-      'orch.write': at('stop.written') - at('stop.registry_read'),
-      'orch.commit': at('transaction.committed') - at('stop.written'),
+      'orch.write_commit': at('transaction.committed') - at('stop.registry_read'),
       'orch.reply': (proc?.end ?? Number.NaN) - at('transaction.committed'),
       registry_read: duration(t.find('send kandev.life.exec.get')),
     };

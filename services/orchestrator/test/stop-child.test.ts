@@ -42,6 +42,33 @@ describe('orch.mcp.stop_task', () => {
     expect(row).toEqual({ cancel_reason: 'stopped_by_parent_task', error_message: null });
   });
 
+  it('stages events that carry exactly the rows the stop wrote (session CANCELLED, task REVIEW)', async () => {
+    const f = await family();
+    const session = await h.startSession(f.child.id, 'work');
+    await h.stopChild(f.parent.id, f.child.id);
+    const { sessions, ...task } = await h.getTask(f.child.id);
+    const events = await h.sql<{ payload: { type: string; data: Record<string, unknown> } }[]>`
+      SELECT payload FROM orchestrator.outbox WHERE payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped_by_parent_task' OR (payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped')`;
+    const sessionEvent = events.find((e) => e.payload.type === 'session.state_changed')!;
+    const taskEvent = events.find((e) => e.payload.type === 'task.state_changed')!;
+    expect(sessionEvent.payload.data).toMatchObject({ from: 'RUNNING', to: 'CANCELLED', session: sessions.find((s) => s.id === session.id) });
+    expect(taskEvent.payload.data).toMatchObject({ from: 'IN_PROGRESS', to: 'REVIEW', task });
+  });
+
+  it('writes the stop and its audit row in one transaction', async () => {
+    const f = await family();
+    const session = await h.startSession(f.child.id, 'work');
+    await h.stopChild(f.parent.id, f.child.id);
+    // xmin: the transaction that wrote each row version. (REVIEW is written in a subtransaction of
+    // its own, and the events' rows are updated again once published, so they carry other ids.)
+    const rows = await h.sql<{ what: string; xmin: string }[]>`
+      SELECT 'session' AS what, xmin::text FROM orchestrator.sessions WHERE id = ${session.id}
+      UNION ALL SELECT 'turn', xmin::text FROM orchestrator.turns WHERE session_id = ${session.id}
+      UNION ALL SELECT 'audit', xmin::text FROM orchestrator.audit_log WHERE task_id = ${f.child.id} AND action = 'mcp.stop_task'`;
+    expect(rows.map((r) => r.what).sort()).toEqual(['audit', 'session', 'turn']);
+    expect(new Set(rows.map((r) => r.xmin)).size).toBe(1);
+  });
+
   it('answers not_running on a repeat, changing nothing (same updated_at)', async () => {
     const f = await family();
     const session = await h.startSession(f.child.id, 'work');

@@ -32,17 +32,12 @@ export async function changeSessionState(
 export async function changeTaskStatus(tx: Tx, emit: Emit, task: TaskRow, to: TaskStatus, opts: { reason?: string | null; actor?: Actor | null } = {}): Promise<TaskRow> {
   if (task.status === to) return task;
   const updated = await updateTaskFields(tx, task.id, { status: to });
-  await emitTaskStatusChange(emit, task, updated, opts);
-  return updated;
-}
-
-/** The event of a task status change already written (`before` → `after`). */
-export async function emitTaskStatusChange(emit: Emit, before: TaskRow, after: TaskRow, opts: { reason?: string | null; actor?: Actor | null } = {}): Promise<void> {
   await emit(
     'task.state_changed',
-    { workspace_id: before.workspace_id, task_id: before.id, actor: opts.actor ?? null },
-    { task: toTask(after), from: before.status, to: after.status, reason: opts.reason ?? null },
+    { workspace_id: task.workspace_id, task_id: task.id, actor: opts.actor ?? null },
+    { task: toTask(updated), from: task.status, to, reason: opts.reason ?? null },
   );
+  return updated;
 }
 
 /**

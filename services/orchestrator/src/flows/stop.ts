@@ -1,16 +1,15 @@
 import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
-import { request, trace, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
+import { buildEvent, request, trace, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { cancelSessions, lockActiveSessionsOfTasks } from '../store/sessions.js';
-import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop } from '../store/tasks.js';
+import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
+import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
-import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
-import { changeSessionState, emitTaskStatusChange } from './changes.js';
-import { transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
+import { outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
@@ -31,39 +30,73 @@ export interface AcceptedStops {
   teardowns: Teardown[];
 }
 
+/** A gone execution's session (R-1.7): FAILED, saying so. */
+const GONE = { state: sessionStateAfterExecutionEnd('lost', null).state, message: 'agent execution is gone', reason: 'execution_gone' } as const;
+
+interface StopRows {
+  cancelled: SessionRow[];
+  gone: SessionRow[];
+}
+
 /**
  * The writes of a decided stop, on session rows the caller holds locked (the per-session guard).
  * They are independent and issued together: postgres.js pipelines them on the transaction's
  * connection, one round trip for all (and for whatever the caller issues beside them).
  */
-async function writeStops(tx: Tx, emit: Emit, decision: StopDecision, locked: readonly SessionRow[], reason: StopReason, workspaceId: string, actor: Actor): Promise<SessionRow[]> {
-  const rows = new Map(locked.map((s) => [s.id, s]));
-  const [, cancelled] = await Promise.all([
+function stopWrites(tx: Tx, decision: StopDecision, reason: StopReason): Promise<StopRows> {
+  return Promise.all([
     completeOpenTurnsOfSessions(tx, decision.cancel, 'cancelled'),
     cancelSessions(tx, decision.cancel, reason),
     // A question an agent of these sessions still waits on has nobody to resume any more (R-5.3).
     detachPendingBundles(tx, decision.cancel, reason),
     completeOpenTurnsOfSessions(tx, decision.gone, 'error'),
-    ...decision.gone.map((id) => {
-      const s = rows.get(id)!;
-      const end = sessionStateAfterExecutionEnd('lost', null);
-      return changeSessionState(tx, emit, { id: s.task_id, workspace_id: workspaceId }, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
-    }),
-  ]);
-  for (const after of cancelled) {
+    Promise.all(decision.gone.map((id) => setSessionState(tx, id, GONE.state, { error_message: GONE.message, terminal: true }))),
+  ]).then(([, cancelled, , , gone]) => ({ cancelled, gone }));
+}
+
+/** One session.state_changed per session a stop wrote. */
+async function emitStops(emit: Emit, rows: StopRows, before: ReadonlyMap<string, SessionRow>, reason: StopReason, workspaceId: string, actor: Actor): Promise<void> {
+  for (const after of rows.cancelled) {
     await emit(
       'session.state_changed',
       { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor },
-      { session: toSession(after), from: rows.get(after.id)!.state, to: 'CANCELLED', reason },
+      { session: toSession(after), from: before.get(after.id)!.state, to: 'CANCELLED', reason },
     );
   }
-  return cancelled;
+  for (const after of rows.gone) {
+    await emit(
+      'session.state_changed',
+      { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor: null },
+      { session: toSession(after), from: before.get(after.id)!.state, to: GONE.state, reason: GONE.reason },
+    );
+  }
 }
 
-/** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, then write. */
+/**
+ * The rows a stop's writes will return, as of the transaction's now() (`at`): the session rows
+ * are locked, so nothing else changes them before the writes land. Their events can then be
+ * staged before the writes go out, and the writes travel with COMMIT.
+ */
+function predictStops(decision: StopDecision, before: ReadonlyMap<string, SessionRow>, reason: StopReason, at: string): StopRows {
+  return {
+    cancelled: decision.cancel.map((id) => cancelledRow(before.get(id)!, reason, at)),
+    gone: decision.gone.map((id) => endedRow(before.get(id)!, GONE.state, GONE.message, at)),
+  };
+}
+
+/** Rows written that differ from their prediction (their events were staged from the prediction): never expected. */
+function mispredicted(written: StopRows, predicted: StopRows): string[] {
+  const wire = (rows: SessionRow[]) => new Map(rows.map((r) => [r.id, JSON.stringify(toSession(r))]));
+  const [w, p] = [wire([...written.cancelled, ...written.gone]), wire([...predicted.cancelled, ...predicted.gone])];
+  return [...new Set([...w.keys(), ...p.keys()])].filter((id) => w.get(id) !== p.get(id));
+}
+
+/** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, write, then stage the events from what was written. */
 export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, locked: readonly SessionRow[], workspaceId: string, actor: Actor): Promise<AcceptedStops> {
   const decision = decideStops(plan, locked);
-  return { cancelled: await writeStops(tx, emit, decision, locked, plan.reason, workspaceId, actor), teardowns: decision.teardowns };
+  const written = await stopWrites(tx, decision, plan.reason);
+  await emitStops(emit, written, new Map(locked.map((s) => [s.id, s])), plan.reason, workspaceId, actor);
+  return { cancelled: written.cancelled, teardowns: decision.teardowns };
 }
 
 /** Session states once the decision is written: what R-1.4 asks about the task's other sessions. */
@@ -158,11 +191,11 @@ async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: T
  * progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
-  const { task, actor } = run;
-  const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
+  const { actor } = run;
+  const log = rt.log.child({ task_id: run.task.id, request_id: call.requestId });
   const audit = (outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
-    task_id: task.id,
-    workspace_id: task.workspace_id,
+    task_id: run.task.id,
+    workspace_id: run.task.workspace_id,
     action: run.audit.action,
     actor: actorLabel(actor),
     reason: run.audit.reason ?? reason,
@@ -170,19 +203,29 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     outcome,
     details,
   });
-  let done: Awaited<ReturnType<typeof transactInFlights<{ accepted: number; teardowns: Teardown[]; plan: StopPlan }>>>;
+  let done;
   try {
-    done = await transactInFlights(rt, async (tx, emit) => {
+    done = await transactInFlights(rt, async (tx, emit, flight) => {
+      const now = flight.now(); // rides with BEGIN and the planner's first statements
+      now.catch(() => undefined); // awaited below unless the planner refuses first
       const planned = await run.planner(tx);
       const { plan } = planned;
       if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
       const decision = decideStops(plan, planned.sessions);
       const stopped = decision.cancel.length > 0 || decision.teardowns.length > 0;
       const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
-      // One flight: the stop's writes, its audit row (B-3, same transaction), and REVIEW, which
-      // cannot abort the others (review_after_stop): its failure is logged, the stops stand (R-1.4).
-      const [cancelled, , reviewed] = await Promise.all([
-        writeStops(tx, emit, decision, planned.sessions, plan.reason, task.workspace_id, actor),
+      const at = await now;
+      const before = new Map(planned.sessions.map((x) => [x.id, x]));
+      const predicted = predictStops(decision, before, plan.reason, at);
+      await emitStops(emit, predicted, before, plan.reason, planned.task.workspace_id, actor);
+      // Staged by review_after_stop itself, only if the transition is written (R-1.4).
+      const reviewEvent = review
+        ? buildEvent('task.state_changed', { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor }, { task: toTask(reviewedRow(planned.task, at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' })
+        : null;
+      // The last flight: the stop's writes, its audit row (B-3, same transaction), REVIEW (which
+      // cannot abort the others), then the outbox rows and COMMIT.
+      const written = Promise.all([
+        stopWrites(tx, decision, plan.reason),
         recordAudit(
           tx,
           audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
@@ -190,12 +233,10 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
             executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
           }),
         ),
-        review ? reviewAfterStop(tx, planned.task.id) : null,
+        reviewEvent ? reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null,
       ]);
-      mark('stop.written');
-      if (reviewed?.status === 'REVIEW') await emitTaskStatusChange(emit, planned.task, reviewed, { reason: 'stopped', actor });
-      else if (reviewed) log.error({ task_id: task.id, status: reviewed.status }, 'REVIEW transition after stop failed (the database logged why); stops stand');
-      return { accepted: cancelled.length, teardowns: decision.teardowns, plan };
+      flight.last(written);
+      return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, written, predicted, reviewEvent };
     });
   } catch (e) {
     if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
@@ -205,7 +246,13 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     throw isKandevError(e) ? e : internalError('stopping the task failed', e);
   }
   const { result, publish } = done;
-  const { accepted, teardowns, plan } = result;
+  const { accepted, teardowns, plan, predicted, reviewEvent } = result;
+  const [written, , reviewed] = await result.written; // settled with the COMMIT
+  const wrong = mispredicted(written, predicted);
+  if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
+  const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
+  if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
+  const extra = reviewedNow ? [reviewEvent] : [];
   const dispatch = () =>
     dispatchTeardowns(rt, call, teardowns, plan.reason, log).then(async (outcomes) => {
       const failed = outcomes.filter((o) => o.error);
@@ -220,12 +267,12 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
     // it is sent); the events and the teardowns follow it. Failures are logged, audited and retried.
     setImmediate(() => {
-      void publish();
+      void publish(extra);
       dispatch().catch((err: unknown) => log.error({ err }, 'dispatching teardowns failed; the reconciler retries them'));
     });
     return { accepted, outcomes: [], plan };
   }
-  const [outcomes] = await Promise.all([dispatch(), publish()]);
+  const [outcomes] = await Promise.all([dispatch(), publish(extra)]);
   const failed = outcomes.find((o) => o.error);
   if (failed) {
     const first = failed.error;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { TASK_COLUMNS, type TaskRow } from './rows.js';
+import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -49,14 +49,18 @@ export async function bumpFenceLocked(tx: Tx, id: string): Promise<TaskRow | nul
 }
 
 /**
- * R-1.4 after a stop, on a task this transaction holds locked: REVIEW through review_after_stop
- * (migrations/005), which never aborts the transaction. The row as it is afterwards: still in its
- * old status if the transition failed (the database logged why).
+ * R-1.4 after a stop, on a task this transaction holds locked: REVIEW and its event's outbox row
+ * through review_after_stop (migrations/005), which never aborts the transaction. The row as it is
+ * afterwards: still in its old status, and no event staged, if the transition failed (the database
+ * logged why).
  */
-export async function reviewAfterStop(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1)`, [id], { prepare: true });
+export async function reviewAfterStop(tx: Tx, id: string, event: OutboxRow): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1, $2)`, [id, event as never], { prepare: true });
   return row ? norm(row) : null;
 }
+
+/** The row reviewAfterStop writes, as of the transaction's now(): what its event carries. */
+export const reviewedRow = (task: TaskRow, now: string): TaskRow => ({ ...task, status: 'REVIEW', cancelled_at: null, updated_at: now });
 
 /** The caller and target of a child stop, with the execution ids the target's active sessions name (read without locks). */
 export async function childStopCandidates(q: Q, callerId: string, targetId: string): Promise<{ tasks: Map<string, TaskRow>; executionIds: string[] }> {
