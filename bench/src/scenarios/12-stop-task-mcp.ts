@@ -60,7 +60,8 @@ const SEGMENTS: Array<[string, string]> = [
   ['orch.reserve', 'orchestrator: a pooled connection reserved for the transaction'],
   ['orch.lock', 'orchestrator: BEGIN + fence bump + session locks (one flight); the registry read runs alongside'],
   ['orch.registry_wait', 'orchestrator: waiting for the registry read after the locks'],
-  ['orch.write_commit', 'orchestrator: CANCELLED, turn, bundles, audit row, REVIEW, outbox rows + COMMIT (one flight, one fsync)'],
+  ['orch.write_issue', 'orchestrator: decision, events built, the writes (CANCELLED, turn, bundles, audit row, REVIEW) issued, until the outbox rows and COMMIT go behind them'],
+  ['orch.write_commit', 'orchestrator: that flight answered: the writes, outbox rows and COMMIT (one fsync)'],
   ['orch.reply', 'orchestrator: committed → reply sent'],
   ['registry_read', 'the registry read itself (Life.get round trip, overlapped with the lock flight)'],
 ];
@@ -84,7 +85,8 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
       'orch.reserve': at('transaction.reserved') - at('stop.checked'),
       'orch.lock': at('stop.locked') - at('transaction.reserved'),
       'orch.registry_wait': at('stop.registry_read') - at('stop.locked'),
-      'orch.write_commit': at('transaction.committed') - at('stop.registry_read'),
+      'orch.write_issue': at('transaction.commit_sent') - at('stop.registry_read'),
+      'orch.write_commit': at('transaction.committed') - at('transaction.commit_sent'),
       'orch.reply': (proc?.end ?? Number.NaN) - at('transaction.committed'),
       registry_read: duration(t.find('send kandev.life.exec.get')),
     };
@@ -161,7 +163,7 @@ const scenario: Scenario = {
       // Waits for the agent process itself to be gone (a /proc check, nothing asked of the system
       // being measured).
       await eventually(async () => !processAlive(one.pids.get(child)!), 30_000);
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 250));
     }
 
     await collected(collector, single.length);

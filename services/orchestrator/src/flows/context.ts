@@ -87,6 +87,7 @@ export async function transactInFlights<T>(
     // (a query is sent from a microtask of its first await), so the outbox rows and COMMIT queue
     // behind them on the wire.
     if (last) await new Promise((resolve) => setImmediate(resolve));
+    trace.getActiveSpan()?.addEvent('transaction.commit_sent');
     await Promise.all([begin, last, rt.outbox.addMany(tx, staged), conn`COMMIT`]);
     trace.getActiveSpan()?.addEvent('transaction.committed');
     open = false;

@@ -22,8 +22,6 @@ import { outboxRow, transactInFlights, type CallContext, type Emit, type OrchRun
  *   CANCELLED sessions whose process lives on (R-6.3).
  */
 
-export type { Teardown };
-
 export interface AcceptedStops {
   /** Sessions this stop moved to CANCELLED, as they are now. */
   cancelled: SessionRow[];

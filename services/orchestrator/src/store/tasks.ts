@@ -116,12 +116,6 @@ export async function updateTaskFields(
 
 const norm = (r: TaskRow): TaskRow => ({ ...r, fence_epoch: Number(r.fence_epoch) });
 
-/** Several tasks by id in one round trip (a stop looks up its caller and target together). */
-export async function getTasks(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
-  const rows = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[])`, [[...ids]], { prepare: true });
-  return new Map(rows.map((r) => [r.id, norm(r)]));
-}
-
 /** A task and its ancestors, root first. */
 export async function lineageOf(q: Q, id: string): Promise<Array<{ id: string; workspace_id: string; parent_id: string | null }>> {
   return q<Array<{ id: string; workspace_id: string; parent_id: string | null }>>`
