@@ -53,7 +53,9 @@ export interface Flight {
  * round trips more; and it fails the whole transaction for any statement that failed, even one
  * rolled back to a savepoint.)
  *
- * Statements go out in the order they are issued; a failed one aborts the transaction, so the
+ * Statements go out in the order postgres.js is handed them (a microtask after each is first
+ * awaited, so statements awaited inside helpers can overtake plain ones listed beside them: order
+ * that matters is made by awaiting, or by `last`); a failed one aborts the transaction, so the
  * ones after it fail too. A COMMIT sent behind a failed statement only rolls back, and the failure
  * is reported. The caller publishes the events after commit, when it chooses (`publish`, which
  * never rejects: failures are left to the outbox relay), with any `extra` events a statement of
