@@ -2,6 +2,7 @@ import postgres from 'postgres';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
+import { duration, eventTime, startSpanCollector, traces, type SpanCollector } from '../spans.js';
 import { e2eIterations, natsAndHttpFloor, samples, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
 
 type Mcp = Awaited<ReturnType<typeof connectMcp>>;
@@ -18,7 +19,7 @@ async function family(b: BenchStack, n: number) {
     const batch = await Promise.all(
       Array.from({ length: Math.min(8, n - i) }, async () => {
         const child = await b.api.ok('POST', '/tasks', { workspace_id, title: 'child', parent_id: parent.id });
-        const s = await b.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }] }) });
+        const s = await startSession(b, child.id, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }] }) });
         const exec = await eventually(async () => {
           const e = (await b.api.get(`/sessions/${s.id}`)).body.execution;
           return e?.status === 'RUNNING' ? e : null;
@@ -30,6 +31,82 @@ async function family(b: BenchStack, n: number) {
     children.push(...batch);
   }
   return { parent, mcp, children, pids };
+}
+
+/**
+ * A session start that a busy lifecycle refuses with 503 + Retry-After (its launch admission,
+ * R-6) is retried as a client should: launching many agents on a loaded 2-core machine meets it.
+ */
+async function startSession(b: BenchStack, taskId: string, body: Record<string, unknown>) {
+  for (let attempt = 1; ; attempt++) {
+    const r = await b.api.call('POST', `/tasks/${taskId}/sessions`, body);
+    if (r.status < 300) return r.body;
+    if (r.status !== 503 || attempt >= 10) throw new Error(`POST /tasks/${taskId}/sessions → ${r.status} ${JSON.stringify(r.body)}`);
+    await new Promise((res) => setTimeout(res, 1_000 * Number(r.body?.error?.details?.retry_after_s ?? 1)));
+  }
+}
+
+/**
+ * Where a stop of a running child spends its time, per trace: every service exports its spans to
+ * the bench (OTLP), and the orchestrator marks the steps of a stop as events on its request span.
+ * Each segment is a difference of timestamps taken in one process (exact); `client` pairs the
+ * i-th client sample with the i-th trace (sequential stops only).
+ */
+const SEGMENTS: Array<[string, string]> = [
+  ['client', 'MCP SDK client + HTTP + the mcp service outside its tool span (client sample − tool span)'],
+  ['mcp', 'mcp service: tool span minus its NATS request (argument validation, log line)'],
+  ['nats', 'mcp → orchestrator → mcp over NATS, both runtimes (request span − handler span)'],
+  ['orch.checks', 'orchestrator: token check (cached) + read of caller, target and its executions'],
+  ['orch.reserve', 'orchestrator: a pooled connection reserved for the transaction'],
+  ['orch.lock', 'orchestrator: BEGIN + fence bump + session locks (one flight); the registry read runs alongside'],
+  ['orch.registry_wait', 'orchestrator: waiting for the registry read after the locks'],
+  ['orch.write_issue', 'orchestrator: decision, events built, the writes (CANCELLED, turn, bundles, audit row, REVIEW) issued, until the outbox rows and COMMIT go behind them'],
+  ['orch.write_commit', 'orchestrator: that flight answered: the writes, outbox rows and COMMIT (one fsync)'],
+  ['orch.reply', 'orchestrator: committed → reply sent'],
+  ['registry_read', 'the registry read itself (Life.get round trip, overlapped with the lock flight)'],
+];
+
+function breakdown(collector: SpanCollector, clientSamples: readonly number[]): Map<string, number[]> {
+  const out = new Map<string, number[]>(SEGMENTS.map(([k]) => [k, []]));
+  const stops = traces(collector.spans())
+    .map((t) => ({ t, root: t.find('mcp tool stop_task_kandev') }))
+    .filter((x) => x.root && x.t.find('send kandev.life.exec.get'))
+    .sort((a, b) => a.root!.start - b.root!.start);
+  const paired = stops.length === clientSamples.length;
+  stops.forEach(({ t, root }, i) => {
+    const send = t.find('send kandev.orch.mcp.stop_task');
+    const proc = t.find('process kandev.orch.mcp.stop_task');
+    const at = (e: string) => eventTime(proc, e);
+    const seg: Record<string, number> = {
+      client: paired ? clientSamples[i]! - duration(root) : Number.NaN,
+      mcp: duration(root) - duration(send),
+      nats: duration(send) - duration(proc),
+      'orch.checks': at('stop.checked') - (proc?.start ?? Number.NaN),
+      'orch.reserve': at('transaction.reserved') - at('stop.checked'),
+      'orch.lock': at('stop.locked') - at('transaction.reserved'),
+      'orch.registry_wait': at('stop.registry_read') - at('stop.locked'),
+      'orch.write_issue': at('transaction.commit_sent') - at('stop.registry_read'),
+      'orch.write_commit': at('transaction.committed') - at('transaction.commit_sent'),
+      'orch.reply': (proc?.end ?? Number.NaN) - at('transaction.committed'),
+      registry_read: duration(t.find('send kandev.life.exec.get')),
+    };
+    for (const [k, v] of Object.entries(seg)) if (Number.isFinite(v)) out.get(k)!.push(v);
+  });
+  return out;
+}
+
+/** Spans leave the services in batches (OTEL_BSP_SCHEDULE_DELAY): wait until every stop's trace is in. */
+async function collected(collector: SpanCollector, stops: number): Promise<void> {
+  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && t.find('process kandev.orch.mcp.stop_task') && t.find('send kandev.life.exec.get')).length >= stops, 15_000, 100).catch(() => undefined);
+}
+
+function breakdownRows(collector: SpanCollector, clientSamples: readonly number[], callers: number): ScenarioResult[] {
+  const segments = breakdown(collector, clientSamples);
+  return SEGMENTS.filter(([k]) => segments.get(k)!.length > 0).map(([k, label]) => ({
+    id: `stop_task.hop.${callers}.${k}`,
+    label: `${callers} caller${callers > 1 ? 's' : ''}: ${label}`,
+    stats: summarize(segments.get(k)!),
+  }));
 }
 
 async function stop(mcp: Mcp, taskId: string): Promise<number> {
@@ -52,7 +129,10 @@ const scenario: Scenario = {
     if (ctx.round > 1) return [];
     const iterations = e2eIterations(40);
     const concurrency = Number(process.env.BENCH_STOP_CONCURRENCY ?? 50);
-    const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500' });
+    // Every service exports its spans here: the per-hop breakdown below is read from them.
+    const collector = await startSpanCollector();
+    ctx.defer(() => collector.stop());
+    const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500', OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
     ctx.defer(() => b.stop());
 
     const floor = await natsAndHttpFloor(b, 500);
@@ -74,6 +154,7 @@ const scenario: Scenario = {
 
     ctx.log(`launching ${iterations} children for the 1-caller run`);
     const one = await family(b, iterations);
+    collector.clear();
     const single: number[] = [];
     for (const child of one.children) {
       single.push(await stop(one.mcp, child));
@@ -82,17 +163,26 @@ const scenario: Scenario = {
       // Waits for the agent process itself to be gone (a /proc check, nothing asked of the system
       // being measured).
       await eventually(async () => !processAlive(one.pids.get(child)!), 30_000);
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, 250));
     }
+
+    await collected(collector, single.length);
+    const singleHops = breakdownRows(collector, single, 1);
 
     ctx.log(`launching ${concurrency} children for the ${concurrency}-caller run`);
     const many: number[] = [];
+    let manyHops: ScenarioResult[] = [];
     for (let round = 0; round < 2; round++) {
       // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
       const callers: Array<Awaited<ReturnType<typeof family>>> = [];
       for (let i = 0; i < concurrency; i += 8) callers.push(...(await Promise.all(Array.from({ length: Math.min(8, concurrency - i) }, () => family(b, 1)))));
       await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
+      collector.clear();
       many.push(...(await Promise.all(callers.map((c) => stop(c.mcp, c.children[0]!)))));
+      if (round === 0) {
+        await collected(collector, concurrency);
+        manyHops = breakdownRows(collector, [], concurrency);
+      }
       for (const c of callers) await c.mcp.close();
     }
 
@@ -103,6 +193,8 @@ const scenario: Scenario = {
       { id: 'stop_task.not_running', label: 'stop_task_kandev on a child with nothing running (checks + registry lookup)', stats: summarize(notRunning), baseline: 'floor.mcp+nats+pg' },
       { id: 'stop_task.stopped.1', label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller', stats: summarize(single), baseline: 'floor.mcp+nats+pg' },
       { id: `stop_task.stopped.${concurrency}`, label: `stop_task_kandev, ${concurrency} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' },
+      ...singleHops,
+      ...manyHops,
     ];
     await idle.mcp.close();
     await one.mcp.close();

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Execution } from '@kandev/contracts';
 import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom, EVENT_PROMPT_PREVIEW, queueEventMessage } from '../src/domain/messages.js';
-import { livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
+import { decideStops, livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask, turnEndAfterExecutionEnd } from '../src/domain/transitions.js';
 
@@ -94,6 +94,43 @@ describe('child stop plan', () => {
     expect(plan.gone).toEqual([id(13)]);
     expect(plan.halt).toEqual([]);
     expect(planIsEmpty(planChildStop([], []))).toBe(true);
+  });
+});
+
+describe('stop decision under the locks', () => {
+  const captured = (n: number, session: number) => ({ execution_id: id(100 + n), session_id: id(session), instance_id: 'i' });
+  it('cancels what is still active with its captured execution, skips what a concurrent path ended or relaunched, keeps orphans to halt', () => {
+    const decision = decideStops(
+      {
+        reason: 'stopped_by_operator',
+        cancel: [
+          { session_id: id(11), execution: captured(1, 11) },
+          { session_id: id(12), execution: null },
+          { session_id: id(13), execution: captured(3, 13) },
+          { session_id: id(14), execution: captured(4, 14) },
+          { session_id: id(15), execution: captured(5, 15) },
+        ],
+        halt: [captured(6, 16)],
+        gone: [id(17), id(18)],
+      },
+      [
+        { id: id(11), state: 'RUNNING', execution_id: id(101) },
+        { id: id(12), state: 'STARTING', execution_id: null },
+        // Ended by a concurrent path before the lock.
+        { id: id(13), state: 'COMPLETED', execution_id: id(103) },
+        // Holds another execution than the one captured.
+        { id: id(14), state: 'RUNNING', execution_id: id(199) },
+        // id(15) is not among the locked rows (no longer active).
+        { id: id(17), state: 'RUNNING', execution_id: id(107) },
+        { id: id(18), state: 'FAILED', execution_id: id(108) },
+      ],
+    );
+    expect(decision.cancel).toEqual([id(11), id(12)]);
+    expect(decision.gone).toEqual([id(17)]);
+    expect(decision.teardowns).toEqual([
+      { execution: captured(1, 11), orphaned: false },
+      { execution: captured(6, 16), orphaned: true },
+    ]);
   });
 });
 

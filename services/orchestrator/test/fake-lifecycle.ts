@@ -10,6 +10,8 @@ export class FakeLifecycle {
   readonly registry = new Map<string, Execution>();
   readonly stops: Array<{ execution_id: string; reason: string; orphaned?: boolean | undefined }> = [];
   readonly cancels: Array<{ execution_id: string; turn_id: string | null | undefined }> = [];
+  /** Execution ids of every exact registry read (Life.get). */
+  readonly gets: string[] = [];
   readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string; context?: string | undefined }> = [];
   /** Test hooks. */
   beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
@@ -39,6 +41,7 @@ export class FakeLifecycle {
         return [...this.registry.values()].filter((e) => e.task_id === req.task_id);
       }),
       on(Life.get, async (req) => {
+        this.gets.push(req.execution_id);
         if (this.registryFails) throw new Error('registry unavailable');
         return this.registry.get(req.execution_id) ?? null;
       }),

@@ -1,4 +1,4 @@
-import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
+import { createTestDatabase, eventually, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
 import { connectNats, request, signAgentToken, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { Orch, OrchMcp, type McpMode, type OperatorActor } from '@kandev/contracts';
 import postgres from 'postgres';
@@ -56,6 +56,13 @@ export async function startHarness() {
     },
     async createChild(caller_task_id: string, fields: { title: string; agent?: string; prompt?: string; idempotency_key?: string }) {
       return request(nc, OrchMcp.createTask, { caller_task_id, agent_token: await agentToken(caller_task_id), ...fields });
+    },
+    /**
+     * A child stop answers at commit and its teardown requests follow it: wait until each of these
+     * executions has been asked to stop (bounded by a NATS request's own time, with headroom).
+     */
+    async teardownsOf(executionIds: readonly string[]) {
+      return eventually(async () => (executionIds.every((id) => life.stops.some((s) => s.execution_id === id)) ? life.stops.filter((s) => executionIds.includes(s.execution_id)) : null), 5_000, 5);
     },
     /** Every row of the orchestrator's tables, to compare before and after a refused request. */
     async snapshot() {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
+import { RegistryReads } from '../src/flows/stop.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
 
 /** R-1 stop_task_kandev against a real orchestrator, real NATS and PostgreSQL; lifecycle faked at the subject level. */
@@ -34,17 +35,45 @@ describe('orch.mcp.stop_task', () => {
     expect(after.status).toBe('REVIEW');
     expect(after.sessions[0]).toMatchObject({ id: session.id, state: 'CANCELLED' });
     const exec = [...h.life.registry.values()].find((e) => e.session_id === session.id)!;
-    expect(h.life.stops.filter((s) => s.execution_id === exec.execution_id)).toHaveLength(1);
+    expect(await h.teardownsOf([exec.execution_id])).toHaveLength(1);
     // No prompt was sent by the stop (only the launch prompt exists).
     expect(h.life.prompts.filter((p) => p.execution_id === exec.execution_id)).toHaveLength(1);
     const [row] = await h.sql`SELECT cancel_reason, error_message FROM orchestrator.sessions WHERE id = ${session.id}`;
     expect(row).toEqual({ cancel_reason: 'stopped_by_parent_task', error_message: null });
   });
 
+  it('stages events that carry exactly the rows the stop wrote (session CANCELLED, task REVIEW)', async () => {
+    const f = await family();
+    const session = await h.startSession(f.child.id, 'work');
+    await h.stopChild(f.parent.id, f.child.id);
+    const { sessions, ...task } = await h.getTask(f.child.id);
+    const events = await h.sql<{ payload: { type: string; data: Record<string, unknown> } }[]>`
+      SELECT payload FROM orchestrator.outbox WHERE payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped_by_parent_task' OR (payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped')`;
+    const sessionEvent = events.find((e) => e.payload.type === 'session.state_changed')!;
+    const taskEvent = events.find((e) => e.payload.type === 'task.state_changed')!;
+    expect(sessionEvent.payload.data).toMatchObject({ from: 'RUNNING', to: 'CANCELLED', session: sessions.find((s) => s.id === session.id) });
+    expect(taskEvent.payload.data).toMatchObject({ from: 'IN_PROGRESS', to: 'REVIEW', task });
+  });
+
+  it('writes the stop and its audit row in one transaction', async () => {
+    const f = await family();
+    const session = await h.startSession(f.child.id, 'work');
+    await h.stopChild(f.parent.id, f.child.id);
+    // xmin: the transaction that wrote each row version. (REVIEW is written in a subtransaction of
+    // its own, and the events' rows are updated again once published, so they carry other ids.)
+    const rows = await h.sql<{ what: string; xmin: string }[]>`
+      SELECT 'session' AS what, xmin::text FROM orchestrator.sessions WHERE id = ${session.id}
+      UNION ALL SELECT 'turn', xmin::text FROM orchestrator.turns WHERE session_id = ${session.id}
+      UNION ALL SELECT 'audit', xmin::text FROM orchestrator.audit_log WHERE task_id = ${f.child.id} AND action = 'mcp.stop_task'`;
+    expect(rows.map((r) => r.what).sort()).toEqual(['audit', 'session', 'turn']);
+    expect(new Set(rows.map((r) => r.xmin)).size).toBe(1);
+  });
+
   it('answers not_running on a repeat, changing nothing (same updated_at)', async () => {
     const f = await family();
-    await h.startSession(f.child.id, 'work');
+    const session = await h.startSession(f.child.id, 'work');
     await h.stopChild(f.parent.id, f.child.id);
+    await h.teardownsOf([...h.life.registry.values()].filter((e) => e.session_id === session.id).map((e) => e.execution_id));
     const t1 = await h.getTask(f.child.id);
     const stopsBefore = h.life.stops.length;
     expect(await h.stopChild(f.parent.id, f.child.id)).toEqual({ task_id: f.child.id, status: 'not_running' });
@@ -106,7 +135,7 @@ describe('orch.mcp.stop_task', () => {
       [b.id, 'CANCELLED', false],
     ]);
     const ids = [...h.life.registry.values()].filter((e) => e.task_id === f.child.id).map((e) => e.execution_id).sort();
-    expect(h.life.stops.filter((s) => ids.includes(s.execution_id)).map((s) => s.execution_id).sort()).toEqual(ids);
+    expect((await h.teardownsOf(ids)).map((s) => s.execution_id).sort()).toEqual(ids);
   });
 
   it('keeps office, archived and COMPLETED tasks in their status', async () => {
@@ -157,6 +186,59 @@ describe('orch.mcp.stop_task', () => {
     const t = await h.getTask(child.id);
     expect(t.sessions[0]!.state).toBe('FAILED');
     expect(t.sessions[0]!.error_message).toMatch(/gone/);
+  });
+
+  it('cancels the live session, reconciles the gone one, and moves the task to REVIEW: nothing of it works any more', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const live = await h.startSession(child.id, 'one');
+    const gone = await h.startSession(child.id, 'two');
+    h.life.forget([...h.life.registry.values()].find((e) => e.session_id === gone.id)!.execution_id);
+    expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'stopped' });
+    const t = await h.getTask(child.id);
+    expect(t.status).toBe('REVIEW');
+    expect(Object.fromEntries(t.sessions.map((s) => [s.id, s.state]))).toEqual({ [live.id]: 'CANCELLED', [gone.id]: 'FAILED' });
+  });
+
+  it('keeps the stop when the REVIEW transition fails: stopped, session CANCELLED, teardown sent, the task keeps its status', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const session = await h.startSession(child.id, 'work');
+    // A database that refuses this one task's move to REVIEW (R-1.4: the failure must not undo the stop).
+    await h.sql.unsafe(`
+      CREATE FUNCTION orchestrator.refuse_review() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.status = 'REVIEW' AND NEW.id = '${child.id}' THEN RAISE EXCEPTION 'review refused for this test'; END IF; RETURN NEW; END $$;
+      CREATE TRIGGER refuse_review BEFORE UPDATE ON orchestrator.tasks FOR EACH ROW EXECUTE FUNCTION orchestrator.refuse_review();`);
+    try {
+      expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'stopped' });
+    } finally {
+      await h.sql.unsafe('DROP TRIGGER refuse_review ON orchestrator.tasks; DROP FUNCTION orchestrator.refuse_review()');
+    }
+    const t = await h.getTask(child.id);
+    expect(t.status).toBe('IN_PROGRESS');
+    expect(t.sessions[0]).toMatchObject({ id: session.id, state: 'CANCELLED' });
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === session.id)!;
+    expect(await h.teardownsOf([exec.execution_id])).toHaveLength(1);
+    const [row] = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${child.id} AND action = 'mcp.stop_task'`;
+    expect(row).toEqual({ outcome: 'stopped' });
+  });
+
+  it('reads the execution a locked session names even when the read before the locks saw another one (a launch admitted in between)', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const s1 = await h.startSession(child.id, 'one');
+    const s2 = await h.startSession(child.id, 'two');
+    const [e1, e2] = [s1, s2].map((s) => [...h.life.registry.values()].find((e) => e.session_id === s.id)!);
+    // Started from the unlocked read, which named only e1; the locked rows name e2 as well.
+    const reads = new RegistryReads(h.nc, { requestId: 'req-reads' }, child.id).start([e1!.execution_id]);
+    const found = await reads.executionsOf([{ execution_id: e1!.execution_id }, { execution_id: e2!.execution_id }]);
+    expect(found.map((e) => e.execution_id).sort()).toEqual([e1!.execution_id, e2!.execution_id].sort());
+    // Each execution read once: the early read is reused, the missing one read then.
+    expect(h.life.gets.filter((id) => id === e1!.execution_id)).toHaveLength(1);
+    expect(h.life.gets.filter((id) => id === e2!.execution_id)).toHaveLength(1);
   });
 
   it('answers INTERNAL_ERROR, never not_running, when the registry lookup fails', async () => {

@@ -106,4 +106,41 @@ export function planTreeStop(
   return { reason, cancel, halt: [], gone: [] };
 }
 
+/** A stop's teardown of one captured execution, after commit. */
+export interface Teardown {
+  execution: CapturedExecution;
+  /** Halted while its session keeps its terminal state. */
+  orphaned: boolean;
+}
+
+/** What a stop writes, decided from its plan and the session rows it holds locked. */
+export interface StopDecision {
+  /** Sessions to write CANCELLED: still active, holding the execution the plan captured (if any). */
+  cancel: string[];
+  /** Sessions that say active while their execution is gone: reconciled. */
+  gone: string[];
+  teardowns: Teardown[];
+}
+
+/**
+ * The per-session guard's recheck (R-1.3): under the locks, a session a concurrent path ended, or
+ * one holding another execution than the one captured, is not this stop's to cancel.
+ */
+export function decideStops(plan: StopPlan, locked: readonly CandidateSession[]): StopDecision {
+  const rows = new Map(locked.map((s) => [s.id, s]));
+  const toCancel = plan.cancel.filter((c) => {
+    const s = rows.get(c.session_id);
+    return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
+  });
+  const gone = plan.gone.filter((id) => {
+    const s = rows.get(id);
+    return s !== undefined && s.execution_id !== null && isActiveSession(s.state);
+  });
+  return {
+    cancel: toCancel.map((c) => c.session_id),
+    gone,
+    teardowns: [...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })), ...plan.halt.map((execution) => ({ execution, orphaned: true }))],
+  };
+}
+
 export const planIsEmpty = (plan: StopPlan) => plan.cancel.length === 0 && plan.halt.length === 0 && plan.gone.length === 0;

@@ -1,5 +1,5 @@
 import { forbidden, unauthorized, type McpMode } from '@kandev/contracts';
-import { verifyAgentToken, type AgentClaims } from '@kandev/runtime';
+import { agentTokenVerifier, type AgentClaims } from '@kandev/runtime';
 import type { OrchRuntime } from './context.js';
 
 /**
@@ -9,13 +9,24 @@ import type { OrchRuntime } from './context.js';
  * expiry, that it names the very task the request claims to come from, and that its mode grants
  * the tool. A message published on the subject by anyone without that token is refused.
  */
+/**
+ * A verified token is remembered until its expiry, as the mcp service does (an HMAC check through
+ * WebCrypto costs about 0.2 ms per request, docs/fast-paths.md). One cache per service runtime.
+ */
+const verifiers = new WeakMap<OrchRuntime, (token: string) => Promise<AgentClaims>>();
+function verifierOf(rt: OrchRuntime) {
+  let verify = verifiers.get(rt);
+  if (!verify) verifiers.set(rt, (verify = agentTokenVerifier(rt.env.KANDEV_JWT_SECRET)));
+  return verify;
+}
+
 export async function verifyMcpCaller(
   rt: OrchRuntime,
   req: { caller_task_id: string; agent_token?: string | undefined },
   modes: readonly McpMode[],
 ): Promise<AgentClaims> {
   if (!req.agent_token) throw unauthorized('missing agent token');
-  const claims = await verifyAgentToken(rt.env.KANDEV_JWT_SECRET, req.agent_token);
+  const claims = await verifierOf(rt)(req.agent_token);
   if (claims.task_id !== req.caller_task_id) throw unauthorized('agent token does not belong to the calling task');
   if (!modes.includes(claims.mode)) throw forbidden(`not available in ${claims.mode} mode`);
   return claims;

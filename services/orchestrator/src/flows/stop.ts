@@ -1,32 +1,26 @@
-import { actorLabel, internalError, isActiveSession, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
-import { request, type Logger, type Tx } from '@kandev/runtime';
+import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
+import { buildEvent, request, trace, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
-import { planChildStop, planIsEmpty, planTaskStop, type CapturedExecution, type StopPlan, type StopReason } from '../domain/stop.js';
+import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { cancelSessions, lockActiveSessionsOfTasks } from '../store/sessions.js';
-import { bumpFenceLocked, getTask, getTasks } from '../store/tasks.js';
+import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
+import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
-import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
-import { changeSessionState, changeTaskStatus } from './changes.js';
-import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
+import { outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
  * stop; this executor does it the same way for all of them, in two halves:
- * - the decision (`acceptStops`), inside one transaction: under each session's guard, recheck it
- *   is active, close its open turn, write CANCELLED with the plan's fixed reason (R-1.3);
+ * - the decision, inside one transaction: under each session's guard, recheck it is active
+ *   (decideStops), close its open turn, write CANCELLED with the plan's fixed reason (R-1.3);
  * - the effect (`dispatchTeardowns`), after commit: each captured execution is named to its owner
- *   instance for graceful teardown (B-2). Teardown itself is asynchronous; a request that fails is
- *   retried by the reconciler, which re-stops CANCELLED sessions whose process lives on (R-6.3).
+ *   instance for graceful teardown (B-2). Teardown itself is asynchronous; a request that fails or
+ *   never leaves (a crash right after commit) is made good by the reconciler, which re-stops
+ *   CANCELLED sessions whose process lives on (R-6.3).
  */
-
-export interface Teardown {
-  execution: CapturedExecution;
-  /** Halted while its session keeps its terminal state (R-2.4). */
-  orphaned: boolean;
-}
 
 export interface AcceptedStops {
   /** Sessions this stop moved to CANCELLED, as they are now. */
@@ -34,64 +28,80 @@ export interface AcceptedStops {
   teardowns: Teardown[];
 }
 
-/**
- * The decision half of every stop, inside the caller's transaction, on session rows the caller
- * has already locked (the per-session guard). Sessions no longer active, or holding another
- * execution than the one captured, are skipped. The writes are independent and go out together:
- * postgres.js pipelines them on the transaction's connection, one round trip for all.
- */
-export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, locked: readonly SessionRow[], workspaceId: string, actor: Actor): Promise<AcceptedStops> {
-  const rows = new Map(locked.map((s) => [s.id, s]));
-  const toCancel = plan.cancel.filter((c) => {
-    const s = rows.get(c.session_id);
-    // A session a concurrent path ended (or one with another execution now) is not this stop's to cancel.
-    return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
-  });
-  const cancelIds = toCancel.map((c) => c.session_id);
-  const gone = plan.gone.map((id) => rows.get(id)).filter((s): s is SessionRow => s !== undefined && s.execution_id !== null && isActiveSession(s.state));
-  const [, cancelled] = await Promise.all([
-    completeOpenTurnsOfSessions(tx, cancelIds, 'cancelled'),
-    cancelSessions(tx, cancelIds, plan.reason),
-    // A question an agent of these sessions still waits on has nobody to resume any more (R-5.3).
-    detachPendingBundles(tx, cancelIds, plan.reason),
-    completeOpenTurnsOfSessions(
-      tx,
-      gone.map((s) => s.id),
-      'error',
-    ),
-    ...gone.map((s) => {
-      const end = sessionStateAfterExecutionEnd('lost', null);
-      return changeSessionState(tx, emit, { id: s.task_id, workspace_id: workspaceId }, s, end.state, { error_message: 'agent execution is gone', reason: 'execution_gone' });
-    }),
-  ]);
-  for (const after of cancelled) {
-    await emit(
-      'session.state_changed',
-      { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor },
-      { session: toSession(after), from: rows.get(after.id)!.state, to: 'CANCELLED', reason: plan.reason },
-    );
-  }
-  const teardowns: Teardown[] = [
-    ...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })),
-    ...plan.halt.map((execution) => ({ execution, orphaned: true })),
-  ];
-  return { cancelled, teardowns };
+/** A gone execution's session (R-1.7): FAILED, saying so. */
+const GONE = { state: sessionStateAfterExecutionEnd('lost', null).state, message: 'agent execution is gone', reason: 'execution_gone' } as const;
+
+interface StopRows {
+  cancelled: SessionRow[];
+  gone: SessionRow[];
 }
 
 /**
- * R-1.4: the guarded REVIEW transition after accepted stops, decided from the task row and the
- * session rows this stop holds locked (every working session is active, so they are all there),
- * and written behind a savepoint pipelined with the write: its failure is logged and never undoes
- * the accepted stops.
+ * The writes of a decided stop, on session rows the caller holds locked (the per-session guard).
+ * They are independent and issued together: postgres.js pipelines them on the transaction's
+ * connection, one round trip for all (and for whatever the caller issues beside them).
  */
-async function moveToReviewIfIdle(rt: OrchRuntime, tx: Tx, emit: Emit, task: TaskRow, sessionsAfter: readonly SessionState[], actor: Actor): Promise<void> {
-  if (!mayMoveToReview(task, sessionsAfter)) return;
-  try {
-    await Promise.all([tx`SAVEPOINT review`, changeTaskStatus(tx, emit, task, 'REVIEW', { reason: 'stopped', actor }), tx`RELEASE SAVEPOINT review`]);
-  } catch (e) {
-    rt.log.error({ err: e, task_id: task.id }, 'REVIEW transition after stop failed; stops stand');
-    await tx`ROLLBACK TO SAVEPOINT review`;
+function stopWrites(tx: Tx, decision: StopDecision, reason: StopReason): Promise<StopRows> {
+  return Promise.all([
+    completeOpenTurnsOfSessions(tx, decision.cancel, 'cancelled'),
+    cancelSessions(tx, decision.cancel, reason),
+    // A question an agent of these sessions still waits on has nobody to resume any more (R-5.3).
+    detachPendingBundles(tx, decision.cancel, reason),
+    completeOpenTurnsOfSessions(tx, decision.gone, 'error'),
+    Promise.all(decision.gone.map((id) => setSessionState(tx, id, GONE.state, { error_message: GONE.message, terminal: true }))),
+  ]).then(([, cancelled, , , gone]) => ({ cancelled, gone }));
+}
+
+/** One session.state_changed per session a stop wrote. */
+async function emitStops(emit: Emit, rows: StopRows, before: ReadonlyMap<string, SessionRow>, reason: StopReason, workspaceId: string, actor: Actor): Promise<void> {
+  for (const after of rows.cancelled) {
+    await emit(
+      'session.state_changed',
+      { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor },
+      { session: toSession(after), from: before.get(after.id)!.state, to: 'CANCELLED', reason },
+    );
   }
+  for (const after of rows.gone) {
+    await emit(
+      'session.state_changed',
+      { workspace_id: workspaceId, task_id: after.task_id, session_id: after.id, actor: null },
+      { session: toSession(after), from: before.get(after.id)!.state, to: GONE.state, reason: GONE.reason },
+    );
+  }
+}
+
+/**
+ * The rows a stop's writes will return, as of the transaction's now() (`at`): the session rows
+ * are locked, so nothing else changes them before the writes land. Their events can then be
+ * staged before the writes go out, and the writes travel with COMMIT.
+ */
+function predictStops(decision: StopDecision, before: ReadonlyMap<string, SessionRow>, reason: StopReason, at: string): StopRows {
+  return {
+    cancelled: decision.cancel.map((id) => cancelledRow(before.get(id)!, reason, at)),
+    gone: decision.gone.map((id) => endedRow(before.get(id)!, GONE.state, GONE.message, at)),
+  };
+}
+
+/** Rows written that differ from their prediction (their events were staged from the prediction): never expected. */
+function mispredicted(written: StopRows, predicted: StopRows): string[] {
+  const wire = (rows: SessionRow[]) => new Map(rows.map((r) => [r.id, JSON.stringify(toSession(r))]));
+  const [w, p] = [wire([...written.cancelled, ...written.gone]), wire([...predicted.cancelled, ...predicted.gone])];
+  return [...new Set([...w.keys(), ...p.keys()])].filter((id) => w.get(id) !== p.get(id));
+}
+
+/** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, write, then stage the events from what was written. */
+export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, locked: readonly SessionRow[], workspaceId: string, actor: Actor): Promise<AcceptedStops> {
+  const decision = decideStops(plan, locked);
+  const written = await stopWrites(tx, decision, plan.reason);
+  await emitStops(emit, written, new Map(locked.map((s) => [s.id, s])), plan.reason, workspaceId, actor);
+  return { cancelled: written.cancelled, teardowns: decision.teardowns };
+}
+
+/** Session states once the decision is written: what R-1.4 asks about the task's other sessions. */
+function statesAfter(sessions: readonly SessionRow[], decision: StopDecision): SessionState[] {
+  const cancelled = new Set(decision.cancel);
+  const gone = new Set(decision.gone);
+  return sessions.map((s) => (cancelled.has(s.id) ? 'CANCELLED' : gone.has(s.id) ? sessionStateAfterExecutionEnd('lost', null).state : s.state));
 }
 
 export interface TeardownOutcome {
@@ -122,6 +132,12 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
   });
 }
 
+/**
+ * Timestamps on the request's span (events, much cheaper than child spans) at the steps of a stop,
+ * so its time can be split per step from the exported traces (bench/src/scenarios/12-stop-task-mcp.ts).
+ */
+const mark = (step: string) => void trace.getActiveSpan()?.addEvent(step);
+
 /** What a planner read and locked inside the stop's transaction. */
 interface PlannedStop {
   plan: StopPlan;
@@ -143,11 +159,18 @@ interface StopRun {
   idleOutcome: string;
   /** Refuse an empty plan with this error, rolling everything back (nothing changes). */
   refuseEmpty?: () => Error;
+  /**
+   * Answer only once every owner has answered its teardown request (an operator's stop reports
+   * which executions it reached, and a request that failed is its INTERNAL_ERROR). Otherwise the
+   * answer goes at commit, which is where the stop is decided and durable (R-1.5: it confirms the
+   * logical cancellation, not the process exit), and the teardowns and event publication follow it.
+   */
+  answerAfterTeardown: boolean;
 }
 
 /**
- * B-1 and the per-session guard in one round trip, as the first statements of a stop's
- * transaction: bump the task's launch fence (which takes its row lock), then lock its active
+ * B-1 and the per-session guard, as the first statements of a stop's transaction (they travel
+ * with its BEGIN): bump the task's launch fence (which takes its row lock), then lock its active
  * sessions. Pipelined, the server runs them in order, and the second statement's snapshot is taken
  * after the first holds the lock: an admission that committed before is visible (its execution is
  * on the session), one that comes later waits for this transaction and then meets the new epoch
@@ -160,16 +183,17 @@ async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: T
 }
 
 /**
- * Run a child or task stop: plan, decision, REVIEW and audit in one transaction; then the
- * teardowns. A persistence failure cancels nothing (so nothing is torn down and a retry makes
- * progress); a teardown request that fails is INTERNAL_ERROR while the accepted stops stand.
+ * Run a child or task stop: plan, decision, REVIEW and audit in one transaction of two round trips
+ * (BEGIN + now() + fence + locks; then the writes, the audit row, REVIEW, the outbox rows and
+ * COMMIT), plus whatever the planner waits for in between (the registry); then the teardowns. A
+ * persistence failure cancels nothing (so nothing is torn down and a retry makes progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
-  const { task, actor } = run;
-  const log = rt.log.child({ task_id: task.id, request_id: call.requestId });
+  const { actor } = run;
+  const log = rt.log.child({ task_id: run.task.id, request_id: call.requestId });
   const audit = (outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
-    task_id: task.id,
-    workspace_id: task.workspace_id,
+    task_id: run.task.id,
+    workspace_id: run.task.workspace_id,
     action: run.audit.action,
     actor: actorLabel(actor),
     reason: run.audit.reason ?? reason,
@@ -177,24 +201,40 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     outcome,
     details,
   });
-  let done: { accepted: AcceptedStops; plan: StopPlan };
+  let done;
   try {
-    done = await transact(rt, async (tx, emit) => {
+    done = await transactInFlights(rt, async (tx, emit, flight) => {
+      const now = flight.now(); // rides with BEGIN and the planner's first statements
+      now.catch(() => undefined); // awaited below unless the planner refuses first
       const planned = await run.planner(tx);
       const { plan } = planned;
       if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
-      const a = await acceptStops(tx, emit, plan, planned.sessions, task.workspace_id, actor);
-      const cancelledIds = new Set(a.cancelled.map((x) => x.id));
-      const statesAfter = planned.sessions.map((x) => (cancelledIds.has(x.id) ? ('CANCELLED' as const) : x.state));
-      const record = recordAudit(
-        tx,
-        audit(a.cancelled.length > 0 || a.teardowns.length > 0 ? 'stopped' : run.idleOutcome, plan.reason, {
-          sessions: a.cancelled.map((x) => x.id),
-          executions: a.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
-        }),
-      );
-      await Promise.all([record, run.review && a.cancelled.length > 0 ? moveToReviewIfIdle(rt, tx, emit, planned.task, statesAfter, actor) : null]);
-      return { accepted: a, plan };
+      const decision = decideStops(plan, planned.sessions);
+      const stopped = decision.cancel.length > 0 || decision.teardowns.length > 0;
+      const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
+      const at = await now;
+      const before = new Map(planned.sessions.map((x) => [x.id, x]));
+      const predicted = predictStops(decision, before, plan.reason, at);
+      await emitStops(emit, predicted, before, plan.reason, planned.task.workspace_id, actor);
+      // Staged by review_after_stop itself, only if the transition is written (R-1.4).
+      const reviewEvent = review
+        ? buildEvent('task.state_changed', { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor }, { task: toTask(reviewedRow(planned.task, at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' })
+        : null;
+      // The last flight: the stop's writes, its audit row (B-3, same transaction), REVIEW (which
+      // cannot abort the others), then the outbox rows and COMMIT.
+      const written = Promise.all([
+        stopWrites(tx, decision, plan.reason),
+        recordAudit(
+          tx,
+          audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
+            sessions: decision.cancel,
+            executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
+          }),
+        ),
+        reviewEvent ? reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null,
+      ]);
+      flight.last(written);
+      return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, written, predicted, reviewEvent };
     });
   } catch (e) {
     if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
@@ -203,26 +243,80 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
     throw isKandevError(e) ? e : internalError('stopping the task failed', e);
   }
-  const { accepted, plan } = done;
-  const outcomes = await dispatchTeardowns(rt, call, accepted.teardowns, plan.reason, log);
-  const failed = outcomes.filter((o) => o.error);
-  if (failed.length) {
-    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) => log.warn({ err }, 'audit write failed'));
-    const first = failed[0]!.error;
+  const { result, publish } = done;
+  const { accepted, teardowns, plan, predicted, reviewEvent } = result;
+  const [written, , reviewed] = await result.written; // settled with the COMMIT
+  const wrong = mispredicted(written, predicted);
+  if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
+  const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
+  if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
+  const extra = reviewedNow ? [reviewEvent] : [];
+  const dispatch = () =>
+    dispatchTeardowns(rt, call, teardowns, plan.reason, log).then(async (outcomes) => {
+      const failed = outcomes.filter((o) => o.error);
+      if (failed.length) {
+        await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) =>
+          log.warn({ err }, 'audit write failed'),
+        );
+      }
+      return outcomes;
+    });
+  if (!run.answerAfterTeardown) {
+    // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
+    // it is sent); the events and the teardowns follow it. Failures are logged, audited and retried.
+    setImmediate(() => {
+      void publish(extra);
+      dispatch().catch((err: unknown) => log.error({ err }, 'dispatching teardowns failed; the reconciler retries them'));
+    });
+    return { accepted, outcomes: [], plan };
+  }
+  const [outcomes] = await Promise.all([dispatch(), publish(extra)]);
+  const failed = outcomes.find((o) => o.error);
+  if (failed) {
+    const first = failed.error;
     throw isKandevError(first) && first.code === 'INTERNAL_ERROR' ? first : internalError('stopping the task failed: a teardown request was not accepted', first);
   }
-  return { accepted: accepted.cancelled.length, outcomes, plan };
+  return { accepted, outcomes, plan };
 }
 
-/** The registry entries of these sessions' executions, one exact read each. A failed read is an error, never "gone". */
-async function executionsOf(rt: OrchRuntime, call: CallContext, sessions: ReadonlyArray<{ task_id: string; execution_id: string | null }>): Promise<Execution[]> {
-  try {
-    const found = await Promise.all(
-      sessions.filter((s) => s.execution_id).map((s) => request(rt.nc, Life.get, { execution_id: s.execution_id!, task_id: s.task_id }, { requestId: call.requestId })),
-    );
-    return found.filter((e): e is Execution => e !== null);
-  } catch (e) {
-    throw internalError('execution registry lookup failed', e);
+/**
+ * Exact registry reads (Life.get), started as soon as the execution ids are known and shared by
+ * id. A child stop starts them from an unlocked read before its transaction, so the NATS round trip
+ * runs alongside BEGIN and the locks instead of after them, holding nothing; an execution the
+ * locked rows name that was not read yet (a launch admitted in between) is read then. A failed
+ * read is an error, never "gone" (R-1.7).
+ */
+export class RegistryReads {
+  private readonly reads = new Map<string, Promise<Execution | null>>();
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly call: CallContext,
+    private readonly taskId: string,
+  ) {}
+
+  start(executionIds: readonly string[]): this {
+    for (const id of executionIds) this.read(id);
+    return this;
+  }
+
+  async executionsOf(sessions: ReadonlyArray<{ execution_id: string | null }>): Promise<Execution[]> {
+    try {
+      const found = await Promise.all(sessions.filter((s) => s.execution_id).map((s) => this.read(s.execution_id!)));
+      return found.filter((e): e is Execution => e !== null);
+    } catch (e) {
+      throw internalError('execution registry lookup failed', e);
+    }
+  }
+
+  private read(executionId: string): Promise<Execution | null> {
+    let read = this.reads.get(executionId);
+    if (!read) {
+      read = request(this.nc, Life.get, { execution_id: executionId, task_id: this.taskId }, { requestId: this.call.requestId });
+      // Awaited by executionsOf, or never when the locked session no longer names it.
+      read.catch(() => undefined);
+      this.reads.set(executionId, read);
+    }
+    return read;
   }
 }
 
@@ -237,12 +331,14 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
 
 /**
  * R-1: a parent task stops its direct child (halt-only). All checks finish before any side
- * effect; then every live execution among the active sessions is stopped.
+ * effect; then every live execution among the active sessions is stopped. The answer goes at
+ * commit; the teardowns follow it.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
-  const found = await getTasks(rt.sql, [callerTaskId, targetTaskId]);
-  const caller = found.get(callerTaskId);
-  const target = found.get(targetTaskId);
+  const found = await childStopCandidates(rt.sql, callerTaskId, targetTaskId);
+  mark('stop.checked');
+  const caller = found.tasks.get(callerTaskId);
+  const target = found.tasks.get(targetTaskId);
   if (!caller) throw notFound('calling task not found');
   if (!target) throw notFound('task not found');
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
@@ -255,6 +351,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     }
     throw e;
   }
+  const registry = new RegistryReads(rt.nc, call, target.id).start(found.executionIds);
   // Fence and candidates first, in the stop's transaction: a launch admitted before the bump has
   // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001). So
   // each candidate's own execution is all there is to check, by exact registry key.
@@ -264,9 +361,13 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     review: true,
     audit: { action: 'mcp.stop_task' },
     idleOutcome: 'not_running',
+    answerAfterTeardown: false,
     planner: async (tx) => {
       const { task, sessions } = await fenceAndLockCandidates(tx, target.id);
-      return { task, sessions, plan: planChildStop(sessions, sessions.length ? await executionsOf(rt, call, sessions) : []) };
+      mark('stop.locked');
+      const executions = await registry.executionsOf(sessions);
+      mark('stop.registry_read');
+      return { task, sessions, plan: planChildStop(sessions, executions) };
     },
   });
   return { task_id: target.id, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
@@ -287,6 +388,7 @@ export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor,
     idleOutcome: 'not_found',
     // R-2.3: nothing active and nothing registered changes nothing (the fence bump rolls back too).
     refuseEmpty: () => notFound('execution not found'),
+    answerAfterTeardown: true,
     planner: async (tx) => {
       const [{ task: locked, sessions }, registry] = await Promise.all([fenceAndLockCandidates(tx, task.id), registryOf(rt, call, task.id)]);
       return { task: locked, sessions, plan: planTaskStop(sessions, registry) };
@@ -303,4 +405,3 @@ export async function taskExecutions(rt: OrchRuntime, call: CallContext, actor: 
   const registry = await registryOf(rt, call, taskId);
   return registry.map((e) => ({ execution_id: e.execution_id, session_id: e.session_id, status: e.status, pid: e.pid, protocol: e.protocol, instance_id: e.instance_id }));
 }
-

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { TaskStatus } from '@kandev/contracts';
+import { ACTIVE_SESSION_STATES, type TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { TASK_COLUMNS, type TaskRow } from './rows.js';
+import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -49,6 +49,38 @@ export async function bumpFenceLocked(tx: Tx, id: string): Promise<TaskRow | nul
 }
 
 /**
+ * R-1.4 after a stop, on a task this transaction holds locked: REVIEW and its event's outbox row
+ * through review_after_stop (migrations/005), which never aborts the transaction. The row as it is
+ * afterwards: still in its old status, and no event staged, if the transition failed (the database
+ * logged why).
+ */
+export async function reviewAfterStop(tx: Tx, id: string, event: OutboxRow): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1, $2)`, [id, event as never], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/** The row reviewAfterStop writes, as of the transaction's now(): what its event carries. */
+export const reviewedRow = (task: TaskRow, now: string): TaskRow => ({ ...task, status: 'REVIEW', cancelled_at: null, updated_at: now });
+
+/** The caller and target of a child stop, with the execution ids the target's active sessions name (read without locks). */
+export async function childStopCandidates(q: Q, callerId: string, targetId: string): Promise<{ tasks: Map<string, TaskRow>; executionIds: string[] }> {
+  const rows = await q.unsafe<Array<TaskRow & { active_execution_ids: string[] | null }>>(
+    `SELECT ${TASK_COLUMNS},
+            CASE WHEN t.id = $2 THEN ARRAY(SELECT s.execution_id FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($3) AND s.execution_id IS NOT NULL) END AS active_execution_ids
+     FROM tasks t WHERE t.id = ANY($1::uuid[])`,
+    [[callerId, targetId], targetId, [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
+  const tasks = new Map<string, TaskRow>();
+  let executionIds: string[] = [];
+  for (const { active_execution_ids, ...task } of rows) {
+    tasks.set(task.id, norm(task as TaskRow));
+    if (task.id === targetId) executionIds = active_execution_ids ?? [];
+  }
+  return { tasks, executionIds };
+}
+
+/**
  * A child is created under its parent's FOR SHARE lock: it conflicts with the lock a tree hold
  * takes on every member, so a child is either created before the hold locks its parent (and is
  * found by the hold's re-read) or waits until the hold has committed (R-4.8).
@@ -83,12 +115,6 @@ export async function updateTaskFields(
 }
 
 const norm = (r: TaskRow): TaskRow => ({ ...r, fence_epoch: Number(r.fence_epoch) });
-
-/** Several tasks by id in one round trip (a stop looks up its caller and target together). */
-export async function getTasks(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
-  const rows = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[])`, [[...ids]], { prepare: true });
-  return new Map(rows.map((r) => [r.id, norm(r)]));
-}
 
 /** A task and its ancestors, root first. */
 export async function lineageOf(q: Q, id: string): Promise<Array<{ id: string; workspace_id: string; parent_id: string | null }>> {
