@@ -266,6 +266,15 @@ describe('clarifications', () => {
       await expect(respond(bundle.id, { rejected: true })).rejects.toMatchObject({ code: 'CONFLICT' });
     });
 
+    it('a turn cancel names itself as the reason even when the waiting call was released first (the agent dropped it as its turn was cancelled)', async () => {
+      const { task, session } = await working();
+      const { bundle } = await ask(task.id, session.id);
+      await request(h.nc, OrchMcpClarification.release, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id: bundle.id });
+      expect(await get(bundle.id)).toMatchObject({ detached: true, detached_reason: 'caller_gone' });
+      await request(h.nc, Orch.agentCancel, { actor: operator, session_id: session.id });
+      expect(await get(bundle.id)).toMatchObject({ status: 'pending', detached: true, detached_reason: 'turn_cancelled' });
+    });
+
     it("an operator's task stop detaches the pending bundle", async () => {
       const { task, session } = await working();
       const { bundle } = await ask(task.id, session.id);

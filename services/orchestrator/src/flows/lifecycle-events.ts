@@ -38,10 +38,12 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
       case 'turn.completed': {
         const ended = await endTurn(rt, tx, emit, task, s, ev.data.turn_id, ev.data.stop_reason, ev.id);
         drained = ended.drained;
-        // A turn that ends `cancelled` here was not closed by a cancel or interrupt of ours (those close
-        // it in their own transaction): the agent runtime cancelled it while our request failed (its
-        // owner died, the database refused the commit). The control action took effect: audit it.
-        if (ended.closed && ev.data.stop_reason === 'cancelled') {
+        // A turn that ends `cancelled` here on a live session was not closed by a cancel or interrupt of
+        // ours (those close it in their own transaction): the agent runtime cancelled it while our
+        // request failed (its owner died, the database refused the commit). The control action took
+        // effect: audit it. On a terminal session it is the stop's teardown cancelling the turn, and
+        // the stop has its own row.
+        if (ended.closed && ev.data.stop_reason === 'cancelled' && isActiveSession(s.state)) {
           await recordAudit(tx, {
             task_id: task.id,
             workspace_id: task.workspace_id,

@@ -1,5 +1,5 @@
 import type { Sql, Tx } from '@kandev/runtime';
-import type { BundleFacts, BundleStatus, Question } from '../domain/clarifications.js';
+import { DetachReasons, type BundleFacts, type BundleStatus, type Question } from '../domain/clarifications.js';
 
 type Q = Sql | Tx;
 
@@ -81,11 +81,14 @@ export async function markDetached(tx: Tx, id: string, reason: string): Promise<
 /**
  * The waiters of these sessions' pending bundles are gone for good (a turn cancel, a session
  * stop): record it, so no replica treats them as live and no late outcome is delivered (R-5.3).
- * Call inside the transaction that cancels the turn or stops the session.
+ * Call inside the transaction that cancels the turn or stops the session. A bundle its waiting call
+ * already released (`caller_gone`: the agent dropped the call as its turn was cancelled, before this
+ * transaction committed) takes this reason, which says why.
  */
 export async function detachPendingBundles(tx: Tx, sessionIds: readonly string[], reason: string): Promise<number> {
   if (sessionIds.length === 0) return 0;
   const rows = await tx`UPDATE clarification_bundles SET detached_at = now(), detached_reason = ${reason}
-                        WHERE session_id = ANY(${sessionIds as string[]}::uuid[]) AND status = 'pending' AND detached_at IS NULL RETURNING id`;
+                        WHERE session_id = ANY(${sessionIds as string[]}::uuid[]) AND status = 'pending'
+                          AND (detached_at IS NULL OR detached_reason = ${DetachReasons.callerGone}) RETURNING id`;
   return rows.length;
 }
