@@ -37,14 +37,22 @@ const dirs: string[] = [];
 afterAll(async () => {
   for (const dir of dirs) {
     try {
-      const { daemonPid } = JSON.parse(readFileSync(join(dir, 'state.json'), 'utf8')) as { daemonPid: number };
+      const { daemonPid } = JSON.parse(readFileSync(join(dir, 'pg-state', 'state.json'), 'utf8')) as { daemonPid: number };
       process.kill(daemonPid, 'SIGTERM');
       for (const deadline = Date.now() + 15_000; alive(daemonPid) && Date.now() < deadline; ) await sleep(100);
     } catch {
       /* not running */
     }
-    // The server's last writes can race the removal (ENOTEMPTY on pg_wal): retry it.
-    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
+    // The daemon's PostgreSQL server shuts down after the daemon itself: wait for its postmaster,
+    // whose last writes would otherwise race the removal (ENOTEMPTY on pg_wal).
+    const postmaster = join(dir, 'pg-state', 'pg', 'postmaster.pid');
+    for (const deadline = Date.now() + 30_000; existsSync(postmaster) && Date.now() < deadline; ) await sleep(100);
+    try {
+      rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
+    } catch (e) {
+      // A temporary directory left behind is not what this file tests.
+      console.warn(`[test-pg] could not remove ${dir}: ${(e as Error).message}`);
+    }
   }
 });
 
