@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest, type InvariantBounds, type StackService } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
@@ -260,4 +260,31 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
   // Nothing of this case keeps running into the next one.
   for (const id of prepared.tasks) await w.api.post(`/tasks/${id}/stop`);
   return answer;
+}
+
+/**
+ * The calling test file's fault world: started before its tests and stopped after them. `world()`
+ * is valid inside tests; `agentPids` collects each session's agent pid for the invariant checker.
+ */
+export function useFaultWorld(): { world: () => World; agentPids: Map<string, number> } {
+  let w: World | undefined;
+  const agentPids = new Map<string, number>();
+  beforeAll(async () => {
+    w = await startFaultWorld();
+  }, 120_000);
+  afterAll(async () => w?.stop());
+  return {
+    world: () => {
+      if (!w) throw new Error('the fault world is not started (use it inside a test)');
+      return w;
+    },
+    agentPids,
+  };
+}
+
+/** The matrix as tests of the calling file: each fault × every operation, one `runFaultCase` each. */
+export function faultMatrix(fw: ReturnType<typeof useFaultWorld>, faults: readonly Fault[], caseTitle = 'in the middle of a $name'): void {
+  describe.each(faults)('$name', (fault) => {
+    it.each(OPERATIONS)(caseTitle, (op) => runFaultCase(fw.world(), fw.agentPids, op, fault).then(() => undefined), 180_000);
+  });
 }

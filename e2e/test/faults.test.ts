@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { assertInvariants } from '@kandev/testkit';
-import { makeTask, sleepScript, type World } from './support.js';
-import { agentOf as agentOfIn, bounds, kill9, OPERATIONS, runFaultCase, startFaultWorld, WITHIN_MS } from './fault-world.js';
+import { makeTask, sleepScript } from './support.js';
+import { agentOf as agentOfIn, bounds, kill9, OPERATIONS, runFaultCase, useFaultWorld, WITHIN_MS } from './fault-world.js';
 
 /**
  * Issue 11, the faults that fit in `npm test`: a burst of session starts (overload), and a
@@ -9,16 +9,13 @@ import { agentOf as agentOfIn, bounds, kill9, OPERATIONS, runFaultCase, startFau
  * (e2e/test/fault-world.ts). After each, the invariant checker (packages/testkit/src/invariants.ts)
  * must pass within the documented bounds.
  */
-let w: World;
-const agentPids = new Map<string, number>();
-beforeAll(async () => {
-  w = await startFaultWorld();
-}, 120_000);
-afterAll(async () => w?.stop());
-const agentOf = (taskId: string, sessionId: string) => agentOfIn(w, agentPids, taskId, sessionId);
+const fw = useFaultWorld();
+const { agentPids } = fw;
+const agentOf = (taskId: string, sessionId: string) => agentOfIn(fw.world(), agentPids, taskId, sessionId);
 
 describe('faults', () => {
   it('100 concurrent session starts: each answered within its timeout by a start or a fast 503 with Retry-After', async () => {
+    const w = fw.world();
     const tasks = await Promise.all(Array.from({ length: 100 }, () => makeTask(w.api).then((t) => t.task)));
     // Sessions already running when the burst hits: an operator stops them in the middle of it.
     const busy = [];
@@ -65,5 +62,5 @@ describe('faults', () => {
   }, 180_000);
 
   // The rest of the matrix (every service, a lifecycle stall, nats-server and PostgreSQL) is in e2e/faults/ (`npm run test:faults`).
-  it.each(OPERATIONS)('kill -9 of lifecycle in the middle of a $name: the invariants hold over its answer, the stack serves again', (op) => runFaultCase(w, agentPids, op, kill9('lifecycle')).then(() => undefined), 180_000);
+  it.each(OPERATIONS)('kill -9 of lifecycle in the middle of a $name: the invariants hold over its answer, the stack serves again', (op) => runFaultCase(fw.world(), agentPids, op, kill9('lifecycle')).then(() => undefined), 180_000);
 });
