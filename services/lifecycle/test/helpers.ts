@@ -1,4 +1,4 @@
-import { Life, Orch, type EventEnvelope, type EventType, type LaunchRequest, type RequestOf, type ResultOf } from '@kandev/contracts';
+import { Life, Orch, type EventEnvelope, type EventType, type Execution, type LaunchRequest, type RequestOf, type ResultOf } from '@kandev/contracts';
 import {
   connectNats,
   createLogger,
@@ -214,3 +214,24 @@ export const kvEntry = async (kv: KV, id: string) => {
   return e && e.operation === 'PUT' ? e : null;
 };
 
+/** A registry entry of a READY execution of `taskId` (fake pids), as an owner instance would write it. */
+export function executionEntry(taskId: string, instanceId = 'life-test'): Execution {
+  const now = new Date().toISOString();
+  return {
+    execution_id: randomUUID(),
+    session_id: randomUUID(),
+    task_id: taskId,
+    workspace_id: randomUUID(),
+    instance_id: instanceId,
+    protocol: 'acp',
+    agent: 'mock',
+    pid: 123,
+    agentctl_pid: 122,
+    agentctl_url: null,
+    status: 'READY',
+    turn_id: null,
+    fence_epoch: 0,
+    started_at: now,
+    updated_at: now,
+  };
+}

@@ -12,6 +12,7 @@ import type { Msg, RequestOptions } from '@nats-io/nats-core';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExecutionRegistry } from '../src/store/registry.js';
+import { executionEntry } from './helpers.js';
 
 const log = createLogger('registry-listing-test', 'silent');
 const STREAM = `KV_${Buckets.executions}`;
@@ -30,26 +31,7 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-function entry(taskId: string): Execution {
-  const now = new Date().toISOString();
-  return {
-    execution_id: randomUUID(),
-    session_id: randomUUID(),
-    task_id: taskId,
-    workspace_id: randomUUID(),
-    instance_id: 'life-test',
-    protocol: 'acp',
-    agent: 'mock',
-    pid: 123,
-    agentctl_pid: 122,
-    agentctl_url: null,
-    status: 'READY',
-    turn_id: null,
-    fence_epoch: 0,
-    started_at: now,
-    updated_at: now,
-  };
-}
+const entry = (taskId: string): Execution => executionEntry(taskId);
 
 const jsApi = async (subj: string, body: unknown): Promise<Record<string, unknown>> => {
   const reply = JSON.parse(new TextDecoder().decode((await admin.request(subj, JSON.stringify(body), { timeout: 5_000 })).data)) as Record<string, unknown>;

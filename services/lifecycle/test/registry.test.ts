@@ -1,7 +1,7 @@
 // registry.readAll (issue 11): a key that is listed but cannot be read fails the whole list with
 // INTERNAL_ERROR. Swallowing it answered [] — a task stop then missed the agent or said NOT_FOUND.
 // The fault is real: a nats-server whose `blind` user may list the bucket's keys but not read values.
-import { Buckets, Life, type Execution } from '@kandev/contracts';
+import { Buckets, Life } from '@kandev/contracts';
 import { connectNats, request, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { Kvm } from '@nats-io/kv';
@@ -10,7 +10,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLifecycle, tmpStateDir } from './helpers.js';
+import { executionEntry, startLifecycle, tmpStateDir } from './helpers.js';
 
 let nats: TestNats;
 let admin: NatsConnection;
@@ -44,24 +44,7 @@ afterAll(async () => {
 describe('registry reads', () => {
   it('answer INTERNAL_ERROR, not an empty list, when a listed entry cannot be read', async () => {
     const task = randomUUID();
-    const now = new Date().toISOString();
-    const entry: Execution = {
-      execution_id: randomUUID(),
-      session_id: randomUUID(),
-      task_id: task,
-      workspace_id: randomUUID(),
-      instance_id: 'life-elsewhere',
-      protocol: 'acp',
-      agent: 'mock',
-      pid: 123,
-      agentctl_pid: 122,
-      agentctl_url: null,
-      status: 'READY',
-      turn_id: null,
-      fence_epoch: 0,
-      started_at: now,
-      updated_at: now,
-    };
+    const entry = executionEntry(task, 'life-elsewhere');
     const kv = await new Kvm(admin).open(Buckets.executions);
     await kv.put(`${task}.${entry.execution_id}`, new TextEncoder().encode(JSON.stringify(entry)));
 
