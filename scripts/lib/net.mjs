@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 
 /** Whether something accepts TCP connections at host:port within `timeoutMs`. */
@@ -34,6 +35,27 @@ export function freePort(host = '127.0.0.1') {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * A free port for a server that binds it later (or again, after a restart): picked below the
+ * kernel's ephemeral range, which is where a port a moment ago free would otherwise be handed to
+ * the next `listen(0)` or outgoing connection on this host before our server binds it (EADDRINUSE).
+ */
+export async function stablePort(host = '127.0.0.1') {
+  let ephemeralStart = 32768;
+  try {
+    ephemeralStart = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || ephemeralStart;
+  } catch {
+    /* not Linux: the common default */
+  }
+  const low = 10_000;
+  if (ephemeralStart - low < 1_000) return freePort(host);
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = low + Math.floor(Math.random() * (ephemeralStart - low));
+    if (await portFree(port, host)) return port;
+  }
+  return freePort(host);
 }
 
 /** host and port of the first server in a NATS URL list (`nats://a:4222,nats://b:4222`). */

@@ -6,7 +6,7 @@ import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSyn
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
-import { canConnect, firstNatsServer, freePort, portFree } from './net.mjs';
+import { canConnect, firstNatsServer, portFree, stablePort } from './net.mjs';
 import { descendants, isAlive, readStat, reap } from './proc.mjs';
 import { ensureSecret, makeTraversable, stateDir } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
@@ -191,7 +191,7 @@ async function startDatabase() {
     });
     return pg;
   };
-  const pg = await launch(await freePort());
+  const pg = await launch(await stablePort());
   say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
   return { url: pg.url, own: true };
 }
@@ -304,11 +304,12 @@ async function main() {
   mkdirSync(logsDir, { recursive: true });
   acquireLock();
 
-  // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL.
-  const gatewayPort = env.GATEWAY_PORT === '0' ? String(await freePort()) : env.GATEWAY_PORT ?? '8080';
+  // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the
+  // ephemeral range, so nothing else on the host is handed it before the service binds it.
+  const gatewayPort = env.GATEWAY_PORT === '0' ? String(await stablePort()) : env.GATEWAY_PORT ?? '8080';
   // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
   // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
-  const mcpPort = env.MCP_PORT === '0' ? String(await freePort()) : env.MCP_PORT ?? '8090';
+  const mcpPort = env.MCP_PORT === '0' ? String(await stablePort()) : env.MCP_PORT ?? '8090';
   for (const [svc, port, v] of [['gateway', gatewayPort, 'GATEWAY_PORT'], ['mcp', mcpPort, 'MCP_PORT']]) {
     if (names.includes(svc) && Number(port) > 0 && !(await portFree(Number(port), '0.0.0.0'))) {
       throw new StartError(`port ${port} (${v}) is already in use; set ${v}=<port> (0 = any free port)`);

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
-import { canConnect, freePort } from './net.mjs';
+import { canConnect, stablePort } from './net.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
 const START_TIMEOUT_MS = 120_000;
@@ -158,7 +158,7 @@ async function serve(dir) {
     dataDir: join(dir, 'pg'),
     credentialsFile: join(dir, 'credentials.json'),
     logFile: join(dir, 'postgres.log'),
-    port: await freePort(),
+    port: await stablePort(),
     log,
     // Test data only: durability buys nothing here and fsync costs seconds per migrated template.
     extraFlags: ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off', '-c', 'max_connections=400'],
