@@ -71,16 +71,18 @@ export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<Guard
  */
 export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
   const active = [...ACTIVE_SESSION_STATES];
+  const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
   const [, [row]] = await Promise.all([
     tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true }),
-    tx.unsafe<{ id: string }[]>(
-      `SELECT s.id FROM sessions s JOIN turns tu ON tu.session_id = s.id
+    tx.unsafe<GuardedSession[]>(
+      `SELECT ${cols}, t.workspace_id, tu.id AS open_turn_id
+       FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
        WHERE s.task_id = $1 AND s.state = ANY($2) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`,
       [taskId, active],
       { prepare: true },
     ),
   ]);
-  return row ? lockSessionWithOpenTurn(tx, row.id) : null;
+  return row ?? null;
 }
 
 export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
