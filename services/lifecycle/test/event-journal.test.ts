@@ -3,7 +3,7 @@
 // kill -9 of the lifecycle process. The fault is real: the event stream is deleted (every publish
 // fails) and recreated later.
 import { Buckets, Streams, eventSubject, pingEndpoint, type EventEnvelope } from '@kandev/contracts';
-import { buildEvent, ensureEventStream, parseEvent, request, type NatsConnection } from '@kandev/runtime';
+import { buildEvent, ensureEventStream, EventPublisher, parseEvent, request, type NatsConnection } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
@@ -12,7 +12,8 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, startLifecycle, tmpStateDir } from './helpers.js';
+import { EventJournal } from '../src/store/event-journal.js';
+import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, log, natsClient, processGone, promptAt, script, spawnLifecycle, startLifecycle, tmpStateDir } from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterAll(async () => {
@@ -108,5 +109,48 @@ describe('lifecycle event journal', () => {
     const stored = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
     expect(stored.map((e) => e.id)).toEqual([pending.id]);
   }, 60_000);
-});
 
+  it('publishes each durable record only once it is on disk, in order, several records sharing one sync', async () => {
+    const nats: TestNats = await startNats();
+    const nc = await natsClient(nats.url, 'journal-group-test');
+    const stateDir = tmpStateDir();
+    cleanups.push(async () => {
+      await nc.close();
+      await nats.stop();
+      rmSync(stateDir, { recursive: true, force: true });
+    });
+    await ensureEventStream(nc);
+    /** The real publisher, noting at each publish whether the event's record was in the file. */
+    class Observing extends EventPublisher {
+      readonly seen: Array<{ id: string; inFile: boolean }> = [];
+      override async publish(event: EventEnvelope, headers?: Record<string, string>): Promise<void> {
+        this.seen.push({ id: event.id, inFile: readFileSync(journal.path, 'utf8').includes(`"id":"${event.id}"`) });
+        return super.publish(event, headers);
+      }
+    }
+    const publisher = new Observing(nc);
+    const journal = new EventJournal(stateDir, 'life-group', publisher, log);
+    journal.open();
+    const scope = { workspace_id: randomUUID(), task_id: randomUUID(), session_id: randomUUID() };
+    const execution_id = randomUUID();
+    const turn_id = randomUUID();
+    const events = [
+      buildEvent('turn.completed', scope, { execution_id, turn_id, stop_reason: 'cancelled' }),
+      buildEvent('session.agent.cancelled', scope, { execution_id, turn_id, stop_reason: 'cancelled' }),
+      // Streamed text is not journalled, and still keeps its place in the order.
+      buildEvent('agent.message', scope, { execution_id, turn_id, text: 'bye' }),
+      buildEvent('usage.recorded', scope, { execution_id, usage_event_id: randomUUID(), model: null, cost_cents: 1, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 }),
+    ] as EventEnvelope[];
+    // Recorded in one turn of the event loop, as a cancel's two events are: record() returns before any sync.
+    await Promise.all(events.map((e) => journal.record(e)));
+    expect(publisher.seen.map((s) => s.id)).toEqual(events.map((e) => e.id));
+    expect(publisher.seen.filter((s, i) => events[i]!.type !== 'agent.message').every((s) => s.inFile)).toBe(true);
+    expect(publisher.seen.find((s) => s.id === events[2]!.id)!.inFile).toBe(false);
+    const stored = await storedEvents(nc, 'turn.completed');
+    expect(stored.map((e) => e.id)).toEqual([events[0]!.id]);
+    // Everything acknowledged: nothing is left to replay.
+    expect(journal.pending).toBe(0);
+    expect(readFileSync(journal.path, 'utf8')).toBe('');
+    journal.close();
+  }, 30_000);
+});

@@ -2,7 +2,7 @@ import type { EventEnvelope } from '@kandev/contracts';
 import { EventEnvelope as EventEnvelopeSchema } from '@kandev/contracts';
 import { injectTrace, type EventPublisher, type Logger } from '@kandev/runtime';
 import { headers as natsHeaders } from '@nats-io/nats-core';
-import { appendFileSync, closeSync, fdatasyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, fdatasync, fdatasyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 
 /*
@@ -19,6 +19,11 @@ import { dirname, join } from 'node:path';
  * Rewritten (temp + rename) with only the unacknowledged records once it grows past COMPACT_BYTES,
  * truncated whenever nothing is pending. Records are fsynced; acknowledgements and truncation are
  * not (losing one in a crash only replays an event, which consumers dedupe by id).
+ *
+ * The fsync is a group commit off the event loop: records appended in one turn of the loop share
+ * one fdatasync, run on libuv's thread pool at the end of that turn, and each is published only
+ * once its fdatasync returned. A synchronous fsync per record blocked the lifecycle for every
+ * event, and a cancel's reply waited behind its two (turn.completed, session.agent.cancelled).
  */
 
 /** Events whose loss leaves state wrong (a session RUNNING forever, a turn never closed, cost missing). */
@@ -32,6 +37,8 @@ interface Pending {
   event: EventEnvelope;
   headers: Record<string, string>;
   durable: boolean;
+  /** Settles once the record is on disk (its group's fdatasync returned); null when it already is, or is not journalled. */
+  synced: Promise<void> | null;
   /** Resolved once JetStream acknowledged it, or once the first attempt failed (the pump keeps trying). */
   settled: () => void;
 }
@@ -46,6 +53,8 @@ export class EventJournal {
   private bytes = 0;
   /** The last publish failed: callers are not held up until one succeeds again. */
   private outage = false;
+  /** The fdatasync that will cover records appended now (it starts at the end of this turn of the event loop). */
+  private nextSync: Promise<void> | null = null;
 
   constructor(
     stateDir: string,
@@ -87,8 +96,8 @@ export class EventJournal {
       }
     }
     // Start from a file that holds exactly what is pending.
-    this.rewrite([...recorded.values()].map((r) => ({ ...r, durable: true, settled: () => undefined })));
-    for (const r of recorded.values()) this.queue.push({ ...r, durable: true, settled: () => undefined });
+    this.rewrite([...recorded.values()]);
+    for (const r of recorded.values()) this.queue.push({ ...r, durable: true, synced: null, settled: () => undefined });
     if (recorded.size) this.log.warn({ events: recorded.size, path: this.path }, 'publishing events a previous run recorded but never saw acknowledged');
     this.kick();
     return recorded.size;
@@ -111,13 +120,16 @@ export class EventJournal {
     const headers: Record<string, string> = {};
     for (const k of h.keys()) headers[k] = h.get(k);
     const durable = DURABLE.has(event.type);
-    if (durable) this.append({ e: event, h: headers });
-    else if (this.queue.filter((p) => !p.durable).length >= MAX_VOLATILE_PENDING) {
+    let synced: Promise<void> | null = null;
+    if (durable) {
+      this.append({ e: event, h: headers });
+      synced = this.syncSoon();
+    } else if (this.queue.filter((p) => !p.durable).length >= MAX_VOLATILE_PENDING) {
       this.log.warn({ type: event.type, event_id: event.id }, 'publish backlog full; dropping a streamed event');
       return;
     }
     return new Promise<void>((settled) => {
-      this.queue.push({ event, headers, durable, settled });
+      this.queue.push({ event, headers, durable, synced, settled });
       if (this.outage) settled();
       this.kick();
     });
@@ -142,7 +154,11 @@ export class EventJournal {
   private kick(): void {
     if (this.pumping || this.closed) return;
     this.pumping = true;
-    void this.pump().finally(() => (this.pumping = false));
+    void this.pump().finally(() => {
+      this.pumping = false;
+      // Queued after the loop's last look at the queue and before this: nobody else pumps it.
+      if (this.queue.length) this.kick();
+    });
   }
 
   /** One at a time, in order: a later event never overtakes an earlier one that failed. */
@@ -150,6 +166,8 @@ export class EventJournal {
     let failures = 0;
     while (this.queue.length && !this.closed) {
       const head = this.queue[0]!;
+      // Never published before it is on disk: a crash after the publish must still find it.
+      if (head.synced) await head.synced;
       try {
         await this.publisher.publish(head.event, head.headers);
       } catch (e) {
@@ -166,7 +184,7 @@ export class EventJournal {
       this.outage = false;
       this.queue.shift();
       // Not fsynced: an acknowledgement lost in a crash only means one harmless replay (same id).
-      if (head.durable) this.append({ a: head.event.id }, false);
+      if (head.durable) this.append({ a: head.event.id });
       head.settled();
       if (this.queue.length === 0) this.truncate();
       else if (this.bytes > COMPACT_BYTES) this.rewrite(this.queue.filter((p) => p.durable));
@@ -184,12 +202,33 @@ export class EventJournal {
     });
   }
 
-  private append(rec: object, sync = true): void {
+  /** Written, not yet synced: `syncSoon` makes it durable. */
+  private append(rec: object): void {
     if (this.fd === null) return;
     const line = JSON.stringify(rec) + '\n';
     writeSync(this.fd, line);
-    if (sync) fdatasyncSync(this.fd);
     this.bytes += Buffer.byteLength(line);
+  }
+
+  /**
+   * The group commit: one fdatasync, on the thread pool at the end of this turn of the event loop,
+   * covering every record written before it starts. Never rejects: a record that could not be
+   * synced is still published (it would only be lost to a crash before its acknowledgement), and
+   * said loudly. A sync overtaken by a compaction (which closed its fd) is not needed: the
+   * compacted file, synced, holds every pending record.
+   */
+  private syncSoon(): Promise<void> {
+    return (this.nextSync ??= new Promise<void>((resolve) =>
+      setImmediate(() => {
+        this.nextSync = null;
+        const fd = this.fd;
+        if (fd === null) return resolve();
+        fdatasync(fd, (err) => {
+          if (err && fd === this.fd) this.log.error({ err, path: this.path }, 'event journal could not be synced; its latest records would not survive a crash');
+          resolve();
+        });
+      }),
+    ));
   }
 
   /** Nothing pending: empty the file (the fd appends, so later writes start at 0 again). */
