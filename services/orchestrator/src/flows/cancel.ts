@@ -8,7 +8,7 @@ import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, setQueuePaused } from '../store/sessions.js';
 import { completeTurn } from '../store/turns.js';
 import { changeSessionState } from './changes.js';
-import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { transactInFlights, type CallContext, type OrchRuntime } from './context.js';
 
 /**
  * R-3: cancel the in-flight turn without killing the agent. Runs under the per-session guard,
@@ -21,8 +21,10 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
   let task: { id: string; workspace_id: string } | null = null;
   const audit = (outcome: string) => ({ task_id: task!.id, workspace_id: task!.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
   try {
-    // Lookup, access check and guard in one statement: a cancel is latency-critical (R-3).
-    await transact(rt, async (tx, emit) => {
+    // BEGIN and the lookup, access check and guard travel in one flight; the writes in a second;
+    // the outbox rows and COMMIT in a third. The answer goes at commit, the events right after it
+    // (transactInFlights): a cancel is latency-critical (R-3).
+    const { publish } = await transactInFlights(rt, async (tx, emit) => {
       const s = await lockSessionWithOpenTurn(tx, sessionId);
       if (!s) throw notFound('session not found');
       task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
@@ -40,7 +42,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       // R-3.5: what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
       // The writes are independent: issued together, postgres.js pipelines them on the transaction's
-      // connection (one round trip instead of one each; the response waits on them).
+      // connection (one round trip instead of one each).
       const next = sessionStateAfterTurn(s.state);
       const done = task;
       await Promise.all([
@@ -53,6 +55,8 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       ]);
       log.info({ task_id: task.id, execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
     });
+    // Committed: the reply goes first (the handler returns now, setImmediate runs once it is sent).
+    setImmediate(() => void publish());
   } catch (e) {
     const refusedBeforeLookup = task === null || (isKandevError(e) && (e.code === 'NOT_FOUND' || e.code === 'FORBIDDEN'));
     if (!refusedBeforeLookup) await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
