@@ -59,12 +59,15 @@ describe('turn cancel (R-3, B-2)', () => {
     console.info(`[timing] cancel ${agent}: ${cancelMs.toFixed(0)} ms`);
     expect(res).toEqual({ cancelled: true, turn_id: turnId, stop_reason: 'cancelled', reason: null });
 
-    // By the time the reply arrives the events are out and the registry says READY (R-3.3).
+    // By the time the reply arrives the registry says READY (R-3.3); the turn's events follow it
+    // (queued in the journal, which syncs and publishes them after the reply has gone).
+    expect(await getExecution(nc, exec.execution_id)).toMatchObject({ status: 'READY', turn_id: null });
+    await events.waitFor('session.agent.cancelled', (e) => e.data.execution_id === exec.execution_id);
     const cancelled = events.of('session.agent.cancelled', exec.execution_id);
     expect(cancelled.map((e) => e.data)).toEqual([{ execution_id: exec.execution_id, turn_id: turnId, stop_reason: 'cancelled' }]);
     expect(cancelled[0]).toMatchObject({ task_id: exec.task_id, session_id: exec.session_id, workspace_id: exec.workspace_id });
+    // Recorded in this order: turn.completed is in the stream before session.agent.cancelled.
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
-    expect(await getExecution(nc, exec.execution_id)).toMatchObject({ status: 'READY', turn_id: null });
     expect(processGone(exec.pid!)).toBe(false);
 
     // agentctl's own turn_completed line arrives too; it must not produce a second event. agentctl's

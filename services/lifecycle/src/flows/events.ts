@@ -18,6 +18,14 @@ export async function emit<T extends EventType>(journal: EventJournal, x: LiveEx
   }
 }
 
+/**
+ * Queue an event without waiting for JetStream: the journal records it at once and publishes in
+ * the order of recording, retrying until acknowledged. The lines of an execution are handled in
+ * order (LiveExecution.inOrder); waiting on each acknowledgement there held every later line, and
+ * a cancel's reply, behind the disk sync and the round trips of the events before it.
+ */
+const queue = <T extends EventType>(journal: EventJournal, x: LiveExecution, type: T, data: EventDataOf<T>): void => void emit(journal, x, type, data);
+
 /** One line agentctl wrote, as the events of the execution (run in order, see LiveExecution.inOrder). */
 export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine): Promise<void> {
   const { journal } = ctx.deps;
@@ -25,16 +33,16 @@ export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine)
     case 'turn_started': {
       const step = turnStarted(x.turnView, ev.turn_id);
       if (x.applyTurn(step)) void x.persist();
-      if (step.publish && UUID.test(ev.turn_id)) await emit(journal, x, 'turn.started', { execution_id: x.id, turn_id: ev.turn_id });
+      if (step.publish && UUID.test(ev.turn_id)) queue(journal, x, 'turn.started', { execution_id: x.id, turn_id: ev.turn_id });
       return;
     }
     case 'turn_completed':
       if (ev.stop_reason === 'error') x.log.warn({ turn_id: ev.turn_id, error: ev.error }, 'turn failed');
       return finishTurn(journal, x, ev.turn_id, ev.stop_reason);
     case 'agent_message':
-      return emit(journal, x, 'agent.message', { execution_id: x.id, turn_id: UUID.test(ev.turn_id) ? ev.turn_id : null, text: ev.text });
+      return queue(journal, x, 'agent.message', { execution_id: x.id, turn_id: UUID.test(ev.turn_id) ? ev.turn_id : null, text: ev.text });
     case 'usage':
-      return emit(journal, x, 'usage.recorded', {
+      return queue(journal, x, 'usage.recorded', {
         execution_id: x.id,
         usage_event_id: ev.usage_event_id,
         model: ev.model ?? null,
@@ -61,14 +69,12 @@ export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine)
 }
 
 /** The turn's end, learnt from agentctl's line or from the cancel reply, whichever comes first (once). */
-export async function finishTurn(journal: EventJournal, x: LiveExecution, turnId: string, stopReason: string): Promise<void> {
+export function finishTurn(journal: EventJournal, x: LiveExecution, turnId: string, stopReason: string): void {
   const step = turnCompleted(x.turnView, turnId);
   if (x.applyTurn(step)) void x.persist();
   if (!step.publish || !UUID.test(turnId)) return;
-  // Published together (one connection keeps their order in the stream); the cancel reply waits for both acks.
-  // the orchestrator moves the session to WAITING_FOR_INPUT on turn.completed, and the gateway pushes it.
-  await Promise.all([
-    emit(journal, x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }),
-    stopReason === 'cancelled' ? emit(journal, x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason }) : null,
-  ]);
+  // Queued together, in this order.: the orchestrator moves the session to WAITING_FOR_INPUT
+  // on turn.completed (or on the cancel reply, whichever it has first), and the gateway pushes it.
+  queue(journal, x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
+  if (stopReason === 'cancelled') queue(journal, x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
 }

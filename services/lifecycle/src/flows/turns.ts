@@ -62,9 +62,10 @@ export async function cancelTurn(ctx: Executions, x: LiveExecution, req: Request
   }
   if (!answer.cancelled) return { cancelled: false, turn_id: null, stop_reason: null, reason: answer.reason };
   // The reply and agentctl's turn_completed line race; whichever comes first completes the turn.
-  // The reply waits for the turn's state (READY), not for the events' acks: they are already written
-  // to this NATS connection, ahead of the reply, and a failed publish is only logged either way.
-  await x.inOrder(async () => void finishTurn(ctx.deps.journal, x, answer.turn_id, answer.stop_reason));
+  // The reply waits for the turn's state (READY), not for its events: they are queued in the
+  // journal, which syncs and publishes them right after (the orchestrator takes whichever of the
+  // reply and turn.completed reaches it first).
+  await x.inOrder(async () => finishTurn(ctx.deps.journal, x, answer.turn_id, answer.stop_reason));
   x.log.info({ turn_id: answer.turn_id, stop_reason: answer.stop_reason, cancel_ms: Math.round(performance.now() - started) }, 'turn cancelled');
   return { cancelled: true, turn_id: answer.turn_id, stop_reason: answer.stop_reason, reason: null };
 }
