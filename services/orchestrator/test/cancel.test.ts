@@ -23,6 +23,17 @@ describe('orch.agent.cancel', () => {
     expect(h.life.cancels.at(-1)!.turn_id).toBe(detail.turns[0]!.id);
   });
 
+  it('stages an event that carries exactly the session row the cancel wrote', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'sleep');
+    await cancel(s.id);
+    const { turns: _turns, execution: _execution, ...session } = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
+    const [event] = await h.sql<{ payload: { data: Record<string, unknown> } }[]>`
+      SELECT payload FROM orchestrator.outbox WHERE payload->>'type' = 'session.state_changed' AND payload->>'session_id' = ${s.id} AND payload->'data'->>'reason' = 'turn_cancelled'`;
+    expect(event!.payload.data).toEqual({ from: 'RUNNING', to: 'WAITING_FOR_INPUT', reason: 'turn_cancelled', session });
+  });
+
   it('is a successful no-op without an active turn', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 't');

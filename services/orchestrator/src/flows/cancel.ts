@@ -5,9 +5,9 @@ import { sessionStateAfterTurn } from '../domain/transitions.js';
 import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { lockSessionWithOpenTurn, setQueuePaused } from '../store/sessions.js';
+import { lockSessionWithOpenTurn, movedRow, setQueuePaused, setSessionState } from '../store/sessions.js';
+import { sameSessionOnTheWire, toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
-import { changeSessionState } from './changes.js';
 import { transactInFlights, type CallContext, type OrchRuntime } from './context.js';
 
 /**
@@ -21,10 +21,13 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
   let task: { id: string; workspace_id: string } | null = null;
   const audit = (outcome: string) => ({ task_id: task!.id, workspace_id: task!.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
   try {
-    // BEGIN and the lookup, access check and guard travel in one flight; the writes in a second;
-    // the outbox rows and COMMIT in a third. The answer goes at commit, the events right after it
-    // (transactInFlights): a cancel is latency-critical.
-    const { publish } = await transactInFlights(rt, async (tx, emit) => {
+    // Two flights: BEGIN with the lookup, access check and guard (and the transaction's now());
+    // after the owner's answer, the writes with the outbox rows and COMMIT. The session's event is
+    // staged from the row the write will return (the row is locked), so it can travel with COMMIT.
+    // The answer goes at commit, the events right after it. A cancel is latency-critical.
+    const { result, publish } = await transactInFlights(rt, async (tx, emit, flight) => {
+      const now = flight.now();
+      now.catch(() => undefined); // awaited below unless a refusal comes first
       const s = await lockSessionWithOpenTurn(tx, sessionId);
       if (!s) throw notFound('session not found');
       task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
@@ -36,25 +39,32 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
       );
       if (!res.cancelled) {
-        await recordAudit(tx, audit('no_active_turn'));
-        return;
+        flight.last(recordAudit(tx, audit('no_active_turn')));
+        return null;
+      }
+      const next = sessionStateAfterTurn(s.state);
+      const predicted = next ? movedRow(s, next, await now) : null;
+      if (next && predicted) {
+        await emit('session.state_changed', { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id, actor }, { session: toSession(predicted), from: s.state, to: next, reason: 'turn_cancelled' });
       }
       // what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
-      // The writes are independent: issued together, postgres.js pipelines them on the transaction's
-      // connection (one round trip instead of one each).
-      const next = sessionStateAfterTurn(s.state);
-      const done = task;
-      await Promise.all([
+      const written = Promise.all([
         setQueuePaused(tx, s.id, true),
         res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
-        next ? changeSessionState(tx, emit, done, s, next, { reason: 'turn_cancelled', actor }) : null,
+        next ? setSessionState(tx, s.id, next) : null,
         recordAudit(tx, audit('cancelled')),
         // the cancelled turn's questions have nobody waiting on them any more.
         detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
       ]);
-      log.info({ task_id: task.id, execution_id: s.execution_id, turn_id: res.turn_id }, 'turn cancelled');
+      flight.last(written);
+      return { s, res, predicted, written };
     });
+    if (result) {
+      const [, , after] = await result.written; // settled with the COMMIT
+      if (after && result.predicted && !sameSessionOnTheWire(after, result.predicted)) log.error({ task_id: result.s.task_id }, 'a cancel wrote a session row other than the one its event carries');
+      log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
+    }
     // Committed: the reply goes first (the handler returns now, setImmediate runs once it is sent).
     setImmediate(() => void publish());
   } catch (e) {

@@ -8,7 +8,7 @@ import { detachPendingBundles } from '../store/clarifications.js';
 import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
 import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
-import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
+import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
 import { outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
@@ -84,9 +84,9 @@ function predictStops(decision: StopDecision, before: ReadonlyMap<string, Sessio
 
 /** Rows written that differ from their prediction (their events were staged from the prediction): never expected. */
 function mispredicted(written: StopRows, predicted: StopRows): string[] {
-  const wire = (rows: SessionRow[]) => new Map(rows.map((r) => [r.id, JSON.stringify(toSession(r))]));
-  const [w, p] = [wire([...written.cancelled, ...written.gone]), wire([...predicted.cancelled, ...predicted.gone])];
-  return [...new Set([...w.keys(), ...p.keys()])].filter((id) => w.get(id) !== p.get(id));
+  const byId = (rows: SessionRow[]) => new Map(rows.map((r) => [r.id, r]));
+  const [w, p] = [byId([...written.cancelled, ...written.gone]), byId([...predicted.cancelled, ...predicted.gone])];
+  return [...new Set([...w.keys(), ...p.keys()])].filter((id) => !w.has(id) || !p.has(id) || !sameSessionOnTheWire(w.get(id)!, p.get(id)!));
 }
 
 /** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, write, then stage the events from what was written. */

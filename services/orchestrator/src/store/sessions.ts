@@ -158,6 +158,9 @@ export const cancelledRow = (row: SessionRow, cancelReason: string, now: string)
   updated_at: now,
 });
 
+/** The row setSessionState writes for a non-terminal state with no message, as of the transaction's now(). */
+export const movedRow = (row: SessionRow, state: SessionState, now: string): SessionRow => ({ ...row, state, updated_at: now });
+
 /** The row setSessionState writes for a terminal state with an error message, as of the transaction's now(). */
 export const endedRow = (row: SessionRow, state: SessionState, errorMessage: string | null, now: string): SessionRow => ({
   ...row,
