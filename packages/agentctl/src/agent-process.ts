@@ -1,6 +1,8 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
+import { getPriority, setPriority } from 'node:os';
+import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
 import { isAlive, mergeTrees, processTree, type ProcessRef, type TreeProcess } from './process-tree.js';
@@ -61,12 +63,13 @@ export class AgentProcess {
   }
 
   /** Spawns the agent; rejects when the command cannot be started at all (ENOENT, EACCES). */
-  static start(spec: AgentSpec, cwd: string, env: NodeJS.ProcessEnv, log: Logger): Promise<AgentProcess> {
+  static start(spec: AgentSpec, opts: Pick<AdapterOptions, 'cwd' | 'env' | 'agentNice'>, log: Logger): Promise<AgentProcess> {
     return new Promise((resolve, reject) => {
       // detached: the agent leads a new process group, so its tree can be signalled as one.
-      const child = spawn(spec.command, spec.args, { cwd, env: { ...env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+      const child = spawn(spec.command, spec.args, { cwd: opts.cwd, env: { ...opts.env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
       child.once('error', (err) => reject(new Error(`cannot start agent "${spec.name}" (${spec.command}): ${err.message}`)));
       child.once('spawn', () => {
+        if (opts.agentNice > 0 && child.pid !== undefined) lowerPriority(child.pid, opts.agentNice, log);
         try {
           resolve(new AgentProcess(child, log));
         } catch (err) {
@@ -135,5 +138,18 @@ export class AgentProcess {
   private noteTree(): void {
     if (this.exit) return;
     this.tree = mergeTrees(this.tree.filter(isAlive), processTree(this.pid));
+  }
+}
+
+/**
+ * The agent runs `increment` nice levels below agentctl (capped at 19). Set at once after the
+ * spawn: what the agent starts afterwards (its tools, builds, tests) inherits it. Unprivileged
+ * (lowering a priority needs no capability); a failure is logged and the agent runs as it is.
+ */
+function lowerPriority(pid: number, increment: number, log: Logger): void {
+  try {
+    setPriority(pid, Math.min(19, getPriority() + increment));
+  } catch (err) {
+    log.warn('could not lower the agent\'s CPU priority', { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }
 }

@@ -36,6 +36,12 @@ export const AgentctlConfig = z.object({
    * stopped as if stdin had closed. 0 = no heartbeat expected.
    */
   ownerSilenceMs: z.preprocess((v) => (v === '' || v === undefined ? 0 : v), z.coerce.number().int().nonnegative().max(3_600_000)),
+  /**
+   * How much lower the agent's CPU priority is than agentctl's own (a nice increment, 0–19). The
+   * agent and what it runs (builds, tests) then yield the CPU to the control plane, agentctl
+   * included, so a stop or a cancel is not queued behind the work it is meant to stop.
+   */
+  agentNice: z.preprocess((v) => (v === '' || v === undefined ? 0 : v), z.coerce.number().int().min(0).max(19)),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -55,6 +61,7 @@ const options = {
   'log-level': ['logLevel', 'AGENTCTL_LOG_LEVEL'],
   'exit-with-parent': ['exitWithParent', 'AGENTCTL_EXIT_WITH_PARENT'],
   'owner-silence-ms': ['ownerSilenceMs', 'AGENTCTL_OWNER_SILENCE_MS'],
+  'agent-nice': ['agentNice', 'AGENTCTL_AGENT_NICE'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */

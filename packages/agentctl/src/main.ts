@@ -59,6 +59,7 @@ async function main(): Promise<void> {
     env: agentEnv,
     mcp: config.mcpUrl ? { url: config.mcpUrl, token: config.mcpToken } : undefined,
     handshakeTimeoutMs: config.handshakeTimeoutMs,
+    agentNice: config.agentNice,
   };
   const events = new EventStream(process.stdout, log);
   const execution = new Execution(

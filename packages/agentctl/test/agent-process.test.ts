@@ -1,3 +1,4 @@
+import { getPriority } from 'node:os';
 import { readFileSync, readdirSync } from 'node:fs';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -46,10 +47,11 @@ async function until<T>(fn: () => T | undefined | false, ms = 10_000): Promise<T
   }
 }
 
-async function agentWithStubbornCommand(leaderIgnoresTerm: boolean) {
+async function agentWithStubbornCommand(leaderIgnoresTerm: boolean, agentNice = 0) {
   const needle = `sleep ${5000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
-  const script = `${leaderIgnoresTerm ? "trap '' TERM; " : ''}setsid bash -c "trap '' TERM HUP; ${needle}" & wait`;
-  const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', script], env: {} }, process.cwd(), process.env, log);
+  // With a nice increment the command starts a moment later, as an agent's tools do: after the spawn.
+  const script = `${agentNice ? 'sleep 0.3; ' : ''}${leaderIgnoresTerm ? "trap '' TERM; " : ''}setsid bash -c "trap '' TERM HUP; ${needle}" & wait`;
+  const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', script], env: {} }, { cwd: process.cwd(), env: process.env, agentNice }, log);
   started.push(agent);
   const [sleeper] = await until(() => {
     const found = sleepers(needle);
@@ -69,6 +71,15 @@ describe('AgentProcess', () => {
     expect(leader).toMatchObject({ pid: agent.pid, pgid: agent.pid });
     const own = Number(readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ')[2]);
     expect(own).not.toBe(agent.pid);
+  });
+
+  it('runs the agent, and what it starts afterwards, the configured nice levels below agentctl', async () => {
+    const { agent, sleeper } = await agentWithStubbornCommand(false, 7);
+    // /proc/<pid>/stat field 19 is the nice value (after the command name, which ends with ')').
+    const nice = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]);
+    expect(nice(agent.pid)).toBe(Math.min(19, getPriority() + 7));
+    expect(nice(sleeper)).toBe(nice(agent.pid));
+    expect(nice(process.pid)).toBe(getPriority());
   });
 
   it('stops a command the agent started in a session of its own, which ignores SIGTERM', async () => {

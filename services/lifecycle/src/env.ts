@@ -37,6 +37,11 @@ export const LifecycleEnv = BaseEnv.extend({
    * registry TTL (domain/liveness.ts): a stall shorter than that can still be re-admitted on resume.
    */
   AGENT_OWNER_SILENCE_MS: z.coerce.number().int().positive().optional(),
+  /**
+   * Agents run this many nice levels below the control plane (agentctl stays at this service's
+   * priority): what an agent runs cannot starve a stop or a cancel of CPU. 0 = same priority.
+   */
+  AGENT_NICE: z.coerce.number().int().min(0).max(19).default(10),
   /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
   AGENTCTL_BIN: z.string().optional(),
 });

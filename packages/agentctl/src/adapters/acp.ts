@@ -54,7 +54,7 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
   }
 
   async start(): Promise<void> {
-    const agent = await AgentProcess.start(this.spec, this.options.cwd, this.options.env, this.log);
+    const agent = await AgentProcess.start(this.spec, this.options, this.log);
     this.process = agent;
     const stream = acp.ndJsonStream(
       Writable.toWeb(agent.child.stdin) as WritableStream<Uint8Array>,

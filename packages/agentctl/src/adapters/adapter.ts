@@ -54,6 +54,8 @@ export interface AdapterOptions {
   env: NodeJS.ProcessEnv;
   mcp: { url: string; token: string | undefined } | undefined;
   handshakeTimeoutMs: number;
+  /** Nice increment of the agent's process over agentctl's (config `agentNice`). */
+  agentNice: number;
 }
 
 export class AgentGoneError extends Error {

@@ -103,7 +103,7 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
   }
 
   async start(): Promise<void> {
-    const agent = await AgentProcess.start(this.spec, this.options.cwd, this.options.env, this.log);
+    const agent = await AgentProcess.start(this.spec, this.options, this.log);
     this.process = agent;
     const rpc = new JsonLineRpc(agent.child.stdout, agent.child.stdin, this.log);
     this.rpc = rpc;

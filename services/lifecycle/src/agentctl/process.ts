@@ -26,6 +26,8 @@ export interface AgentctlSpawnOptions {
   exitWithParent: boolean;
   /** With `exitWithParent`: agentctl also stops its agent after this long without a `heartbeat()` (0 = never). */
   ownerSilenceMs: number;
+  /** Nice increment of the agent over agentctl. */
+  agentNice: number;
 }
 
 export interface ProcessExit {
@@ -124,6 +126,7 @@ export class AgentctlProcess {
       '--mcp-url', opts.mcpUrl,
       '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
       '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
+      '--agent-nice', String(Math.min(19, Math.max(0, opts.agentNice))),
       ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000))] : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides

@@ -103,6 +103,7 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
     handshakeTimeoutMs: env.LAUNCH_TIMEOUT_MS,
     exitWithParent: env.AGENTS_EXIT_WITH_LIFECYCLE,
     ownerSilenceMs: ownerSilenceBound(env.REGISTRY_TTL_MS, env.AGENT_OWNER_SILENCE_MS),
+    agentNice: env.AGENT_NICE,
     log,
   });
   const now = new Date().toISOString();
