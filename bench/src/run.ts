@@ -127,6 +127,9 @@ function markdown(rows: Row[], machine: Record<string, unknown>): string {
     '- These are floors, with client and servers on loopback; production adds the network hop and contention.',
     '  Background load only adds latency: the load average in the header and the spread of the rounds show',
     '  how disturbed a run was. Compare runs on the same, quiet machine only.',
+    '- `floor.mcp.sdk_noop.paced` and `floor.mcp+nats+pg.paced` are floors sampled after 250 ms of quiet each, as the',
+    '  1-caller stops are: a chain of idle processes pays each wake-up. `stop_task.stopped.1.paced` is the same samples',
+    '  as `stop_task.stopped.1`, read against that paced floor; `stop_task.stopped.1` keeps the back-to-back one.',
     '',
   ];
   return lines.join('\n');
