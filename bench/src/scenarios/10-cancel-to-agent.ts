@@ -2,7 +2,63 @@ import { Life, Orch } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { eventually, WsClient } from '@kandev/testkit';
 import type { Scenario, ScenarioResult } from '../scenario.js';
+import { duration, eventTime, startSpanCollector, traces, type CollectedSpan, type Trace } from '../spans.js';
 import { agentEventAfter, e2eIterations, idleSession, natsAndHttpFloor, preciseNow, startBenchStack, summarize, summedFloor } from '../e2e.js';
+
+/** Where a /ws cancel spends its time, per trace (ACP agent): each segment a difference of durations or of one span's own events, so exact (span starts are only ms-precise across spans). */
+const SEGMENTS: Array<[string, string]> = [
+  ['client', '/ws client and socket outside the gateway span (round trip − gateway span)'],
+  ['gateway', 'gateway: /ws frame handling outside its NATS request'],
+  ['nats.orchestrator', 'gateway → orchestrator → gateway over NATS, both runtimes'],
+  ['orchestrator.lock', 'orchestrator: a connection, then BEGIN + lock + open turn (one flight)'],
+  ['orchestrator.send', 'orchestrator: checks, request built and sent (and its answer taken)'],
+  ['nats.lifecycle', 'orchestrator → lifecycle → orchestrator over NATS, both runtimes'],
+  ['lifecycle', 'lifecycle: turn fence, then the turn completed and the reply (outside its agentctl call)'],
+  ['http.agentctl', 'lifecycle → agentctl → lifecycle over loopback HTTP (keep-alive)'],
+  ['agentctl', 'agentctl: HTTP handling outside the cancel itself'],
+  ['agent', 'agentctl: session/cancel written to the agent → the agent ended its turn (its acknowledgement)'],
+  ['orchestrator.writes', 'orchestrator: answer → the writes issued, events staged, outbox rows and COMMIT sent'],
+  ['orchestrator.commit', 'orchestrator: that flight answered (one fsync)'],
+  ['orchestrator.reply', 'orchestrator: committed → reply sent'],
+];
+
+const inService = (t: Trace, service: string, name: string): CollectedSpan | undefined => t.spans.find((s) => s.service === service && s.name === name);
+
+function breakdown(spans: readonly CollectedSpan[], roundTrips: readonly number[]): ScenarioResult[] {
+  const out = new Map<string, number[]>(SEGMENTS.map(([k]) => [k, []]));
+  const cancels = traces(spans)
+    .map((t) => ({ t, root: inService(t, 'kandev-gateway', 'WS agent.cancel') }))
+    .filter((x) => x.root && inService(x.t, 'kandev-agentctl', 'agentctl.cancel'))
+    .sort((a, b) => a.root!.start - b.root!.start);
+  const paired = cancels.length === roundTrips.length;
+  cancels.forEach(({ t, root }, i) => {
+    const gwSend = t.find('send kandev.orch.agent.cancel');
+    const proc = t.find('process kandev.orch.agent.cancel');
+    const lifeSend = t.find('send kandev.life.*');
+    const lifeProc = t.find('process kandev.life.*');
+    const lifeHttp = inService(t, 'kandev-lifecycle', 'POST /api/v1/acp/cancel');
+    const ctlHttp = inService(t, 'kandev-agentctl', 'POST /api/v1/acp/cancel');
+    const ctlCancel = inService(t, 'kandev-agentctl', 'agentctl.cancel');
+    const at = (e: string) => eventTime(proc, e);
+    const seg: Record<string, number> = {
+      client: paired ? roundTrips[i]! - duration(root) : Number.NaN,
+      gateway: duration(root) - duration(gwSend),
+      'nats.orchestrator': duration(gwSend) - duration(proc),
+      'orchestrator.lock': at('cancel.locked') - (proc?.start ?? Number.NaN),
+      'orchestrator.send': at('cancel.answered') - at('cancel.locked') - duration(lifeSend),
+      'nats.lifecycle': duration(lifeSend) - duration(lifeProc),
+      lifecycle: duration(lifeProc) - duration(lifeHttp),
+      'http.agentctl': duration(lifeHttp) - duration(ctlHttp),
+      agentctl: duration(ctlHttp) - duration(ctlCancel),
+      agent: duration(ctlCancel),
+      'orchestrator.writes': at('transaction.commit_sent') - at('cancel.answered'),
+      'orchestrator.commit': at('transaction.committed') - at('transaction.commit_sent'),
+      'orchestrator.reply': (proc?.end ?? Number.NaN) - at('transaction.committed'),
+    };
+    for (const [k, v] of Object.entries(seg)) if (Number.isFinite(v)) out.get(k)!.push(v);
+  });
+  return SEGMENTS.filter(([k]) => out.get(k)!.length > 0).map(([k, label]) => ({ id: `cancel.hop.${k}`, label: `scripted-acp /ws cancel: ${label}`, stats: summarize(out.get(k)!) }));
+}
 
 /**
  * R-3 latency: `agent.cancel` sent on /ws until the scripted agent receives the protocol's cancel
@@ -15,8 +71,12 @@ const scenario: Scenario = {
   async run(ctx) {
     if (ctx.round > 1) return [];
     const iterations = e2eIterations(200);
-    const b = await startBenchStack();
+    // Every service exports its spans here: the per-hop rows (cancel.hop.*) are read from them.
+    const collector = await startSpanCollector();
+    ctx.defer(() => collector.stop());
+    const b = await startBenchStack({ OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
     ctx.defer(() => b.stop());
+    let hops: ScenarioResult[] = [];
     const floor = await natsAndHttpFloor(b, 500);
     const results: ScenarioResult[] = [
       { id: 'floor.nats.request', label: 'bare NATS round trip (same run as the cancel figures)', stats: floor.nats },
@@ -30,6 +90,7 @@ const scenario: Scenario = {
       const cancelMethod = agent === 'scripted-acp' ? 'session/cancel' : 'turn/interrupt';
       const toAgent: number[] = [];
       const roundTrip: number[] = [];
+      if (agent === 'scripted-acp') collector.clear();
       for (let i = 0; i < iterations + 10; i++) {
         const promptedAt = preciseNow();
         const r = await b.api.post(`/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) });
@@ -45,6 +106,18 @@ const scenario: Scenario = {
           toAgent.push(recv.mono - t0);
           roundTrip.push(t1 - t0);
         }
+      }
+      if (agent === 'scripted-acp') {
+        // Every round trip has its trace (spans leave in batches); the first 10 were warm-up.
+        const all = iterations + 10;
+        await eventually(async () => traces(collector.spans()).filter((t) => inService(t, 'kandev-gateway', 'WS agent.cancel') && inService(t, 'kandev-agentctl', 'agentctl.cancel') && t.find('process kandev.orch.agent.cancel')?.events.some((e) => e.name === 'transaction.committed')).length >= all, 15_000, 100).catch(() => undefined);
+        const warm = traces(collector.spans())
+          .map((t) => inService(t, 'kandev-gateway', 'WS agent.cancel'))
+          .filter((s): s is CollectedSpan => !!s)
+          .sort((x, y) => x.start - y.start)
+          .slice(0, 10);
+        const skip = new Set(warm.map((s) => s.traceId));
+        hops = breakdown(collector.spans().filter((s) => !skip.has(s.traceId)), roundTrip);
       }
       results.push(
         { id: `cancel.${agent}.to_agent`, label: `${agent}: agent.cancel sent on /ws → agent receives ${cancelMethod}`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
@@ -89,7 +162,7 @@ const scenario: Scenario = {
         { id: `cancel.breakdown.from_${hop}.answered`, label: `scripted-acp: cancel entered at the ${hop} → the ${hop} answers (turn ended${hop === 'orchestrator' ? ', session committed' : ''})`, stats: summarize(answered), baseline: 'floor.nats+http' },
       );
     }
-    return results;
+    return [...results, ...hops];
   },
 };
 export default scenario;

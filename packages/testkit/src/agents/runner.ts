@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { AgentEventSink } from './events.js';
 import { McpToolCaller, type McpTarget } from './mcp.js';
@@ -127,6 +128,8 @@ export class ScriptedTurn {
     const { io, log } = this.env;
     if ('sleep_ms' in step) {
       await sleep(step.sleep_ms, this.abort.signal);
+    } else if ('busy_ms' in step) {
+      await busy(step.busy_ms, this.abort.signal);
     } else if ('say' in step) {
       log('say', { turn: this.id, text: step.say });
       await io.say(step.say);
@@ -192,6 +195,27 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
       reject(new TurnCancelled());
     };
     signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** A subprocess that keeps one core busy for `ms` (a build, a test run); killed on cancel. */
+function busy(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(new TurnCancelled());
+    const child = spawn(process.execPath, ['-e', `const end = Date.now() + ${ms}; while (Date.now() < end);`], { stdio: 'ignore' });
+    const onAbort = () => {
+      child.kill('SIGKILL');
+      reject(new TurnCancelled());
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    child.once('exit', () => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    });
+    child.once('error', (err) => {
+      signal.removeEventListener('abort', onAbort);
+      reject(err);
+    });
   });
 }
 

@@ -18,6 +18,11 @@ export const ScriptStep = z.union([
   z.object({ ask: z.array(z.object({ id: z.string().optional(), text: z.string(), options: z.array(z.string()).optional() })).min(1) }),
   z.object({ mcp: z.object({ tool: z.string().min(1), args: z.record(z.string(), z.unknown()).default({}) }) }),
   z.object({ permission: z.string() }),
+  /**
+   * Extension: the turn runs a CPU-bound subprocess for N ms, as an agent running a build or a test
+   * suite does (it inherits the agent's priority); a cancel kills it and ends the turn at once.
+   */
+  z.object({ busy_ms: z.number().int().positive() }),
   /** Extension for tests of error handling: the turn fails with this message. */
   z.object({ fail: z.string() }),
 ]);

@@ -8,7 +8,7 @@ import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, movedRow, setQueuePaused, setSessionState } from '../store/sessions.js';
 import { sameSessionOnTheWire, toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
-import { transactInFlights, type CallContext, type OrchRuntime } from './context.js';
+import { mark, transactInFlights, type CallContext, type OrchRuntime } from './context.js';
 
 /**
  * R-3: cancel the in-flight turn without killing the agent. Runs under the per-session guard,
@@ -29,6 +29,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       const now = flight.now();
       now.catch(() => undefined); // awaited below unless a refusal comes first
       const s = await lockSessionWithOpenTurn(tx, sessionId);
+      mark('cancel.locked');
       if (!s) throw notFound('session not found');
       task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
       if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
@@ -38,6 +39,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         { execution_id: s.execution_id, turn_id: s.open_turn_id },
         { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
       );
+      mark('cancel.answered');
       if (!res.cancelled) {
         flight.last(recordAudit(tx, audit('no_active_turn')));
         return null;

@@ -1,5 +1,5 @@
 import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
-import { buildEvent, request, trace, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
+import { buildEvent, request, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
@@ -9,7 +9,7 @@ import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setS
 import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
-import { outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { mark, outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
@@ -131,12 +131,6 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
     return { teardown, reached: r.value.accepted || r.value.already_gone, error: null };
   });
 }
-
-/**
- * Timestamps on the request's span (events, much cheaper than child spans) at the steps of a stop,
- * so its time can be split per step from the exported traces (bench/src/scenarios/12-stop-task-mcp.ts).
- */
-const mark = (step: string) => void trace.getActiveSpan()?.addEvent(step);
 
 /** What a planner read and locked inside the stop's transaction. */
 interface PlannedStop {
