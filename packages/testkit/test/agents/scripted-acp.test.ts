@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -50,6 +51,16 @@ async function newSession(h: AcpHarness, mcpServers: acp.McpServer[] = []): Prom
 const prompt = (h: AcpHarness, sessionId: string, text: string) =>
   h.connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text }] });
 
+async function until<T>(fn: () => T | undefined | false, ms = 10_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 describe('scripted-acp', () => {
   it('echoes a prompt that is not JSON and ends the turn', async () => {
     const h = connect();
@@ -75,6 +86,29 @@ describe('scripted-acp', () => {
     expect(cancel.t).toBeGreaterThan(0);
     // The session takes a new prompt afterwards.
     expect((await prompt(h, sessionId, 'again')).stopReason).toBe('end_turn');
+  }, 20_000);
+
+  it('keeps a core busy in a subprocess on busy_ms, which a cancel kills at once', async () => {
+    const h = connect();
+    const sessionId = await newSession(h);
+    const turn = prompt(h, sessionId, JSON.stringify({ script: [{ say: 'building' }, { busy_ms: 60_000 }] }));
+    await waitForAgentEvent(h.agent.eventsFile, (e) => e.kind === 'say');
+    const busyChild = () =>
+      readdirSync('/proc')
+        .filter((n) => /^\d+$/.test(n))
+        .find((n) => {
+          try {
+            const stat = readFileSync(`/proc/${n}/stat`, 'utf8').split(') ')[1]!.split(' ');
+            return Number(stat[1]) === h.agent.child.pid && readFileSync(`/proc/${n}/cmdline`, 'utf8').includes('while (Date.now() < end)');
+          } catch {
+            return false;
+          }
+        });
+    const pid = await until(busyChild);
+    await until(() => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[11]) > 0); // utime: it runs
+    await h.connection.agent.notify(acp.methods.agent.session.cancel, { sessionId });
+    expect((await turn).stopReason).toBe('cancelled');
+    await until(() => busyChild() === undefined);
   }, 20_000);
 
   it('reports usage as a usage_update with the exact numbers in _meta.kandev', async () => {
