@@ -34,16 +34,22 @@ async function storedEvents(nc: NatsConnection, type: EventEnvelope['type']): Pr
   }
 }
 
+/** A NATS server of its own, a client and a state dir, all removed after the file's tests. */
+async function world(name: string): Promise<{ nats: TestNats; nc: NatsConnection; stateDir: string }> {
+  const nats = await startNats();
+  const nc = await natsClient(nats.url, name);
+  const stateDir = tmpStateDir();
+  cleanups.push(async () => {
+    await nc.close();
+    await nats.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+  return { nats, nc, stateDir };
+}
+
 describe('lifecycle event journal', () => {
   it('keeps turn.completed while JetStream refuses it, across a kill -9, and publishes it once JetStream is back', async () => {
-    const nats: TestNats = await startNats();
-    const nc = await natsClient(nats.url, 'journal-test');
-    const stateDir = tmpStateDir();
-    cleanups.push(async () => {
-      await nc.close();
-      await nats.stop();
-      rmSync(stateDir, { recursive: true, force: true });
-    });
+    const { nats, nc, stateDir } = await world('journal-test');
     await FakeOrchestrator.start(nc);
     await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: 30_000 });
     const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-journal', KANDEV_STATE_DIR: stateDir };
@@ -86,14 +92,7 @@ describe('lifecycle event journal', () => {
   }, 90_000);
 
   it('on start publishes exactly the recorded, unacknowledged events, skipping a torn last line', async () => {
-    const nats: TestNats = await startNats();
-    const nc = await natsClient(nats.url, 'journal-replay-test');
-    const stateDir = tmpStateDir();
-    cleanups.push(async () => {
-      await nc.close();
-      await nats.stop();
-      rmSync(stateDir, { recursive: true, force: true });
-    });
+    const { nats, nc, stateDir } = await world('journal-replay-test');
     await ensureEventStream(nc);
     const scope = { workspace_id: randomUUID(), task_id: randomUUID(), session_id: randomUUID() };
     const execution_id = randomUUID();
@@ -111,14 +110,7 @@ describe('lifecycle event journal', () => {
   }, 60_000);
 
   it('publishes each durable record only once it is on disk, in order, several records sharing one sync', async () => {
-    const nats: TestNats = await startNats();
-    const nc = await natsClient(nats.url, 'journal-group-test');
-    const stateDir = tmpStateDir();
-    cleanups.push(async () => {
-      await nc.close();
-      await nats.stop();
-      rmSync(stateDir, { recursive: true, force: true });
-    });
+    const { nc, stateDir } = await world('journal-group-test');
     await ensureEventStream(nc);
     /** The real publisher, noting at each publish whether the event's record was in the file. */
     class Observing extends EventPublisher {

@@ -3,6 +3,7 @@ import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readAgentEvents, waitForAgentEvent } from '../../src/agents/events.js';
+import { eventually } from '../../src/clients.js';
 import { startEchoMcpServer, type EchoMcpServer } from '../../src/agents/mcp-echo-server.js';
 import { spawnAgent, type SpawnedAgent } from './helpers.js';
 
@@ -51,16 +52,6 @@ async function newSession(h: AcpHarness, mcpServers: acp.McpServer[] = []): Prom
 const prompt = (h: AcpHarness, sessionId: string, text: string) =>
   h.connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text }] });
 
-async function until<T>(fn: () => T | undefined | false, ms = 10_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 describe('scripted-acp', () => {
   it('echoes a prompt that is not JSON and ends the turn', async () => {
     const h = connect();
@@ -104,11 +95,11 @@ describe('scripted-acp', () => {
             return false;
           }
         });
-    const pid = await until(busyChild);
-    await until(() => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[11]) > 0); // utime: it runs
+    const pid = await eventually(async () => busyChild());
+    await eventually(async () => Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[11]) > 0); // utime: it runs
     await h.connection.agent.notify(acp.methods.agent.session.cancel, { sessionId });
     expect((await turn).stopReason).toBe('cancelled');
-    await until(() => busyChild() === undefined);
+    await eventually(async () => busyChild() === undefined);
   }, 20_000);
 
   it('reports usage as a usage_update with the exact numbers in _meta.kandev', async () => {

@@ -46,8 +46,8 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       }
       const next = sessionStateAfterTurn(s.state);
       const predicted = next ? movedRow(s, next, await now) : null;
-      if (next && predicted) {
-        await emit('session.state_changed', { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id, actor }, { session: toSession(predicted), from: s.state, to: next, reason: 'turn_cancelled' });
+      if (predicted) {
+        await emit('session.state_changed', { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id, actor }, { session: toSession(predicted), from: s.state, to: predicted.state, reason: 'turn_cancelled' });
       }
       // what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
