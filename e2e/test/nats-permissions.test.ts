@@ -114,8 +114,13 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.orchestrator-lifecycle', 'allowed'],
     ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.someone-else', 'denied'],
     ['$JS.API.CONSUMER.DELETE.KANDEV_EVENTS.orchestrator-lifecycle', 'denied'],
-    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
+    // The registry: read (listings, direct gets), never written, purged or deleted.
+    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'allowed'],
+    ['$JS.API.DIRECT.GET.KV_KANDEV_EXECUTIONS.$KV.KANDEV_EXECUTIONS.x', 'allowed'],
     ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
+    ['$JS.API.STREAM.PURGE.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['$JS.API.STREAM.DELETE.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['$JS.API.STREAM.CREATE.KV_KANDEV_EXECUTIONS', 'denied'],
   ],
   lifecycle: [
     ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],

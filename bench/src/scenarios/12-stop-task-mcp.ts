@@ -17,21 +17,21 @@ const SEGMENTS: Array<[string, string]> = [
   ['client', 'MCP SDK client + HTTP + the mcp service outside its tool span (client sample − tool span)'],
   ['mcp', 'mcp service: tool span minus its NATS request (argument validation, log line)'],
   ['nats', 'mcp → orchestrator → mcp over NATS, both runtimes (request span − handler span)'],
-  ['orch.checks', 'orchestrator: token check (cached) + read of caller, target and its executions'],
-  ['orch.reserve', 'orchestrator: a pooled connection reserved for the transaction'],
-  ['orch.lock', 'orchestrator: BEGIN + fence bump + session locks (one flight); the registry read runs alongside'],
-  ['orch.registry_wait', 'orchestrator: waiting for the registry read after the locks'],
+  ['orch.reserve', 'orchestrator: token check (cached) + a pooled connection reserved for the transaction'],
+  ['orch.lock', 'orchestrator: BEGIN + checks read + fence bump + session locks (one flight); the registry listing runs alongside'],
+  ['orch.registry_wait', 'orchestrator: waiting for the registry after the locks'],
   ['orch.write_issue', 'orchestrator: decision, events built, the writes (CANCELLED, turn, bundles, audit row, REVIEW) issued, until the outbox rows and COMMIT go behind them'],
   ['orch.write_commit', 'orchestrator: that flight answered: the writes, outbox rows and COMMIT (one fsync)'],
   ['orch.reply', 'orchestrator: committed → reply sent'],
-  ['registry_read', 'the registry read itself (Life.get round trip, overlapped with the lock flight)'],
+  ['registry_read', 'the registry listing itself, read from its bucket as the stop arrives (overlapped with the first flight)'],
 ];
 
 function breakdown(collector: SpanCollector, clientSamples: readonly number[]): Map<string, number[]> {
   const out = new Map<string, number[]>(SEGMENTS.map(([k]) => [k, []]));
   const stops = traces(collector.spans())
     .map((t) => ({ t, root: t.find('mcp tool stop_task_kandev') }))
-    .filter((x) => x.root && x.t.find('send kandev.life.exec.get'))
+    // A running child's stop reads its executions (a not_running one has none to read).
+    .filter((x) => x.root && Number.isFinite(eventTime(x.t.find('process kandev.orch.mcp.stop_task'), 'stop.registry_read')))
     .sort((a, b) => a.root!.start - b.root!.start);
   const paired = stops.length === clientSamples.length;
   stops.forEach(({ t, root }, i) => {
@@ -42,14 +42,13 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
       client: paired ? clientSamples[i]! - duration(root) : Number.NaN,
       mcp: duration(root) - duration(send),
       nats: duration(send) - duration(proc),
-      'orch.checks': at('stop.checked') - (proc?.start ?? Number.NaN),
-      'orch.reserve': at('transaction.reserved') - at('stop.checked'),
+      'orch.reserve': at('transaction.reserved') - (proc?.start ?? Number.NaN),
       'orch.lock': at('stop.locked') - at('transaction.reserved'),
       'orch.registry_wait': at('stop.registry_read') - at('stop.locked'),
       'orch.write_issue': at('transaction.commit_sent') - at('stop.registry_read'),
       'orch.write_commit': at('transaction.committed') - at('transaction.commit_sent'),
       'orch.reply': (proc?.end ?? Number.NaN) - at('transaction.committed'),
-      registry_read: duration(t.find('send kandev.life.exec.get')),
+      registry_read: at('stop.registry_listed') - (proc?.start ?? Number.NaN),
     };
     for (const [k, v] of Object.entries(seg)) if (Number.isFinite(v)) out.get(k)!.push(v);
   });
@@ -58,7 +57,7 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
 
 /** Spans leave the services in batches (OTEL_BSP_SCHEDULE_DELAY): wait until every stop's trace is in. */
 async function collected(collector: SpanCollector, stops: number): Promise<void> {
-  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && t.find('process kandev.orch.mcp.stop_task') && t.find('send kandev.life.exec.get')).length >= stops, 15_000, 100).catch(() => undefined);
+  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
 }
 
 function breakdownRows(collector: SpanCollector, clientSamples: readonly number[], callers: number): ScenarioResult[] {

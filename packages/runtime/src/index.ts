@@ -10,3 +10,4 @@ export * from './health.js';
 export * from './jwt.js';
 export * from './metrics.js';
 export * from './service.js';
+export * from './registry.js';

@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEvents, type ServiceDefinition } from '@kandev/runtime';
+import { consumeEvents, RegistryReader, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -17,7 +17,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   schema: 'orchestrator',
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
   async start(runtime) {
-    const rt = runtime as OrchRuntime;
+    const rt: OrchRuntime = Object.assign(runtime as ServiceRuntime<OrchestratorEnv>, { registry: await RegistryReader.bind(runtime.nc, runtime.log) });
     await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());

@@ -1,10 +1,14 @@
 import { randomUUID } from 'node:crypto';
-import { conflict, KandevError, Life, Orch, type Execution, type LaunchRequest } from '@kandev/contracts';
-import { createLogger, on, request, serveEndpoints, type NatsConnection } from '@kandev/runtime';
+import { Buckets, conflict, KandevError, Life, Orch, type Execution, type LaunchRequest } from '@kandev/contracts';
+import { createLogger, on, RegistryReader, request, serveEndpoints, type NatsConnection } from '@kandev/runtime';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
 
 /**
- * The lifecycle service faked at the subject level: an in-memory registry that answers the
- * same endpoints, calls the real orchestrator's admit, and records every stop and cancel.
+ * The lifecycle service faked at the subject level: a registry that answers the same endpoints
+ * from memory and, as the real one, writes every entry to the real KV bucket (which the
+ * orchestrator's child stop reads itself, ADR 0011); calls the real orchestrator's admit, and
+ * records every stop and cancel.
  */
 export class FakeLifecycle {
   readonly registry = new Map<string, Execution>();
@@ -15,7 +19,9 @@ export class FakeLifecycle {
   readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string; context?: string | undefined }> = [];
   /** Test hooks. */
   beforeAdmit: ((req: LaunchRequest) => Promise<void>) | null = null;
+  /** Life.list / Life.get fail; see failRegistry for the bucket. */
   registryFails = false;
+  private kv: KV | null = null;
   /** The catalogue this fake can launch; a launch of anything else fails like the real one. */
   readonly agents = new Set(['scripted-acp', 'scripted-codex']);
   /** Make the next launches fail (as an overloaded or crashing lifecycle would). */
@@ -32,6 +38,7 @@ export class FakeLifecycle {
   ) {}
 
   async start() {
+    this.kv = await new Kvm(this.nc).create(Buckets.executions, { history: 1 });
     const log = createLogger('fake-lifecycle', 'silent');
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: 'lifecycle', log }, [
       on(Life.launch, async (req) => this.launch(req)),
@@ -52,6 +59,7 @@ export class FakeLifecycle {
         const e = this.registry.get(req.execution_id);
         if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };
         e.status = 'STOPPING';
+        await this.save(e);
         return { accepted: true, execution_id: req.execution_id, already_gone: false };
       }),
       on(Life.cancel.at(this.instanceId), async (req) => {
@@ -66,6 +74,7 @@ export class FakeLifecycle {
         const turn = e.turn_id;
         e.status = 'READY';
         e.turn_id = null;
+        await this.save(e);
         return { cancelled: true, turn_id: turn, stop_reason: 'cancelled', reason: null };
       }),
       on(Life.prompt.at(this.instanceId), async (req) => {
@@ -74,6 +83,7 @@ export class FakeLifecycle {
         if (e.status === 'RUNNING') throw conflict('turn in flight');
         e.status = 'RUNNING';
         e.turn_id = req.turn_id;
+        await this.save(e);
         this.prompts.push(req);
         return { turn_id: req.turn_id };
       }),
@@ -102,22 +112,45 @@ export class FakeLifecycle {
       updated_at: now,
     };
     this.registry.set(e.execution_id, e);
+    await this.save(e);
     if (this.beforeAdmit) await this.beforeAdmit(req);
     const verdict = await request(this.nc, Orch.executionAdmit, { execution_id: e.execution_id, task_id: e.task_id, session_id: e.session_id, fence_epoch: e.fence_epoch, instance_id: this.instanceId });
     if (!verdict.admitted) {
-      this.registry.delete(e.execution_id);
+      await this.forget(e.execution_id);
       throw conflict(`launch fenced: ${verdict.reason}`);
     }
     if (req.prompt && req.turn_id) {
       e.status = 'RUNNING';
       e.turn_id = req.turn_id;
+      await this.save(e);
       this.prompts.push({ execution_id: e.execution_id, turn_id: req.turn_id, prompt: req.prompt, context: req.context });
     }
     return e;
   }
 
   /** Simulate the process going away (registry entry removed, as lifecycle does after teardown). */
-  forget(executionId: string) {
+  async forget(executionId: string) {
+    const e = this.registry.get(executionId);
     this.registry.delete(executionId);
+    if (e) await this.kv!.delete(RegistryReader.key(e.task_id, e.execution_id));
+  }
+
+  /** The entry as the real lifecycle puts it (tests that change an entry in place call this to publish the change). */
+  async save(e: Execution) {
+    await this.kv!.put(RegistryReader.key(e.task_id, e.execution_id), JSON.stringify(e));
+  }
+
+  /**
+   * The registry bucket unreadable (its stream gone), or back with every entry this fake holds.
+   * Life.list and Life.get fail meanwhile too.
+   */
+  async failRegistry(fail: boolean) {
+    this.registryFails = fail;
+    if (fail) {
+      await (await jetstreamManager(this.nc)).streams.delete(`KV_${Buckets.executions}`);
+      return;
+    }
+    this.kv = await new Kvm(this.nc).create(Buckets.executions, { history: 1 });
+    for (const e of this.registry.values()) await this.save(e);
   }
 }

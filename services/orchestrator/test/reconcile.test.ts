@@ -16,7 +16,7 @@ it('marks an active session FAILED once its execution left the registry (dead li
   const task = await h.task(ws.id, 't');
   const s = await h.startSession(task.id, 'work');
   const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
-  h.life.forget(e.execution_id);
+  await h.life.forget(e.execution_id);
   // Fresh rows are left alone (a launch or stop may be in progress).
   expect((await reconcileOnce(rt())).lost).toBe(0);
   await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
@@ -30,7 +30,7 @@ it('a session held by a control action in flight does not stall the reconciliati
   const ws = await h.workspace();
   const [busy, lost] = [await h.task(ws.id, 'busy'), await h.task(ws.id, 'lost')];
   const [sb, sl] = [await h.startSession(busy.id, 'work'), await h.startSession(lost.id, 'work')];
-  for (const s of [sb, sl]) h.life.forget([...h.life.registry.values()].find((x) => x.session_id === s.id)!.execution_id);
+  for (const s of [sb, sl]) await h.life.forget([...h.life.registry.values()].find((x) => x.session_id === s.id)!.execution_id);
   // The held one is listed first (older), as a session whose cancel waits on a dead instance would be.
   await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '2 minutes' WHERE id = ${sb.id}`;
   await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '1 minute' WHERE id = ${sl.id}`;

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { RegistryReads } from '../src/flows/stop.js';
+import { ChildRegistryView } from '../src/flows/stop.js';
+import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
 
 /** R-1 stop_task_kandev against a real orchestrator, real NATS and PostgreSQL; lifecycle faked at the subject level. */
@@ -95,12 +96,31 @@ describe('orch.mcp.stop_task', () => {
     await h.startSession(f.child.id, 'work');
     await h.startSession(f.parent.id, 'work');
     const [caller, target] = pick(f) as [string, string];
-    const before = await h.getTask(target);
+    const fence = async () => (await h.sql`SELECT fence_epoch FROM orchestrator.tasks WHERE id = ${target}`)[0]!.fence_epoch as string;
+    const [before, fenceBefore] = [await h.getTask(target), await fence()];
     const stops = h.life.stops.length;
     await expect(h.stopChild(caller, target)).rejects.toMatchObject({ code: 'FORBIDDEN' });
     const after = await h.getTask(target);
     expect(after).toEqual(before);
+    expect(await fence()).toBe(fenceBefore);
     expect(h.life.stops.length).toBe(stops);
+  });
+
+  it('refuses a caller that is not the parent without waiting for the locks a stop takes (it locks nothing)', async () => {
+    const f = await family();
+    await h.startSession(f.child.id, 'work');
+    // Another transaction holds the child's row and its sessions' rows, as a stop or launch of the parent would.
+    const held = await h.sql.reserve();
+    try {
+      await held`BEGIN`;
+      await held`SELECT id FROM orchestrator.tasks WHERE id = ${f.child.id} FOR NO KEY UPDATE`;
+      await held`SELECT id FROM orchestrator.sessions WHERE task_id = ${f.child.id} FOR UPDATE`;
+      // Answered while the locks are held: a statement that waited for them would end at the request's deadline instead.
+      await expect(h.stopChild(f.sibling.id, f.child.id)).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    } finally {
+      await held`ROLLBACK`;
+      held.release();
+    }
   });
 
   it('validates before anything else: missing task_id → VALIDATION_ERROR, unknown tasks → NOT_FOUND', async () => {
@@ -181,7 +201,7 @@ describe('orch.mcp.stop_task', () => {
     const child = await h.task(ws.id, 'child', parent.id);
     const s = await h.startSession(child.id, 'work');
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    h.life.forget(exec.execution_id);
+    await h.life.forget(exec.execution_id);
     expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
     const t = await h.getTask(child.id);
     expect(t.sessions[0]!.state).toBe('FAILED');
@@ -194,7 +214,7 @@ describe('orch.mcp.stop_task', () => {
     const child = await h.task(ws.id, 'child', parent.id);
     const live = await h.startSession(child.id, 'one');
     const gone = await h.startSession(child.id, 'two');
-    h.life.forget([...h.life.registry.values()].find((e) => e.session_id === gone.id)!.execution_id);
+    await h.life.forget([...h.life.registry.values()].find((e) => e.session_id === gone.id)!.execution_id);
     expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'stopped' });
     const t = await h.getTask(child.id);
     expect(t.status).toBe('REVIEW');
@@ -225,20 +245,19 @@ describe('orch.mcp.stop_task', () => {
     expect(row).toEqual({ outcome: 'stopped' });
   });
 
-  it('reads the execution a locked session names even when the read before the locks saw another one (a launch admitted in between)', async () => {
+  it('reads the execution a locked session names even when the listing at arrival did not see it (a launch admitted in between)', async () => {
     const ws = await h.workspace();
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     const s1 = await h.startSession(child.id, 'one');
+    const e1 = [...h.life.registry.values()].find((e) => e.session_id === s1.id)!;
+    const view = new ChildRegistryView((h.svc.runtime as OrchRuntime).registry, child.id);
+    // The listing (started with the view) has finished, naming e1 only; then e2 is launched.
+    expect((await view.executionsOf([{ execution_id: e1.execution_id }])).map((e) => e.execution_id)).toEqual([e1.execution_id]);
     const s2 = await h.startSession(child.id, 'two');
-    const [e1, e2] = [s1, s2].map((s) => [...h.life.registry.values()].find((e) => e.session_id === s.id)!);
-    // Started from the unlocked read, which named only e1; the locked rows name e2 as well.
-    const reads = new RegistryReads(h.nc, { requestId: 'req-reads' }, child.id).start([e1!.execution_id]);
-    const found = await reads.executionsOf([{ execution_id: e1!.execution_id }, { execution_id: e2!.execution_id }]);
-    expect(found.map((e) => e.execution_id).sort()).toEqual([e1!.execution_id, e2!.execution_id].sort());
-    // Each execution read once: the early read is reused, the missing one read then.
-    expect(h.life.gets.filter((id) => id === e1!.execution_id)).toHaveLength(1);
-    expect(h.life.gets.filter((id) => id === e2!.execution_id)).toHaveLength(1);
+    const e2 = [...h.life.registry.values()].find((e) => e.session_id === s2.id)!;
+    const found = await view.executionsOf([{ execution_id: e1.execution_id }, { execution_id: e2.execution_id }]);
+    expect(found.map((e) => e.execution_id).sort()).toEqual([e1.execution_id, e2.execution_id].sort());
   });
 
   it('answers INTERNAL_ERROR, never not_running, when the registry lookup fails', async () => {
@@ -246,11 +265,11 @@ describe('orch.mcp.stop_task', () => {
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     await h.startSession(child.id, 'work');
-    h.life.registryFails = true;
+    await h.life.failRegistry(true);
     try {
       await expect(h.stopChild(parent.id, child.id)).rejects.toMatchObject({ code: 'INTERNAL_ERROR' });
     } finally {
-      h.life.registryFails = false;
+      await h.life.failRegistry(false);
     }
     expect((await h.getTask(child.id)).sessions[0]!.state).toBe('RUNNING');
     expect((await h.stopChild(parent.id, child.id)).status).toBe('stopped');

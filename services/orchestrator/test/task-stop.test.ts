@@ -53,7 +53,7 @@ describe('orch.task.stop', () => {
     const s = await h.startSession(task.id, 'work');
     await stop(task.id);
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    h.life.forget(exec.execution_id);
+    await h.life.forget(exec.execution_id);
     const mid = await h.getTask(task.id);
     await expect(stop(task.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
     expect(await h.getTask(task.id)).toEqual(mid);

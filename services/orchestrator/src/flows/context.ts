@@ -1,9 +1,12 @@
 import { eventSubject, type EventDataOf, type EventEnvelope, type EventType } from '@kandev/contracts';
-import { buildEvent, trace, traceHeaders, type EventScope, type ServiceRuntime, type Tx } from '@kandev/runtime';
+import { buildEvent, trace, traceHeaders, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
 import type { OrchestratorEnv } from '../env.js';
 import type { OutboxRow } from '../store/rows.js';
 
-export type OrchRuntime = ServiceRuntime<OrchestratorEnv>;
+export type OrchRuntime = ServiceRuntime<OrchestratorEnv> & {
+  /** The execution registry, read from its bucket directly (ADR 0011); the lifecycle instances write it. */
+  readonly registry: RegistryReader;
+};
 
 export type Emit = <T extends EventType>(type: T, scope: EventScope, data: EventDataOf<T>) => Promise<void>;
 

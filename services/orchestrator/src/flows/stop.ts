@@ -1,12 +1,12 @@
 import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
-import { buildEvent, request, type Logger, type NatsConnection, type Tx } from '@kandev/runtime';
+import { buildEvent, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
 import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
-import { bumpFenceLocked, childStopCandidates, getTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
+import { bumpFenceLocked, bumpFenceOfChild, getTask, lockActiveSessionsOfChild, reviewAfterStop, reviewedRow, tasksByIds } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
 import { mark, outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
@@ -142,7 +142,7 @@ interface PlannedStop {
 }
 
 interface StopRun {
-  task: TaskRow;
+  taskId: string;
   actor: Actor;
   /** Reads under the locks and plans; runs first in the stop's transaction. */
   planner: (tx: Tx) => Promise<PlannedStop>;
@@ -184,10 +184,12 @@ async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: T
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
   const { actor } = run;
-  const log = rt.log.child({ task_id: run.task.id, request_id: call.requestId });
+  const log = rt.log.child({ task_id: run.taskId, request_id: call.requestId });
+  // Known once the planner has read it (the audit row names its workspace).
+  let task: TaskRow | null = null;
   const audit = (outcome: string, reason: string | null, details: Record<string, unknown>): AuditRecord => ({
-    task_id: run.task.id,
-    workspace_id: run.task.workspace_id,
+    task_id: task!.id,
+    workspace_id: task!.workspace_id,
     action: run.audit.action,
     actor: actorLabel(actor),
     reason: run.audit.reason ?? reason,
@@ -202,6 +204,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       now.catch(() => undefined); // awaited below unless the planner refuses first
       const planned = await run.planner(tx);
       const { plan } = planned;
+      task = planned.task;
       if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
       const decision = decideStops(plan, planned.sessions);
       const stopped = decision.cancel.length > 0 || decision.teardowns.length > 0;
@@ -234,7 +237,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
     // Nothing was cancelled, so nothing is torn down: a retry makes progress.
     log.error({ err: e }, 'persisting the stop failed');
-    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
+    if (task) await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
+    else log.warn('the stop failed before its task was read: no audit row');
     throw isKandevError(e) ? e : internalError('stopping the task failed', e);
   }
   const { result, publish } = done;
@@ -274,43 +278,33 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
 }
 
 /**
- * Exact registry reads (Life.get), started as soon as the execution ids are known and shared by
- * id. A child stop starts them from an unlocked read before its transaction, so the NATS round trip
- * runs alongside BEGIN and the locks instead of after them, holding nothing; an execution the
- * locked rows name that was not read yet (a launch admitted in between) is read then. A failed
- * read is an error, never "gone" (R-1.7).
+ * A child stop's view of the registry (ADR 0011): the target task's entries, listed from the
+ * bucket itself as the stop arrives, so the listing (two round trips to nats-server) runs alongside
+ * the transaction's first flight and holds nothing. An execution a locked session names that the
+ * listing did not see (a launch admitted in between, or an entry gone meanwhile) is read then by its
+ * exact key. A failed read is an error, never "gone" (R-1.7).
  */
-export class RegistryReads {
-  private readonly reads = new Map<string, Promise<Execution | null>>();
+export class ChildRegistryView {
+  private readonly listing: Promise<Execution[]>;
   constructor(
-    private readonly nc: NatsConnection,
-    private readonly call: CallContext,
+    private readonly registry: RegistryReader,
     private readonly taskId: string,
-  ) {}
-
-  start(executionIds: readonly string[]): this {
-    for (const id of executionIds) this.read(id);
-    return this;
+  ) {
+    this.listing = registry.listForTask(taskId);
+    this.listing.then(() => mark('stop.registry_listed')).catch(() => undefined); // awaited by executionsOf, or never (a refused caller, nothing active)
   }
 
   async executionsOf(sessions: ReadonlyArray<{ execution_id: string | null }>): Promise<Execution[]> {
+    const ids = sessions.flatMap((s) => (s.execution_id ? [s.execution_id] : []));
+    if (!ids.length) return [];
     try {
-      const found = await Promise.all(sessions.filter((s) => s.execution_id).map((s) => this.read(s.execution_id!)));
+      const listed = new Map((await this.listing).map((e) => [e.execution_id, e]));
+      const found = await Promise.all(ids.map((id) => listed.get(id) ?? this.registry.get(id, this.taskId)));
+      mark('stop.registry_read');
       return found.filter((e): e is Execution => e !== null);
     } catch (e) {
-      throw internalError('execution registry lookup failed', e);
+      throw isKandevError(e) && e.code === 'UNAVAILABLE' ? e : internalError('execution registry lookup failed', e);
     }
-  }
-
-  private read(executionId: string): Promise<Execution | null> {
-    let read = this.reads.get(executionId);
-    if (!read) {
-      read = request(this.nc, Life.get, { execution_id: executionId, task_id: this.taskId }, { requestId: this.call.requestId });
-      // Awaited by executionsOf, or never when the locked session no longer names it.
-      read.catch(() => undefined);
-      this.reads.set(executionId, read);
-    }
-    return read;
   }
 }
 
@@ -327,44 +321,50 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
  * R-1: a parent task stops its direct child (halt-only). All checks finish before any side
  * effect; then every live execution among the active sessions is stopped. The answer goes at
  * commit; the teardowns follow it.
+ *
+ * The checks ride in the transaction's first flight, beside the fence bump and the session locks,
+ * which change and lock nothing unless the caller is the target's direct parent (R-1.2 in their
+ * SQL). A refusal rolls that flight back and is audited on its own.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
-  const found = await childStopCandidates(rt.sql, callerTaskId, targetTaskId);
-  mark('stop.checked');
-  const caller = found.tasks.get(callerTaskId);
-  const target = found.tasks.get(targetTaskId);
-  if (!caller) throw notFound('calling task not found');
-  if (!target) throw notFound('task not found');
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
+  const registry = new ChildRegistryView(rt.registry, targetTaskId);
+  let refused: { caller: TaskRow; target: TaskRow } | null = null;
   try {
-    assertDirectParent(caller, target);
+    const { accepted } = await runStop(rt, call, {
+      taskId: targetTaskId,
+      actor,
+      review: true,
+      audit: { action: 'mcp.stop_task' },
+      idleOutcome: 'not_running',
+      answerAfterTeardown: false,
+      planner: async (tx) => {
+        // Fence and candidates in the stop's transaction: a launch admitted before the bump has
+        // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001).
+        // So each candidate's own execution is all there is to check.
+        const [tasks, task, sessions] = await Promise.all([tasksByIds(tx, [callerTaskId, targetTaskId]), bumpFenceOfChild(tx, targetTaskId, callerTaskId), lockActiveSessionsOfChild(tx, targetTaskId, callerTaskId)]);
+        mark('stop.locked');
+        const caller = tasks.get(callerTaskId);
+        const target = tasks.get(targetTaskId);
+        if (!caller) throw notFound('calling task not found');
+        if (!target) throw notFound('task not found');
+        refused = { caller, target };
+        assertDirectParent(caller, target);
+        refused = null;
+        if (!task) throw notFound('task not found'); // the parent link changed between the statements
+        const executions = await registry.executionsOf(sessions);
+        return { task, sessions, plan: planChildStop(sessions, executions) };
+      },
+    });
+    return { task_id: targetTaskId, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
   } catch (e) {
+    const r = refused as { caller: TaskRow; target: TaskRow } | null;
     // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
-    if (caller.workspace_id === target.workspace_id) {
-      await recordAudit(rt.sql, { task_id: target.id, workspace_id: target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
+    if (r && r.caller.workspace_id === r.target.workspace_id) {
+      await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
     }
     throw e;
   }
-  const registry = new RegistryReads(rt.nc, call, target.id).start(found.executionIds);
-  // Fence and candidates first, in the stop's transaction: a launch admitted before the bump has
-  // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001). So
-  // each candidate's own execution is all there is to check, by exact registry key.
-  const { accepted } = await runStop(rt, call, {
-    task: target,
-    actor,
-    review: true,
-    audit: { action: 'mcp.stop_task' },
-    idleOutcome: 'not_running',
-    answerAfterTeardown: false,
-    planner: async (tx) => {
-      const { task, sessions } = await fenceAndLockCandidates(tx, target.id);
-      mark('stop.locked');
-      const executions = await registry.executionsOf(sessions);
-      mark('stop.registry_read');
-      return { task, sessions, plan: planChildStop(sessions, executions) };
-    },
-  });
-  return { task_id: target.id, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
 }
 
 /**
@@ -375,7 +375,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
   const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
   const { outcomes } = await runStop(rt, call, {
-    task,
+    taskId: task.id,
     actor,
     review: true,
     audit: { action: 'task.stop', reason },

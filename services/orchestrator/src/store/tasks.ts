@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
+import { SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -62,22 +62,31 @@ export async function reviewAfterStop(tx: Tx, id: string, event: OutboxRow): Pro
 /** The row reviewAfterStop writes, as of the transaction's now(): what its event carries. */
 export const reviewedRow = (task: TaskRow, now: string): TaskRow => ({ ...task, status: 'REVIEW', cancelled_at: null, updated_at: now });
 
-/** The caller and target of a child stop, with the execution ids the target's active sessions name (read without locks). */
-export async function childStopCandidates(q: Q, callerId: string, targetId: string): Promise<{ tasks: Map<string, TaskRow>; executionIds: string[] }> {
-  const rows = await q.unsafe<Array<TaskRow & { active_execution_ids: string[] | null }>>(
-    `SELECT ${TASK_COLUMNS},
-            CASE WHEN t.id = $2 THEN ARRAY(SELECT s.execution_id FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($3) AND s.execution_id IS NOT NULL) END AS active_execution_ids
-     FROM tasks t WHERE t.id = ANY($1::uuid[])`,
-    [[callerId, targetId], targetId, [...ACTIVE_SESSION_STATES]],
+/** Tasks by id, as they are now (a stop's checks). */
+export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
+  const rows = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[])`, [[...ids]], { prepare: true });
+  return new Map(rows.map((r) => [r.id, norm(r)]));
+}
+
+/**
+ * R-1.2 in SQL, for statements of a child stop that must change and lock nothing unless the caller
+ * ($2) is the target's ($1) direct parent in its workspace: `t` is the target row.
+ */
+const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $2)`;
+
+/** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
+export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}`, [targetId, callerId], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */
+export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, callerId: string): Promise<SessionRow[]> {
+  return tx.unsafe<SessionRow[]>(
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR UPDATE`,
+    [targetId, callerId, [...ACTIVE_SESSION_STATES]],
     { prepare: true },
   );
-  const tasks = new Map<string, TaskRow>();
-  let executionIds: string[] = [];
-  for (const { active_execution_ids, ...task } of rows) {
-    tasks.set(task.id, norm(task as TaskRow));
-    if (task.id === targetId) executionIds = active_execution_ids ?? [];
-  }
-  return { tasks, executionIds };
 }
 
 /**
