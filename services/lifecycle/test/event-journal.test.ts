@@ -128,12 +128,12 @@ describe('lifecycle event journal', () => {
     const turn_id = randomUUID();
     const events = [
       buildEvent('turn.completed', scope, { execution_id, turn_id, stop_reason: 'cancelled' }),
-      buildEvent('session.agent.cancelled', scope, { execution_id, turn_id, stop_reason: 'cancelled' }),
+      buildEvent('turn.started', scope, { execution_id, turn_id: randomUUID() }),
       // Streamed text is not journalled, and still keeps its place in the order.
       buildEvent('agent.message', scope, { execution_id, turn_id, text: 'bye' }),
       buildEvent('usage.recorded', scope, { execution_id, usage_event_id: randomUUID(), model: null, cost_cents: 1, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 }),
     ] as EventEnvelope[];
-    // Recorded in one turn of the event loop, as a cancel's two events are: record() returns before any sync.
+    // Recorded in one turn of the event loop, as a turn's end and the next turn's start can be: record() returns before any sync.
     await Promise.all(events.map((e) => journal.record(e)));
     expect(publisher.seen.map((s) => s.id)).toEqual(events.map((e) => e.id));
     expect(publisher.seen.filter((s, i) => events[i]!.type !== 'agent.message').every((s) => s.inFile)).toBe(true);

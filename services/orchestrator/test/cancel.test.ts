@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch } from '@kandev/contracts';
+import { eventSubject, Orch, type EventEnvelope } from '@kandev/contracts';
 import { EventPublisher, request } from '@kandev/runtime';
+import { eventually } from '@kandev/testkit';
 import { LIFECYCLE_CANCEL_WAIT_MS, operator, startHarness, type Harness } from './harness.js';
 
 /** R-3 at the orchestrator: the guard, the R-3.4 error cases, and R-3.5 (queue waits after a user cancel). */
@@ -32,6 +33,63 @@ describe('orch.agent.cancel', () => {
     const [event] = await h.sql<{ payload: { data: Record<string, unknown> } }[]>`
       SELECT payload FROM orchestrator.outbox WHERE payload->>'type' = 'session.state_changed' AND payload->>'session_id' = ${s.id} AND payload->'data'->>'reason' = 'turn_cancelled'`;
     expect(event!.payload.data).toEqual({ from: 'RUNNING', to: 'WAITING_FOR_INPUT', reason: 'turn_cancelled', session });
+  });
+
+  /**
+   * Every session.agent.cancelled of a session, with the session's state and its turns' stop reasons
+   * read from the database the moment the event arrived (what a WebSocket client reading the session
+   * on that event would find).
+   */
+  function watchAgentCancelled(sessionId: string) {
+    const seen: Array<{ data: unknown; state: string; stopReasons: Array<string | null> }> = [];
+    const sub = h.nc.subscribe(eventSubject('session.agent.cancelled'));
+    void (async () => {
+      for await (const m of sub) {
+        const ev = JSON.parse(new TextDecoder().decode(m.data)) as EventEnvelope<'session.agent.cancelled'>;
+        if (ev.session_id !== sessionId) continue;
+        const [row] = await h.sql<{ state: string }[]>`SELECT state FROM orchestrator.sessions WHERE id = ${sessionId}`;
+        const turns = await h.sql<{ stop_reason: string | null }[]>`SELECT stop_reason FROM orchestrator.turns WHERE session_id = ${sessionId} ORDER BY started_at`;
+        seen.push({ data: ev.data, state: row!.state, stopReasons: turns.map((t) => t.stop_reason) });
+      }
+    })();
+    return { seen, stop: () => sub.unsubscribe() };
+  }
+
+  it('publishes session.agent.cancelled once the cancel is committed: a reader on that event finds the turn closed and the session waiting (R-3.3)', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'sleep');
+    const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+    const turn = e.turn_id!;
+    const watch = watchAgentCancelled(s.id);
+    try {
+      await cancel(s.id);
+      await eventually(async () => watch.seen.length > 0);
+      expect(watch.seen).toEqual([{ data: { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] }]);
+      // The lifecycle's own report of the turn's end, later: the turn is closed already, no second event.
+      const pub = new EventPublisher(h.nc);
+      const late = await pub.emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
+      await eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE event_id = ${late.id}`).length > 0);
+      await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id }); // one more round trip for a stray event to arrive
+      expect(watch.seen).toHaveLength(1);
+    } finally {
+      watch.stop();
+    }
+  });
+
+  it('publishes session.agent.cancelled for a turn the agent runtime cancelled on its own, with the writes that close it', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'sleep');
+    const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+    const watch = watchAgentCancelled(s.id);
+    try {
+      await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: e.turn_id!, stop_reason: 'cancelled' });
+      await eventually(async () => watch.seen.length > 0);
+      expect(watch.seen).toEqual([{ data: { execution_id: e.execution_id, turn_id: e.turn_id, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] }]);
+    } finally {
+      watch.stop();
+    }
   });
 
   it('is a successful no-op without an active turn', async () => {

@@ -71,6 +71,9 @@ describe('orch.mcp.message_task', () => {
     expect(queue.map((m) => m.prompt)).toEqual(['queued earlier']);
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
     expect(detail.turns.map((t) => t.stop_reason)).toEqual(['cancelled', null]);
+    // R-3.3: the interrupted turn is reported cancelled, staged with the writes that closed it.
+    const staged = await h.sql<{ data: unknown }[]>`SELECT payload->'data' AS data FROM orchestrator.outbox WHERE payload->>'type' = 'session.agent.cancelled' AND payload->>'session_id' = ${s.id}`;
+    expect(staged.map((r) => r.data)).toEqual([{ execution_id: execOf(s.id).execution_id, turn_id: detail.turns[0]!.id, stop_reason: 'cancelled' }]);
   });
 
   it('keeps an interrupt queued when the cancel cannot land (queued, not an error)', async () => {

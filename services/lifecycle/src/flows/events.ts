@@ -73,8 +73,9 @@ export function finishTurn(journal: EventJournal, x: LiveExecution, turnId: stri
   const step = turnCompleted(x.turnView, turnId);
   if (x.applyTurn(step)) void x.persist();
   if (!step.publish || !UUID.test(turnId)) return;
-  // Queued together, in this order.: the orchestrator moves the session to WAITING_FOR_INPUT
-  // on turn.completed (or on the cancel reply, whichever it has first), and the gateway pushes it.
+  // the orchestrator closes the turn and moves the session to WAITING_FOR_INPUT on
+  // turn.completed or on the cancel reply, whichever it has first, and publishes
+  // session.agent.cancelled with those writes, so a client that reads the session on that event
+  // finds it so (the lifecycle cannot: its event would race the orchestrator's commit).
   queue(journal, x, 'turn.completed', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
-  if (stopReason === 'cancelled') queue(journal, x, 'session.agent.cancelled', { execution_id: x.id, turn_id: turnId, stop_reason: stopReason });
 }

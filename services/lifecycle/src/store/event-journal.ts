@@ -27,7 +27,7 @@ import { dirname, join } from 'node:path';
  */
 
 /** Events whose loss leaves state wrong (a session RUNNING forever, a turn never closed, cost missing). */
-const DURABLE: ReadonlySet<string> = new Set(['turn.started', 'turn.completed', 'session.agent.cancelled', 'execution.registered', 'execution.ready', 'execution.stopped', 'usage.recorded']);
+const DURABLE: ReadonlySet<string> = new Set(['turn.started', 'turn.completed', 'execution.registered', 'execution.ready', 'execution.stopped', 'usage.recorded']);
 /** Streamed text is not journalled (one fsync per chunk); it still goes out in order, best effort. */
 const MAX_VOLATILE_PENDING = 10_000;
 const COMPACT_BYTES = 4 * 1024 * 1024;

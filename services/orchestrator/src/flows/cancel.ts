@@ -8,6 +8,7 @@ import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, movedRow, setQueuePaused, setSessionState } from '../store/sessions.js';
 import { sameSessionOnTheWire, toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
+import { emitAgentCancelled } from './changes.js';
 import { mark, transactInFlights, type CallContext, type OrchRuntime } from './context.js';
 
 /**
@@ -46,9 +47,11 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       }
       const next = sessionStateAfterTurn(s.state);
       const predicted = next ? movedRow(s, next, await now) : null;
+      const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
       if (predicted) {
-        await emit('session.state_changed', { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id, actor }, { session: toSession(predicted), from: s.state, to: predicted.state, reason: 'turn_cancelled' });
+        await emit('session.state_changed', { ...scope, actor }, { session: toSession(predicted), from: s.state, to: predicted.state, reason: 'turn_cancelled' });
       }
+      if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
       // what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
       const written = Promise.all([

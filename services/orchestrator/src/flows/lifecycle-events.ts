@@ -8,7 +8,7 @@ import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
 import type { Tx } from '@kandev/runtime';
 import type { Emit } from './context.js';
 import type { OrchRuntime } from './context.js';
-import { changeSessionState, reviewTaskIfNothingActive } from './changes.js';
+import { changeSessionState, emitAgentCancelled, reviewTaskIfNothingActive } from './changes.js';
 import { drainQueue } from './message.js';
 
 export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
@@ -89,8 +89,9 @@ export async function endTurn(
   requestId: string,
 ): Promise<{ closed: boolean; drained: boolean }> {
   const first = await completeTurn(tx, turnId, stopReason);
-  // A turn another path already closed (a cancel or interrupt did) changes nothing here.
+  // A turn another path already closed (a cancel, an interrupt or a stop did) changes nothing here.
   if (!first) return { closed: false, drained: false };
+  if (stopReason === 'cancelled' && s.execution_id && isActiveSession(s.state)) await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, turnId);
   if (await openTurn(tx, s.id)) return { closed: true, drained: false };
   const next = sessionStateAfterTurn(s.state);
   const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;

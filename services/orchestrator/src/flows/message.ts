@@ -8,6 +8,7 @@ import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions
 import { getTask } from '../store/tasks.js';
 import { completeTurn, openTurn } from '../store/turns.js';
 import type { SessionRow, TaskRow } from '../store/rows.js';
+import { emitAgentCancelled } from './changes.js';
 import type { Emit } from './context.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once, type Idempotent } from './idempotency.js';
@@ -93,7 +94,8 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
         const turn = await openTurn(tx, s.id);
         const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS });
         if (res.cancelled && res.turn_id) {
-          await Promise.all([completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'), auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null]);
+          const [closed] = await Promise.all([completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'), auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null]);
+          if (closed) await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, { type: 'agent', task_id: caller.id });
         }
       }
       if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
