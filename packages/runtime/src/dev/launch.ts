@@ -11,6 +11,17 @@ export interface ServiceProcess {
 }
 
 /**
+ * V8 CPU profiles of the services named in KANDEV_CPU_PROF (comma-separated, or `all`), written on
+ * exit to KANDEV_CPU_PROF_DIR/<service>/ (default ./cpu-profiles). Node refuses --cpu-prof in
+ * NODE_OPTIONS, so it is passed here; docs/fast-paths.md reads one taken during the bench.
+ */
+export function profilingArgs(name: string, env: NodeJS.ProcessEnv = process.env): string[] {
+  const wanted = (env.KANDEV_CPU_PROF ?? '').split(',').map((s) => s.trim());
+  if (!wanted.includes(name) && !wanted.includes('all')) return [];
+  return ['--cpu-prof', `--cpu-prof-dir=${env.KANDEV_CPU_PROF_DIR ?? 'cpu-profiles'}/${name}`];
+}
+
+/**
  * Run a compiled service entry point as its own process and resolve once it logs
  * "<name> started" (with its URLs). Its JSON log lines are forwarded to `onLog`.
  */
@@ -21,7 +32,7 @@ export async function spawnServiceProcess(opts: {
   onLog?: (line: string) => void;
   startTimeoutMs?: number;
 }): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, [opts.entry], { env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...profilingArgs(opts.name), opts.entry], { env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
   const tail: string[] = [];
   const remember = (line: string) => {
     tail.push(line);

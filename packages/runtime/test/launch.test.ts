@@ -1,0 +1,45 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { startNats, type TestNats } from '@kandev/testkit';
+import { profilingArgs, spawnServiceProcess } from '../src/dev/launch.js';
+
+let nats: TestNats;
+let dir: string;
+beforeAll(async () => {
+  nats = await startNats();
+  dir = mkdtempSync(join(tmpdir(), 'kandev-cpu-prof-'));
+});
+afterAll(async () => {
+  await nats?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+it('profiles only the services KANDEV_CPU_PROF names', () => {
+  expect(profilingArgs('orchestrator', {})).toEqual([]);
+  expect(profilingArgs('orchestrator', { KANDEV_CPU_PROF: 'mcp, gateway' })).toEqual([]);
+  expect(profilingArgs('mcp', { KANDEV_CPU_PROF: 'mcp, gateway', KANDEV_CPU_PROF_DIR: '/p' })).toEqual(['--cpu-prof', '--cpu-prof-dir=/p/mcp']);
+  expect(profilingArgs('holds', { KANDEV_CPU_PROF: 'all' })).toEqual(['--cpu-prof', '--cpu-prof-dir=cpu-profiles/holds']);
+});
+
+it('a profiled service writes its CPU profile when it stops', async () => {
+  const before = { prof: process.env.KANDEV_CPU_PROF, dir: process.env.KANDEV_CPU_PROF_DIR };
+  process.env.KANDEV_CPU_PROF = 'holds';
+  process.env.KANDEV_CPU_PROF_DIR = dir;
+  try {
+    const svc = await spawnServiceProcess({
+      name: 'holds',
+      entry: fileURLToPath(new URL('./fixtures/slow-service.mjs', import.meta.url)),
+      env: { ...process.env, NATS_URL: nats.url, LOG_LEVEL: 'info' },
+    });
+    await svc.stop();
+  } finally {
+    process.env.KANDEV_CPU_PROF = before.prof;
+    process.env.KANDEV_CPU_PROF_DIR = before.dir;
+    if (before.prof === undefined) delete process.env.KANDEV_CPU_PROF;
+    if (before.dir === undefined) delete process.env.KANDEV_CPU_PROF_DIR;
+  }
+  expect(readdirSync(join(dir, 'holds')).filter((f) => f.endsWith('.cpuprofile'))).toHaveLength(1);
+});
