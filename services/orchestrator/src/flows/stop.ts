@@ -329,7 +329,8 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
   const registry = new ChildRegistryView(rt.registry, targetTaskId);
-  let refused: { caller: TaskRow; target: TaskRow } | null = null;
+  // Set when refuses the caller: the refusal is audited after the rollback.
+  let refused: { caller: TaskRow; target: TaskRow } | undefined;
   try {
     const { accepted } = await runStop(rt, call, {
       taskId: targetTaskId,
@@ -348,9 +349,12 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
         const target = tasks.get(targetTaskId);
         if (!caller) throw notFound('calling task not found');
         if (!target) throw notFound('task not found');
-        refused = { caller, target };
-        assertDirectParent(caller, target);
-        refused = null;
+        try {
+          assertDirectParent(caller, target);
+        } catch (e) {
+          refused = { caller, target };
+          throw e;
+        }
         if (!task) throw notFound('task not found'); // the parent link changed between the statements
         const executions = await registry.executionsOf(sessions);
         return { task, sessions, plan: planChildStop(sessions, executions) };
@@ -358,7 +362,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     });
     return { task_id: targetTaskId, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
   } catch (e) {
-    const r = refused as { caller: TaskRow; target: TaskRow } | null;
+    const r = refused as { caller: TaskRow; target: TaskRow } | undefined; // assigned in the planner's closure
     // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
     if (r && r.caller.workspace_id === r.target.workspace_id) {
       await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
