@@ -8,7 +8,7 @@ import { DEFAULT_REQUEST_TIMEOUT_MS, remainingMs } from './rpc.js';
 const dec = new TextDecoder();
 
 /**
- * Reading the execution registry (R-6.2): the NATS KV bucket `executions`, one key per execution,
+ * Reading the execution registry (R-6.2): the NATS KV bucket `KANDEV_EXECUTIONS`, one key per execution,
  * value = Execution, written only by the lifecycle instance that owns the execution (its
  * `ExecutionRegistry` adds the writes to this class). Services that must know what runs read the
  * bucket themselves through this class (ADR 0011): one round trip to nats-server, however busy the
