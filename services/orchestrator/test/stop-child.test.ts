@@ -275,6 +275,18 @@ describe('orch.mcp.stop_task', () => {
     expect((await h.stopChild(parent.id, child.id)).status).toBe('stopped');
   });
 
+  it('answers not_running for a child with nothing active even while the registry cannot be read: it never waits for the listing', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    await h.life.failRegistry(true);
+    try {
+      expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
+    } finally {
+      await h.life.failRegistry(false);
+    }
+  });
+
   it('records the stop in the audit log with actor and request id', async () => {
     const ws = await h.workspace();
     const parent = await h.task(ws.id, 'parent');
