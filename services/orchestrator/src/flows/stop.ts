@@ -5,8 +5,8 @@ import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecisio
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
-import { bumpFenceLocked, bumpFenceOfChild, getTask, lockActiveSessionsOfChild, reviewAfterStop, reviewedRow, tasksByIds } from '../store/tasks.js';
+import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
+import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
 import { mark, outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type SessionState } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 import { SESSION_COLUMNS, type SessionRow } from './rows.js';
+import { IS_CALLERS_CHILD } from './tasks.js';
 
 type Q = Sql | Tx;
 
@@ -147,6 +148,15 @@ export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string
     [...taskIds],
     [...ACTIVE_SESSION_STATES],
   ], { prepare: true });
+}
+
+/** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */
+export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, callerId: string): Promise<SessionRow[]> {
+  return tx.unsafe<SessionRow[]>(
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR UPDATE`,
+    [targetId, callerId, [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
 }
 
 /** The row cancelSessions writes, as of the transaction's now(): what its event carries before the write returns. */

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { ACTIVE_SESSION_STATES, type TaskStatus } from '@kandev/contracts';
+import type { TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
+import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -72,21 +72,12 @@ export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<stri
  * R-1.2 in SQL, for statements of a child stop that must change and lock nothing unless the caller
  * ($2) is the target's ($1) direct parent in its workspace: `t` is the target row.
  */
-const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $2)`;
+export const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $2)`;
 
 /** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
 export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<TaskRow | null> {
   const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}`, [targetId, callerId], { prepare: true });
   return row ? norm(row) : null;
-}
-
-/** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */
-export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, callerId: string): Promise<SessionRow[]> {
-  return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR UPDATE`,
-    [targetId, callerId, [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
 }
 
 /**
