@@ -85,9 +85,11 @@ it('closes a turn whose turn.completed never arrived once lifecycle reports the 
   e.status = 'READY';
   e.turn_id = null;
   e.updated_at = new Date().toISOString();
+  await h.life.save(e);
   // Within the grace the event may still be on its way.
   expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
   e.updated_at = new Date(Date.now() - 60_000).toISOString();
+  await h.life.save(e);
   // A turn that began after lifecycle last changed the execution is not the lost one.
   await h.sql`UPDATE orchestrator.turns SET started_at = now() WHERE session_id = ${s.id}`;
   expect((await reconcileOnce(rt())).turnsClosed).toBe(0);

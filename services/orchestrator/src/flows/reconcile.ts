@@ -1,5 +1,5 @@
-import { ACTIVE_SESSION_STATES, isLiveExecution, Life, type Execution } from '@kandev/contracts';
-import { request, type Sql, type Tx } from '@kandev/runtime';
+import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/contracts';
+import { type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { StopReasons } from '../domain/stop.js';
@@ -56,7 +56,9 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     for (const s of suspects) {
       let execution: Execution | null;
       try {
-        execution = await request(rt.nc, Life.get, { execution_id: s.execution_id, task_id: s.task_id });
+        // From the bucket itself (ADR 0011): the reconciler must not depend on the lifecycle
+        // instances whose failures it makes good; a dead or restarting one answers nothing.
+        execution = await rt.registry.get(s.execution_id, s.task_id);
       } catch (e) {
         rt.log.warn({ err: e }, 'registry unreachable; reconciliation postponed');
         break;
