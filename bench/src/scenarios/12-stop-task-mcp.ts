@@ -1,6 +1,7 @@
 import postgres from 'postgres';
 import { connectNats } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
+import { cpuSnapshot, cpuSpent, CORES, type CpuSpent } from '../cpu.js';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { duration, eventTime, startSpanCollector, traces, type SpanCollector } from '../spans.js';
@@ -104,6 +105,54 @@ async function pacedFloorChain(b: BenchStack, noop: Mcp) {
 
 
 /**
+ * The floor at N concurrent callers, each its own MCP client as each stopping coordinator is: every
+ * caller runs the floor chain (the SDK's no-op tool, a bare NATS round trip, a PostgreSQL commit on a
+ * pool of 10 connections, as a service's) at once, round after round. What the same machine gives
+ * the plumbing alone at that concurrency, with no agent to tear down; and its CPU, for the budget.
+ */
+async function concurrentFloorChain(b: BenchStack, sdkUrl: string, callers: number, rounds: number) {
+  const clients = await Promise.all(Array.from({ length: callers }, () => connectMcp(sdkUrl, 'unused')));
+  const responder = await connectNats({ url: b.stack.nats.url, name: 'bench-concurrent-floor-responder' });
+  const body = new TextEncoder().encode('{"ok":true}');
+  responder.subscribe('bench.floor.concurrent', { callback: (_e, m) => void m.respond(body) });
+  await responder.flush();
+  const sql = postgres(b.stack.db.url, { max: 10, onnotice: () => undefined });
+  await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
+  const chain = async (client: Mcp) => {
+    const t = performance.now();
+    await client.callTool({ name: 'noop', arguments: {} });
+    await b.nc.request('bench.floor.concurrent', body, { timeout: 10_000 });
+    await sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`);
+    return performance.now() - t;
+  };
+  try {
+    await Promise.all(clients.map(chain)); // warm-up round
+    const out: number[] = [];
+    const cpu: CpuSpent[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const before = cpuSnapshot();
+      out.push(...(await Promise.all(clients.map(chain))));
+      cpu.push(cpuSpent(before, cpuSnapshot()));
+    }
+    return { samples: out, cpu };
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await sql.end();
+    await responder.close();
+  }
+}
+
+/** Rows of a burst's CPU: the machine's per call, the orchestrator's per call, the share of both cores busy. */
+function cpuRows(prefix: string, what: string, bursts: readonly CpuSpent[], calls: number, orchestrator: boolean): ScenarioResult[] {
+  const rows: ScenarioResult[] = [
+    { id: `${prefix}.machine`, label: `${what}: CPU of the whole machine (all processes, kernel) while the burst ran, ms per call`, stats: summarize(bursts.map((c) => c.machineMs / calls)) },
+    { id: `${prefix}.busy`, label: `${what}: share of the ${CORES} cores busy while the burst ran, percent (not ms)`, stats: summarize(bursts.map((c) => 100 * c.busyShare)) },
+  ];
+  if (orchestrator) rows.push({ id: `${prefix}.orchestrator`, label: `${what}: the orchestrator process's CPU, ms per call (one thread: ${calls} calls cannot finish before ${calls} × this)`, stats: summarize(bursts.map((c) => (c.byKind.orchestrator ?? 0) / calls)) });
+  return rows;
+}
+
+/**
  * R-1 latency: `stop_task_kandev` through a real MCP client (Streamable HTTP) to a real orchestrator,
  * lifecycle and agent, each call stopping a child with a turn in flight. At 1 caller and at 10 and
  * 50 concurrent callers. Floor, measured in the same run: the MCP SDK's own stateless server answering a
@@ -164,16 +213,27 @@ const scenario: Scenario = {
 
     const concurrent: ScenarioResult[] = [];
     const concurrentHops: ScenarioResult[] = [];
+    const cpu: ScenarioResult[] = [];
     for (const callers of levels) {
+      const floorN = await concurrentFloorChain(b, sdk.url, callers, 10);
+      concurrent.push({
+        id: `floor.mcp+nats+pg.${callers}`,
+        label: `the floor chain (MCP SDK no-op, NATS round trip, PostgreSQL commit on a pool of 10), ${callers} concurrent callers each with its own MCP client`,
+        stats: summarize(floorN.samples),
+      });
+      cpu.push(...cpuRows(`floor.cpu.${callers}`, `floor chain, ${callers} concurrent callers`, floorN.cpu, callers, false));
       ctx.log(`launching ${callers} children for the ${callers}-caller run`);
       const many: number[] = [];
+      const bursts: CpuSpent[] = [];
       for (let round = 0; round < 2; round++) {
         // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
         const families: Array<Awaited<ReturnType<typeof family>>> = [];
         for (let i = 0; i < callers; i += 8) families.push(...(await Promise.all(Array.from({ length: Math.min(8, callers - i) }, () => family(b, 1)))));
         await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
         collector.clear();
+        const before = cpuSnapshot();
         many.push(...(await Promise.all(families.map((c) => stop(c.mcp, c.children[0]!)))));
+        bursts.push(cpuSpent(before, cpuSnapshot()));
         if (round === 0) {
           await collected(collector, callers);
           concurrentHops.push(...breakdownRows(collector, [], callers));
@@ -183,6 +243,8 @@ const scenario: Scenario = {
         await eventually(async () => families.every((c) => !processAlive(c.pids.get(c.children[0]!)!)), 60_000);
       }
       concurrent.push({ id: `stop_task.stopped.${callers}`, label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' });
+      concurrent.push({ id: `stop_task.stopped.${callers}.vs_floor_${callers}`, label: `the same samples against the floor chain at ${callers} concurrent callers`, stats: summarize(many), baseline: `floor.mcp+nats+pg.${callers}` });
+      cpu.push(...cpuRows(`stop_task.cpu.${callers}`, `stop_task_kandev, ${callers} concurrent callers`, bursts, callers, true));
     }
 
     const results: ScenarioResult[] = [
@@ -200,6 +262,7 @@ const scenario: Scenario = {
       ...concurrent,
       ...singleHops,
       ...concurrentHops,
+      ...cpu,
     ];
     await idle.mcp.close();
     await one.mcp.close();

@@ -37,5 +37,11 @@ export const OrchestratorEnv = BaseEnv.extend({
    * hold the guard — and every stop, event and repair of the session — for the caller's whole deadline.
    */
   LIFECYCLE_CANCEL_WAIT_MS: z.coerce.number().int().positive().default(10_000),
+  /**
+   * The longest a stop's teardown waits, after its answer, for the stop decisions still in flight
+   * on this instance (ADR 0012): on a burst of stops the answers come first. Part of R-6.3's small
+   * bound between CANCELLED and the process's SIGTERM; 0 sends every teardown at once.
+   */
+  TEARDOWN_YIELD_MS: z.coerce.number().int().nonnegative().max(2_000).default(500),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

@@ -2,10 +2,13 @@ import { eventSubject, type EventDataOf, type EventEnvelope, type EventType } fr
 import { buildEvent, trace, traceHeaders, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
 import type { OrchestratorEnv } from '../env.js';
 import type { OutboxRow } from '../store/rows.js';
+import type { TeardownYield } from './teardown-yield.js';
 
 export type OrchRuntime = ServiceRuntime<OrchestratorEnv> & {
   /** The execution registry, read from its bucket directly (ADR 0011); the lifecycle instances write it. */
   readonly registry: RegistryReader;
+  /** Stop decisions in flight on this instance; answer-at-commit teardowns wait for them (ADR 0012). */
+  readonly teardownYield: TeardownYield;
 };
 
 export type Emit = <T extends EventType>(type: T, scope: EventScope, data: EventDataOf<T>) => Promise<void>;

@@ -199,7 +199,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   });
   let done;
   try {
-    done = await transactInFlights(rt, async (tx, emit, flight) => {
+    // Counted as a decision in flight until it commits or fails: teardowns yield to it (ADR 0012).
+    done = await rt.teardownYield.decision(() => transactInFlights(rt, async (tx, emit, flight) => {
       const now = flight.now(); // rides with BEGIN and the planner's first statements
       now.catch(() => undefined); // awaited below unless the planner refuses first
       const planned = await run.planner(tx);
@@ -232,7 +233,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       ]);
       flight.last(written);
       return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, written, predicted, reviewEvent };
-    });
+    }));
   } catch (e) {
     if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
     // Nothing was cancelled, so nothing is torn down: a retry makes progress.
@@ -261,10 +262,14 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     });
   if (!run.answerAfterTeardown) {
     // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
-    // it is sent); the events and the teardowns follow it. Failures are logged, audited and retried.
+    // it is sent); the events follow it, and the teardowns once this instance's other stop decisions
+    // are taken (bounded, ADR 0012). Failures are logged, audited and retried.
     setImmediate(() => {
       void publish(extra);
-      dispatch().catch((err: unknown) => log.error({ err }, 'dispatching teardowns failed; the reconciler retries them'));
+      void rt.teardownYield
+        .turn()
+        .then(dispatch)
+        .catch((err: unknown) => log.error({ err }, 'dispatching teardowns failed; the reconciler retries them'));
     });
     return { accepted, outcomes: [], plan };
   }

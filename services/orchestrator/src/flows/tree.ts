@@ -107,7 +107,8 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const root = await accessibleRoot(rt, actor, taskId);
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
-  const { hold, teardowns } = await transact(rt, async (tx, emit) => {
+  // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
+  const { hold, teardowns } = await rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
     await serialiseHoldsOf(tx, root.workspace_id);
     const tasks = await lockSubtree(tx, root.id);
     if (!tasks.length) throw notFound('task not found');
@@ -133,7 +134,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
     return { hold, teardowns: accepted.teardowns };
-  });
+  }));
   const propagation = Promise.all([
     dispatchTeardowns(rt, call, teardowns, stopReason, log),
     request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'gating wakeups failed; the holds service catches up from the event')),

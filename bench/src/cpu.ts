@@ -1,0 +1,78 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+
+/**
+ * CPU time from /proc, to say where a burst's time went when both cores are busy: the machine's
+ * total (every process, the kernel included, from /proc/stat) and each live process's, grouped by
+ * what it is. A process that exits inside the window takes its time with it (only the machine
+ * total keeps it): the agents and agentctls a burst of stops tears down.
+ */
+
+/** Clock ticks per second of /proc times (USER_HZ: 100 on Linux, whatever the kernel's HZ). */
+const TICK_MS = 10;
+export const CORES = cpus().length;
+
+export interface CpuSnapshot {
+  at: number;
+  machineBusyMs: number;
+  processes: Map<string, { kind: string; ms: number }>;
+}
+
+/** What a process is, from its command line. */
+function kindOf(pid: string): string | null {
+  let cmd: string;
+  try {
+    cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
+  } catch {
+    return null;
+  }
+  if (pid === String(process.pid)) return 'bench';
+  const service = /services\/([a-z-]+)\/dist\/main\.js/.exec(cmd);
+  if (service) return service[1]!;
+  if (cmd.includes('agentctl/dist/main.js')) return 'agentctl';
+  if (cmd.includes('testkit/dist/agents')) return 'agent';
+  if (cmd.includes('nats-server')) return 'nats-server';
+  if (cmd.startsWith('postgres')) return 'postgres';
+  return 'other';
+}
+
+export function cpuSnapshot(): CpuSnapshot {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal: everything but idle and iowait.
+  const machineBusyMs = (f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!) * TICK_MS;
+  const processes = new Map<string, { kind: string; ms: number }>();
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    const kind = kindOf(pid);
+    if (!kind) continue;
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    processes.set(pid, { kind, ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS }); // utime + stime
+  }
+  return { at: performance.now(), machineBusyMs, processes };
+}
+
+export interface CpuSpent {
+  wallMs: number;
+  machineMs: number;
+  /** Share of all cores busy over the window, 0..1. */
+  busyShare: number;
+  /** CPU ms of processes alive at the end of the window, by kind (a process's time before the window excluded). */
+  byKind: Record<string, number>;
+}
+
+export function cpuSpent(a: CpuSnapshot, b: CpuSnapshot): CpuSpent {
+  const byKind: Record<string, number> = {};
+  for (const [pid, p] of b.processes) {
+    const before = a.processes.get(pid)?.ms ?? 0;
+    byKind[p.kind] = (byKind[p.kind] ?? 0) + Math.max(0, p.ms - before);
+  }
+  const wallMs = b.at - a.at;
+  const machineMs = b.machineBusyMs - a.machineBusyMs;
+  return { wallMs, machineMs, busyShare: Math.min(1, machineMs / (wallMs * CORES)), byKind };
+}
