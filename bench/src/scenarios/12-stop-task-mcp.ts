@@ -74,25 +74,22 @@ function breakdownRows(collector: SpanCollector, clientSamples: readonly number[
 const PACE_MS = 250;
 
 /**
- * The floor as one chain, sampled the way the 1-caller stops are: each sample after PACE_MS of
- * quiet. A chain of processes that all went idle pays each one's wake-up (on this VM the SDK's no-op
- * alone reads about 1.7× slower after 250 ms idle than back to back, bench/src/scenarios/05-mcp-floor.ts),
- * so a stop measured that way is compared with a floor measured the same way, beside the
- * back-to-back floor (`floor.mcp+nats+pg`).
+ * The floor chain: the MCP SDK's no-op tool (on the caller's client), then a bare NATS round trip,
+ * then a PostgreSQL commit on a pool of `poolMax` connections. Each call of `chain` is one sample.
  */
-async function pacedFloorChain(b: BenchStack, noop: Mcp) {
-  const responder = await connectNats({ url: b.stack.nats.url, name: 'bench-paced-floor-responder' });
+async function floorChain(b: BenchStack, name: string, poolMax: number) {
+  const subject = `bench.floor.${name}`;
+  const responder = await connectNats({ url: b.stack.nats.url, name: `bench-${name}-floor-responder` });
   const body = new TextEncoder().encode('{"ok":true}');
-  responder.subscribe('bench.floor.paced', { callback: (_e, m) => void m.respond(body) });
+  responder.subscribe(subject, { callback: (_e, m) => void m.respond(body) });
   await responder.flush();
-  const sql = postgres(b.stack.db.url, { max: 1, onnotice: () => undefined });
+  const sql = postgres(b.stack.db.url, { max: poolMax, onnotice: () => undefined });
   await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
   return {
-    async sample(): Promise<number> {
-      await new Promise((r) => setTimeout(r, PACE_MS));
+    async chain(client: Mcp): Promise<number> {
       const t = performance.now();
-      await noop.callTool({ name: 'noop', arguments: {} });
-      await b.nc.request('bench.floor.paced', body, { timeout: 5_000 });
+      await client.callTool({ name: 'noop', arguments: {} });
+      await b.nc.request(subject, body, { timeout: 10_000 });
       await sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`);
       return performance.now() - t;
     },
@@ -103,42 +100,46 @@ async function pacedFloorChain(b: BenchStack, noop: Mcp) {
   };
 }
 
+/**
+ * The floor as one chain, sampled the way the 1-caller stops are: each sample after PACE_MS of
+ * quiet. A chain of processes that all went idle pays each one's wake-up (on this VM the SDK's no-op
+ * alone reads about 1.7× slower after 250 ms idle than back to back, bench/src/scenarios/05-mcp-floor.ts),
+ * so a stop measured that way is compared with a floor measured the same way, beside the
+ * back-to-back floor (`floor.mcp+nats+pg`).
+ */
+async function pacedFloorChain(b: BenchStack, noop: Mcp) {
+  const floor = await floorChain(b, 'paced', 1);
+  return {
+    async sample(): Promise<number> {
+      await new Promise((r) => setTimeout(r, PACE_MS));
+      return floor.chain(noop);
+    },
+    close: () => floor.close(),
+  };
+}
 
 /**
  * The floor at N concurrent callers, each its own MCP client as each stopping coordinator is: every
- * caller runs the floor chain (the SDK's no-op tool, a bare NATS round trip, a PostgreSQL commit on a
- * pool of 10 connections, as a service's) at once, round after round. What the same machine gives
- * the plumbing alone at that concurrency, with no agent to tear down; and its CPU, for the budget.
+ * caller runs the floor chain at once (its commits on a pool of 10, as a service's), round after
+ * round. What the same machine gives the plumbing alone at that concurrency, with no agent to tear
+ * down; and its CPU, for the budget.
  */
 async function concurrentFloorChain(b: BenchStack, sdkUrl: string, callers: number, rounds: number) {
   const clients = await Promise.all(Array.from({ length: callers }, () => connectMcp(sdkUrl, 'unused')));
-  const responder = await connectNats({ url: b.stack.nats.url, name: 'bench-concurrent-floor-responder' });
-  const body = new TextEncoder().encode('{"ok":true}');
-  responder.subscribe('bench.floor.concurrent', { callback: (_e, m) => void m.respond(body) });
-  await responder.flush();
-  const sql = postgres(b.stack.db.url, { max: 10, onnotice: () => undefined });
-  await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
-  const chain = async (client: Mcp) => {
-    const t = performance.now();
-    await client.callTool({ name: 'noop', arguments: {} });
-    await b.nc.request('bench.floor.concurrent', body, { timeout: 10_000 });
-    await sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`);
-    return performance.now() - t;
-  };
+  const floor = await floorChain(b, `concurrent${callers}`, 10);
   try {
-    await Promise.all(clients.map(chain)); // warm-up round
+    await Promise.all(clients.map((c) => floor.chain(c))); // warm-up round
     const out: number[] = [];
     const cpu: CpuSpent[] = [];
     for (let r = 0; r < rounds; r++) {
       const before = cpuSnapshot();
-      out.push(...(await Promise.all(clients.map(chain))));
+      out.push(...(await Promise.all(clients.map((c) => floor.chain(c)))));
       cpu.push(cpuSpent(before, cpuSnapshot()));
     }
     return { samples: out, cpu };
   } finally {
     await Promise.all(clients.map((c) => c.close()));
-    await sql.end();
-    await responder.close();
+    await floor.close();
   }
 }
 
