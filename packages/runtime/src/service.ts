@@ -148,9 +148,26 @@ function closeServer(server: Server, done: () => void) {
   server.closeAllConnections?.();
 }
 
-/** For src/main.ts: start, and stop once on SIGTERM/SIGINT. */
+/**
+ * For src/main.ts: start, and stop once on SIGTERM/SIGINT. The handlers are in place before the
+ * service announces "started" (inside startService): a supervisor may signal as soon as it reads
+ * that line, and without a handler the signal would kill the process with no drain and without
+ * its exit handlers (a CPU profile is written by one). A signal while it is still starting ends
+ * it at once, as before: there is nothing to drain yet, and a start that waits (for NATS, for
+ * PostgreSQL) must not make it deaf to Ctrl-C.
+ */
 export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S>): Promise<RunningService> {
-  let running: RunningService;
+  let running: RunningService | undefined;
+  const onSignal = (signal: 'SIGTERM' | 'SIGINT') => {
+    if (!running) {
+      console.error(JSON.stringify({ level: 'info', service: def.name, msg: 'signal while starting; exiting', signal }));
+      process.exit(signal === 'SIGINT' ? 130 : 143);
+    }
+    running.runtime.log.info({ signal }, 'shutting down');
+    void running.stop().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', () => onSignal('SIGTERM'));
+  process.once('SIGINT', () => onSignal('SIGINT'));
   try {
     running = await startService(def);
   } catch (e) {
@@ -161,11 +178,5 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
   if (!running.runtime.log.isLevelEnabled('info')) {
     process.stdout.write(`${JSON.stringify({ level: 'info', service: def.name, instance_id: running.runtime.instanceId, msg: `${def.name} started`, urls: running.urls })}\n`);
   }
-  const onSignal = (sig: string) => {
-    running.runtime.log.info({ signal: sig }, 'shutting down');
-    void running.stop().then(() => process.exit(0));
-  };
-  process.once('SIGTERM', () => onSignal('SIGTERM'));
-  process.once('SIGINT', () => onSignal('SIGINT'));
   return running;
 }

@@ -24,7 +24,7 @@ it('profiles only the services KANDEV_CPU_PROF names', () => {
   expect(profilingArgs('holds', { KANDEV_CPU_PROF: 'all' })).toEqual(['--cpu-prof', '--cpu-prof-dir=cpu-profiles/holds']);
 });
 
-it('a profiled service writes its CPU profile when it stops', async () => {
+it('a profiled service writes its CPU profile when it stops', { timeout: 40_000 }, async () => {
   const before = { prof: process.env.KANDEV_CPU_PROF, dir: process.env.KANDEV_CPU_PROF_DIR };
   process.env.KANDEV_CPU_PROF = 'holds';
   process.env.KANDEV_CPU_PROF_DIR = dir;
@@ -34,7 +34,9 @@ it('a profiled service writes its CPU profile when it stops', async () => {
       entry: fileURLToPath(new URL('./fixtures/slow-service.mjs', import.meta.url)),
       env: { ...process.env, NATS_URL: nats.url, LOG_LEVEL: 'info' },
     });
-    await svc.stop();
+    // Its own shutdown bound (SHUTDOWN_TIMEOUT_MS, 10 s by default) with headroom before the SIGKILL,
+    // which would leave no profile: writing one makes a stop slower, and a loaded CI machine more so.
+    await svc.stop(20_000);
   } finally {
     process.env.KANDEV_CPU_PROF = before.prof;
     process.env.KANDEV_CPU_PROF_DIR = before.dir;
