@@ -49,7 +49,7 @@ export class TeardownYield {
     this.releaseAll();
   }
 
-  /** Stop decisions in flight (for tests and logs). */
+  /** Stop decisions in flight (the tests read it). */
   get inFlight(): number {
     return this.deciding;
   }
