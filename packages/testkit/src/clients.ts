@@ -111,10 +111,18 @@ export class WsClient {
   }
 }
 
+/**
+ * The SDK client hands every request the same long-lived AbortSignal, and Node's fetch adds an abort
+ * listener to it per request, dropped only when the request is collected: thousands of calls on one
+ * client print MaxListenersExceededWarning (harmless, bench/README.md). A signal that follows it
+ * (AbortSignal.any) still aborts the request when the client closes, without a listener on it.
+ */
+const fetchOnOwnSignal = (url: string | URL, init?: RequestInit) => fetch(url, init?.signal ? { ...init, signal: AbortSignal.any([init.signal]) } : init);
+
 /** A real MCP client (Streamable HTTP) acting as an agent with a bearer token. */
 export async function connectMcp(url: string, token: string): Promise<Client & { callJson(name: string, args: Record<string, unknown>): Promise<{ isError: boolean; json: any; text: string }> }> {
   const client = new Client({ name: 'kandev-test-agent', version: '0.1.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } }, fetch: fetchOnOwnSignal }));
   return Object.assign(client, {
     async callJson(name: string, args: Record<string, unknown>) {
       const res = (await client.callTool({ name, arguments: args })) as { isError?: boolean; content: Array<{ type: string; text?: string }> };
