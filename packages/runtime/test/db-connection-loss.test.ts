@@ -2,7 +2,7 @@ import net from 'node:net';
 import { once } from 'node:events';
 import postgres from 'postgres';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@kandev/testkit';
+import { createTestDatabase, eventually, type TestDatabase } from '@kandev/testkit';
 import { connectDb, type Sql } from '../src/index.js';
 
 /**
@@ -40,11 +40,7 @@ function pool(): Sql {
 /** Kill a backend from outside, as a restart or an operator would, and wait until it is gone. */
 async function killBackend(pid: number) {
   await admin`SELECT pg_terminate_backend(${pid})`;
-  for (;;) {
-    const [row] = await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid}`;
-    if (row!.n === 0) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  await eventually(async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid}`)[0]!.n === 0, RECOVERY_MS, 20);
 }
 
 const backendPid = async (q: Sql | postgres.TransactionSql<Record<string, never>> | postgres.ReservedSql<Record<string, never>>) =>
@@ -140,7 +136,7 @@ it('a query sent between a socket error and its close is settled too', async () 
   const inFlight = reserved`SELECT pg_sleep(30)`.then((r) => r);
   const retried = inFlight.catch(() => reserved`SELECT 2 AS x`.then((r) => r));
   // In flight: PostgreSQL runs it.
-  while ((await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND wait_event = 'PgSleep'`)[0]!.n === 0) await new Promise((r) => setTimeout(r, 20));
+  await eventually(async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND wait_event = 'PgSleep'`)[0]!.n > 0, RECOVERY_MS, 20);
   const socket = sockets.at(-1)!;
   socket.destroy(Object.assign(new Error('connection reset'), { code: 'ECONNRESET' }));
   await expect(within(inFlight, 'the query in flight')).rejects.toMatchObject({ code: 'ECONNRESET' });
