@@ -18,8 +18,9 @@ export const CANCEL_TIMEOUT_MS = 1_000;
 export const LIFECYCLE_CANCEL_WAIT_MS = 4_000;
 export const bounds: InvariantBounds = {
   graceMs: TEARDOWN_GRACE_MS + 2_000,
-  // Registry lapse + reconciler's settle time (5 s) + one interval, + a cancel in flight holding the
-  // session (its owner died mid-request) for up to LIFECYCLE_CANCEL_WAIT_MS.
+  // Registry lapse + reconciler's settle time (5 s) + one interval, + a cancel or a prompt hand-off in
+  // flight holding the session (its owner died mid-request) for up to LIFECYCLE_CANCEL_WAIT_MS (the
+  // prompt's bound is set to the same).
   reconcileMs: REGISTRY_TTL_MS + 5_000 + RECONCILE_INTERVAL_MS + LIFECYCLE_CANCEL_WAIT_MS,
 };
 /** Recovery headroom on a busy machine, on top of the bounds. */
@@ -40,6 +41,7 @@ export const startFaultWorld = (): Promise<World> =>
     TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
     CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS),
     LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
+    LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
     GATEWAY_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
     MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
     LAUNCH_CONCURRENCY: '2',

@@ -38,6 +38,13 @@ export const OrchestratorEnv = BaseEnv.extend({
    */
   LIFECYCLE_CANCEL_WAIT_MS: z.coerce.number().int().positive().default(10_000),
   /**
+   * The same bound for handing a turn's prompt to the owner lifecycle instance inside the session's
+   * guard (a message delivered, an interrupt's new turn, a drained queue): lifecycle answers once
+   * agentctl has taken the prompt, in milliseconds. An owner that died after a cancel's answer and
+   * before the prompt's would otherwise hold the guard for the caller's whole deadline.
+   */
+  LIFECYCLE_PROMPT_WAIT_MS: z.coerce.number().int().positive().default(10_000),
+  /**
    * The longest a stop's teardown waits, after its answer, for the stop decisions still in flight
    * on this instance (ADR 0012): on a burst of stops the answers come first. Part of R-6.3's small
    * bound between CANCELLED and the process's SIGTERM; 0 sends every teardown at once.

@@ -28,6 +28,8 @@ export class FakeLifecycle {
   launchFails: KandevError | null = null;
   /** `hang`: the owner took the request and never answers (it died mid-request) until `releaseHung()`. */
   cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
+  /** `hang`: the owner never answers a prompt hand-off (it died after answering a cancel) until `releaseHung()`. */
+  promptBehaviour: 'accept' | 'hang' = 'accept';
   private hung: Array<() => void> = [];
   releaseHung() {
     for (const r of this.hung.splice(0)) r();
@@ -78,6 +80,10 @@ export class FakeLifecycle {
         return { cancelled: true, turn_id: turn, stop_reason: 'cancelled', reason: null };
       }),
       on(Life.prompt.at(this.instanceId), async (req) => {
+        if (this.promptBehaviour === 'hang') {
+          await new Promise<void>((r) => this.hung.push(r));
+          throw new KandevError('UNAVAILABLE', 'released');
+        }
         const e = this.registry.get(req.execution_id);
         if (!e) throw conflict('no such execution');
         if (e.status === 'RUNNING') throw conflict('turn in flight');

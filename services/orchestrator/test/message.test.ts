@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch } from '@kandev/contracts';
+import { Orch, OrchMcp } from '@kandev/contracts';
 import { EventPublisher, request } from '@kandev/runtime';
-import { operator, startHarness, type Harness } from './harness.js';
+import { agentToken, LIFECYCLE_PROMPT_WAIT_MS, operator, startHarness, type Harness } from './harness.js';
 
 const until = async (fn: () => Promise<boolean>, ms = 5000) => {
   const end = Date.now() + ms;
@@ -89,6 +89,27 @@ describe('orch.mcp.message_task', () => {
     const queue = await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id });
     expect(queue).toHaveLength(1);
   });
+
+  it("an owner that took the cancel and never answers the new turn's prompt (it died in between) holds the session for LIFECYCLE_PROMPT_WAIT_MS, not the caller's deadline", async () => {
+    const { parent, child } = await pair();
+    await h.startSession(child.id, 'working');
+    h.life.promptBehaviour = 'hang';
+    try {
+      const t0 = performance.now();
+      const res = await request(h.nc, OrchMcp.messageTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id, prompt: 'change course', delivery_mode: 'interrupt' }, { timeoutMs: 30_000 });
+      const waited = performance.now() - t0;
+      // never an error once stored; the dispatch rolled back, so the message waits in the queue.
+      expect(res.status).toBe('queued');
+      expect(waited).toBeGreaterThanOrEqual(LIFECYCLE_PROMPT_WAIT_MS - 50);
+      expect(waited).toBeLessThan(LIFECYCLE_PROMPT_WAIT_MS + 5_000);
+      expect((await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).map((m) => m.prompt)).toEqual(['change course']);
+      // The guard is free again: a stop goes through at once.
+      expect((await request(h.nc, Orch.taskStop, { actor: operator, task_id: child.id })).status).toBe('stopped');
+    } finally {
+      h.life.promptBehaviour = 'accept';
+      h.life.releaseHung();
+    }
+  }, 40_000);
 
   it('refuses an interrupt from a non-parent with FORBIDDEN and queues nothing', async () => {
     const { ws, child } = await pair();

@@ -180,7 +180,7 @@ export async function dispatchTurn(
   const turn = await insertTurn(tx, { session_id: s.id, execution_id: s.execution_id, prompt, sender_task_id: senderTaskId });
   await changeSessionState(tx, emit, task, s, 'RUNNING', { reason: 'turn_started' });
   const context = await contextFor(tx, senderTaskId);
-  await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) }, { requestId: call.requestId });
+  await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_PROMPT_WAIT_MS });
   return turn.id;
 }
 
