@@ -11,7 +11,7 @@ export const SECRET = process.env.KANDEV_JWT_SECRET ?? 'vitest-secret-0123456789
 /** The token the mcp service would forward for this calling task. */
 export const agentToken = (task_id: string, mode: McpMode = 'task', ttl = '1h') => signAgentToken(SECRET, { task_id, mode }, ttl);
 
-/** How long the orchestrator under test waits for a lifecycle cancel answer while holding the session's guard. */
+/** How long the orchestrator under test waits for a lifecycle cancel answer, and for a prompt hand-off, while holding the session's guard. */
 export const LIFECYCLE_CANCEL_WAIT_MS = 1_500;
 export const LIFECYCLE_PROMPT_WAIT_MS = 1_500;
 
