@@ -30,7 +30,12 @@ export class FakeLifecycle {
   cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
   /** `hang`: the owner never answers a prompt hand-off (it died after answering a cancel) until `releaseHung()`. */
   promptBehaviour: 'accept' | 'hang' = 'accept';
+  /** Stopped (SIGSTOP): registry requests and stops wait until `releaseHung()`, then are answered. */
+  stalled = false;
   private hung: Array<() => void> = [];
+  private async stall() {
+    if (this.stalled) await new Promise<void>((r) => this.hung.push(r));
+  }
   releaseHung() {
     for (const r of this.hung.splice(0)) r();
   }
@@ -46,17 +51,20 @@ export class FakeLifecycle {
       on(Life.launch, async (req) => this.launch(req)),
       on(Life.agents, async () => ({ agents: [...this.agents].sort() })),
       on(Life.list, async (req) => {
+        await this.stall();
         if (this.registryFails) throw new Error('registry unavailable');
         return [...this.registry.values()].filter((e) => e.task_id === req.task_id);
       }),
       on(Life.get, async (req) => {
         this.gets.push(req.execution_id);
+        await this.stall();
         if (this.registryFails) throw new Error('registry unavailable');
         return this.registry.get(req.execution_id) ?? null;
       }),
     ]);
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: '', log }, [
       on(Life.stop.at(this.instanceId), async (req) => {
+        await this.stall();
         this.stops.push(req);
         const e = this.registry.get(req.execution_id);
         if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { ChildRegistryView } from '../src/flows/stop.js';
+import { TaskRegistryView } from '../src/flows/stop.js';
 import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
 
@@ -251,13 +251,16 @@ describe('orch.mcp.stop_task', () => {
     const child = await h.task(ws.id, 'child', parent.id);
     const s1 = await h.startSession(child.id, 'one');
     const e1 = [...h.life.registry.values()].find((e) => e.session_id === s1.id)!;
-    const view = new ChildRegistryView((h.svc.runtime as OrchRuntime).registry, child.id);
+    const view = new TaskRegistryView((h.svc.runtime as OrchRuntime).registry, child.id);
     // The listing (started with the view) has finished, naming e1 only; then e2 is launched.
     expect((await view.executionsOf([{ execution_id: e1.execution_id }])).map((e) => e.execution_id)).toEqual([e1.execution_id]);
     const s2 = await h.startSession(child.id, 'two');
     const e2 = [...h.life.registry.values()].find((e) => e.session_id === s2.id)!;
     const found = await view.executionsOf([{ execution_id: e1.execution_id }, { execution_id: e2.execution_id }]);
     expect(found.map((e) => e.execution_id).sort()).toEqual([e1.execution_id, e2.execution_id].sort());
+    // A task stop's view: the whole listing (e1, and orphans if any) with e2 read by its key, once each.
+    const every = await view.everyExecution([{ execution_id: e2.execution_id }, { execution_id: null }]);
+    expect(every.map((e) => e.execution_id).sort()).toEqual([e1.execution_id, e2.execution_id].sort());
   });
 
   it('answers INTERNAL_ERROR, never not_running, when the registry lookup fails', async () => {

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Orch } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
+import { eventually } from '@kandev/testkit';
 import { operator, startHarness, type Harness } from './harness.js';
 
 /** R-2: the operator's task stop reaches every live process, orphans included. */
@@ -68,6 +69,47 @@ describe('orch.task.stop', () => {
     const stops = h.life.stops.length;
     await expect(stop(task.id, { type: 'operator', id: 'op-2', workspaces: ['00000000-0000-4000-8000-000000000000'] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
     expect(h.life.stops.length).toBe(stops);
+  });
+
+  it('answers INTERNAL_ERROR, never NOT_FOUND, when the registry cannot be read, and changes nothing', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'unreadable registry');
+    await h.startSession(task.id, 'work');
+    const before = await h.getTask(task.id);
+    await h.life.failRegistry(true);
+    try {
+      await expect(stop(task.id)).rejects.toMatchObject({ code: 'INTERNAL_ERROR' });
+    } finally {
+      await h.life.failRegistry(false);
+    }
+    expect(await h.getTask(task.id)).toEqual(before);
+    expect((await stop(task.id)).status).toBe('stopped');
+  });
+
+  it('takes its decision without the lifecycle: a stalled owner holds no lock, and the stop answers once the owner accepts', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'stalled owner');
+    const s = await h.startSession(task.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    h.life.stalled = true;
+    let answered = false;
+    const pending = request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id }, { timeoutMs: 30_000 }).finally(() => (answered = true));
+    try {
+      // Committed while the owner is stalled: the session reads CANCELLED, and nothing holds its row or the task's.
+      await eventually(async () => (await h.getTask(task.id)).sessions[0]!.state === 'CANCELLED', 10_000);
+      const locked = await h.sql.begin(async (tx) => [
+        ...(await tx`SELECT id FROM orchestrator.tasks WHERE id = ${task.id} FOR UPDATE NOWAIT`),
+        ...(await tx`SELECT id FROM orchestrator.sessions WHERE id = ${s.id} FOR UPDATE NOWAIT`),
+      ]);
+      expect(locked).toHaveLength(2);
+      // R-2: the answer reports what the owners accepted, so it waits for the stalled one.
+      expect(answered).toBe(false);
+    } finally {
+      h.life.stalled = false;
+      h.life.releaseHung();
+    }
+    expect(await pending).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
+    expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
   });
 
   it('records the stop in the audit log', async () => {

@@ -283,37 +283,57 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
 }
 
 /**
- * A child stop's view of the registry (ADR 0011): the target task's entries, listed from the
- * bucket itself as the stop arrives, so the listing (two round trips to nats-server) runs alongside
- * the transaction's first flight and holds nothing. An execution a locked session names that the
- * listing did not see (a launch admitted in between, or an entry gone meanwhile) is read then by its
- * exact key. A failed read is an error, never "gone" (R-1.7).
+ * A stop's view of the registry (ADR 0011): the target task's entries, listed from the bucket
+ * itself as the stop arrives, so the listing (two round trips to nats-server) runs alongside the
+ * transaction's first flight, holds nothing and asks no lifecycle instance (a stalled one cannot
+ * hold a stop's locks). An execution a locked session names that the listing did not see (a launch
+ * admitted in between, or an entry gone meanwhile) is read then by its exact key. A failed read is
+ * an error, never "gone" (R-1.7).
  */
-export class ChildRegistryView {
+export class TaskRegistryView {
   private readonly listing: Promise<Execution[]>;
   constructor(
     private readonly registry: RegistryReader,
     private readonly taskId: string,
   ) {
     this.listing = registry.listForTask(taskId);
-    this.listing.then(() => mark('stop.registry_listed')).catch(() => undefined); // awaited by executionsOf, or never (a refused caller, nothing active)
+    this.listing.then(() => mark('stop.registry_listed')).catch(() => undefined); // awaited by a read below, or never (a refused caller, nothing active)
   }
 
+  /** The executions the locked sessions name (a child stop): no wait for the listing when they name none. */
   async executionsOf(sessions: ReadonlyArray<{ execution_id: string | null }>): Promise<Execution[]> {
     const ids = sessions.flatMap((s) => (s.execution_id ? [s.execution_id] : []));
     if (!ids.length) return [];
-    try {
+    return this.read(async () => {
       const listed = new Map((await this.listing).map((e) => [e.execution_id, e]));
       const found = await Promise.all(ids.map((id) => listed.get(id) ?? this.registry.get(id, this.taskId)));
-      mark('stop.registry_read');
       return found.filter((e): e is Execution => e !== null);
+    });
+  }
+
+  /** Every execution of the task (a task stop, R-2.1: orphans included), with those the locked sessions name. */
+  async everyExecution(sessions: ReadonlyArray<{ execution_id: string | null }>): Promise<Execution[]> {
+    return this.read(async () => {
+      const listed = await this.listing;
+      const seen = new Set(listed.map((e) => e.execution_id));
+      const missed = sessions.flatMap((s) => (s.execution_id && !seen.has(s.execution_id) ? [s.execution_id] : []));
+      const found = await Promise.all(missed.map((id) => this.registry.get(id, this.taskId)));
+      return [...listed, ...found.filter((e): e is Execution => e !== null)];
+    });
+  }
+
+  private async read(body: () => Promise<Execution[]>): Promise<Execution[]> {
+    try {
+      const found = await body();
+      mark('stop.registry_read');
+      return found;
     } catch (e) {
       throw isKandevError(e) && e.code === 'UNAVAILABLE' ? e : internalError('execution registry lookup failed', e);
     }
   }
 }
 
-/** The task's executions as the registry (any lifecycle instance) sees them. A lookup failure is an error, never "nothing running". */
+/** The task's executions as a lifecycle instance sees them (its memory merged with the bucket). A lookup failure is an error, never "nothing running". */
 async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): Promise<Execution[]> {
   try {
     return await request(rt.nc, Life.list, { task_id: taskId }, { requestId: call.requestId });
@@ -333,7 +353,7 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
-  const registry = new ChildRegistryView(rt.registry, targetTaskId);
+  const registry = new TaskRegistryView(rt.registry, targetTaskId);
   // Set when R-1.2 refuses the caller: the refusal is audited after the rollback.
   let refused: { caller: TaskRow; target: TaskRow } | undefined;
   try {
@@ -382,6 +402,10 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
  * (halted; their session keeps its terminal state and error message).
  */
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
+  // Listed from the bucket beside the access check and the first flight, never inside the
+  // transaction through a lifecycle instance: a stalled one held the task's and its sessions'
+  // locks for as long as it stalled (the stall fault test: 12 s), and with them every repair.
+  const registry = new TaskRegistryView(rt.registry, taskId);
   const task = assertCanAccess(actor, await getTask(rt.sql, taskId));
   const { outcomes } = await runStop(rt, call, {
     taskId: task.id,
@@ -393,8 +417,8 @@ export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor,
     refuseEmpty: () => notFound('execution not found'),
     answerAfterTeardown: true,
     planner: async (tx) => {
-      const [{ task: locked, sessions }, registry] = await Promise.all([fenceAndLockCandidates(tx, task.id), registryOf(rt, call, task.id)]);
-      return { task: locked, sessions, plan: planTaskStop(sessions, registry) };
+      const { task: locked, sessions } = await fenceAndLockCandidates(tx, task.id);
+      return { task: locked, sessions, plan: planTaskStop(sessions, await registry.everyExecution(sessions)) };
     },
   });
   const executions = outcomes
