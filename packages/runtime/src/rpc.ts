@@ -7,6 +7,7 @@ import type { z } from 'zod';
 import type { Logger } from './log.js';
 import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
 import { metrics } from './metrics.js';
+import { linkOf, type NatsLink } from './nats.js';
 
 const enc = new TextEncoder();
 /** Room left in the server's max payload for the message's headers (request id, trace context). */
@@ -142,6 +143,7 @@ export async function serveEndpoints(
     metadata: { instance_id: opts.instanceId },
   });
   const inFlight = opts.inFlight ?? new InFlightRequests();
+  const link = linkOf(nc);
   const stats = new Map<string, EndpointStats>();
   for (const reg of registrations) {
     const { endpoint } = reg;
@@ -158,7 +160,7 @@ export async function serveEndpoints(
           return;
         }
         inFlight.enter();
-        void dispatch(reg, msg, opts.log, endpointStats).finally(() => inFlight.leave());
+        void dispatch(reg, msg, opts.log, endpointStats, link).finally(() => inFlight.leave());
       },
     });
   }
@@ -179,7 +181,7 @@ export async function serveEndpoints(
   return svc;
 }
 
-async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats): Promise<void> {
+async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats, link: NatsLink | undefined): Promise<void> {
   const { endpoint, handler } = reg;
   const started = performance.now();
   const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
@@ -203,6 +205,9 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
       }
       const h = natsHeaders();
       h.set(Headers.requestId, requestId);
+      // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
+      // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
+      if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : DEFAULT_REQUEST_TIMEOUT_MS);
       msg.respond(enc.encode(JSON.stringify(reply)), { headers: h });
     }),
   ).catch((e: unknown) => {
@@ -278,21 +283,13 @@ export async function request<E extends Endpoint>(
   return inSpan(`send ${endpoint.subject}`, { kind: SpanKind.CLIENT, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name } }, async () => {
     const h: MsgHdrs = natsHeaders();
     if (requestId) h.set(Headers.requestId, requestId);
-    h.set(Headers.timeout, String(timeout));
     injectTrace(h);
     const data = enc.encode(JSON.stringify(parsed.data));
     // The contracts bound every field so this cannot happen for a valid request; should it ever,
     // it is the caller's input that is too big (VALIDATION_ERROR), not a retryable outage.
     const maxPayload = nc.info?.max_payload;
     if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE) throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
-    let msg: Msg;
-    try {
-      msg = await nc.request(endpoint.subject, data, { timeout, headers: h });
-    } catch (e) {
-      if (isNoResponders(e)) throw unavailable(`no ${endpoint.name} responder`, e);
-      if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`, e);
-      throw unavailable(`${endpoint.name} failed: ${(e as Error).message}`, e);
-    }
+    const msg = await send(nc, endpoint, data, h, timeout);
     let body: unknown;
     try {
       body = JSON.parse(dec.decode(msg.data));
@@ -305,6 +302,44 @@ export async function request<E extends Endpoint>(
     if (!reply.ok) throw KandevError.from(reply.error);
     return reply.result;
   });
+}
+
+/** How often a request that met "no responders" right after a reconnect is sent again. */
+const NO_RESPONDERS_RETRY_MS = 50;
+
+/**
+ * One request on the wire, within `timeout` from now. On a connection from `connectNats` it is
+ * published only while connected (the client drops what is published while it is disconnected, see
+ * NatsLink), and "no responders" just after a reconnect is retried: the responders are
+ * reconnecting too, and nothing was delivered, so sending again cannot run anything twice.
+ */
+async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h: MsgHdrs, timeout: number): Promise<Msg> {
+  const link = linkOf(nc);
+  const sendBy = performance.now() + timeout;
+  // The first try waits exactly `timeout` (what the caller was promised); a later one what is left.
+  let left = timeout;
+  for (;;) {
+    if (link && !link.connected) {
+      if (!(await link.up(left))) throw unavailable(`${endpoint.name} not sent: no connection to NATS within ${timeout} ms`);
+      left = Math.floor(sendBy - performance.now());
+      if (left <= 0) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`);
+    }
+    h.set(Headers.timeout, String(left));
+    try {
+      return await nc.request(endpoint.subject, data, { timeout: left, headers: h });
+    } catch (e) {
+      if (isNoResponders(e)) {
+        if (link?.peersMayBeReconnecting && sendBy - performance.now() > 2 * NO_RESPONDERS_RETRY_MS) {
+          await new Promise((r) => setTimeout(r, NO_RESPONDERS_RETRY_MS));
+          left = Math.floor(sendBy - performance.now());
+          continue;
+        }
+        throw unavailable(`no ${endpoint.name} responder`, e);
+      }
+      if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`, e);
+      throw unavailable(`${endpoint.name} failed: ${(e as Error).message}`, e);
+    }
+  }
 }
 
 export function isNoResponders(e: unknown): boolean {
