@@ -20,12 +20,14 @@ export interface BenchStack extends AgentStack {
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}): Promise<BenchStack> {
   const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env });
   const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client' });
+  let stopped: Promise<void> | undefined;
   return {
     ...world,
     nc,
-    async stop() {
-      await nc.close();
-      await world.stop();
+    // Once, however often it is called (a scenario stops a stack early and defers the stop too).
+    stop() {
+      stopped ??= nc.close().then(() => world.stop());
+      return stopped;
     },
   };
 }

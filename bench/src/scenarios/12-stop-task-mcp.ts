@@ -153,11 +153,50 @@ function cpuRows(prefix: string, what: string, bursts: readonly CpuSpent[], call
   return rows;
 }
 
+/** One stop at a time, each after PACE_MS of quiet, each waiting for its agent to be gone; `beforeEach` samples the paced floor. */
+async function singleCallerStops(b: BenchStack, n: number, beforeEach?: () => Promise<void>): Promise<{ samples: number[]; close: () => Promise<void> }> {
+  const one = await family(b, n);
+  const samples: number[] = [];
+  for (const child of one.children) {
+    await beforeEach?.();
+    await new Promise((r) => setTimeout(r, PACE_MS));
+    samples.push(await stop(one.mcp, child));
+    // One stop at a time on a quiet machine: the previous child's teardown (SIGTERM, two node
+    // processes exiting, its events) would otherwise share the 2 cores with the next stop.
+    // Waits for the agent process itself to be gone (a /proc check, nothing asked of the system
+    // being measured).
+    await eventually(async () => !processAlive(one.pids.get(child)!), 30_000);
+    await new Promise((r) => setTimeout(r, PACE_MS));
+  }
+  return { samples, close: () => one.mcp.close() };
+}
+
+/** `callers` families launched a few at a time, then every child stopped at once; `beforeBurst` runs once they are launched. */
+async function burstOfStops(b: BenchStack, callers: number, beforeBurst?: () => Promise<void>): Promise<{ samples: number[]; cpu: CpuSpent }> {
+  // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
+  const families: Array<Awaited<ReturnType<typeof family>>> = [];
+  for (let i = 0; i < callers; i += 8) families.push(...(await Promise.all(Array.from({ length: Math.min(8, callers - i) }, () => family(b, 1)))));
+  await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
+  await beforeBurst?.();
+  const before = cpuSnapshot();
+  const samples = await Promise.all(families.map((c) => stop(c.mcp, c.children[0]!)));
+  const cpu = cpuSpent(before, cpuSnapshot());
+  for (const c of families) await c.mcp.close();
+  // The next burst starts once this one's agents are gone (their teardown is not measured).
+  await eventually(async () => families.every((c) => !processAlive(c.pids.get(c.children[0]!)!)), 60_000);
+  return { samples, cpu };
+}
+
 /**
  * R-1 latency: `stop_task_kandev` through a real MCP client (Streamable HTTP) to a real orchestrator,
  * lifecycle and agent, each call stopping a child with a turn in flight. At 1 caller and at 10 and
  * 50 concurrent callers. Floor, measured in the same run: the MCP SDK's own stateless server answering a
  * no-op tool + a bare NATS round trip + a bare PostgreSQL commit.
+ *
+ * Two stacks. The figures come from one that exports no spans, as the system runs by default
+ * (no OTEL_EXPORTER_OTLP_ENDPOINT): exporting costs the orchestrator about 1 ms of CPU per stop, and
+ * the collector (in this process) shares the cores with the clients. The per-hop rows come from a
+ * second stack whose services export every span to the bench.
  */
 const scenario: Scenario = {
   name: 'stop_task_kandev end to end',
@@ -166,10 +205,7 @@ const scenario: Scenario = {
     const iterations = e2eIterations(40);
     // Concurrent callers, each level its own run (issue 12 asks for 1, 10 and 50).
     const levels = (process.env.BENCH_STOP_CONCURRENCY ?? '10,50').split(',').map(Number).filter((n) => n > 1);
-    // Every service exports its spans here: the per-hop breakdown below is read from them.
-    const collector = await startSpanCollector();
-    ctx.defer(() => collector.stop());
-    const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500', OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
+    const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500' });
     ctx.defer(() => b.stop());
 
     const floor = await natsAndHttpFloor(b, 500);
@@ -184,36 +220,22 @@ const scenario: Scenario = {
     ctx.defer(() => noop.close());
     const mcpNoop = await samples(() => noop.callTool({ name: 'noop', arguments: {} }), 500);
     const paced = await pacedFloorChain(b, noop);
-    ctx.defer(() => paced.close());
 
     // Not-running stops are cheap to repeat: the decision path without a live child.
     const idle = await family(b, 0);
     const idleChild = (await b.api.ok('POST', '/tasks', { workspace_id: idle.parent.workspace_id, title: 'idle', parent_id: idle.parent.id })).id;
     const notRunning = await samples(() => idle.mcp.callJson('stop_task_kandev', { task_id: idleChild }), 300);
+    await idle.mcp.close();
 
     ctx.log(`launching ${iterations} children for the 1-caller run`);
-    const one = await family(b, iterations);
-    collector.clear();
-    const single: number[] = [];
     const pacedFloor: number[] = [];
-    for (const child of one.children) {
-      // The floor chain sampled after the same quiet as each stop (see pacedFloorChain).
-      pacedFloor.push(await paced.sample());
-      await new Promise((r) => setTimeout(r, PACE_MS));
-      single.push(await stop(one.mcp, child));
-      // One stop at a time on a quiet machine: the previous child's teardown (SIGTERM, two node
-      // processes exiting, its events) would otherwise share the 2 cores with the next stop.
-      // Waits for the agent process itself to be gone (a /proc check, nothing asked of the system
-      // being measured).
-      await eventually(async () => !processAlive(one.pids.get(child)!), 30_000);
-      await new Promise((r) => setTimeout(r, PACE_MS));
-    }
-
-    await collected(collector, single.length);
-    const singleHops = breakdownRows(collector, single, 1);
+    // The floor chain sampled after the same quiet as each stop (see pacedFloorChain).
+    const one = await singleCallerStops(b, iterations, async () => void pacedFloor.push(await paced.sample()));
+    await one.close();
+    await paced.close();
+    const single = one.samples;
 
     const concurrent: ScenarioResult[] = [];
-    const concurrentHops: ScenarioResult[] = [];
     const cpu: ScenarioResult[] = [];
     for (const callers of levels) {
       const floorN = await concurrentFloorChain(b, sdk.url, callers, 10);
@@ -223,32 +245,38 @@ const scenario: Scenario = {
         stats: summarize(floorN.samples),
       });
       cpu.push(...cpuRows(`floor.cpu.${callers}`, `floor chain, ${callers} concurrent callers`, floorN.cpu, callers, false));
-      ctx.log(`launching ${callers} children for the ${callers}-caller run`);
-      const many: number[] = [];
-      const bursts: CpuSpent[] = [];
-      for (let round = 0; round < 2; round++) {
-        // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
-        const families: Array<Awaited<ReturnType<typeof family>>> = [];
-        for (let i = 0; i < callers; i += 8) families.push(...(await Promise.all(Array.from({ length: Math.min(8, callers - i) }, () => family(b, 1)))));
-        await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
-        collector.clear();
-        const before = cpuSnapshot();
-        many.push(...(await Promise.all(families.map((c) => stop(c.mcp, c.children[0]!)))));
-        bursts.push(cpuSpent(before, cpuSnapshot()));
-        if (round === 0) {
-          await collected(collector, callers);
-          concurrentHops.push(...breakdownRows(collector, [], callers));
-        }
-        for (const c of families) await c.mcp.close();
-        // The next round starts once this round's agents are gone (their teardown is not measured).
-        await eventually(async () => families.every((c) => !processAlive(c.pids.get(c.children[0]!)!)), 60_000);
-      }
+      ctx.log(`launching ${callers} children for each of two ${callers}-caller bursts`);
+      const bursts = [await burstOfStops(b, callers), await burstOfStops(b, callers)];
+      const many = bursts.flatMap((x) => x.samples);
       concurrent.push({ id: `stop_task.stopped.${callers}`, label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' });
       concurrent.push({ id: `stop_task.stopped.${callers}.vs_floor_${callers}`, label: `the same samples against the floor chain at ${callers} concurrent callers`, stats: summarize(many), baseline: `floor.mcp+nats+pg.${callers}` });
-      cpu.push(...cpuRows(`stop_task.cpu.${callers}`, `stop_task_kandev, ${callers} concurrent callers`, bursts, callers, true));
+      cpu.push(...cpuRows(`stop_task.cpu.${callers}`, `stop_task_kandev, ${callers} concurrent callers`, bursts.map((x) => x.cpu), callers, true));
+    }
+    await b.stop(); // before the second stack starts
+
+    // Where the time goes: a second stack whose services export every span to the bench.
+    ctx.log('per-hop breakdown: a stack exporting its spans');
+    const collector = await startSpanCollector();
+    ctx.defer(() => collector.stop());
+    const traced = await startBenchStack({ TEARDOWN_GRACE_MS: '500', OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
+    ctx.defer(() => traced.stop());
+    // Cleared once the children are launched, before the first stop: each stop's trace pairs with its client sample.
+    let launched = false;
+    const tracedOne = await singleCallerStops(traced, Math.min(iterations, 20), async () => {
+      if (!launched) collector.clear();
+      launched = true;
+    });
+    await tracedOne.close();
+    await collected(collector, tracedOne.samples.length);
+    const hops = breakdownRows(collector, tracedOne.samples, 1);
+    const hopCallers = Math.max(1, ...levels);
+    if (hopCallers > 1) {
+      await burstOfStops(traced, hopCallers, async () => collector.clear());
+      await collected(collector, hopCallers);
+      hops.push(...breakdownRows(collector, [], hopCallers));
     }
 
-    const results: ScenarioResult[] = [
+    return [
       { id: 'floor.mcp.noop', label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call, same run", stats: summarize(mcpNoop) },
       { id: 'floor.pg.commit.stop_run', label: 'bare PostgreSQL commit (BEGIN/INSERT/COMMIT), same run', stats: summarize(pg) },
       { id: 'floor.mcp+nats+pg', label: 'sum of floors: MCP no-op + NATS round trip + PostgreSQL commit (pairwise)', stats: summedFloor(mcpNoop, floor.natsSamples, pg) },
@@ -261,13 +289,9 @@ const scenario: Scenario = {
       { id: 'stop_task.stopped.1', label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller', stats: summarize(single), baseline: 'floor.mcp+nats+pg' },
       { id: 'stop_task.stopped.1.paced', label: `the same samples against the floor paced as they are (${PACE_MS} ms of quiet before each)`, stats: summarize(single), baseline: 'floor.mcp+nats+pg.paced' },
       ...concurrent,
-      ...singleHops,
-      ...concurrentHops,
+      ...hops,
       ...cpu,
     ];
-    await idle.mcp.close();
-    await one.mcp.close();
-    return results;
   },
 };
 export default scenario;
