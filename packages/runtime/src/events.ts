@@ -1,9 +1,10 @@
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
-import { EventData, EventEnvelope, Headers, Streams, eventSubject, type Actor, type EventDataOf, type EventType } from '@kandev/contracts';
+import { EventData, EventEnvelope, Headers, Streams, eventSubject, unavailable, type Actor, type EventDataOf, type EventType } from '@kandev/contracts';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
+import { linkOf, type NatsLink } from './nats.js';
 import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
 
 const enc = new TextEncoder();
@@ -70,13 +71,21 @@ export function buildEvent<T extends EventType>(type: T, scope: EventScope, data
   };
 }
 
+/** How long a publish waits for a connection that is down before it fails (the relay or the journal publishes it later). */
+const PUBLISH_CONNECTION_WAIT_MS = 5_000;
+
 /** Publishes envelopes on JetStream with msgID = event id, trace context in the headers. */
 export class EventPublisher {
   private readonly js: JetStreamClient;
+  private readonly link: NatsLink | undefined;
   constructor(nc: NatsConnection) {
     this.js = jetstream(nc);
+    this.link = linkOf(nc);
   }
   async publish(event: EventEnvelope, traceHeaders?: Record<string, string>): Promise<void> {
+    // Published while the connection is down, it would be dropped at the next reconnect attempt and
+    // fail only at the acknowledgement's timeout, then wait for the relay (ADR 0014).
+    if (this.link && !this.link.connected && !(await this.link.up(PUBLISH_CONNECTION_WAIT_MS))) throw unavailable(`event ${event.id} not published: no connection to NATS`);
     const h: MsgHdrs = natsHeaders();
     if (traceHeaders && Object.keys(traceHeaders).length) for (const [k, v] of Object.entries(traceHeaders)) h.set(k, v);
     else injectTrace(h);

@@ -1,8 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { Endpoint } from '@kandev/contracts';
 import { eventually, startNats, type TestNats } from '@kandev/testkit';
-import { connectNats, createLogger, linkOf, on, request, serveEndpoints, type NatsConnection } from '../src/index.js';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { eventSubject, Streams, type Endpoint } from '@kandev/contracts';
+import { buildEvent, connectNats, createLogger, ensureEventStream, EventPublisher, linkOf, on, request, serveEndpoints, type NatsConnection } from '../src/index.js';
 
 /**
  * A NATS restart (or a client's own reconnect) must not swallow requests. nats.js resets its
@@ -89,6 +90,18 @@ describe('requests across a NATS reconnect', () => {
     })();
     await expect(request(caller, late, {}, { timeoutMs: DEADLINE_MS })).resolves.toEqual({ late: true });
     await responderBack;
+  });
+
+  it('publishes an event emitted while nats-server is down once the connection is back, instead of failing at the acknowledgement timeout', async () => {
+    const nc = await connectTo('publisher');
+    await ensureEventStream(nc);
+    const restarted = nats.restart(1_000);
+    await down(nc);
+    const ev = buildEvent('turn.completed', { workspace_id: '00000000-0000-4000-8000-0000000000a1' }, { execution_id: '00000000-0000-4000-8000-0000000000e1', turn_id: '00000000-0000-4000-8000-0000000000f1', stop_reason: 'end_turn' });
+    await new EventPublisher(nc).publish(ev);
+    await restarted;
+    const stored = await (await jetstreamManager(nc)).streams.getMessage(Streams.events.name, { last_by_subj: eventSubject('turn.completed') });
+    expect(JSON.parse(new TextDecoder().decode(stored!.data)).id).toBe(ev.id);
   });
 
   it('still answers "no responders" at once on a connection that has not just reconnected', async () => {
