@@ -53,7 +53,10 @@ describe('REVIEW guard', () => {
 describe('task stop plan', () => {
   it('unions active sessions with every registered execution, orphans included', () => {
     const plan = planTaskStop(
-      [{ id: id(11), state: 'RUNNING', execution_id: id(101) }, { id: id(12), state: 'STARTING', execution_id: null }],
+      [
+        { id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' },
+        { id: id(12), state: 'STARTING', execution_id: null, instance_id: null },
+      ],
       [exec(1, 11), exec(2, 13, 'READY'), exec(3, 14, 'STOPPED')],
     );
     const e1 = exec(1, 11);
@@ -63,6 +66,12 @@ describe('task stop plan', () => {
     ]);
     expect(plan.halt.map((o) => o.execution_id)).toEqual([id(102)]);
     expect(plan.reason).toBe('stopped_by_operator');
+  });
+  it('tears down at the owner its row names an active session whose registry entry is missing (it may have lapsed while the process lives)', () => {
+    const plan = planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'life-2' }], []);
+    expect(plan.cancel).toEqual([{ session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-2' } }]);
+    // A row that names no owner has nowhere to send it.
+    expect(planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: null }], []).cancel).toEqual([{ session_id: id(11), execution: null }]);
   });
   it('classifies a session whose execution is gone as not live', () => {
     expect(livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101) }, []).kind).toBe('gone');

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { Buckets, Orch } from '@kandev/contracts';
+import { request, RegistryReader } from '@kandev/runtime';
+import { Kvm } from '@nats-io/kv';
 import { eventually } from '@kandev/testkit';
 import { operator, startHarness, type Harness } from './harness.js';
 
@@ -110,6 +111,19 @@ describe('orch.task.stop', () => {
     }
     expect(await pending).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
     expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
+  });
+
+  it('tears the process down at its owner even when its registry entry has lapsed (the owner still runs it)', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'lapsed entry');
+    const s = await h.startSession(task.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    // The bucket lost the entry (a refresh held up past the TTL); the owner still has the process.
+    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(task.id, exec.execution_id));
+    const res = await stop(task.id);
+    expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
+    expect(res.executions).toEqual([{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }]);
+    expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
   });
 
   it('records the stop in the audit log', async () => {

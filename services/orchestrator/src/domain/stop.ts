@@ -76,12 +76,18 @@ export function planChildStop(candidates: readonly CandidateSession[], registry:
 /**
  * R-2.1: an operator's task stop: the union of the task's active sessions and every execution
  * the registry holds for the task, including orphans whose session is already terminal.
+ *
+ * An active session whose execution the registry does not list is still torn down at the owner
+ * its row names: an entry can lapse while its process lives (the owner's refresh held up by a NATS
+ * restart or a stall), and the session is cancelled either way. The owner answers `already_gone`
+ * if it really is (as for a tree hold).
  */
-export function planTaskStop(active: readonly CandidateSession[], registry: readonly Execution[]): StopPlan {
+export function planTaskStop(active: ReadonlyArray<CandidateSession & { instance_id: string | null }>, registry: readonly Execution[]): StopPlan {
   const claimed = new Set<string>();
   const cancel = active.map((s) => {
     const l = livenessOf(s, registry);
-    const execution = l.kind === 'live' ? capture(l.execution) : null;
+    const execution =
+      l.kind === 'live' ? capture(l.execution) : l.kind === 'gone' && s.execution_id && s.instance_id ? { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id } : null;
     if (execution) claimed.add(execution.execution_id);
     return { session_id: s.id, execution };
   });
