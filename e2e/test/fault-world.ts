@@ -223,6 +223,9 @@ function assertAllRunning(w: World, when: string): void {
   }
 }
 
+/** The last lines the orchestrator and lifecycle logged (warnings and errors at the stack's default level): what a failed case needs to be read. */
+const serviceLogs = (w: World) => (['orchestrator', 'lifecycle'] as const).map((n) => `--- ${n} log, last lines:\n${w.stack.logTail(n).join('\n')}`).join('\n');
+
 /**
  * One case of the matrix: prepare the operation against a running agent, inject the fault in its
  * middle, then require the invariant checker to pass over what the caller was told, and the
@@ -236,7 +239,9 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
     answer = await fault.during(w, prepared, log);
     assertAllRunning(w, `during ${fault.name}`);
     console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body)}` : answer.answer.error} after ${answer.answeredAt.getTime() - answer.sentAt.getTime()} ms`);
-    await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS });
+    await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS }).catch((e: unknown) => {
+      throw new Error(`${(e as Error).message}\n${serviceLogs(w)}`);
+    });
   } finally {
     prepared.close();
   }
@@ -247,8 +252,11 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
   const { task } = await makeTask(w.api);
   await startRunning(w, pids, task.id);
   expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);
-  // Nothing of this case keeps running into the next one.
-  for (const id of prepared.tasks) await w.api.post(`/tasks/${id}/stop`);
+  // Nothing of this case keeps running into the next one: each task stop reaches what runs (200) or finds nothing (404).
+  for (const id of prepared.tasks) {
+    const r = await w.api.post(`/tasks/${id}/stop`);
+    if (r.status !== 200 && r.status !== 404) throw new Error(`cleanup stop of task ${id} → ${r.status} ${JSON.stringify(r.body)}\n${serviceLogs(w)}`);
+  }
   return answer;
 }
 

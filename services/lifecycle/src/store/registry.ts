@@ -1,5 +1,7 @@
-import { Buckets, Execution } from '@kandev/contracts';
-import { RegistryReader, type Logger, type NatsConnection } from '@kandev/runtime';
+import { Buckets, Execution, unavailable } from '@kandev/contracts';
+import { linkOf, RegistryReader, type Logger, type NatsConnection, type NatsLink } from '@kandev/runtime';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 
@@ -13,6 +15,16 @@ const enc = new TextEncoder();
  * value is validated when written and when read.
  */
 export class ExecutionRegistry extends RegistryReader {
+  private constructor(
+    kv: KV,
+    jsm: JetStreamManager,
+    log: Logger,
+    private readonly link: NatsLink | undefined,
+    private readonly ttlMs: number,
+  ) {
+    super(kv, jsm, log);
+  }
+
   static async open(nc: NatsConnection, ttlMs: number, log: Logger, replicas = 1): Promise<ExecutionRegistry> {
     const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs, replicas });
     const status = await kv.status();
@@ -21,11 +33,16 @@ export class ExecutionRegistry extends RegistryReader {
     // configured differently, and entries of the one with the longer refresh period could lapse.
     if (status.ttl !== ttlMs) log.warn({ bucket_ttl_ms: status.ttl, configured_ttl_ms: ttlMs }, 'registry bucket has a different TTL than REGISTRY_TTL_MS');
     // No account-info check: the bucket was just created or opened, so the JetStream API answers.
-    return new ExecutionRegistry(kv, await jetstreamManager(nc, { checkAPI: false }), log);
+    return new ExecutionRegistry(kv, await jetstreamManager(nc, { checkAPI: false }), log, linkOf(nc), ttlMs);
   }
 
   async put(e: Execution): Promise<void> {
     const checked = Execution.parse(e);
+    // A put sent while the connection is down is dropped at the client's next reconnect attempt and
+    // fails only at its timeout, holding up the refreshes queued behind it until the entry lapses
+    // (seen after a NATS restart: the entry gone while its agent ran on). Sent once connected, it
+    // lands within the TTL (ADR 0014).
+    if (this.link && !this.link.connected && !(await this.link.up(this.ttlMs))) throw unavailable('registry put not sent: no connection to NATS');
     await this.kv.put(RegistryReader.key(checked.task_id, checked.execution_id), enc.encode(JSON.stringify(checked)));
   }
 
