@@ -1,6 +1,6 @@
 import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JsMsg } from '@nats-io/jetstream';
-import { EventData, EventEnvelope, Headers, Streams, eventSubject, unavailable, type Actor, type EventDataOf, type EventType } from '@kandev/contracts';
+import { EventData, EventEnvelope, Headers, Streams, eventSubject, type Actor, type EventDataOf, type EventType } from '@kandev/contracts';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
@@ -85,7 +85,7 @@ export class EventPublisher {
   async publish(event: EventEnvelope, traceHeaders?: Record<string, string>): Promise<void> {
     // Published while the connection is down, it would be dropped at the next reconnect attempt and
     // fail only at the acknowledgement's timeout, then wait for the relay (ADR 0014).
-    if (this.link && !this.link.connected && !(await this.link.up(PUBLISH_CONNECTION_WAIT_MS))) throw unavailable(`event ${event.id} not published: no connection to NATS`);
+    if (this.link && !this.link.connected) await this.link.sendable(PUBLISH_CONNECTION_WAIT_MS, `event ${event.id}`);
     const h: MsgHdrs = natsHeaders();
     if (traceHeaders && Object.keys(traceHeaders).length) for (const [k, v] of Object.entries(traceHeaders)) h.set(k, v);
     else injectTrace(h);

@@ -1,5 +1,6 @@
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
+import { unavailable } from '@kandev/contracts';
 
 export type { NatsConnection } from '@nats-io/nats-core';
 
@@ -83,6 +84,11 @@ export class NatsLink {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /** Resolves once connected; past `withinMs` fails UNAVAILABLE: `what` was not sent (publishing it now would drop it). */
+  async sendable(withinMs: number, what: string): Promise<void> {
+    if (!(await this.up(withinMs))) throw unavailable(`${what} not sent: no connection to NATS within ${Math.max(0, Math.round(withinMs))} ms`);
   }
 
   /** Reconnected less than PEERS_RECONNECT_MS ago: its peers may not be back yet. */

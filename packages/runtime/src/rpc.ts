@@ -320,7 +320,7 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
   let left = timeout;
   for (;;) {
     if (link && !link.connected) {
-      if (!(await link.up(left))) throw unavailable(`${endpoint.name} not sent: no connection to NATS within ${timeout} ms`);
+      await link.sendable(left, endpoint.name);
       left = Math.floor(sendBy - performance.now());
       if (left <= 0) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`);
     }

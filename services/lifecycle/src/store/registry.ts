@@ -1,4 +1,4 @@
-import { Buckets, Execution, unavailable } from '@kandev/contracts';
+import { Buckets, Execution } from '@kandev/contracts';
 import { linkOf, RegistryReader, type Logger, type NatsConnection, type NatsLink } from '@kandev/runtime';
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
@@ -42,7 +42,7 @@ export class ExecutionRegistry extends RegistryReader {
     // fails only at its timeout, holding up the refreshes queued behind it until the entry lapses
     // (seen after a NATS restart: the entry gone while its agent ran on). Sent once connected, it
     // lands within the TTL (ADR 0014).
-    if (this.link && !this.link.connected && !(await this.link.up(this.ttlMs))) throw unavailable('registry put not sent: no connection to NATS');
+    if (this.link && !this.link.connected) await this.link.sendable(this.ttlMs, 'registry put');
     await this.kv.put(RegistryReader.key(checked.task_id, checked.execution_id), enc.encode(JSON.stringify(checked)));
   }
 
