@@ -342,10 +342,12 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
   }
 }
 
+/** "No responders", as the client reports it or as `request()` re-throws it (UNAVAILABLE, with the client's error as its cause). */
 export function isNoResponders(e: unknown): boolean {
   if (e instanceof NoRespondersError) return true;
   if (e instanceof RequestError) return e.isNoResponders();
-  return (e as { cause?: unknown })?.cause instanceof NoRespondersError;
+  const cause = (e as { cause?: unknown })?.cause;
+  return cause !== undefined && cause !== e && isNoResponders(cause);
 }
 export function isTimeout(e: unknown): boolean {
   return e instanceof TimeoutError || (e as { cause?: unknown })?.cause instanceof TimeoutError;

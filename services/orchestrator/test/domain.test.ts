@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Execution } from '@kandev/contracts';
 import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom, EVENT_PROMPT_PREVIEW, queueEventMessage } from '../src/domain/messages.js';
-import { decideStops, livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
+import { decideStops, decisionStops, livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask, turnEndAfterExecutionEnd } from '../src/domain/transitions.js';
 
@@ -61,7 +61,7 @@ describe('task stop plan', () => {
     );
     const e1 = exec(1, 11);
     expect(plan.cancel).toEqual([
-      { session_id: id(11), execution: { execution_id: e1.execution_id, session_id: e1.session_id, instance_id: e1.instance_id } },
+      { session_id: id(11), execution: { execution_id: e1.execution_id, session_id: e1.session_id, instance_id: e1.instance_id, listed: true } },
       { session_id: id(12), execution: null },
     ]);
     expect(plan.halt.map((o) => o.execution_id)).toEqual([id(102)]);
@@ -69,29 +69,29 @@ describe('task stop plan', () => {
   });
   it('tears down at the owner its row names an active session whose registry entry is missing (it may have lapsed while the process lives)', () => {
     const plan = planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'life-2' }], []);
-    expect(plan.cancel).toEqual([{ session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-2' } }]);
+    expect(plan.cancel).toEqual([{ session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-2', listed: false } }]);
     // A row that names no owner has nowhere to send it.
     expect(planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: null }], []).cancel).toEqual([{ session_id: id(11), execution: null }]);
   });
   it('classifies a session whose execution is gone as not live', () => {
-    expect(livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101) }, []).kind).toBe('gone');
-    expect(livenessOf({ id: id(11), state: 'STARTING', execution_id: null }, []).kind).toBe('launching');
-    expect(livenessOf({ id: id(11), state: 'FAILED', execution_id: id(101) }, [exec(1, 11)]).kind).toBe('inactive');
+    expect(livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' }, []).kind).toBe('gone');
+    expect(livenessOf({ id: id(11), state: 'STARTING', execution_id: null, instance_id: null }, []).kind).toBe('launching');
+    expect(livenessOf({ id: id(11), state: 'FAILED', execution_id: id(101), instance_id: 'i' }, [exec(1, 11)]).kind).toBe('inactive');
   });
   it('never captures an execution other than the session\'s own', () => {
-    const l = livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101) }, [exec(2, 11)]);
+    const l = livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' }, [exec(2, 11)]);
     expect(l.kind).toBe('gone');
   });
 });
 
 describe('child stop plan', () => {
-  it('cancels live and launching candidates, reconciles gone ones, halts nothing', () => {
+  it('cancels live and launching candidates, reconciles gone ones (sweeping the execution their row names at its owner), halts nothing', () => {
     const plan = planChildStop(
       [
-        { id: id(11), state: 'RUNNING', execution_id: id(101) },
-        { id: id(12), state: 'STARTING', execution_id: null },
-        { id: id(13), state: 'RUNNING', execution_id: id(103) },
-        { id: id(14), state: 'COMPLETED', execution_id: id(104) },
+        { id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' },
+        { id: id(12), state: 'STARTING', execution_id: null, instance_id: null },
+        { id: id(13), state: 'RUNNING', execution_id: id(103), instance_id: 'life-3' },
+        { id: id(14), state: 'COMPLETED', execution_id: id(104), instance_id: 'i' },
       ],
       [exec(1, 11), exec(4, 14)],
     );
@@ -100,14 +100,14 @@ describe('child stop plan', () => {
       [id(11), id(101)],
       [id(12), null],
     ]);
-    expect(plan.gone).toEqual([id(13)]);
+    expect(plan.gone).toEqual([{ session_id: id(13), execution: { execution_id: id(103), session_id: id(13), instance_id: 'life-3', listed: false } }]);
     expect(plan.halt).toEqual([]);
     expect(planIsEmpty(planChildStop([], []))).toBe(true);
   });
 });
 
 describe('stop decision under the locks', () => {
-  const captured = (n: number, session: number) => ({ execution_id: id(100 + n), session_id: id(session), instance_id: 'i' });
+  const captured = (n: number, session: number, listed = true) => ({ execution_id: id(100 + n), session_id: id(session), instance_id: 'i', listed });
   it('cancels what is still active with its captured execution, skips what a concurrent path ended or relaunched, keeps orphans to halt', () => {
     const decision = decideStops(
       {
@@ -120,26 +120,47 @@ describe('stop decision under the locks', () => {
           { session_id: id(15), execution: captured(5, 15) },
         ],
         halt: [captured(6, 16)],
-        gone: [id(17), id(18)],
+        gone: [
+          { session_id: id(17), execution: captured(7, 17, false) },
+          { session_id: id(18), execution: captured(8, 18, false) },
+          { session_id: id(19), execution: captured(9, 19, false) },
+          { session_id: id(20), execution: null },
+        ],
       },
       [
-        { id: id(11), state: 'RUNNING', execution_id: id(101) },
-        { id: id(12), state: 'STARTING', execution_id: null },
+        { id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' },
+        { id: id(12), state: 'STARTING', execution_id: null, instance_id: null },
         // Ended by a concurrent path before the lock.
-        { id: id(13), state: 'COMPLETED', execution_id: id(103) },
+        { id: id(13), state: 'COMPLETED', execution_id: id(103), instance_id: 'i' },
         // Holds another execution than the one captured.
-        { id: id(14), state: 'RUNNING', execution_id: id(199) },
+        { id: id(14), state: 'RUNNING', execution_id: id(199), instance_id: 'i' },
         // id(15) is not among the locked rows (no longer active).
-        { id: id(17), state: 'RUNNING', execution_id: id(107) },
-        { id: id(18), state: 'FAILED', execution_id: id(108) },
+        { id: id(17), state: 'RUNNING', execution_id: id(107), instance_id: 'i' },
+        { id: id(18), state: 'FAILED', execution_id: id(108), instance_id: 'i' },
+        // Relaunched since it was read: the replacement is not this stop's (R-2.8).
+        { id: id(19), state: 'RUNNING', execution_id: id(198), instance_id: 'i' },
+        { id: id(20), state: 'RUNNING', execution_id: id(110), instance_id: null },
       ],
     );
     expect(decision.cancel).toEqual([id(11), id(12)]);
-    expect(decision.gone).toEqual([id(17)]);
+    expect(decision.gone).toEqual([id(17), id(20)]);
     expect(decision.teardowns).toEqual([
       { execution: captured(1, 11), orphaned: false },
       { execution: captured(6, 16), orphaned: true },
+      // The gone session's execution, swept at the owner its row names: an orphan once FAILED commits.
+      { execution: captured(7, 17, false), orphaned: true },
     ]);
+  });
+  it('counts as a stop a cancelled session or a halted orphan, never a gone session alone (R-1.7)', () => {
+    const plan = (p: Partial<Parameters<typeof decideStops>[0]>) => ({ reason: 'stopped_by_parent_task' as const, cancel: [], halt: [], gone: [], ...p });
+    const gone = plan({ gone: [{ session_id: id(17), execution: captured(7, 17, false) }] });
+    const row = { id: id(17), state: 'RUNNING' as const, execution_id: id(107), instance_id: 'i' };
+    expect(decideStops(gone, [row]).teardowns).toHaveLength(1);
+    expect(decisionStops(gone, decideStops(gone, [row]))).toBe(false);
+    const orphan = plan({ halt: [captured(6, 16)] });
+    expect(decisionStops(orphan, decideStops(orphan, []))).toBe(true);
+    const live = plan({ cancel: [{ session_id: id(11), execution: captured(1, 11) }] });
+    expect(decisionStops(live, decideStops(live, [{ ...row, id: id(11), execution_id: id(101) }]))).toBe(true);
   });
 });
 
@@ -156,7 +177,7 @@ describe('tree stop plan', () => {
     expect(plan).toEqual({
       reason: 'tree_paused',
       cancel: [
-        { session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-1' } },
+        { session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-1', listed: false } },
         { session_id: id(12), execution: null },
       ],
       halt: [],

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OrchMcp } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { Buckets, OrchMcp } from '@kandev/contracts';
+import { RegistryReader, request } from '@kandev/runtime';
+import { Kvm } from '@nats-io/kv';
 import { TaskRegistryView } from '../src/flows/stop.js';
 import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
@@ -206,6 +207,23 @@ describe('orch.mcp.stop_task', () => {
     const t = await h.getTask(child.id);
     expect(t.sessions[0]!.state).toBe('FAILED');
     expect(t.sessions[0]!.error_message).toMatch(/gone/);
+  });
+
+  it('still sweeps the execution a gone session names at its owner: the entry may have lapsed while the process lives', async () => {
+    const ws = await h.workspace();
+    const parent = await h.task(ws.id, 'parent');
+    const child = await h.task(ws.id, 'child', parent.id);
+    const s = await h.startSession(child.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    // The bucket lost the entry (a refresh held up past the TTL); the owner still runs the process.
+    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(child.id, exec.execution_id));
+    expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
+    expect((await h.getTask(child.id)).sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/gone/) });
+    // Terminal once the stop commits, so what still runs of it is an orphan.
+    expect(await h.teardownsOf([exec.execution_id])).toEqual([expect.objectContaining({ execution_id: exec.execution_id, orphaned: true, reason: 'stopped_by_parent_task' })]);
+    expect(h.life.registry.get(exec.execution_id)?.status).toBe('STOPPING');
+    const [audit] = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${child.id} AND action = 'mcp.stop_task'`;
+    expect(audit).toEqual({ outcome: 'not_running' });
   });
 
   it('cancels the live session, reconciles the gone one, and moves the task to REVIEW: nothing of it works any more', async () => {

@@ -126,6 +126,21 @@ describe('orch.task.stop', () => {
     expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
   });
 
+  it('answers stopped when the owner a lapsed entry\'s row names is not running any more: the process went with it (R-2.6)', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'owner gone');
+    const s = await h.startSession(task.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(task.id, exec.execution_id));
+    // Owned by an instance that no longer runs: nothing answers its stop subject.
+    await h.sql`UPDATE orchestrator.sessions SET instance_id = 'life-crashed' WHERE id = ${s.id}`;
+    const res = await stop(task.id);
+    expect(res).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
+    expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
+    const audit = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'task.stop'`;
+    expect(audit.map((a) => a.outcome)).toEqual(['stopped']);
+  });
+
   it('records the stop in the audit log', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'audited');

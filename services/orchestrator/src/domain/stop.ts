@@ -14,6 +14,8 @@ export interface CandidateSession {
   id: string;
   state: SessionState;
   execution_id: string | null;
+  /** The lifecycle instance that owns (or owned) that execution. */
+  instance_id: string | null;
 }
 
 /** An execution a stop captured: named by id and routed to its owner instance (B-2). */
@@ -21,6 +23,12 @@ export interface CapturedExecution {
   execution_id: string;
   session_id: string;
   instance_id: string;
+  /**
+   * The registry listed it live when the stop read it. Otherwise it is the execution a session's
+   * row names, sent to the row's owner in case its entry lapsed while the process lives on: an
+   * owner that answers `already_gone`, or no owner at all, means it is gone.
+   */
+  listed: boolean;
 }
 
 export type Liveness =
@@ -52,15 +60,24 @@ export interface StopPlan {
   cancel: Array<{ session_id: string; execution: CapturedExecution | null }>;
   /** Live executions to halt while their session keeps its state and message (orphans, R-2.4). */
   halt: CapturedExecution[];
-  /** Sessions that say active while their execution is gone: reconciled to FAILED, never counted as live (R-1.7). */
-  gone: string[];
+  /**
+   * Sessions that say active while the registry has no live entry for their execution: reconciled
+   * to FAILED, never counted as live (R-1.7). The execution their row names is still sent to its
+   * owner, as an orphan: an entry can lapse while its process lives (the owner's refresh held up
+   * by a NATS restart or a stall).
+   */
+  gone: Array<{ session_id: string; execution: CapturedExecution | null }>;
 }
 
-const capture = (e: Execution): CapturedExecution => ({ execution_id: e.execution_id, session_id: e.session_id, instance_id: e.instance_id });
+const capture = (e: Execution): CapturedExecution => ({ execution_id: e.execution_id, session_id: e.session_id, instance_id: e.instance_id, listed: true });
+/** The execution a session's row names, at the owner the row names (nothing listed it). */
+const named = (s: CandidateSession): CapturedExecution | null =>
+  s.execution_id && s.instance_id ? { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id, listed: false } : null;
 
 /**
  * R-1.3: a parent's stop of its child. Every candidate whose own execution is live (or still
- * launching, which the fence refuses) is cancelled; one whose execution vanished is reconciled.
+ * launching, which the fence refuses) is cancelled; one whose execution vanished is reconciled,
+ * and the execution its row names is swept at its owner all the same.
  */
 export function planChildStop(candidates: readonly CandidateSession[], registry: readonly Execution[]): StopPlan {
   const plan: StopPlan = { reason: StopReasons.parentStop, cancel: [], halt: [], gone: [] };
@@ -68,7 +85,7 @@ export function planChildStop(candidates: readonly CandidateSession[], registry:
     const l = livenessOf(s, registry);
     if (l.kind === 'live') plan.cancel.push({ session_id: s.id, execution: capture(l.execution) });
     else if (l.kind === 'launching') plan.cancel.push({ session_id: s.id, execution: null });
-    else if (l.kind === 'gone') plan.gone.push(s.id);
+    else if (l.kind === 'gone') plan.gone.push({ session_id: s.id, execution: named(s) });
   }
   return plan;
 }
@@ -82,12 +99,11 @@ export function planChildStop(candidates: readonly CandidateSession[], registry:
  * restart or a stall), and the session is cancelled either way. The owner answers `already_gone`
  * if it really is (as for a tree hold).
  */
-export function planTaskStop(active: ReadonlyArray<CandidateSession & { instance_id: string | null }>, registry: readonly Execution[]): StopPlan {
+export function planTaskStop(active: readonly CandidateSession[], registry: readonly Execution[]): StopPlan {
   const claimed = new Set<string>();
   const cancel = active.map((s) => {
     const l = livenessOf(s, registry);
-    const execution =
-      l.kind === 'live' ? capture(l.execution) : l.kind === 'gone' && s.execution_id && s.instance_id ? { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id } : null;
+    const execution = l.kind === 'live' ? capture(l.execution) : l.kind === 'gone' ? named(s) : null;
     if (execution) claimed.add(execution.execution_id);
     return { session_id: s.id, execution };
   });
@@ -102,13 +118,8 @@ export function planTaskStop(active: ReadonlyArray<CandidateSession & { instance
  * execution its row names. No registry round trips on this path: the owner answers
  * `already_gone` for an execution that ended, and the fence refuses a launch still in flight.
  */
-export function planTreeStop(
-  sessions: ReadonlyArray<CandidateSession & { instance_id: string | null }>,
-  reason: typeof StopReasons.treePause | typeof StopReasons.treeCancel,
-): StopPlan {
-  const cancel = sessions
-    .filter((s) => isActiveSession(s.state))
-    .map((s) => ({ session_id: s.id, execution: s.execution_id && s.instance_id ? { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id } : null }));
+export function planTreeStop(sessions: readonly CandidateSession[], reason: typeof StopReasons.treePause | typeof StopReasons.treeCancel): StopPlan {
+  const cancel = sessions.filter((s) => isActiveSession(s.state)).map((s) => ({ session_id: s.id, execution: named(s) }));
   return { reason, cancel, halt: [], gone: [] };
 }
 
@@ -138,15 +149,23 @@ export function decideStops(plan: StopPlan, locked: readonly CandidateSession[])
     const s = rows.get(c.session_id);
     return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
   });
-  const gone = plan.gone.filter((id) => {
-    const s = rows.get(id);
-    return s !== undefined && s.execution_id !== null && isActiveSession(s.state);
+  const gone = plan.gone.filter((g) => {
+    const s = rows.get(g.session_id);
+    return s !== undefined && s.execution_id !== null && isActiveSession(s.state) && (!g.execution || s.execution_id === g.execution.execution_id);
   });
   return {
     cancel: toCancel.map((c) => c.session_id),
-    gone,
-    teardowns: [...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })), ...plan.halt.map((execution) => ({ execution, orphaned: true }))],
+    gone: gone.map((g) => g.session_id),
+    teardowns: [
+      ...toCancel.filter((c) => c.execution).map((c) => ({ execution: c.execution!, orphaned: false })),
+      ...plan.halt.map((execution) => ({ execution, orphaned: true })),
+      // Their sessions are terminal once this commits: what still runs of them is an orphan.
+      ...gone.filter((g) => g.execution).map((g) => ({ execution: g.execution!, orphaned: true })),
+    ],
   };
 }
+
+/** A stop that cancelled a session or halted an execution the registry listed (a gone session alone is not one: R-1.7). */
+export const decisionStops = (plan: StopPlan, decision: StopDecision) => decision.cancel.length > 0 || plan.halt.length > 0;
 
 export const planIsEmpty = (plan: StopPlan) => plan.cancel.length === 0 && plan.halt.length === 0 && plan.gone.length === 0;

@@ -1,7 +1,7 @@
 import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
-import { buildEvent, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
+import { buildEvent, isNoResponders, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
-import { decideStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
+import { decideStops, decisionStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
@@ -122,6 +122,13 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
   return settled.map((r, i) => {
     const teardown = teardowns[i]!;
     const ids = { session_id: teardown.execution.session_id, execution_id: teardown.execution.execution_id, instance_id: teardown.execution.instance_id };
+    if (r.status === 'rejected' && !teardown.execution.listed && isNoResponders(r.reason)) {
+      // Nothing listed it, and its owner instance is not running: the process went with it (a
+      // restarted instance reaps what it left, ADR 0005; one that reconnects re-admits only what is
+      // still wanted). Not a failure of this stop.
+      log.info({ ...ids }, 'the owner of an unlisted execution is not running; nothing left to tear down');
+      return { teardown, reached: false, error: null };
+    }
     if (r.status === 'rejected') {
       log.error({ err: r.reason, ...ids, orphaned: teardown.orphaned }, 'teardown request failed; the reconciler retries it');
       return { teardown, reached: false, error: r.reason };
@@ -208,7 +215,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       task = planned.task;
       if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
       const decision = decideStops(plan, planned.sessions);
-      const stopped = decision.cancel.length > 0 || decision.teardowns.length > 0;
+      const stopped = decisionStops(plan, decision);
       const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
       const at = await now;
       const before = new Map(planned.sessions.map((x) => [x.id, x]));
