@@ -3,6 +3,7 @@ import { connectNats } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
 import { cpuSnapshot, cpuSpent, CORES, type CpuSpent } from '../cpu.js';
 import { startSdkNoopServer } from '../mcp-floor.js';
+import { startDesignFloor, type DesignFloorHops } from '../design-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { duration, eventTime, startSpanCollector, traces, type SpanCollector } from '../spans.js';
 import { e2eIterations, natsAndHttpFloor, samples, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
@@ -68,6 +69,19 @@ function breakdownRows(collector: SpanCollector, clientSamples: readonly number[
     label: `${callers} caller${callers > 1 ? 's' : ''}: ${label}`,
     stats: summarize(segments.get(k)!),
   }));
+}
+
+/** The paced design floor per hop, beside the stop's own `stop_task.hop.1.*` rows (the same segments, nothing of ours in them). */
+function designHopRows(calls: readonly DesignFloorHops[]): ScenarioResult[] {
+  const segments: Array<[keyof DesignFloorHops, string]> = [
+    ['client', 'MCP SDK client + HTTP + the SDK server outside its NATS request'],
+    ['nats', 'relay → decider → relay over NATS, both processes'],
+    ['reserve', 'decider: a pooled connection reserved'],
+    ['lock', 'decider: BEGIN + row lock (one flight)'],
+    ['commit', 'decider: write + COMMIT (one flight, one fsync)'],
+    ['reply', 'decider: committed → reply sent'],
+  ];
+  return segments.map(([k, label]) => ({ id: `floor.design.hop.${k}`, label: `design floor, paced: ${label}`, stats: summarize(calls.map((c) => c[k])) }));
 }
 
 /** Quiet before each 1-caller stop (after its predecessor's agent is gone), and before each paced floor sample. */
@@ -220,6 +234,10 @@ const scenario: Scenario = {
     ctx.defer(() => noop.close());
     const mcpNoop = await samples(() => noop.callTool({ name: 'noop', arguments: {} }), 500);
     const paced = await pacedFloorChain(b, noop);
+    // The design floor: the issue's prescribed path (MCP → NATS → two PostgreSQL round trips) with nothing of ours on it.
+    const design = await startDesignFloor(b.stack.nats.url, b.stack.db.url);
+    ctx.defer(() => design.stop());
+    const designHot = await samples(() => design.call(), 300);
 
     // Not-running stops are cheap to repeat: the decision path without a live child.
     const idle = await family(b, 0);
@@ -229,10 +247,16 @@ const scenario: Scenario = {
 
     ctx.log(`launching ${iterations} children for the 1-caller run`);
     const pacedFloor: number[] = [];
-    // The floor chain sampled after the same quiet as each stop (see pacedFloorChain).
-    const one = await singleCallerStops(b, iterations, async () => void pacedFloor.push(await paced.sample()));
+    const pacedDesign: DesignFloorHops[] = [];
+    // Both floors sampled after the same quiet as each stop (see pacedFloorChain), one of each before each stop.
+    const one = await singleCallerStops(b, iterations, async () => {
+      pacedFloor.push(await paced.sample());
+      await new Promise((r) => setTimeout(r, PACE_MS));
+      pacedDesign.push(await design.hops());
+    });
     await one.close();
     await paced.close();
+    await design.stop();
     const single = one.samples;
 
     const concurrent: ScenarioResult[] = [];
@@ -286,8 +310,22 @@ const scenario: Scenario = {
         label: `the same floor as one chain (MCP no-op, NATS round trip, PostgreSQL commit, back to back), each sample after ${PACE_MS} ms of quiet as each 1-caller stop`,
         stats: summarize(pacedFloor),
       },
+      {
+        id: 'floor.design',
+        label: 'design floor: MCP SDK server → NATS → a decider making two PostgreSQL round trips (BEGIN + row lock; write + COMMIT), nothing of ours, back to back',
+        stats: summarize(designHot),
+        baseline: 'floor.mcp+nats+pg',
+      },
+      {
+        id: 'floor.design.paced',
+        label: `the design floor sampled as the 1-caller stops are (${PACE_MS} ms of quiet before each), against the issue's floor paced alike`,
+        stats: summarize(pacedDesign.map((d) => d.total)),
+        baseline: 'floor.mcp+nats+pg.paced',
+      },
+      ...designHopRows(pacedDesign),
       { id: 'stop_task.stopped.1', label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller', stats: summarize(single), baseline: 'floor.mcp+nats+pg' },
       { id: 'stop_task.stopped.1.paced', label: `the same samples against the floor paced as they are (${PACE_MS} ms of quiet before each)`, stats: summarize(single), baseline: 'floor.mcp+nats+pg.paced' },
+      { id: 'stop_task.stopped.1.vs_design', label: 'the same samples against the design floor paced alike: what our code adds to the prescribed path', stats: summarize(single), baseline: 'floor.design.paced' },
       ...concurrent,
       ...hops,
       ...cpu,
