@@ -6,7 +6,7 @@ import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transi
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
 import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
-import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds } from '../store/tasks.js';
+import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds, type BumpedTask } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
 import { mark, outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
@@ -144,6 +144,8 @@ interface PlannedStop {
   plan: StopPlan;
   /** The task, locked (its fence bumped). */
   task: TaskRow;
+  /** The transaction's now(), read by the fence bump: what every write of the stop stamps. */
+  at: string;
   /** The task's active sessions, locked: the per-session guard. */
   sessions: SessionRow[];
 }
@@ -177,17 +179,18 @@ interface StopRun {
  * on the session), one that comes later waits for this transaction and then meets the new epoch
  * (ADR 0001). Tasks are locked before sessions, the order launches, admissions and holds use.
  */
-async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<{ task: TaskRow; sessions: SessionRow[] }> {
-  const [task, sessions] = await Promise.all([bumpFenceLocked(tx, taskId), lockActiveSessionsOfTasks(tx, [taskId])]);
-  if (!task) throw notFound('task not found');
-  return { task, sessions };
+async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<BumpedTask & { sessions: SessionRow[] }> {
+  const [bumped, sessions] = await Promise.all([bumpFenceLocked(tx, taskId), lockActiveSessionsOfTasks(tx, [taskId])]);
+  if (!bumped) throw notFound('task not found');
+  return { ...bumped, sessions };
 }
 
 /**
  * Run a child or task stop: plan, decision, REVIEW and audit in one transaction of two round trips
- * (BEGIN + now() + fence + locks; then the writes, the audit row, REVIEW, the outbox rows and
- * COMMIT), plus whatever the planner waits for in between (the registry); then the teardowns. A
- * persistence failure cancels nothing (so nothing is torn down and a retry makes progress).
+ * (BEGIN + the fence bump, which reads now() + the locks; then the writes, the audit row, REVIEW,
+ * the outbox rows and COMMIT), plus whatever the planner waits for in between (the registry);
+ * then the teardowns. A persistence failure cancels nothing (so nothing is
+ * torn down and a retry makes progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
   const { actor } = run;
@@ -208,8 +211,6 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   try {
     // Counted as a decision in flight until it commits or fails: teardowns yield to it (ADR 0012).
     done = await rt.teardownYield.decision(() => transactInFlights(rt, async (tx, emit, flight) => {
-      const now = flight.now(); // rides with BEGIN and the planner's first statements
-      now.catch(() => undefined); // awaited below unless the planner refuses first
       const planned = await run.planner(tx);
       const { plan } = planned;
       task = planned.task;
@@ -217,7 +218,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       const decision = decideStops(plan, planned.sessions);
       const stopped = decisionStops(plan, decision);
       const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
-      const at = await now;
+      const { at } = planned;
       const before = new Map(planned.sessions.map((x) => [x.id, x]));
       const predicted = predictStops(decision, before, plan.reason, at);
       await emitStops(emit, predicted, before, plan.reason, planned.task.workspace_id, actor);
@@ -354,15 +355,31 @@ async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): P
  * effect; then every live execution among the active sessions is stopped. The answer goes at
  * commit; the teardowns follow it.
  *
- * The checks ride in the transaction's first flight, beside the fence bump and the session locks,
- * which change and lock nothing unless the caller is the target's direct parent (R-1.2 in their
- * SQL). A refusal rolls that flight back and is audited on its own.
+ * The checks are the fence bump's and the session locks' SQL (R-1.2): they change and lock nothing
+ * unless the caller is the target's direct parent, so a bump that returns the row is the check
+ * passed, and only a refusal reads caller and target to say why. A refusal rolls back and is
+ * audited on its own.
  */
 export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTaskId: string, targetTaskId: string) {
   const actor: Actor = { type: 'agent', task_id: callerTaskId };
   const registry = new TaskRegistryView(rt.registry, targetTaskId);
   // Set when R-1.2 refuses the caller: the refusal is audited after the rollback.
   let refused: { caller: TaskRow; target: TaskRow } | undefined;
+  /** The bump changed nothing: read caller and target to say why (a refusal pays this round trip, a stop does not). */
+  const whyNotStoppable = async (tx: Tx): Promise<Error> => {
+    const tasks = await tasksByIds(tx, [callerTaskId, targetTaskId]);
+    const caller = tasks.get(callerTaskId);
+    const target = tasks.get(targetTaskId);
+    if (!caller) return notFound('calling task not found');
+    if (!target) return notFound('task not found');
+    try {
+      assertDirectParent(caller, target);
+    } catch (e) {
+      refused = { caller, target };
+      return e as Error;
+    }
+    return notFound('task not found'); // the parent link changed between the statements
+  };
   try {
     const { accepted } = await runStop(rt, call, {
       taskId: targetTaskId,
@@ -374,22 +391,13 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
       planner: async (tx) => {
         // Fence and candidates in the stop's transaction: a launch admitted before the bump has
         // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001).
-        // So each candidate's own execution is all there is to check.
-        const [tasks, task, sessions] = await Promise.all([tasksByIds(tx, [callerTaskId, targetTaskId]), bumpFenceOfChild(tx, targetTaskId, callerTaskId), lockActiveSessionsOfChild(tx, targetTaskId, callerTaskId)]);
+        // So each candidate's own execution is all there is to check. Both statements carry R-1.2
+        // in their SQL: a bump that returns the row is the check passed.
+        const [bumped, sessions] = await Promise.all([bumpFenceOfChild(tx, targetTaskId, callerTaskId), lockActiveSessionsOfChild(tx, targetTaskId, callerTaskId)]);
         mark('stop.locked');
-        const caller = tasks.get(callerTaskId);
-        const target = tasks.get(targetTaskId);
-        if (!caller) throw notFound('calling task not found');
-        if (!target) throw notFound('task not found');
-        try {
-          assertDirectParent(caller, target);
-        } catch (e) {
-          refused = { caller, target };
-          throw e;
-        }
-        if (!task) throw notFound('task not found'); // the parent link changed between the statements
+        if (!bumped) throw await whyNotStoppable(tx);
         const executions = await registry.executionsOf(sessions);
-        return { task, sessions, plan: planChildStop(sessions, executions) };
+        return { ...bumped, sessions, plan: planChildStop(sessions, executions) };
       },
     });
     return { task_id: targetTaskId, status: accepted > 0 ? ('stopped' as const) : ('not_running' as const) };
@@ -424,8 +432,8 @@ export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor,
     refuseEmpty: () => notFound('execution not found'),
     answerAfterTeardown: true,
     planner: async (tx) => {
-      const { task: locked, sessions } = await fenceAndLockCandidates(tx, task.id);
-      return { task: locked, sessions, plan: planTaskStop(sessions, await registry.everyExecution(sessions)) };
+      const locked = await fenceAndLockCandidates(tx, task.id);
+      return { ...locked, plan: planTaskStop(locked.sessions, await registry.everyExecution(locked.sessions)) };
     },
   });
   const executions = outcomes

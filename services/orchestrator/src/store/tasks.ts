@@ -43,10 +43,17 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
 }
 
 /** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
-export async function bumpFenceLocked(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}`, [id], { prepare: true });
-  return row ? norm(row) : null;
+export async function bumpFenceLocked(tx: Tx, id: string): Promise<BumpedTask | null> {
+  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}, now() AS at`, [id], { prepare: true });
+  return row ? bumped(row) : null;
 }
+
+/** A stop's fence bump: the task row it locked, and the transaction's now() (what each of its writes stamps), read by the same statement. */
+export interface BumpedTask {
+  task: TaskRow;
+  at: string;
+}
+const bumped = ({ at, ...task }: TaskRow & { at: string }): BumpedTask => ({ task: norm(task), at });
 
 /**
  * R-1.4 after a stop, on a task this transaction holds locked: REVIEW and its event's outbox row
@@ -75,9 +82,9 @@ export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<stri
 export const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $2)`;
 
 /** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
-export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}`, [targetId, callerId], { prepare: true });
-  return row ? norm(row) : null;
+export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<BumpedTask | null> {
+  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(`UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}, now() AS at`, [targetId, callerId], { prepare: true });
+  return row ? bumped(row) : null;
 }
 
 /**
