@@ -189,8 +189,8 @@ async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<BumpedTas
  * Run a child or task stop: plan, decision, REVIEW and audit in one transaction of two round trips
  * (BEGIN + the fence bump, which reads now() + the locks; then the writes, the audit row, REVIEW,
  * the outbox rows and COMMIT), plus whatever the planner waits for in between (the registry);
- * then the teardowns. A persistence failure cancels nothing (so nothing is
- * torn down and a retry makes progress).
+ * then the teardowns. A persistence failure cancels nothing (so nothing is torn down and a retry
+ * makes progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
   const { actor } = run;
