@@ -149,6 +149,12 @@ export class FakeLifecycle {
     if (e) await this.kv!.delete(RegistryReader.key(e.task_id, e.execution_id));
   }
 
+  /** The bucket loses the entry (a refresh held up past the TTL) while this owner still runs the process. */
+  async lapse(executionId: string) {
+    const e = this.registry.get(executionId)!;
+    await this.kv!.delete(RegistryReader.key(e.task_id, e.execution_id));
+  }
+
   /** The entry as the real lifecycle puts it (tests that change an entry in place call this to publish the change). */
   async save(e: Execution) {
     await this.kv!.put(RegistryReader.key(e.task_id, e.execution_id), JSON.stringify(e));

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Buckets, OrchMcp } from '@kandev/contracts';
-import { RegistryReader, request } from '@kandev/runtime';
-import { Kvm } from '@nats-io/kv';
+import { OrchMcp } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
 import { TaskRegistryView } from '../src/flows/stop.js';
 import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
@@ -215,8 +214,7 @@ describe('orch.mcp.stop_task', () => {
     const child = await h.task(ws.id, 'child', parent.id);
     const s = await h.startSession(child.id, 'work');
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    // The bucket lost the entry (a refresh held up past the TTL); the owner still runs the process.
-    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(child.id, exec.execution_id));
+    await h.life.lapse(exec.execution_id);
     expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
     expect((await h.getTask(child.id)).sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/gone/) });
     // Terminal once the stop commits, so what still runs of it is an orphan.

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Buckets, Orch } from '@kandev/contracts';
-import { request, RegistryReader } from '@kandev/runtime';
-import { Kvm } from '@nats-io/kv';
+import { Orch } from '@kandev/contracts';
+import { request } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
 import { operator, startHarness, type Harness } from './harness.js';
 
@@ -118,8 +117,7 @@ describe('orch.task.stop', () => {
     const task = await h.task(ws.id, 'lapsed entry');
     const s = await h.startSession(task.id, 'work');
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    // The bucket lost the entry (a refresh held up past the TTL); the owner still has the process.
-    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(task.id, exec.execution_id));
+    await h.life.lapse(exec.execution_id);
     const res = await stop(task.id);
     expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
     expect(res.executions).toEqual([{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }]);
@@ -131,7 +129,7 @@ describe('orch.task.stop', () => {
     const task = await h.task(ws.id, 'owner gone');
     const s = await h.startSession(task.id, 'work');
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    await (await new Kvm(h.nc).open(Buckets.executions)).delete(RegistryReader.key(task.id, exec.execution_id));
+    await h.life.lapse(exec.execution_id);
     // Owned by an instance that no longer runs: nothing answers its stop subject.
     await h.sql`UPDATE orchestrator.sessions SET instance_id = 'life-crashed' WHERE id = ${s.id}`;
     const res = await stop(task.id);
