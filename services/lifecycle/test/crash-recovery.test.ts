@@ -47,12 +47,12 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
       await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
       return c;
     };
-    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs });
-    return { nc, events, start, kv, stateDir };
+    await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs });
+    return { nc, events, start, stateDir };
   }
 
   it('its registry entries expire after the TTL; a restart with the same instance id and state dir kills the leftover agents', async () => {
-    const { nc, events, start, kv, stateDir } = await setup(1500);
+    const { nc, events, start, stateDir } = await setup(1500);
     const first = await start();
     const execs = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest({ agent: 'scripted-codex' }))]);
     const busy = randomUUID();
@@ -65,9 +65,9 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     await killHard(first);
     // Nobody refreshes the entries any more, but the agents live on.
     for (const pid of pids) expect(processGone(pid)).toBe(false);
-    for (const x of execs) expect(await kvEntry(kv, x.execution_id)).not.toBeNull();
+    for (const x of execs) expect(await kvEntry(nc, x.execution_id)).not.toBeNull();
     const t0 = performance.now();
-    for (const x of execs) await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, 6_000, 100);
+    for (const x of execs) await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, 6_000, 100);
     console.info(`[timing] registry entries of the killed instance expired ${(performance.now() - t0).toFixed(0)} ms after the kill (TTL 1500 ms)`);
     for (const pid of pids) expect(processGone(pid)).toBe(false);
 
@@ -83,15 +83,15 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
   });
 
   it('a restart before the TTL deletes the entries the dead run still owned', async () => {
-    const { nc, events, start, kv } = await setup(30_000);
+    const { nc, events, start } = await setup(30_000);
     const first = await start();
     const x = await launch(nc, launchRequest());
     leftoverPids.push(x.pid!, x.agentctl_pid!);
     await killHard(first);
-    expect(await kvEntry(kv, x.execution_id)).not.toBeNull();
+    expect(await kvEntry(nc, x.execution_id)).not.toBeNull();
 
     await start();
-    expect(await kvEntry(kv, x.execution_id)).toBeNull();
+    expect(await kvEntry(nc, x.execution_id)).toBeNull();
     expect(processGone(x.pid!)).toBe(true);
     expect(processGone(x.agentctl_pid!)).toBe(true);
     const lost = events.of('execution.stopped', x.execution_id);

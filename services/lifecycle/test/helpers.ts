@@ -4,6 +4,7 @@ import {
   createLogger,
   on,
   parseEvent,
+  RegistryReader,
   request,
   serveEndpoints,
   startService,
@@ -12,7 +13,6 @@ import {
 } from '@kandev/runtime';
 import { Svcm } from '@nats-io/services';
 import { repoRoot } from '@kandev/testkit';
-import type { KV } from '@nats-io/kv';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -206,13 +206,13 @@ export function killHard(child: ChildProcess): Promise<void> {
   });
 }
 
-/** The registry key is `<task_id>.<execution_id>`. */
-export const kvEntry = async (kv: KV, id: string) => {
-  const keys: string[] = [];
-  for await (const k of await kv.keys(`*.${id}`)) keys.push(k);
-  const e = keys[0] ? await kv.get(keys[0]) : null;
-  return e && e.operation === 'PUT' ? e : null;
-};
+/**
+ * The registry entry of an execution, or null, read as the services read it (RegistryReader: a
+ * stream-info listing, then a direct get). Never `kv.keys()`: its consumer waits 30 s for a heartbeat
+ * when the entry ages out between the consumer's creation and its delivery (ADR 0009), which is
+ * exactly when the tests that wait for an expiry poll.
+ */
+export const kvEntry = async (nc: NatsConnection, id: string): Promise<Execution | null> => (await RegistryReader.bind(nc, log)).get(id);
 
 /** A registry entry of a READY execution of `taskId` (fake pids), as an owner instance would write it. */
 export function executionEntry(taskId: string, instanceId = 'life-test'): Execution {

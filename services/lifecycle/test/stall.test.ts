@@ -32,7 +32,7 @@ async function stallWorld(instanceId: string, extraEnv: Record<string, string> =
   });
   const orch = await FakeOrchestrator.start(nc);
   const events = new EventLog(nc);
-  const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
+  await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
   const logs: string[] = [];
   const child: ChildProcess = await spawnLifecycle(
     { NATS_URL: nats.url, INSTANCE_ID: instanceId, KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(TTL_MS), TEARDOWN_GRACE_MS: String(GRACE_MS), ...extraEnv },
@@ -50,19 +50,19 @@ async function stallWorld(instanceId: string, extraEnv: Record<string, string> =
       for (const pid of [x.pid!, x.agentctl_pid!]) if (!processGone(pid)) process.kill(pid, 'SIGKILL');
     });
   }
-  return { nc, orch, events, kv, logs, child, executions };
+  return { nc, orch, events, logs, child, executions };
 }
 
 describe('a lifecycle instance stalled longer than the registry TTL', () => {
   it('re-registers the executions still wanted and stops the ones given up meanwhile', async () => {
     // This case is about re-admission: agentctl must not give up on its owner during the stall.
-    const { nc, orch, events, kv, logs, child, executions } = await stallWorld('life-stall', { AGENT_OWNER_SILENCE_MS: '600000' });
+    const { nc, orch, events, logs, child, executions } = await stallWorld('life-stall', { AGENT_OWNER_SILENCE_MS: '600000' });
     const [kept, givenUp] = executions as [(typeof executions)[0], (typeof executions)[0]];
     const admissionsBefore = orch.admitted.length;
 
     child.kill('SIGSTOP');
     // The entries lapse while the instance cannot refresh them...
-    for (const x of [kept, givenUp]) await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, TTL_MS * 4, 100);
+    for (const x of [kept, givenUp]) await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, TTL_MS * 4, 100);
     // ...and meanwhile the orchestrator gives one of them up (its reconciler marks the session FAILED).
     orch.decide = (req) => (req.execution_id === givenUp.execution_id ? { admitted: false, reason: 'session is FAILED' } : { admitted: true, reason: null });
     // Reads queued during the stall are answered after it, and must still find the executions.
@@ -75,13 +75,13 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     expect((await queuedList).map((e) => e.execution_id)).toEqual([kept.execution_id]);
 
     // The one still wanted is registered again and keeps running.
-    await eventually(() => kvEntry(kv, kept.execution_id), (e) => e !== null, 10_000, 50);
+    await eventually(() => kvEntry(nc, kept.execution_id), (e) => e !== null, 10_000, 50);
     // The one given up is stopped: its agent is gone and its stop is reported.
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === givenUp.execution_id, 20_000);
     expect(stopped.data.reason).toMatch(/^registry_lapsed/);
     await eventually(() => processGone(givenUp.pid!) && processGone(givenUp.agentctl_pid!), (g) => g, 10_000, 50);
     const stoppedAfterMs = performance.now() - resumedAt;
-    await eventually(() => kvEntry(kv, givenUp.execution_id), (e) => e === null, 10_000, 50);
+    await eventually(() => kvEntry(nc, givenUp.execution_id), (e) => e === null, 10_000, 50);
 
     expect(processGone(kept.pid!), logs.join('\n')).toBe(false);
     const readmissions = orch.admitted.slice(admissionsBefore).map((r) => r.execution_id);
@@ -93,12 +93,12 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     console.info(`[timing] given-up execution stopped ${stoppedAfterMs.toFixed(0)} ms after SIGCONT (bound ${bound} ms)`);
     // And the kept one survives further refreshes without another fence round trip.
     await new Promise((r) => setTimeout(r, TTL_MS));
-    expect(await kvEntry(kv, kept.execution_id)).not.toBeNull();
+    expect(await kvEntry(nc, kept.execution_id)).not.toBeNull();
   }, 90_000);
 
   it('frozen past the owner-silence bound: agentctl stops every agent while the instance is still frozen; after SIGCONT the stops are reported and nothing is left registered', async () => {
     const silenceMs = 2 * TTL_MS;
-    const { events, kv, logs, child, executions } = await stallWorld('life-frozen', { AGENT_OWNER_SILENCE_MS: String(silenceMs) });
+    const { nc, events, logs, child, executions } = await stallWorld('life-frozen', { AGENT_OWNER_SILENCE_MS: String(silenceMs) });
     const frozenAt = performance.now();
     child.kill('SIGSTOP');
     try {
@@ -115,7 +115,7 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     for (const x of executions) {
       const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id, 20_000);
       expect(stopped.data.reason, logs.join('\n')).toBe('agentctl_stopped_agent:owner_silent');
-      await eventually(() => kvEntry(kv, x.execution_id), (e) => e === null, 10_000, 50);
+      await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, 10_000, 50);
     }
   }, 90_000);
 });
