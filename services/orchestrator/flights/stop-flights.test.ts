@@ -31,6 +31,16 @@ function begun(c: postgres.ReservedSql) {
   return begin;
 }
 
+/** The stop's write flight as issued (the first), and with parts of it left out or changed. */
+const WRITE_VARIANTS: ReadonlyArray<{ label: string; turnsAndBundles: boolean; audit: boolean; review: 'function' | 'plain' | null; outbox: boolean; payloadBytes: number }> = [
+  { label: 'stop, write flight: writes, audit, REVIEW, outbox, COMMIT', turnsAndBundles: true, audit: true, review: 'function', outbox: true, payloadBytes: 1000 },
+  { label: '  the same, 10-byte event payloads', turnsAndBundles: true, audit: true, review: 'function', outbox: true, payloadBytes: 10 },
+  { label: '  the same, REVIEW as plain UPDATE + INSERT (no subtransaction)', turnsAndBundles: true, audit: true, review: 'plain', outbox: true, payloadBytes: 1000 },
+  { label: '  without REVIEW', turnsAndBundles: true, audit: true, review: null, outbox: true, payloadBytes: 1000 },
+  { label: '  without REVIEW, audit, turns, bundles', turnsAndBundles: false, audit: false, review: null, outbox: true, payloadBytes: 1000 },
+  { label: '  the session write and COMMIT only', turnsAndBundles: false, audit: false, review: null, outbox: false, payloadBytes: 0 },
+];
+
 const pct = (xs: readonly number[], p: number) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) * p)]!;
 const row = (name: string, xs: readonly number[]) => `${name.padEnd(58)} p50 ${pct(xs, 0.5).toFixed(3).padStart(7)}  p90 ${pct(xs, 0.9).toFixed(3).padStart(7)}  p99 ${pct(xs, 0.99).toFixed(3).padStart(7)} ms`;
 
@@ -69,23 +79,32 @@ it('times the stop flights against the design floor', async () => {
         await c`ROLLBACK`;
         c.release();
       }
-      // The stop's write flight, as the stop issues it (the session put back afterwards, not timed).
-      await quiet();
-      {
+      // The stop's write flight, as the stop issues it, then with parts left out to see what each
+      // costs (the session and task put back afterwards, not timed).
+      for (const variant of WRITE_VARIANTS) {
+        await quiet();
         const c = await sql.reserve();
         await Promise.all([begun(c), bumpFenceOfChild(c as never, child.id, parent.id), lockActiveSessionsOfChild(c as never, child.id, parent.id)]);
         const ids = [session.id];
-        const event = { id: randomUUID(), subject: 'kandev.evt.flights', payload: { note: 'x'.repeat(1000) }, trace: {} };
-        await time(name('stop, write flight: writes, audit, REVIEW, outbox, COMMIT'), async () => {
+        const payload = { note: 'x'.repeat(variant.payloadBytes) };
+        const event = { id: randomUUID(), subject: 'kandev.evt.flights', payload, trace: {} };
+        await time(name(variant.label), async () => {
           const writes = Promise.all([
-            completeOpenTurnsOfSessions(c as never, ids, 'cancelled'),
+            variant.turnsAndBundles ? completeOpenTurnsOfSessions(c as never, ids, 'cancelled') : null,
             cancelSessions(c as never, ids, 'stopped_by_parent_task'),
-            detachPendingBundles(c as never, ids, 'stopped_by_parent_task'),
-            recordAudit(c as never, { task_id: child.id, workspace_id: ws.id, action: 'mcp.stop_task', actor: 'agent', reason: 'stopped_by_parent_task', request_id: 'flights', outcome: 'stopped', details: { sessions: ids } }),
-            reviewAfterStop(c as never, child.id, event),
+            variant.turnsAndBundles ? detachPendingBundles(c as never, ids, 'stopped_by_parent_task') : null,
+            variant.audit ? recordAudit(c as never, { task_id: child.id, workspace_id: ws.id, action: 'mcp.stop_task', actor: 'agent', reason: 'stopped_by_parent_task', request_id: 'flights', outcome: 'stopped', details: { sessions: ids } }) : null,
+            variant.review === 'function'
+              ? reviewAfterStop(c as never, child.id, event)
+              : variant.review === 'plain'
+                ? Promise.all([
+                    c`UPDATE orchestrator.tasks SET status = 'REVIEW', cancelled_at = NULL, updated_at = now() WHERE id = ${child.id} RETURNING *`,
+                    c`INSERT INTO outbox (id, subject, payload, trace) VALUES (${event.id}, ${event.subject}, ${c.json(payload)}, '{}'::jsonb)`,
+                  ])
+                : null,
           ]);
           await new Promise((r) => setImmediate(r)); // as transactInFlights: outbox rows and COMMIT behind every write
-          await Promise.all([writes, c`INSERT INTO outbox (id, subject, payload, trace) VALUES (${randomUUID()}, 'kandev.evt.flights', ${c.json(event.payload)}, '{}'::jsonb)`, c`COMMIT`]);
+          await Promise.all([writes, variant.outbox ? c`INSERT INTO outbox (id, subject, payload, trace) VALUES (${randomUUID()}, 'kandev.evt.flights', ${c.json(payload)}, '{}'::jsonb)` : null, c`COMMIT`]);
         });
         c.release();
         await sql`UPDATE orchestrator.sessions SET state = 'RUNNING', completed_at = NULL, cancel_reason = NULL WHERE id = ${session.id}`;

@@ -139,6 +139,23 @@ describe('orch.task.stop', () => {
     expect(audit.map((a) => a.outcome)).toEqual(['stopped']);
   });
 
+  it('answers stopped when the owner of a listed execution is not running any more: its entry outlives it by up to the TTL (R-2.2)', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'owner crashed');
+    const s = await h.startSession(task.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    // The entry and the row name an instance that no longer runs (killed within the TTL): listed, and nothing answers its stop subject.
+    await h.life.save({ ...exec, instance_id: 'life-crashed' });
+    await h.sql`UPDATE orchestrator.sessions SET instance_id = 'life-crashed' WHERE id = ${s.id}`;
+    const stopsBefore = h.life.stops.length;
+    const res = await stop(task.id);
+    expect(res).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
+    expect(h.life.stops.length).toBe(stopsBefore); // nothing reached the running fake: it is not the owner
+    expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
+    const audit = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'task.stop'`;
+    expect(audit.map((a) => a.outcome)).toEqual(['stopped']);
+  });
+
   it('records the stop in the audit log', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'audited');

@@ -25,8 +25,8 @@ export interface CapturedExecution {
   instance_id: string;
   /**
    * The registry listed it live when the stop read it. Otherwise it is the execution a session's
-   * row names, sent to the row's owner in case its entry lapsed while the process lives on: an
-   * owner that answers `already_gone`, or no owner at all, means it is gone.
+   * row names, sent to the row's owner in case its entry lapsed while the process lives on. Either
+   * way, an owner that answers `already_gone`, or no owner at all, means it is gone.
    */
   listed: boolean;
 }

@@ -122,11 +122,15 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
   return settled.map((r, i) => {
     const teardown = teardowns[i]!;
     const ids = { session_id: teardown.execution.session_id, execution_id: teardown.execution.execution_id, instance_id: teardown.execution.instance_id };
-    if (r.status === 'rejected' && !teardown.execution.listed && isNoResponders(r.reason)) {
-      // Nothing listed it, and its owner instance is not running: the process went with it (a
-      // restarted instance reaps what it left, ADR 0005; one that reconnects re-admits only what is
-      // still wanted). Not a failure of this stop.
-      log.info({ ...ids }, 'the owner of an unlisted execution is not running; nothing left to tear down');
+    if (r.status === 'rejected' && isNoResponders(r.reason)) {
+      // No instance serves the owner's subject: the owner is not running, and its processes went
+      // with it (agents exit with their instance, B-4; a restarted instance reaps what it left,
+      // ADR 0005). Its registry entries outlive it by up to the TTL, so a listed execution is no
+      // proof of life. Should the owner only be disconnected, it re-admits on reconnect what is
+      // still wanted, and this stop has already made the session unwanted; the reconciler re-stops
+      // a CANCELLED session whose process shows up live. Not a failure of this stop.
+      const how = teardown.execution.listed ? 'listed, its entry not yet expired' : 'unlisted';
+      log[teardown.execution.listed ? 'warn' : 'info']({ ...ids, how }, 'the owner instance of the execution is not running; nothing left to tear down');
       return { teardown, reached: false, error: null };
     }
     if (r.status === 'rejected') {
