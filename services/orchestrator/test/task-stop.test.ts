@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch } from '@kandev/contracts';
+import { Orch, type Execution } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
 import { operator, startHarness, type Harness } from './harness.js';
@@ -124,28 +124,16 @@ describe('orch.task.stop', () => {
     expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
   });
 
-  it('answers stopped when the owner a lapsed entry\'s row names is not running any more: the process went with it (R-2.6)', async () => {
+  // The owner instance no longer runs (killed): nothing answers its stop subject, and the process went with it.
+  it.each([
+    { entry: 'lapsed, the row naming the owner (R-2.6)', crash: (e: Execution) => h.life.lapse(e.execution_id) },
+    { entry: 'still listed: it outlives its owner by up to the TTL (R-2.2)', crash: (e: Execution) => h.life.save({ ...e, instance_id: 'life-crashed' }) },
+  ])('answers stopped when the owner of an execution is not running any more; its entry $entry', async ({ crash }) => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'owner gone');
     const s = await h.startSession(task.id, 'work');
     const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    await h.life.lapse(exec.execution_id);
-    // Owned by an instance that no longer runs: nothing answers its stop subject.
-    await h.sql`UPDATE orchestrator.sessions SET instance_id = 'life-crashed' WHERE id = ${s.id}`;
-    const res = await stop(task.id);
-    expect(res).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
-    expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED');
-    const audit = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'task.stop'`;
-    expect(audit.map((a) => a.outcome)).toEqual(['stopped']);
-  });
-
-  it('answers stopped when the owner of a listed execution is not running any more: its entry outlives it by up to the TTL (R-2.2)', async () => {
-    const ws = await h.workspace();
-    const task = await h.task(ws.id, 'owner crashed');
-    const s = await h.startSession(task.id, 'work');
-    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
-    // The entry and the row name an instance that no longer runs (killed within the TTL): listed, and nothing answers its stop subject.
-    await h.life.save({ ...exec, instance_id: 'life-crashed' });
+    await crash(exec);
     await h.sql`UPDATE orchestrator.sessions SET instance_id = 'life-crashed' WHERE id = ${s.id}`;
     const stopsBefore = h.life.stops.length;
     const res = await stop(task.id);
