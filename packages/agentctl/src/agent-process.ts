@@ -5,7 +5,7 @@ import { getPriority, setPriority } from 'node:os';
 import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
-import { isAlive, mergeTrees, processTree, type ProcessRef, type TreeProcess } from './process-tree.js';
+import { isAlive, mergeTrees, processesInGroups, processTree, readProcStat, type ProcessRef, type TreeProcess } from './process-tree.js';
 import { signalProcesses, terminate } from './terminate.js';
 
 export interface AgentExit {
@@ -23,6 +23,10 @@ const tracer = trace.getTracer('@kandev/agentctl');
 
 /** How often the agent's process tree is noted while it runs (see process-tree.ts). */
 const TREE_REFRESH_MS = 1_000;
+/** agentctl's own process group: never one of the agent's (it runs detached), never signalled. */
+const OWN_GROUP = readProcStat(process.pid)?.pgid ?? process.pid;
+/** During a stop, how often the process groups of the tree are scanned for members no walk reaches. */
+const GROUP_SCAN_MS = 200;
 /** How long agentctl keeps re-sending SIGKILL to survivors of the tree before it reports them and gives up. */
 const SWEEP_LIMIT_MS = 5_000;
 
@@ -38,6 +42,9 @@ export class AgentProcess {
   private exit: AgentExit | undefined;
   /** Every process of the agent's tree seen so far; a child re-parented away stays on it. */
   private tree: TreeProcess[] = [];
+  /** The process groups of the tree seen live since a stop began (unset until then). */
+  private stopGroups: Set<number> | undefined;
+  private groupsScannedAt = Number.NEGATIVE_INFINITY;
   private readonly treeTimer: NodeJS.Timeout;
 
   private constructor(
@@ -128,16 +135,31 @@ export class AgentProcess {
     return this.tree.filter(isAlive);
   }
 
-  /** What a stop must end: the tree as noted now; without /proc (no tree to see) the agent itself. */
+  /**
+   * What a stop must end: the tree as noted now, and the live members of every process group the
+   * tree has had since the stop began; without /proc (no tree to see) the agent itself. The groups
+   * catch a process forked after the last walk whose parent then died: a shell wrapper that exits
+   * on SIGTERM leaves its SIGTERM-proof subshell re-parented to init, in the wrapper's group (the
+   * shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command). They are scanned every GROUP_SCAN_MS of a stop, and
+   * always before the stop may conclude that nothing is left.
+   */
   private targets(): ProcessRef[] {
     this.noteTree();
+    const groups = (this.stopGroups ??= new Set());
+    for (const p of this.survivors()) if (p.pgid > 1 && p.pgid !== OWN_GROUP) groups.add(p.pgid);
+    const now = performance.now();
+    if (this.survivors().length === 0 || now - this.groupsScannedAt >= GROUP_SCAN_MS) {
+      this.groupsScannedAt = now;
+      this.tree = mergeTrees(this.tree, processesInGroups(groups));
+    }
     const tree = this.survivors();
     return tree.length > 0 || this.exit ? tree : [{ pid: this.pid, startTime: null }];
   }
 
+  /** Walks the tree from the agent, and once it has exited from what is left of its tree. */
   private noteTree(): void {
-    if (this.exit) return;
-    this.tree = mergeTrees(this.tree.filter(isAlive), processTree(this.pid));
+    const roots = this.exit ? this.survivors().map((p) => p.pid) : [this.pid];
+    this.tree = mergeTrees(this.tree.filter(isAlive), roots.flatMap((root) => processTree(root)));
   }
 }
 

@@ -116,6 +116,19 @@ function scanTree(root: number): TreeProcess[] {
   return out;
 }
 
+/**
+ * Live processes in any of these process groups, from a scan of /proc. A process forked after the
+ * tree was last walked, whose parent then died, is nobody's descendant any more (re-parented to
+ * init), but it is still in its parent's group. A caller passes only groups it saw live moments
+ * ago: a group id is a pid, and pids are recycled.
+ */
+export function processesInGroups(pgids: ReadonlySet<number>): TreeProcess[] {
+  if (!HAS_PROC || pgids.size === 0) return [];
+  return scanProc()
+    .filter((st) => pgids.has(st.pgid))
+    .map((st) => ({ pid: st.pid, pgid: st.pgid, startTime: st.startTime }));
+}
+
 /** A handle on a process that is there now (its start time read from /proc where there is one). */
 export function processRef(pid: number): ProcessRef {
   return { pid, startTime: readProcStat(pid)?.startTime ?? null };
