@@ -42,6 +42,11 @@ export const AgentctlConfig = z.object({
    * included, so a stop or a cancel is not queued behind the work it is meant to stop.
    */
   agentNice: z.preprocess((v) => (v === '' || v === undefined ? 0 : v), z.coerce.number().int().min(0).max(19)),
+  /**
+   * With `exitWithParent`: once stdin closes (the parent is gone, and with it the reader of
+   * stderr), log lines are appended to this file instead, for the parent's next run to read.
+   */
+  logFile: z.preprocess((v) => (typeof v === 'string' && v !== '' ? resolve(v) : undefined), z.string().optional()),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -62,6 +67,7 @@ const options = {
   'exit-with-parent': ['exitWithParent', 'AGENTCTL_EXIT_WITH_PARENT'],
   'owner-silence-ms': ['ownerSilenceMs', 'AGENTCTL_OWNER_SILENCE_MS'],
   'agent-nice': ['agentNice', 'AGENTCTL_AGENT_NICE'],
+  'log-file': ['logFile', 'AGENTCTL_LOG_FILE'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */

@@ -1,3 +1,5 @@
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { trace } from '@opentelemetry/api';
 
 /*
@@ -18,7 +20,12 @@ export interface Logger {
 
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
-export function createLogger(base: LogFields, minLevel: LogLevel = 'info', out: NodeJS.WritableStream = process.stderr): Logger {
+/** Where log lines go: anything with a `write` of one line. */
+export interface LogOutput {
+  write(line: string): unknown;
+}
+
+export function createLogger(base: LogFields, minLevel: LogLevel = 'info', out: LogOutput = process.stderr): Logger {
   const write = (level: LogLevel, msg: string, fields: LogFields = {}) => {
     if (rank[level] < rank[minLevel]) return;
     const span = trace.getActiveSpan()?.spanContext();
@@ -39,6 +46,39 @@ export function createLogger(base: LogFields, minLevel: LogLevel = 'info', out: 
     error: (m, f) => write('error', m, f),
     child: (fields) => createLogger({ ...base, ...fields }, minLevel, out),
   };
+}
+
+/**
+ * stderr, until the parent that reads it is gone: then (with a file to go to) each line is
+ * appended to that file, synchronously, so the lines of a stop that follows the parent's death
+ * (which signals were sent, what survived) are on disk before agentctl exits. The parent's next
+ * run reads the file (the lifecycle's start-up cleanup).
+ */
+export class DivertableOutput implements LogOutput {
+  private file: string | undefined;
+  constructor(private readonly stderr: LogOutput = process.stderr) {}
+
+  /** Never throws: it runs on the way to stopping the agent, which must not be kept from happening. */
+  divertTo(file: string): void {
+    try {
+      mkdirSync(dirname(file), { recursive: true });
+      this.file = file;
+    } catch {
+      // The file's directory cannot be made: the lines go where they went.
+    }
+  }
+
+  write(line: string): void {
+    if (this.file === undefined) {
+      this.stderr.write(line);
+      return;
+    }
+    try {
+      appendFileSync(this.file, line);
+    } catch {
+      // Nowhere left to say it: the parent's pipe is closed and the file cannot be written.
+    }
+  }
 }
 
 function errorReplacer(_key: string, value: unknown): unknown {

@@ -9,7 +9,7 @@ import { EventStream } from './events.js';
 import type { AgentctlAgentExitedEvent } from '@kandev/contracts/agentctl';
 import { Execution } from './execution.js';
 import { createHttpServer } from './http.js';
-import { createLogger, errorMessage, type Logger } from './log.js';
+import { createLogger, DivertableOutput, errorMessage, type Logger } from './log.js';
 import { startTracing } from './tracing.js';
 
 /*
@@ -32,9 +32,11 @@ async function main(): Promise<void> {
     process.exit(2);
   }
 
+  const logOutput = new DivertableOutput();
   const log = createLogger(
     { service: 'agentctl', ...(config.executionId ? { execution_id: config.executionId } : {}), ...(config.taskId ? { task_id: config.taskId } : {}) },
     config.logLevel,
+    logOutput,
   );
   log.info('starting', { config: describeConfig(config) });
 
@@ -133,6 +135,8 @@ async function main(): Promise<void> {
     const onParentGone = (stoppedBy: 'owner_gone' | 'owner_silent', fields: Record<string, unknown> = {}) => {
       if (parentGone) return;
       parentGone = true;
+      // Its end of stderr went with it: what the stop says from here on goes to the file, if any.
+      if (stoppedBy === 'owner_gone' && config.logFile) logOutput.divertTo(config.logFile);
       log.warn(stoppedBy === 'owner_gone' ? 'parent is gone (stdin closed); stopping the agent' : 'parent is silent (frozen or hung); stopping the agent', { ...fields, grace_ms: SIGNAL_GRACE_MS });
       stopOnOwnAccount(stoppedBy);
     };

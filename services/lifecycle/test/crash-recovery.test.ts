@@ -4,7 +4,7 @@ import { startNats, type TestNats } from '@kandev/testkit';
 import { Kvm } from '@nats-io/kv';
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EventLog, FakeOrchestrator, eventually, killHard, kvEntry, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
@@ -40,8 +40,8 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     const events = new EventLog(nc);
     // Agents outlive their instance here (as when agentctl cannot notice), so the restart cleanup is what is tested.
     const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-crash', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(ttlMs), AGENTS_EXIT_WITH_LIFECYCLE: exitWithLifecycle ? 'true' : 'false' };
-    const start = async () => {
-      const c = await spawnLifecycle(env);
+    const start = async (onLine?: (line: string) => void) => {
+      const c = await spawnLifecycle(env, onLine);
       children.push(c);
       // Its endpoints answer (the subscriptions reached the server) before the test sends anything.
       await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
@@ -99,7 +99,7 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
   });
 
   it('by default, agents die with their lifecycle instance: nothing lingers after a SIGKILL (B-4)', async () => {
-    const { nc, start } = await setup(30_000, true);
+    const { nc, start, stateDir } = await setup(30_000, true);
     const first = await start();
     const x = await launch(nc, launchRequest());
     leftoverPids.push(x.pid!, x.agentctl_pid!);
@@ -107,6 +107,15 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     await killHard(first);
     // agentctl sees its stdin pipe close and stops the agent (grace 2 s for a signal-less exit).
     await eventually(() => Promise.resolve(processGone(x.pid!) && processGone(x.agentctl_pid!)), (gone) => gone, 10_000, 100);
+
+    // Its stderr had no reader any more: what it said while stopping the agent went to a file in the
+    // state dir, which the next run relays into its own log (at the lines' own levels) and removes.
+    const lines: string[] = [];
+    await start((l) => lines.push(l));
+    const relayed = lines.map((l) => JSON.parse(l) as { level: string; msg: string; execution_id?: string; previous_run?: boolean; agentctl?: { msg: string } }).filter((l) => l.previous_run && l.execution_id === x.execution_id);
+    expect(relayed.map((l) => l.agentctl?.msg)).toContain('parent is gone (stdin closed); stopping the agent');
+    expect(relayed.find((l) => l.agentctl?.msg === 'parent is gone (stdin closed); stopping the agent')?.level).toBe('warn');
+    expect(existsSync(join(stateDir, 'lifecycle', 'life-crash.agentctl'))).toBe(false);
   });
 
 });

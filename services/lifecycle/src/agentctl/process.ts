@@ -5,6 +5,7 @@ import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { processRef, type ProcessRef } from '@kandev/agentctl/process-tree';
+import { relayAgentctlLog } from './log-relay.js';
 
 /** agentctl's build inside the monorepo (the package export `@kandev/agentctl/main`). */
 export function defaultAgentctlBin(): string {
@@ -28,6 +29,8 @@ export interface AgentctlSpawnOptions {
   ownerSilenceMs: number;
   /** Nice increment of the agent over agentctl. */
   agentNice: number;
+  /** With `exitWithParent`: where agentctl logs once this process is gone (StateFile.agentctlLogPath). */
+  logFile: string;
 }
 
 export interface ProcessExit {
@@ -107,7 +110,7 @@ export class AgentctlProcess {
     createInterface({ input: child.stderr, crlfDelay: Infinity }).on('line', (line) => {
       this.stderrLines.push(line);
       if (this.stderrLines.length > 20) this.stderrLines.shift();
-      log.debug({ agentctl_log: line.slice(0, 2000) }, 'agentctl');
+      relayAgentctlLog(log, line);
     });
   }
 
@@ -127,7 +130,7 @@ export class AgentctlProcess {
       '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
       '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
       '--agent-nice', String(Math.min(19, Math.max(0, opts.agentNice))),
-      ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000))] : []),
+      ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000)), '--log-file', opts.logFile] : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
     // when an agent dies (R-6.1).

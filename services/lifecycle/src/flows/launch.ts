@@ -104,6 +104,7 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
     exitWithParent: env.AGENTS_EXIT_WITH_LIFECYCLE,
     ownerSilenceMs: ownerSilenceBound(env.REGISTRY_TTL_MS, env.AGENT_OWNER_SILENCE_MS),
     agentNice: env.AGENT_NICE,
+    logFile: deps.stateFile.agentctlLogPath(req.execution_id),
     log,
   });
   const now = new Date().toISOString();

@@ -1,6 +1,9 @@
 import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { terminate } from '@kandev/agentctl/terminate';
 import { buildEvent, type Logger } from '@kandev/runtime';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { relayAgentctlLog } from '../agentctl/log-relay.js';
 import { leftoversToReport, type Leftover } from '../domain/teardown.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
@@ -62,6 +65,31 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
     await registry.delete(l.execution_id, l.task_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
     log.warn({ execution_id: l.execution_id, task_id: l.task_id, session_id: l.session_id, pid: l.pid }, 'execution left behind by a previous run cleaned up');
   }
+  relayAgentctlLogs(stateFile.agentctlLogDir, log);
   stateFile.flush();
   return lost.length;
+}
+
+/**
+ * What each agentctl logged after the previous run died (its stop of the agent's tree: which
+ * signals, what survived), written to a file since its stderr had no reader (agentctl
+ * `--log-file`): relayed into this run's log, then removed.
+ */
+function relayAgentctlLogs(dir: string, log: Logger): void {
+  let files: string[];
+  try {
+    files = readdirSync(dir).filter((f) => f.endsWith('.log'));
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') log.warn({ err: e, dir }, 'cannot read the agentctl logs of the previous run');
+    return;
+  }
+  for (const file of files) {
+    const execution_id = file.slice(0, -'.log'.length);
+    try {
+      for (const line of readFileSync(join(dir, file), 'utf8').split('\n')) if (line.trim()) relayAgentctlLog(log, line, { execution_id, previous_run: true });
+    } catch (e) {
+      log.warn({ err: e, execution_id }, 'cannot read the agentctl log of the previous run');
+    }
+  }
+  rmSync(dir, { recursive: true, force: true });
 }

@@ -32,6 +32,19 @@ export class StateFile {
     this.path = join(stateDir, 'lifecycle', `${instanceId}.json`);
   }
 
+  /**
+   * Where the agentctl of an execution logs once this instance is gone (its stderr pipe went with
+   * it): `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.agentctl/<execution_id>.log`. The next run
+   * with this instance id relays and removes these files (startup-cleanup.ts).
+   */
+  agentctlLogPath(executionId: string): string {
+    return join(this.agentctlLogDir, `${executionId}.log`);
+  }
+
+  get agentctlLogDir(): string {
+    return join(dirname(this.path), `${this.instanceId}.agentctl`);
+  }
+
   /** What a previous run recorded; a missing or unreadable file means nothing was left. */
   readLeftovers(): { entries: StateEntry[]; problem: string | null } {
     let raw: string;
