@@ -140,8 +140,9 @@ export class AgentProcess {
    * tree has had since the stop began; without /proc (no tree to see) the agent itself. The groups
    * catch a process forked after the last walk whose parent then died: a shell wrapper that exits
    * on SIGTERM leaves its SIGTERM-proof subshell re-parented to init, in the wrapper's group (the
-   * shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command). They are scanned every GROUP_SCAN_MS of a stop, and
-   * always before the stop may conclude that nothing is left.
+   * shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command). They
+   * are scanned every GROUP_SCAN_MS of a stop, and always before the stop may conclude that nothing
+   * is left.
    */
   private targets(): ProcessRef[] {
     this.noteTree();
