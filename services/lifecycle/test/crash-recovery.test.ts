@@ -112,7 +112,8 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     // state dir, which the next run relays into its own log (at the lines' own levels) and removes.
     const lines: string[] = [];
     await start((l) => lines.push(l));
-    const relayed = lines.map((l) => JSON.parse(l) as { level: string; msg: string; execution_id?: string; previous_run?: boolean; agentctl?: { msg: string } }).filter((l) => l.previous_run && l.execution_id === x.execution_id);
+    // stderr is captured too: only the JSON log lines are read.
+    const relayed = lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: string; msg: string; execution_id?: string; previous_run?: boolean; agentctl?: { msg: string } }).filter((l) => l.previous_run && l.execution_id === x.execution_id);
     expect(relayed.map((l) => l.agentctl?.msg)).toContain('parent is gone (stdin closed); stopping the agent');
     expect(relayed.find((l) => l.agentctl?.msg === 'parent is gone (stdin closed); stopping the agent')?.level).toBe('warn');
     expect(existsSync(join(stateDir, 'lifecycle', 'life-crash.agentctl'))).toBe(false);
