@@ -5,7 +5,7 @@ import { getPriority, setPriority } from 'node:os';
 import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
-import { isAlive, mergeTrees, processesInGroups, processTree, readProcStat, type ProcessRef, type TreeProcess } from './process-tree.js';
+import { HAS_PROC, isAlive, mergeTrees, processesInGroups, processTree, readProcStat, type ProcessRef, type TreeProcess } from './process-tree.js';
 import { signalProcesses, terminate } from './terminate.js';
 
 export interface AgentExit {
@@ -136,31 +136,38 @@ export class AgentProcess {
   }
 
   /**
-   * What a stop must end: the tree as noted now, and the live members of every process group the
-   * tree has had since the stop began; without /proc (no tree to see) the agent itself. The groups
-   * catch a process forked after the last walk whose parent then died: a shell wrapper that exits
-   * on SIGTERM leaves its SIGTERM-proof subshell re-parented to init, in the wrapper's group (the
-   * shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command). They
-   * are scanned every GROUP_SCAN_MS of a stop, and always before the stop may conclude that nothing
-   * is left.
+   * What a stop must end, live now: the tree as noted, and the live members of every process group
+   * the tree has had since the stop began; without /proc (no tree to see) the agent itself. The
+   * groups catch a process forked after the last walk whose parent then died: a shell wrapper that
+   * exits on SIGTERM leaves its SIGTERM-proof subshell re-parented to init, in the wrapper's group
+   * (the shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command).
+   * They are scanned every GROUP_SCAN_MS of a stop, and always before this answers that nothing is
+   * left: terminate() takes an empty answer as the end of the stop.
    */
   private targets(): ProcessRef[] {
     this.noteTree();
     const groups = (this.stopGroups ??= new Set());
-    for (const p of this.survivors()) if (p.pgid > 1 && p.pgid !== OWN_GROUP) groups.add(p.pgid);
+    for (const p of this.tree) if (p.pgid > 1 && p.pgid !== OWN_GROUP) groups.add(p.pgid);
     const now = performance.now();
-    if (this.survivors().length === 0 || now - this.groupsScannedAt >= GROUP_SCAN_MS) {
+    if (this.tree.length === 0 || now - this.groupsScannedAt >= GROUP_SCAN_MS) {
       this.groupsScannedAt = now;
       this.tree = mergeTrees(this.tree, processesInGroups(groups));
     }
-    const tree = this.survivors();
-    return tree.length > 0 || this.exit ? tree : [{ pid: this.pid, startTime: null }];
+    if (this.tree.length > 0 || HAS_PROC) return this.tree;
+    const agent = { pid: this.pid, startTime: null };
+    return isAlive(agent) ? [agent] : [];
   }
 
-  /** Walks the tree from the agent, and once it has exited from what is left of its tree. */
+  /**
+   * Notes the live tree: what a walk from the agent finds, and what a walk finds from each noted
+   * process the agent's walk no longer reaches. Such a process was re-parented away when its parent
+   * exited (or the agent itself has exited), and what it forks is still the agent's work.
+   */
   private noteTree(): void {
-    const roots = this.exit ? this.survivors().map((p) => p.pid) : [this.pid];
-    this.tree = mergeTrees(this.tree.filter(isAlive), roots.flatMap((root) => processTree(root)));
+    const walked = processTree(this.pid);
+    const reached = new Set(walked.map((p) => p.pid));
+    const strays = this.tree.filter((p) => !reached.has(p.pid) && isAlive(p));
+    this.tree = mergeTrees(strays, [...walked, ...strays.flatMap((p) => processTree(p.pid))]);
   }
 }
 

@@ -52,11 +52,12 @@ export interface TerminateResult {
 
 /**
  * Ends the targets on the schedule above. `targets` may be a function: it is asked again before
- * every signal and check, so a process tree that grows meanwhile is followed.
+ * every signal and check, so a process tree that grows meanwhile is followed. It answers what is
+ * live, and its empty answer ends the wait: it may look wider before it gives one (agentctl scans
+ * its tree's process groups), which a filter applied here afterwards would overrule.
  */
 export async function terminate(targets: readonly ProcessRef[] | (() => readonly ProcessRef[]), opts: TerminateOptions): Promise<TerminateResult> {
-  const current = typeof targets === 'function' ? targets : () => targets;
-  const alive = () => current().filter(isAlive);
+  const alive = typeof targets === 'function' ? () => [...targets()] : () => targets.filter(isAlive);
   const wake = wakeOn(opts.exits ?? []);
   const send = (signal: NodeJS.Signals, round: number): void => {
     const reached = signalProcesses(alive(), signal);

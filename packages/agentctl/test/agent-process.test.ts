@@ -1,5 +1,7 @@
 import { getPriority } from 'node:os';
-import { readFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentProcess } from '../src/agent-process.js';
@@ -98,6 +100,28 @@ describe('AgentProcess', () => {
     expect(t.how).toBe('killed');
     expect(running(agent.pid)).toBe(false);
     expect(running(sleeper)).toBe(false);
+  });
+
+  it('stops what a command forked after the stop began, in the group of a wrapper that exited on SIGTERM', async () => {
+    const needle = `sleep ${6000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
+    const dir = mkdtempSync(join(tmpdir(), 'agentctl-wrapper-'));
+    try {
+      // The wrapper (a session of its own) answers SIGTERM by forking a SIGTERM-proof subshell and
+      // exiting: the subshell exists only after the stop's first look at the tree, its parent is gone
+      // by the next, and it is re-parented to init, in the wrapper's group.
+      const wrapper = join(dir, 'wrapper.sh');
+      writeFileSync(wrapper, `trap '(trap "" TERM HUP; exec ${needle}) & exit 0' TERM\nwhile :; do sleep 0.05; done\n`);
+      const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & wait`], env: {} }, { cwd: process.cwd(), env: process.env, agentNice: 0 }, log);
+      started.push(agent);
+      // Both noted before the stop: the agent and the wrapper (agentctl walks the tree every second).
+      await until(() => agent.survivors().some((p) => p.pid !== agent.pid && p.pgid !== agent.pid), 5_000);
+      const t = await agent.terminate(300);
+      expect(t.how).toBe('graceful'); // the agent itself went on SIGTERM
+      expect(sleepers(needle)).toEqual([]);
+    } finally {
+      for (const pid of sleepers(needle)) process.kill(pid, 'SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('sweeps what an agent left behind when it exited on its own', async () => {

@@ -97,6 +97,21 @@ describe('terminate', () => {
     for (const k of [p.ref, inGroup!, ownSession!]) expect(isAlive(k)).toBe(false);
   });
 
+  it('a target function answers what is live: a look that names a process gone meanwhile does not end the stop, its empty answer does', async () => {
+    // The first look names a process that is gone by the time it is checked (as a wrapper that
+    // forked and exited between agentctl's look and the check); only a later, wider look finds
+    // the process it left. Filtering the first answer here would have ended the stop at once.
+    const gone = leader('exit 0');
+    await gone.exit;
+    const left = leader(IGNORES_SIGTERM, 'node');
+    await until(() => (left.said().includes('up') ? true : undefined));
+    let looks = 0;
+    const r = await terminate(() => (++looks <= 2 ? [gone.ref] : isAlive(left.ref) ? [left.ref] : []), { graceMs: 200, exits: [left.exit] });
+    expect(r.killed.map((x) => x.pid)).toEqual([left.ref.pid]);
+    expect(r.survivors).toEqual([]);
+    expect(await left.exit).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
   it('grace 0: SIGKILL at once, nothing before it', async () => {
     const p = leader(IGNORES_SIGTERM, 'node');
     await until(() => (p.said().includes('up') ? true : undefined));
