@@ -25,8 +25,6 @@ const tracer = trace.getTracer('@kandev/agentctl');
 const TREE_REFRESH_MS = 1_000;
 /** agentctl's own process group: never one of the agent's (it runs detached), never signalled. */
 const OWN_GROUP = readProcStat(process.pid)?.pgid ?? process.pid;
-/** During a stop, how often the process groups of the tree are scanned for members no walk reaches. */
-const GROUP_SCAN_MS = 200;
 /** How long agentctl keeps re-sending SIGKILL to survivors of the tree before it reports them and gives up. */
 const SWEEP_LIMIT_MS = 5_000;
 
@@ -42,9 +40,8 @@ export class AgentProcess {
   private exit: AgentExit | undefined;
   /** Every process of the agent's tree seen so far; a child re-parented away stays on it. */
   private tree: TreeProcess[] = [];
-  /** The process groups of the tree seen live since a stop began (unset until then). */
-  private stopGroups: Set<number> | undefined;
-  private groupsScannedAt = Number.NEGATIVE_INFINITY;
+  /** The process groups the tree has had, kept while they may hold a live member (see findStrays). */
+  private readonly groups = new Set<number>();
   private readonly treeTimer: NodeJS.Timeout;
 
   private constructor(
@@ -136,38 +133,63 @@ export class AgentProcess {
   }
 
   /**
-   * What a stop must end, live now: the tree as noted, and the live members of every process group
-   * the tree has had since the stop began; without /proc (no tree to see) the agent itself. The
-   * groups catch a process forked after the last walk whose parent then died: a shell wrapper that
-   * exits on SIGTERM leaves its SIGTERM-proof subshell re-parented to init, in the wrapper's group
-   * (the shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running the command).
-   * They are scanned every GROUP_SCAN_MS of a stop, and always before this answers that nothing is
-   * left: terminate() takes an empty answer as the end of the stop.
+   * What a stop must end, live now: the tree as noted (see noteTree), or without /proc (no tree to
+   * see) the agent itself. terminate() takes an empty answer as the end of the stop, and this never
+   * gives one before it has looked into every group the tree has had.
    */
   private targets(): ProcessRef[] {
     this.noteTree();
-    const groups = (this.stopGroups ??= new Set());
-    for (const p of this.tree) if (p.pgid > 1 && p.pgid !== OWN_GROUP) groups.add(p.pgid);
-    const now = performance.now();
-    if (this.tree.length === 0 || now - this.groupsScannedAt >= GROUP_SCAN_MS) {
-      this.groupsScannedAt = now;
-      this.tree = mergeTrees(this.tree, processesInGroups(groups));
-    }
     if (this.tree.length > 0 || HAS_PROC) return this.tree;
     const agent = { pid: this.pid, startTime: null };
     return isAlive(agent) ? [agent] : [];
   }
 
   /**
-   * Notes the live tree: what a walk from the agent finds, and what a walk finds from each noted
-   * process the agent's walk no longer reaches. Such a process was re-parented away when its parent
-   * exited (or the agent itself has exited), and what it forks is still the agent's work.
+   * Notes the live tree: what a walk from the agent finds, what a walk finds from each noted process
+   * the agent's walk no longer reaches (re-parented away when its parent exited, or the agent itself
+   * has exited: what it forks is still the agent's work), and the strays of the tree's groups.
    */
   private noteTree(): void {
     const walked = processTree(this.pid);
     const reached = new Set(walked.map((p) => p.pid));
     const strays = this.tree.filter((p) => !reached.has(p.pid) && isAlive(p));
     this.tree = mergeTrees(strays, [...walked, ...strays.flatMap((p) => processTree(p.pid))]);
+    for (const p of this.tree) if (p.pgid > 1 && p.pgid !== OWN_GROUP) this.groups.add(p.pgid);
+    this.findStrays();
+  }
+
+  /**
+   * Live members of the tree's process groups that no walk reaches: a shell wrapper that exits
+   * (on SIGTERM, say) leaves a subshell it forked after the last walk re-parented to init, in the
+   * wrapper's group (the shape of Gemini CLI's shell tool: a wrapper shell, then a subshell running
+   * the command). A group with a live noted member needs no look: a signal to it reaches every
+   * member. One without is asked whether it has members at all (a signal 0, no /proc scan), and
+   * only then scanned. A group found with no live member is let go: no process can join it any
+   * more, and its id, a pid, may be recycled from then on.
+   */
+  private findStrays(): void {
+    const covered = new Set(this.tree.map((p) => p.pgid));
+    const unseen = new Set<number>();
+    for (const g of this.groups) {
+      if (covered.has(g)) continue;
+      if (groupHasMembers(g)) unseen.add(g);
+      else this.groups.delete(g);
+    }
+    if (unseen.size === 0) return;
+    const found = processesInGroups(unseen);
+    this.tree = mergeTrees(this.tree, found);
+    const live = new Set(found.map((p) => p.pgid));
+    for (const g of unseen) if (!live.has(g)) this.groups.delete(g);
+  }
+}
+
+/** Whether a process group has any member (a zombie counts); a group we may not signal counts too. */
+function groupHasMembers(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

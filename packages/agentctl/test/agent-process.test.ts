@@ -124,6 +124,28 @@ describe('AgentProcess', () => {
     }
   });
 
+  it('stops what a wrapper that exited before the stop left in its group, where no walk reaches it', async () => {
+    const needle = `sleep ${7000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
+    const dir = mkdtempSync(join(tmpdir(), 'agentctl-wrapper-'));
+    try {
+      // The wrapper (a session of its own) waits to be noted, then backgrounds a SIGTERM-proof
+      // subshell and exits at once: the subshell is re-parented to init before any walk sees it.
+      const wrapper = join(dir, 'wrapper.sh');
+      writeFileSync(wrapper, `while [ ! -e ${join(dir, 'go')} ]; do sleep 0.05; done\n(trap "" TERM HUP; exec ${needle}) &\nexit 0\n`);
+      const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & exec sleep 600`], env: {} }, { cwd: process.cwd(), env: process.env, agentNice: 0 }, log);
+      started.push(agent);
+      const group = await until(() => agent.survivors().find((p) => p.pgid !== agent.pid)?.pgid, 5_000);
+      writeFileSync(join(dir, 'go'), '');
+      const [stray] = await until(() => (sleepers(needle).length > 0 && !running(group) ? sleepers(needle) : undefined), 5_000);
+      const t = await agent.terminate(300);
+      expect(t.how).toBe('graceful');
+      expect(running(stray!)).toBe(false);
+    } finally {
+      for (const pid of sleepers(needle)) process.kill(pid, 'SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('sweeps what an agent left behind when it exited on its own', async () => {
     const { agent, sleeper } = await agentWithStubbornCommand(false);
     // agentctl notes the tree every second; a command younger than that is not known yet.
