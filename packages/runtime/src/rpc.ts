@@ -22,7 +22,8 @@ export interface HandlerContext {
   /**
    * When the caller stops waiting, on this process's `performance.now()` clock (from the caller's
    * `kandev-timeout-ms` header); undefined when the caller sent none. `request()` made while the
-   * handler runs already waits no longer than this; see `remainingMs()` for other waits.
+   * handler runs already ends its wait before this, leaving time for the reply (`replyReserveMs`);
+   * see `remainingMs()` for other waits.
    */
   deadline?: number | undefined;
 }
@@ -44,6 +45,21 @@ export const on = <E extends Endpoint>(endpoint: E, handler: Handler<E>, queue?:
 
 /** A request without a deadline from its caller waits this long for its reply. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
+
+/** The most a handler keeps back of its caller's deadline for its reply (see replyReserveMs). */
+const REPLY_RESERVE_MAX_MS = 250;
+
+/**
+ * Of a caller's budget, the part a handler keeps for its answer: its own waits (onward requests,
+ * registry reads, `remainingMs()`) end this much before the caller stops waiting, so a hop further
+ * down that does not answer becomes the handler's error, audited and answered with its code (a
+ * stop whose lifecycle does not accept its teardown: INTERNAL_ERROR, audited), instead of the
+ * caller's bare timeout at the same moment. A tenth of the budget, at most 250 ms: each hop keeps
+ * its own, so a chain of hops answers from the innermost that failed.
+ */
+export function replyReserveMs(budgetMs: number): number {
+  return Math.min(REPLY_RESERVE_MAX_MS, Math.floor(budgetMs / 10));
+}
 
 const zodIssues = (e: z.ZodError) => ({ issues: e.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
 
@@ -110,19 +126,21 @@ class EndpointStats {
 /** The request a handler is serving, for the requests it makes in turn (see `request()`). */
 interface Serving {
   requestId: string;
-  deadline: number | undefined;
+  /** When the handler's own waits end: the caller's deadline less the reply's reserve. */
+  waitsEndBy: number | undefined;
   /** False once the reply is sent: work the handler left running no longer inherits its deadline or request id. */
   active: boolean;
 }
 const serving = new AsyncLocalStorage<Serving>();
 
 /**
- * Milliseconds left before the deadline of the request being handled (inside a handler, and while
- * it runs), else undefined. For waits that are not NATS requests (an HTTP call, a poll).
+ * Milliseconds the handler being run may still wait (inside a handler, and while it runs), else
+ * undefined: what is left of its caller's deadline less the reply's reserve (replyReserveMs). For
+ * waits that are not NATS requests (an HTTP call, a poll, a registry read).
  */
 export function remainingMs(): number | undefined {
   const s = serving.getStore();
-  return s?.active && s.deadline !== undefined ? s.deadline - performance.now() : undefined;
+  return s?.active && s.waitsEndBy !== undefined ? s.waitsEndBy - performance.now() : undefined;
 }
 
 /**
@@ -187,9 +205,10 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
   const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
   const budget = Number(msg.headers?.get(Headers.timeout) || Number.NaN);
   const deadline = budget > 0 ? started + budget : undefined;
+  const waitsEndBy = budget > 0 ? started + budget - replyReserveMs(budget) : undefined;
   const parent = extractTrace(msg.headers);
   let error: { code: string; message: string } | undefined;
-  const context: Serving = { requestId, deadline, active: true };
+  const context: Serving = { requestId, waitsEndBy, active: true };
   await serving.run(context, () =>
     inSpan(`process ${endpoint.subject.replace(/\.[0-9a-f-]{8,}\./i, '.*.')}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name, 'kandev.request_id': requestId } }, async (span) => {
       const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
@@ -243,8 +262,9 @@ async function handle(endpoint: Endpoint, handler: Handler<Endpoint>, msg: Msg, 
 
 export interface RequestOptions {
   /**
-   * How long to wait for the reply. Inside a handler it is capped by what remains of the incoming
-   * request's deadline, and defaults to all of it; elsewhere it defaults to DEFAULT_REQUEST_TIMEOUT_MS.
+   * How long to wait for the reply. Inside a handler it is capped by what the handler may still wait
+   * (`remainingMs()`: the incoming request's deadline less the reply's reserve), and defaults to all
+   * of it; elsewhere it defaults to DEFAULT_REQUEST_TIMEOUT_MS.
    */
   timeoutMs?: number;
   /** Default: the request id of the request being handled (while its handler runs), if any. */
@@ -276,7 +296,7 @@ export async function request<E extends Endpoint>(
   const store = serving.getStore();
   // Only while the handler runs: a timer it started must not carry its deadline or request id for ever.
   const outer = store?.active ? store : undefined;
-  const left = outer?.deadline !== undefined ? outer.deadline - performance.now() : undefined;
+  const left = outer?.waitsEndBy !== undefined ? outer.waitsEndBy - performance.now() : undefined;
   const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? DEFAULT_REQUEST_TIMEOUT_MS, left ?? Number.POSITIVE_INFINITY));
   if (timeout <= 0) throw unavailable(`${endpoint.name} not sent: the caller's deadline has passed`);
   const requestId = opts.requestId ?? outer?.requestId;

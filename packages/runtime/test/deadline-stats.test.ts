@@ -4,7 +4,7 @@ import { Headers, KandevError, type Endpoint } from '@kandev/contracts';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { headers } from '@nats-io/nats-core';
 import { Svcm } from '@nats-io/services';
-import { connectNats, createLogger, on, remainingMs, request, serveEndpoints, startService, type NatsConnection } from '../src/index.js';
+import { connectNats, createLogger, on, remainingMs, replyReserveMs, request, serveEndpoints, startService, type NatsConnection } from '../src/index.js';
 
 const ep = (name: string, result: z.ZodType = z.object({})): Endpoint => ({ name: `test.${name}`, subject: `kandev.test.${name}`, request: z.object({}), result });
 const slow = ep('slow', z.object({ ms: z.number() }));
@@ -46,25 +46,34 @@ afterAll(async () => {
 });
 
 describe('deadline', () => {
-  it('travels in a header, and a handler\'s own requests wait only for what remains of it', async () => {
-    // The caller's own request() waits as long as it told the front: both end together.
-    const err = await request(nc, front, {}, { timeoutMs: 600 }).catch((e: unknown) => e);
-    expect(err).toMatchObject({ code: 'UNAVAILABLE' });
+  it('travels in a header, and a handler\'s own requests end early enough for its answer to reach the caller', async () => {
+    // The caller waits 3 s; the front's wait on the hole ends the reply's reserve (250 ms) before
+    // that, so the caller gets the front's answer, not a timeout of its own.
+    const t = performance.now();
+    const answer = await request(nc, front, {}, { timeoutMs: 3_000 });
+    expect(performance.now() - t).toBeLessThan(3_000);
+    expect(answer.waited_ms).toBeGreaterThan(answer.remaining_ms! - 50);
+    expect(answer.remaining_ms).toBeLessThanOrEqual(3_000 - replyReserveMs(3_000));
     // Seen from inside: a raw caller that says 800 ms in the header but waits 4 s itself.
     const h = headers();
     h.set(Headers.timeout, '800');
     h.set(Headers.requestId, 'rid-2');
     const raw = await nc.request(front.subject, '{}', { timeout: 4000, headers: h });
     const r = JSON.parse(new TextDecoder().decode(raw.data)).result;
-    // The onward request carried what was left of the 800 ms, and the same request id.
+    // The onward request carried what was left of the 800 ms less the reserve, and the same request id.
+    expect(replyReserveMs(800)).toBe(80);
     expect(Number(r.header)).toBeGreaterThan(0);
-    expect(Number(r.header)).toBeLessThanOrEqual(800);
+    expect(Number(r.header)).toBeLessThanOrEqual(720);
     expect(r.request_id).toBe('rid-2');
     expect(r.remaining_ms).toBeGreaterThan(0);
-    expect(r.remaining_ms).toBeLessThanOrEqual(800);
-    // The wait on the hole ended with the deadline, not after the 5 s default.
+    expect(r.remaining_ms).toBeLessThanOrEqual(720);
+    // The wait on the hole ended with that, not after the 5 s default.
     expect(r.waited_ms).toBeLessThan(2_000);
     expect(r.waited_ms).toBeGreaterThan(r.remaining_ms - 50);
+  });
+
+  it('keeps a tenth of the budget for the reply, at most 250 ms', () => {
+    expect([100, 800, 2_500, 30_000].map(replyReserveMs)).toEqual([10, 80, 250, 250]);
   });
 
   it('refuses to send once the caller\'s deadline has passed', async () => {

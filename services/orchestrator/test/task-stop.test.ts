@@ -112,6 +112,25 @@ describe('orch.task.stop', () => {
     expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
   });
 
+  it('answers its own audited error, not the caller\'s timeout, when a stalled owner does not accept within the caller\'s deadline', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'owner stalled past the deadline');
+    await h.startSession(task.id, 'work');
+    h.life.stalled = true;
+    try {
+      // The teardown request waits what is left of the 3 s less the reply's reserve (250 ms), so the
+      // orchestrator's answer, written to the audit log first, still reaches the caller.
+      const err = await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id }, { timeoutMs: 3_000 }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'INTERNAL_ERROR', message: expect.stringContaining('teardown request was not accepted') });
+      const audit = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'task.stop' ORDER BY created_at`;
+      expect(audit.map((a) => a.outcome)).toEqual(['stopped', 'error:INTERNAL_ERROR']);
+      expect((await h.getTask(task.id)).sessions[0]!.state).toBe('CANCELLED'); // decided and durable all the same
+    } finally {
+      h.life.stalled = false;
+      h.life.releaseHung();
+    }
+  });
+
   it('tears the process down at its owner even when its registry entry has lapsed (the owner still runs it)', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'lapsed entry');
