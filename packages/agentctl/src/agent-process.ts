@@ -150,10 +150,18 @@ export class AgentProcess {
    * has exited: what it forks is still the agent's work), and the strays of the tree's groups.
    */
   private noteTree(): void {
-    const walked = processTree(this.pid);
-    const reached = new Set(walked.map((p) => p.pid));
-    const strays = this.tree.filter((p) => !reached.has(p.pid) && isAlive(p));
-    this.tree = mergeTrees(strays, [...walked, ...strays.flatMap((p) => processTree(p.pid))]);
+    const found = processTree(this.pid);
+    const reached = new Set(found.map((p) => p.pid));
+    // The tree is noted parents first, so each subtree left behind is walked once, from its top.
+    for (const p of this.tree) {
+      if (reached.has(p.pid) || !isAlive(p)) continue;
+      for (const q of processTree(p.pid)) {
+        if (reached.has(q.pid)) continue;
+        reached.add(q.pid);
+        found.push(q);
+      }
+    }
+    this.tree = found;
     for (const p of this.tree) if (p.pgid > 1 && p.pgid !== OWN_GROUP) this.groups.add(p.pgid);
     this.findStrays();
   }
