@@ -206,4 +206,3 @@ export const AgentctlEvent = z.discriminatedUnion('type', [
   AgentctlAgentExitedEvent,
 ]);
 export type AgentctlEvent = z.infer<typeof AgentctlEvent>;
-export type AgentctlEventType = AgentctlEvent['type'];

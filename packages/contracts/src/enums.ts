@@ -29,6 +29,9 @@ export type ExecutionStatus = z.infer<typeof ExecutionStatus>;
 /** Statuses in which an execution still has (or may have) a live process. */
 export const LIVE_EXECUTION_STATUSES: readonly ExecutionStatus[] = ['STARTING', 'RUNNING', 'READY', 'STOPPING'];
 export const isLiveExecution = (s: ExecutionStatus) => LIVE_EXECUTION_STATUSES.includes(s);
+/** Ending or ended: being torn down or gone, so it takes no new prompt and has no turn to cancel (STOPPING is live, yet refuses). */
+export const ENDING_EXECUTION_STATUSES: readonly ExecutionStatus[] = ['STOPPING', 'STOPPED', 'COMPLETED', 'FAILED'];
+export const isEndingExecution = (s: ExecutionStatus) => ENDING_EXECUTION_STATUSES.includes(s);
 
 export const Protocol = z.enum(['acp', 'codex']);
 export type Protocol = z.infer<typeof Protocol>;

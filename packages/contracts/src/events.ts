@@ -46,7 +46,6 @@ export const EventData = {
 } as const;
 export type EventType = keyof typeof EventData;
 export type EventDataOf<T extends EventType> = z.infer<(typeof EventData)[T]>;
-export const EventTypes = Object.keys(EventData) as EventType[];
 
 export const EventEnvelope = z.object({
   id: z.string().min(1),

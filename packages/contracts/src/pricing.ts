@@ -19,8 +19,6 @@ export interface ModelPrice {
   output: number;
 }
 
-export const PRICE_TABLE_AS_OF = '2026-11-30';
-
 export const MODEL_PRICES: Readonly<Record<string, ModelPrice>> = {
   'gpt-5': { input: 1.25, cachedInput: 0.125, output: 10 },
   'gpt-5-codex': { input: 1.25, cachedInput: 0.125, output: 10 },

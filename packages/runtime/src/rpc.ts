@@ -75,9 +75,6 @@ function toErrorBody(e: unknown) {
 export class InFlightRequests {
   private count = 0;
   private waiters: Array<() => void> = [];
-  get size(): number {
-    return this.count;
-  }
   enter(): void {
     this.count++;
   }

@@ -35,10 +35,6 @@ export class ExecutionSupervisor {
     this.ctx = { deps, live: this.live, teardowns: this.teardowns, shuttingDown: () => this.shuttingDown };
   }
 
-  get size(): number {
-    return this.live.size;
-  }
-
   /** The registry record of an execution this instance owns and still has registered, else null. */
   registeredRecord(executionId: string): Execution | null {
     const x = this.live.get(executionId);

@@ -1,12 +1,14 @@
 // "No event effect is applied twice" (issue 11), checked on what the effects leave behind: the
 // database (one snapshot) and the event stream every consumer reads.
-import { Streams, TERMINAL_SESSION_STATES, type EventEnvelope } from '@kandev/contracts';
+import { Streams, TERMINAL_SESSION_STATES, type EventEnvelope, type EventType } from '@kandev/contracts';
 import type { NatsConnection } from '@kandev/runtime';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type postgres from 'postgres';
 import { at, type Violation } from './types.js';
 
 type Tx = postgres.TransactionSql;
+/** One envelope per event type, so a switch on `type` narrows `data`. */
+type AnyEvent = { [T in EventType]: EventEnvelope<T> }[EventType];
 
 /**
  * In the database:
@@ -47,24 +49,23 @@ export async function effectsInDatabase(tx: Tx): Promise<Violation[]> {
 }
 
 /** The one fact an event reports, for the events whose fact happens once; null for the others. */
-function factOf(ev: EventEnvelope): string | null {
-  const d = ev.data as Record<string, any>;
+function factOf(ev: AnyEvent): string | null {
   switch (ev.type) {
     case 'turn.completed':
     case 'turn.started':
-      return `${ev.type} of turn ${d.turn_id}`;
+      return `${ev.type} of turn ${ev.data.turn_id}`;
     case 'execution.stopped':
-      return `${ev.type} of execution ${d.execution_id}`;
+      return `${ev.type} of execution ${ev.data.execution_id}`;
     case 'usage.recorded':
-      return `${ev.type} ${d.usage_event_id}`;
+      return `${ev.type} ${ev.data.usage_event_id}`;
     case 'task.created':
-      return `${ev.type} ${d.task?.id}`;
+      return `${ev.type} ${ev.data.task?.id}`;
     case 'tree_hold.created':
     case 'tree_hold.released':
-      return `${ev.type} ${d.hold?.id}`;
+      return `${ev.type} ${ev.data.hold?.id}`;
     case 'session.state_changed':
       // A session ends once: a second terminal transition is an end applied twice.
-      return (TERMINAL_SESSION_STATES as readonly string[]).includes(d.to) ? `end of session ${ev.session_id}` : null;
+      return TERMINAL_SESSION_STATES.includes(ev.data.to) ? `end of session ${ev.session_id}` : null;
     default:
       return null;
   }
@@ -85,7 +86,7 @@ export async function effectsOnStream(nc: NatsConnection): Promise<Violation[]> 
   const messages = await consumer.consume();
   try {
     for await (const m of messages) {
-      const ev = m.json<EventEnvelope>();
+      const ev = m.json<AnyEvent>();
       const fact = factOf(ev);
       if (fact) ids.set(fact, (ids.get(fact) ?? new Set()).add(ev.id));
       if (m.seq >= last) break;

@@ -23,7 +23,7 @@ interface SessionRow {
 
 const ACTIVE: readonly string[] = ACTIVE_SESSION_STATES;
 /** Active states in which an execution must exist (CREATED has not asked for one yet). */
-const NEEDS_EXECUTION: readonly string[] = ['STARTING', 'RUNNING', 'WAITING_FOR_INPUT'];
+const NEEDS_EXECUTION: readonly string[] = ACTIVE_SESSION_STATES.filter((s) => s !== 'CREATED');
 
 /** The process runs (a zombie waiting to be reaped counts as gone). */
 function pidAlive(pid: number): boolean {

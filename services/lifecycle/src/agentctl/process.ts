@@ -163,10 +163,6 @@ export class AgentctlProcess {
     return this.stderrLines.slice(-3).join(' | ').slice(0, 1000);
   }
 
-  kill(signal: NodeJS.Signals): void {
-    if (!this.exit) this.child.kill(signal);
-  }
-
   /** Proof of life for agentctl (--owner-silence-ms): one byte down its stdin pipe. */
   heartbeat(): void {
     const stdin = this.child.stdin;

@@ -1,4 +1,4 @@
-import type { ExecutionStatus } from '@kandev/contracts';
+import { isEndingExecution, type ExecutionStatus } from '@kandev/contracts';
 
 /*
  * Target fencing of a cancel (B-2): the caller names the execution and, optionally, the turn it
@@ -11,9 +11,7 @@ export type CancelDecision =
   | { kind: 'cancel'; turnId: string };
 
 export function decideCancel(current: { status: ExecutionStatus; turn_id: string | null }, requestedTurnId: string | null | undefined): CancelDecision {
-  if (current.status === 'STOPPING' || current.status === 'STOPPED' || current.status === 'COMPLETED' || current.status === 'FAILED') {
-    return { kind: 'not_running' };
-  }
+  if (isEndingExecution(current.status)) return { kind: 'not_running' };
   // A named turn that already ended is not a mismatch: there is simply nothing left to cancel.
   if (current.turn_id === null) return { kind: 'no_active_turn' };
   if (requestedTurnId && requestedTurnId !== current.turn_id) return { kind: 'turn_mismatch', current: current.turn_id, requested: requestedTurnId };

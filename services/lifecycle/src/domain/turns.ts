@@ -1,4 +1,4 @@
-import type { ExecutionStatus } from '@kandev/contracts';
+import { isEndingExecution, type ExecutionStatus } from '@kandev/contracts';
 
 /*
  * Turn bookkeeping of one execution, as a pure reducer. Turn ends can be learnt twice (the cancel
@@ -26,9 +26,7 @@ const busyOr = (v: TurnView): ExecutionStatus => (v.status === 'STOPPING' ? 'STO
 
 /** May a new prompt be sent? Only to an idle, launched execution. */
 export function promptRefusal(v: TurnView): null | { code: 'CONFLICT'; message: string } {
-  if (v.status === 'STOPPING' || v.status === 'STOPPED' || v.status === 'COMPLETED' || v.status === 'FAILED') {
-    return { code: 'CONFLICT', message: 'agent not running' };
-  }
+  if (isEndingExecution(v.status)) return { code: 'CONFLICT', message: 'agent not running' };
   if (v.status === 'STARTING') return { code: 'CONFLICT', message: 'execution is still starting' };
   if (v.turn_id !== null) return { code: 'CONFLICT', message: `a turn is in flight (${v.turn_id})` };
   return null;

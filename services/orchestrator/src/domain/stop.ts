@@ -6,7 +6,6 @@ export const StopReasons = {
   operatorStop: 'stopped_by_operator',
   treePause: 'tree_paused',
   treeCancel: 'tree_cancelled',
-  launchFenced: 'launch_fenced',
 } as const;
 export type StopReason = (typeof StopReasons)[keyof typeof StopReasons];
 

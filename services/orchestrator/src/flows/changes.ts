@@ -1,4 +1,4 @@
-import type { Actor, SessionState, TaskStatus } from '@kandev/contracts';
+import { TERMINAL_SESSION_STATES, type Actor, type SessionState, type TaskStatus } from '@kandev/contracts';
 import type { Tx } from '@kandev/runtime';
 import { hasActiveSession, setSessionState } from '../store/sessions.js';
 import { lockTask, updateTaskFields } from '../store/tasks.js';
@@ -14,7 +14,7 @@ export async function changeSessionState(
   to: SessionState,
   opts: { reason?: string | null; error_message?: string | null; cancel_reason?: string | null; actor?: Actor | null } = {},
 ): Promise<SessionRow> {
-  const terminal = to === 'COMPLETED' || to === 'FAILED' || to === 'CANCELLED';
+  const terminal = TERMINAL_SESSION_STATES.includes(to);
   const updated = await setSessionState(tx, session.id, to, {
     ...(opts.error_message !== undefined ? { error_message: opts.error_message } : {}),
     cancel_reason: opts.cancel_reason ?? null,

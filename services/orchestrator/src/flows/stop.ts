@@ -340,17 +340,20 @@ export class TaskRegistryView {
       mark('stop.registry_read');
       return found;
     } catch (e) {
-      throw isKandevError(e) && e.code === 'UNAVAILABLE' ? e : internalError('execution registry lookup failed', e);
+      throw registryFailure(e);
     }
   }
 }
+
+/** A registry read that failed: NATS being unreachable stays UNAVAILABLE (503, retry), anything else is an error, never "nothing running". */
+const registryFailure = (e: unknown): Error => (isKandevError(e) && e.code === 'UNAVAILABLE' ? e : internalError('execution registry lookup failed', e));
 
 /** The task's executions as a lifecycle instance sees them (its memory merged with the bucket). A lookup failure is an error, never "nothing running". */
 async function registryOf(rt: OrchRuntime, call: CallContext, taskId: string): Promise<Execution[]> {
   try {
     return await request(rt.nc, Life.list, { task_id: taskId }, { requestId: call.requestId });
   } catch (e) {
-    throw internalError('execution registry lookup failed', e);
+    throw registryFailure(e);
   }
 }
 

@@ -73,11 +73,6 @@ export async function lockActiveHoldRootedAt(tx: Tx, rootId: string, mode: HoldM
   return row ? { ...row, members: await membersOf(tx, row.id) } : null;
 }
 
-export async function activeHoldRootedAt(q: Q, rootId: string): Promise<{ id: string; mode: HoldMode } | null> {
-  const [row] = await q<{ id: string; mode: HoldMode }[]>`SELECT id, mode FROM tree_holds WHERE root_task_id = ${rootId} AND released_at IS NULL LIMIT 1`;
-  return row ?? null;
-}
-
 export async function insertHold(
   tx: Tx,
   h: { id: string; workspace_id: string; root_task_id: string; mode: HoldMode; created_by: string; reason: string | null; request_id: string | null },

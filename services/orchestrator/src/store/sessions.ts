@@ -135,12 +135,6 @@ export async function setQueuePaused(tx: Tx, id: string, paused: boolean): Promi
   await tx`UPDATE sessions SET queue_paused = ${paused} WHERE id = ${id}`;
 }
 
-/** The per-session guard over many sessions at once, taken in id order so concurrent stops cannot deadlock. */
-export async function lockSessions(tx: Tx, ids: readonly string[]): Promise<SessionRow[]> {
-  if (!ids.length) return [];
-  return tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`, [[...ids]], { prepare: true });
-}
-
 /** Active sessions of many tasks under their guard (a tree hold stops them all in one transaction). */
 export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string[]): Promise<SessionRow[]> {
   if (!taskIds.length) return [];

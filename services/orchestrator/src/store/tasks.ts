@@ -97,11 +97,6 @@ export async function lockParentForChild(tx: Tx, id: string): Promise<TaskRow | 
   return row ? norm(row) : null;
 }
 
-export async function bumpFence(q: Q, id: string): Promise<number> {
-  const [row] = await q<{ fence_epoch: string }[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING fence_epoch`;
-  return Number(row!.fence_epoch);
-}
-
 export async function updateTaskFields(
   tx: Tx,
   id: string,
