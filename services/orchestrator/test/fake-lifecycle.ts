@@ -30,6 +30,8 @@ export class FakeLifecycle {
   cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
   /** `hang`: the owner never answers a prompt hand-off (it died after answering a cancel) until `releaseHung()`. */
   promptBehaviour: 'accept' | 'hang' = 'accept';
+  /** Answer every stop request with this error (an owner that takes the request and fails it). */
+  stopFails: KandevError | null = null;
   /** Stopped (SIGSTOP): registry requests and stops wait until `releaseHung()`, then are answered. */
   stalled = false;
   private hung: Array<() => void> = [];
@@ -66,6 +68,7 @@ export class FakeLifecycle {
       on(Life.stop.at(this.instanceId), async (req) => {
         await this.stall();
         this.stops.push(req);
+        if (this.stopFails) throw this.stopFails;
         const e = this.registry.get(req.execution_id);
         if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };
         e.status = 'STOPPING';

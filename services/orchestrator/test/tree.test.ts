@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Holds, Orch, OrchTree, type Hold } from '@kandev/contracts';
+import { Holds, KandevError, Orch, OrchTree, type Hold } from '@kandev/contracts';
 import { createLogger, on, request, serveEndpoints } from '@kandev/runtime';
 import { operator, startHarness, type Harness } from './harness.js';
 
@@ -102,6 +102,47 @@ describe('holds', () => {
     await expect(request(h.nc, OrchTree.pause, { actor: stranger, task_id: root.id })).rejects.toMatchObject({ code: 'FORBIDDEN' });
     const [n] = await h.sql`SELECT count(*)::int AS n FROM orchestrator.tree_holds WHERE root_task_id = ${root.id}`;
     expect(n!.n).toBe(0);
+  });
+});
+
+describe('failures are audited on the root (B-3)', () => {
+  const auditOf = (taskId: string) => h.sql`SELECT action, outcome, details FROM orchestrator.audit_log WHERE task_id = ${taskId} AND action LIKE 'tree.%' ORDER BY created_at, id`;
+
+  it('a pause whose writes fail changes nothing, answers INTERNAL_ERROR and records the failure', async () => {
+    const { root, kids } = await family(1);
+    const s = await h.startSession(kids[0]!.id, 'work');
+    await h.sql.unsafe(`CREATE OR REPLACE FUNCTION orchestrator.refuse_hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hold refused for this test'; END $$`);
+    await h.sql.unsafe(`CREATE TRIGGER refuse_hold BEFORE INSERT ON orchestrator.tree_holds FOR EACH ROW WHEN (NEW.root_task_id = '${root.id}') EXECUTE FUNCTION orchestrator.refuse_hold()`);
+    try {
+      const err = await tree('pause', root.id, 'refused').catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'INTERNAL_ERROR' });
+    } finally {
+      await h.sql.unsafe(`DROP TRIGGER refuse_hold ON orchestrator.tree_holds`);
+    }
+    expect(await h.sql`SELECT id FROM orchestrator.tree_holds WHERE root_task_id = ${root.id}`).toHaveLength(0);
+    expect((await h.getTask(kids[0]!.id)).sessions[0]).toMatchObject({ id: s.id, state: 'RUNNING' });
+    expect(await auditOf(root.id)).toEqual([{ action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'accept' } }]);
+    expect(await auditOf(kids[0]!.id)).toEqual([]);
+  });
+
+  it('a teardown its owner fails leaves the hold in force and records which execution failed', async () => {
+    const { root, kids } = await family(1);
+    const s = await h.startSession(kids[0]!.id, 'work');
+    const exec = [...h.life.registry.values()].find((e) => e.session_id === s.id)!;
+    h.life.stopFails = new KandevError('INTERNAL_ERROR', 'teardown refused for this test');
+    try {
+      const { hold } = await tree('pause', root.id, 'owner fails');
+      expect(hold.released_at).toBeNull();
+      expect((await h.getTask(kids[0]!.id)).sessions[0]).toMatchObject({ id: s.id, state: 'CANCELLED' });
+      // The answer waits for the teardowns (up to 1 s), and the failure's row is written before it.
+      expect(await auditOf(root.id)).toEqual([
+        expect.objectContaining({ action: 'tree.pause', outcome: 'held' }),
+        { action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'teardown', failed: [exec.execution_id], hold_id: hold.id } },
+      ]);
+      await tree('resume', root.id);
+    } finally {
+      h.life.stopFails = null;
+    }
   });
 });
 

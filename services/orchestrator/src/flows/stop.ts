@@ -143,6 +143,26 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
   });
 }
 
+/**
+ * The teardowns of accepted stops, then one audit row naming those whose request failed (B-3):
+ * the decision stands and the reconciler retries them (R-6.3). Every stop's executor ends so.
+ */
+export async function dispatchAudited(
+  rt: OrchRuntime,
+  call: CallContext,
+  teardowns: readonly Teardown[],
+  reason: StopReason,
+  log: Logger,
+  failure: (details: Record<string, unknown>) => AuditRecord,
+): Promise<TeardownOutcome[]> {
+  const outcomes = await dispatchTeardowns(rt, call, teardowns, reason, log);
+  const failed = outcomes.filter((o) => o.error);
+  if (failed.length) {
+    await recordAudit(rt.sql, failure({ stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
+  }
+  return outcomes;
+}
+
 /** What a planner read and locked inside the stop's transaction. */
 interface PlannedStop {
   plan: StopPlan;
@@ -262,16 +282,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
   if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
   const extra = reviewedNow ? [reviewEvent] : [];
-  const dispatch = () =>
-    dispatchTeardowns(rt, call, teardowns, plan.reason, log).then(async (outcomes) => {
-      const failed = outcomes.filter((o) => o.error);
-      if (failed.length) {
-        await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', plan.reason, { stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err) =>
-          log.warn({ err }, 'audit write failed'),
-        );
-      }
-      return outcomes;
-    });
+  const dispatch = () => dispatchAudited(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
   if (!run.answerAfterTeardown) {
     // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
     // it is sent); the events follow it, and the teardowns once this instance's other stop decisions

@@ -3,6 +3,8 @@ import {
   actorLabel,
   conflict,
   Holds,
+  internalError,
+  isKandevError,
   MAX_HOLD_MEMBERS,
   notFound,
   type Actor,
@@ -11,11 +13,11 @@ import {
   type HoldMode,
   type TreePreview,
 } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { request, type Logger } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { StopReasons, planTreeStop } from '../domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../domain/tree.js';
-import { recordAudits } from '../store/audit.js';
+import { recordAudit, recordAudits, type AuditRecord } from '../store/audit.js';
 import {
   activeHoldOfTasks,
   bumpFences,
@@ -34,7 +36,7 @@ import { getTask } from '../store/tasks.js';
 import { toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
-import { acceptStops, dispatchTeardowns } from './stop.js';
+import { acceptStops, dispatchAudited } from './stop.js';
 
 /** R-4.2 / R-4.5: how long a pause or cancel waits for its session stops to reach their owners before replying. */
 export const PROPAGATION_WAIT_MS = 1_000;
@@ -94,6 +96,34 @@ async function auditMembers(tx: Tx, hold: Hold, action: string, actor: Actor, re
   );
 }
 
+/** The audit row of a tree action on its root (B-3): what `auditMembers` writes when it commits, and its failures otherwise. */
+const rootAudit = (root: TaskRow, action: string, actor: Actor, reason: string | null, requestId: string) => (outcome: string, details: Record<string, unknown>): AuditRecord => ({
+  task_id: root.id,
+  workspace_id: root.workspace_id,
+  action,
+  actor: actorLabel(actor),
+  reason,
+  request_id: requestId,
+  outcome,
+  details,
+});
+
+/**
+ * A tree action's transaction, with its failure audited on the root (as every stop's is, B-3). A
+ * refusal (CONFLICT, NOT_FOUND, …) changed nothing and is only answered; anything else rolled back
+ * and is recorded, then rethrown as INTERNAL_ERROR with its cause.
+ */
+async function auditedFailure<T>(rt: OrchRuntime, log: Logger, audit: ReturnType<typeof rootAudit>, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (e) {
+    if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e;
+    log.error({ err: e }, 'the tree action failed; nothing of it was applied');
+    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'accept' })).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
+    throw isKandevError(e) ? e : internalError('the tree action failed', e);
+  }
+}
+
 /**
  * R-4.2 pause and R-4.5 cancel, as one transaction: lock the subtree (so membership is exact at
  * that instant), record the hold and every member's status snapshot, fence every member's
@@ -107,8 +137,9 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const root = await accessibleRoot(rt, actor, taskId);
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
+  const audit = rootAudit(root, `tree.${mode}`, actor, reason, call.requestId);
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
-  const { hold, teardowns } = await rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
+  const { hold, teardowns } = await auditedFailure(rt, log, audit, () => rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
     await serialiseHoldsOf(tx, root.workspace_id);
     const tasks = await lockSubtree(tx, root.id);
     if (!tasks.length) throw notFound('task not found');
@@ -134,9 +165,9 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
     return { hold, teardowns: accepted.teardowns };
-  }));
+  })));
   const propagation = Promise.all([
-    dispatchTeardowns(rt, call, teardowns, stopReason, log),
+    dispatchAudited(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
     request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'gating wakeups failed; the holds service catches up from the event')),
   ]);
   let timer: NodeJS.Timeout | undefined;
@@ -162,7 +193,8 @@ async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], acto
 export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, mode: HoldMode, reason: string | null): Promise<{ hold: Hold }> {
   const root = await accessibleRoot(rt, actor, taskId);
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
-  const hold = await transact(rt, async (tx, emit) => {
+  const audit = rootAudit(root, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId);
+  const hold = await auditedFailure(rt, log, audit, () => transact(rt, async (tx, emit) => {
     await serialiseHoldsOf(tx, root.workspace_id);
     const candidate = await activeHoldOfTasks(tx, [root.id]);
     if (!candidate || candidate.root_task_id !== root.id || candidate.mode !== mode) throw releaseConflict(mode, candidate);
@@ -182,7 +214,7 @@ export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Act
     await emit('tree_hold.released', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold: released });
     log.info({ hold_id: released.id }, 'tree hold released');
     return released;
-  });
+  }));
   await request(rt.nc, Holds.holdReleased, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'ungating wakeups failed; the holds service catches up from the event'));
   return { hold };
 }
