@@ -8,6 +8,15 @@ export const StopReasons = {
   treeCancel: 'tree_cancelled',
 } as const;
 export type StopReason = (typeof StopReasons)[keyof typeof StopReasons];
+const STOP_REASONS: readonly string[] = Object.values(StopReasons);
+
+/**
+ * The reason a stop recorded on a CANCELLED session (its cancel_reason), for a teardown sent again
+ * on its behalf: the same stop, so the same reason on the lifecycle's stop event. A session
+ * cancelled before reasons were recorded reads as an operator's stop.
+ */
+export const recordedStopReason = (cancelReason: string | null): StopReason =>
+  cancelReason !== null && STOP_REASONS.includes(cancelReason) ? (cancelReason as StopReason) : StopReasons.operatorStop;
 
 export interface CandidateSession {
   id: string;

@@ -2,7 +2,7 @@ import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/
 import { type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
-import { StopReasons } from '../domain/stop.js';
+import { recordedStopReason } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
@@ -20,6 +20,7 @@ interface Suspect {
   task_id: string;
   state: string;
   execution_id: string;
+  cancel_reason: string | null;
 }
 
 /**
@@ -45,7 +46,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
   try {
     // Settled rows only: a launch being admitted or a stop in progress is not a disagreement yet.
     const suspects = await rt.sql<Suspect[]>`
-      SELECT id, task_id, state, execution_id FROM sessions
+      SELECT id, task_id, state, execution_id, cancel_reason FROM sessions
       WHERE execution_id IS NOT NULL AND updated_at < now() - interval '5 seconds'
         AND (state = ANY(${[...ACTIVE_SESSION_STATES]})
              OR (state = 'CANCELLED' AND updated_at > now() - interval '1 hour'))
@@ -68,8 +69,10 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         if (await markLost(rt, s)) lost++;
       } else if (s.state === 'CANCELLED' && live && execution!.status !== 'STOPPING') {
         rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
-        await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, StopReasons.operatorStop).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
-        await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id }).catch((e) =>
+        // The stop that cancelled it, sent again: its own reason (a parent's, an operator's, a hold's).
+        const reason = recordedStopReason(s.cancel_reason);
+        await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, reason).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
+        await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id, reason }).catch((e) =>
           rt.log.warn({ err: e }, 'audit write failed'),
         );
         restopped++;
