@@ -1,5 +1,6 @@
 import { connectMcp } from '@kandev/testkit';
 import { startFixture, startSdkNoopServer } from './mcp-floor.js';
+import { recordWall } from './wall.js';
 
 /**
  * The design floor of a stop (issue 12): the path the issue prescribes, with nothing of ours on it.
@@ -44,6 +45,7 @@ export async function startDesignFloor(natsUrl: string, dbUrl: string) {
       const t = performance.now();
       const res = await client.callTool({ name: 'relay', arguments: {} });
       const total = performance.now() - t;
+      recordWall('design', t, total);
       const text = (res.content as Array<{ text?: string }>)[0]?.text ?? '';
       const r = JSON.parse(text) as { ok: boolean; nats_ms: number; handler_ms: number; reserve_ms: number; lock_ms: number; commit_ms: number };
       if (!r.ok) throw new Error(`design floor call failed: ${text}`);

@@ -1,5 +1,6 @@
 import { connectMcp, eventually } from '@kandev/testkit';
 import type { BenchStack } from './e2e.js';
+import { recordWall } from './wall.js';
 
 /* Tasks with running agents for the stop scenarios: a coordinator and its children. */
 
@@ -49,6 +50,7 @@ export async function stopChild(mcp: Mcp, taskId: string): Promise<number> {
   const t = performance.now();
   const res = await mcp.callJson('stop_task_kandev', { task_id: taskId });
   const ms = performance.now() - t;
+  recordWall('stop', t, ms);
   if (res.isError || res.json?.status !== 'stopped') throw new Error(`stop failed: ${res.text}`);
   return ms;
 }
