@@ -91,10 +91,16 @@ function findCalls(segs: Segment[], owners: Map<number, Owner>, subject: string)
     const handlerPid = pidOf(msg.dport);
     const during = segs.filter((s) => s.t >= msg!.t && s.t <= reply!.t);
     const mine = (s: Segment, port: 'sport' | 'dport') => pidOf(s[port]) === handlerPid;
+    // The call's own connection: of the handler's pooled connections, the one with the most
+    // segments meanwhile (its two flights); another one's (the outbox relay's, the reconciler's) are left out.
+    const perConnection = new Map<number, number>();
+    for (const s of during) if (mine(s, 'sport') && pgPorts.has(s.dport)) perConnection.set(s.sport, (perConnection.get(s.sport) ?? 0) + 1);
+    for (const s of during) if (mine(s, 'dport') && pgPorts.has(s.sport)) perConnection.set(s.dport, (perConnection.get(s.dport) ?? 0) + 1);
+    const own = [...perConnection.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
     calls.push({
       httpIn, pub, msg, reply, replyIn, httpOut,
-      pgOut: during.filter((s) => mine(s, 'sport') && pgPorts.has(s.dport)),
-      pgIn: during.filter((s) => mine(s, 'dport') && pgPorts.has(s.sport)),
+      pgOut: during.filter((s) => s.sport === own && pgPorts.has(s.dport)),
+      pgIn: during.filter((s) => s.dport === own && pgPorts.has(s.sport)),
       natsOut: during.filter((s) => mine(s, 'sport') && natsPorts.has(s.dport) && s !== reply),
       natsIn: during.filter((s) => mine(s, 'dport') && natsPorts.has(s.sport) && s !== msg),
     });
@@ -102,14 +108,9 @@ function findCalls(segs: Segment[], owners: Map<number, Owner>, subject: string)
   return calls;
 }
 
-/** Calls that came after at least `quietMs` without one (the paced samples, not the back-to-back ones). */
+/** Calls that came after at least `quietMs` without one (the paced samples, not the back-to-back ones); never a first call, which is a cold one. */
 function paced(calls: Call[], quietMs: number): Call[] {
-  let last = -Infinity;
-  return calls.filter((c) => {
-    const ok = c.httpIn.t - last >= quietMs;
-    last = c.httpOut.t;
-    return ok;
-  });
+  return calls.filter((c, i) => i > 0 && c.httpIn.t - calls[i - 1]!.httpOut.t >= quietMs);
 }
 
 /** A wall-clock span of a client call (BENCH_WALL_LOG) and the call it made. */

@@ -19,7 +19,9 @@ export interface ServiceProcess {
 export function profilingArgs(name: string, env: NodeJS.ProcessEnv = process.env): string[] {
   const wanted = (env.KANDEV_CPU_PROF ?? '').split(',').map((s) => s.trim());
   if (!wanted.includes(name) && !wanted.includes('all')) return [];
-  const interval = env.KANDEV_CPU_PROF_INTERVAL_US ? [`--cpu-prof-interval=${Number(env.KANDEV_CPU_PROF_INTERVAL_US)}`] : [];
+  const us = Number(env.KANDEV_CPU_PROF_INTERVAL_US);
+  // Node refuses to start on a bad value: one that is not a positive whole number is left to V8's default.
+  const interval = Number.isInteger(us) && us > 0 ? [`--cpu-prof-interval=${us}`] : [];
   return ['--cpu-prof', `--cpu-prof-dir=${env.KANDEV_CPU_PROF_DIR ?? 'cpu-profiles'}/${name}`, ...interval];
 }
 

@@ -31,7 +31,7 @@ export async function auditViolations(tx: Tx): Promise<Violation[]> {
     WHERE s.state = 'CANCELLED' AND s.cancel_reason IN ('tree_paused', 'tree_cancelled')
       AND NOT EXISTS (
         SELECT 1 FROM orchestrator.audit_log a
-        WHERE a.task_id = s.task_id AND a.action = CASE s.cancel_reason WHEN 'tree_paused' THEN 'tree.pause' ELSE 'tree.cancel' END)`;
+        WHERE a.task_id = s.task_id AND a.action = CASE s.cancel_reason WHEN 'tree_paused' THEN 'tree.pause' ELSE 'tree.cancel' END AND a.outcome = 'held')`;
   for (const s of held) out.push(at('control_action_unaudited', `session ${s.id} of task ${s.task_id} is CANCELLED (${s.cancel_reason}) but its task has no hold's audit row`));
 
   const members = await tx<{ hold_id: string; task_id: string; action: string }[]>`
