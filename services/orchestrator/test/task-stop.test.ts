@@ -131,6 +131,21 @@ describe('orch.task.stop', () => {
     }
   });
 
+  it('lists the executions as UNAVAILABLE, not INTERNAL_ERROR, when no lifecycle answers in time (GET /tasks/:id/executions)', async () => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 'registry stalled');
+    h.life.stalled = true;
+    try {
+      // The orchestrator's own listing request gives up before the caller does (ADR 0015), so this
+      // is its answer: the lifecycle's timeout, kept as UNAVAILABLE (503, try again).
+      const err = await request(h.nc, Orch.taskExecutions, { actor: operator, task_id: task.id }, { timeoutMs: 2_000 }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringContaining('life.exec.list') });
+    } finally {
+      h.life.stalled = false;
+      h.life.releaseHung();
+    }
+  });
+
   it('tears the process down at its owner even when its registry entry has lapsed (the owner still runs it)', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'lapsed entry');
