@@ -138,7 +138,7 @@ describe('orch.task.stop', () => {
     try {
       // The orchestrator's own listing request gives up before the caller does (ADR 0015), so this
       // is its answer: the lifecycle's timeout, kept as UNAVAILABLE (503, try again).
-      const err = await request(h.nc, Orch.taskExecutions, { actor: operator, task_id: task.id }, { timeoutMs: 2_000 }).catch((e: unknown) => e);
+      const err = await request(h.nc, Orch.taskExecutions, { actor: operator, task_id: task.id }, { timeoutMs: 3_000 }).catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringContaining('life.exec.list') });
     } finally {
       h.life.stalled = false;
