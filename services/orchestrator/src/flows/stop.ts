@@ -116,10 +116,21 @@ export async function scheduleTeardown(rt: OrchRuntime, call: CallContext, execu
   return request(rt.nc, Life.stop.at(execution.instance_id), { execution_id: execution.execution_id, reason, orphaned }, { requestId: call.requestId });
 }
 
-/** The effect half: every captured execution goes to its owner at once; outcomes are logged with their ids (R-2.7). */
-export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, teardowns: readonly Teardown[], reason: StopReason, log: Logger): Promise<TeardownOutcome[]> {
+/**
+ * The effect half: every captured execution goes to its owner at once; outcomes are logged with
+ * their ids (R-2.7), and those whose request failed are named in one audit row (B-3, `failure`):
+ * the decision stands and the reconciler retries them (R-6.3).
+ */
+export async function dispatchTeardowns(
+  rt: OrchRuntime,
+  call: CallContext,
+  teardowns: readonly Teardown[],
+  reason: StopReason,
+  log: Logger,
+  failure: (details: Record<string, unknown>) => AuditRecord,
+): Promise<TeardownOutcome[]> {
   const settled = await Promise.allSettled(teardowns.map((t) => scheduleTeardown(rt, call, t.execution, reason, t.orphaned)));
-  return settled.map((r, i) => {
+  const outcomes = settled.map((r, i): TeardownOutcome => {
     const teardown = teardowns[i]!;
     const ids = { session_id: teardown.execution.session_id, execution_id: teardown.execution.execution_id, instance_id: teardown.execution.instance_id };
     if (r.status === 'rejected' && isNoResponders(r.reason)) {
@@ -141,26 +152,25 @@ export async function dispatchTeardowns(rt: OrchRuntime, call: CallContext, tear
     else log.info({ ...ids }, 'session stopped; teardown scheduled');
     return { teardown, reached: r.value.accepted || r.value.already_gone, error: null };
   });
-}
-
-/**
- * The teardowns of accepted stops, then one audit row naming those whose request failed (B-3):
- * the decision stands and the reconciler retries them (R-6.3). Every stop's executor ends so.
- */
-export async function dispatchAudited(
-  rt: OrchRuntime,
-  call: CallContext,
-  teardowns: readonly Teardown[],
-  reason: StopReason,
-  log: Logger,
-  failure: (details: Record<string, unknown>) => AuditRecord,
-): Promise<TeardownOutcome[]> {
-  const outcomes = await dispatchTeardowns(rt, call, teardowns, reason, log);
   const failed = outcomes.filter((o) => o.error);
   if (failed.length) {
     await recordAudit(rt.sql, failure({ stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
   }
   return outcomes;
+}
+
+/**
+ * The error a control action's failed transaction answers with. A refusal (CONFLICT, NOT_FOUND,
+ * FORBIDDEN, ...) changed nothing and is answered as it is; anything else rolled back, is logged
+ * and recorded (`record`, B-3; null when the task was never read), and answers INTERNAL_ERROR with
+ * its cause. Stops and tree holds fail this one way.
+ */
+export async function failedDecision(rt: OrchRuntime, log: Logger, e: unknown, record: AuditRecord | null, what: string): Promise<Error> {
+  if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') return e;
+  log.error({ err: e }, `${what}; nothing of it was applied`);
+  if (record) await recordAudit(rt.sql, record).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
+  else log.warn('it failed before its task was read: no audit row');
+  return isKandevError(e) ? e : internalError(what, e);
 }
 
 /** What a planner read and locked inside the stop's transaction. */
@@ -267,12 +277,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
       return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, written, predicted, reviewEvent };
     }));
   } catch (e) {
-    if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e; // a refusal, not a failure: nothing happened
     // Nothing was cancelled, so nothing is torn down: a retry makes progress (R-1.3).
-    log.error({ err: e }, 'persisting the stop failed');
-    if (task) await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', null, { stage: 'accept' })).catch((err) => log.warn({ err }, 'audit write failed'));
-    else log.warn('the stop failed before its task was read: no audit row');
-    throw isKandevError(e) ? e : internalError('stopping the task failed', e);
+    throw await failedDecision(rt, log, e, task ? audit('error:INTERNAL_ERROR', null, { stage: 'accept' }) : null, 'stopping the task failed');
   }
   const { result, publish } = done;
   const { accepted, teardowns, plan, predicted, reviewEvent } = result;
@@ -282,7 +288,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
   if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
   const extra = reviewedNow ? [reviewEvent] : [];
-  const dispatch = () => dispatchAudited(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
+  const dispatch = () => dispatchTeardowns(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
   if (!run.answerAfterTeardown) {
     // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
     // it is sent); the events follow it, and the teardowns once this instance's other stop decisions

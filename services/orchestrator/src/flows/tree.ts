@@ -3,8 +3,6 @@ import {
   actorLabel,
   conflict,
   Holds,
-  internalError,
-  isKandevError,
   MAX_HOLD_MEMBERS,
   notFound,
   type Actor,
@@ -17,7 +15,7 @@ import { request, type Logger } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { StopReasons, planTreeStop } from '../domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../domain/tree.js';
-import { recordAudit, recordAudits, type AuditRecord } from '../store/audit.js';
+import { recordAudits, type AuditRecord } from '../store/audit.js';
 import {
   activeHoldOfTasks,
   bumpFences,
@@ -36,7 +34,7 @@ import { getTask } from '../store/tasks.js';
 import { toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
-import { acceptStops, dispatchAudited } from './stop.js';
+import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
 
 /** how long a pause or cancel waits for its session stops to reach their owners before replying. */
 export const PROPAGATION_WAIT_MS = 1_000;
@@ -108,19 +106,12 @@ const rootAudit = (root: TaskRow, action: string, actor: Actor, reason: string |
   details,
 });
 
-/**
- * A tree action's transaction, with its failure audited on the root (as every stop's is, B-3). A
- * refusal (CONFLICT, NOT_FOUND, …) changed nothing and is only answered; anything else rolled back
- * and is recorded, then rethrown as INTERNAL_ERROR with its cause.
- */
+/** A tree action's transaction, failing as a stop's does: its failure audited on the root (B-3). */
 async function auditedFailure<T>(rt: OrchRuntime, log: Logger, audit: ReturnType<typeof rootAudit>, run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (e) {
-    if (isKandevError(e) && e.code !== 'INTERNAL_ERROR') throw e;
-    log.error({ err: e }, 'the tree action failed; nothing of it was applied');
-    await recordAudit(rt.sql, audit('error:INTERNAL_ERROR', { stage: 'accept' })).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
-    throw isKandevError(e) ? e : internalError('the tree action failed', e);
+    throw await failedDecision(rt, log, e, audit('error:INTERNAL_ERROR', { stage: 'accept' }), 'the tree action failed');
   }
 }
 
@@ -167,7 +158,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     return { hold, teardowns: accepted.teardowns };
   })));
   const propagation = Promise.all([
-    dispatchAudited(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
+    dispatchTeardowns(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
     request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'gating wakeups failed; the holds service catches up from the event')),
   ]);
   let timer: NodeJS.Timeout | undefined;
