@@ -104,6 +104,15 @@ export function running(pid: number): boolean {
   }
 }
 
+/** The parent of a running process (from /proc), or null once it is gone. */
+export function parentOf(pid: number): number | null {
+  try {
+    return Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+  } catch {
+    return null;
+  }
+}
+
 /** `root` and its descendants, from /proc. */
 export function treeOf(root: number): number[] {
   const parent = new Map<number, number>();

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { eventually, stubPrompt } from '@kandev/testkit';
-import { descendsFrom, running, treeOf, makeTask, processesMatching, REAL_AGENTS, runningSession, shellTool, startRealWorld, type RealWorld } from './support.js';
+import { descendsFrom, parentOf, running, treeOf, makeTask, processesMatching, REAL_AGENTS, runningSession, shellTool, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-6 against the published agents: a task stop leaves nothing of the agent's process tree behind,
@@ -89,20 +89,27 @@ describe('lifecycle dies with the published agents running', () => {
       const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: stubPrompt({ tool, args }, `orphan-${agent}`) });
       const pid = (await runningSession(w.api, session.id)).execution.pid as number;
       await eventually(async () => processesMatching(`sleep ${seconds}`).find((p) => descendsFrom(p, pid)), 60_000, 100);
-      sessions.push({ pid, needle: `sleep ${seconds}`, tree: treeOf(pid) });
+      // agentctl is the agent's parent: it exits once its stop has found nothing of the tree left.
+      const agentctl = parentOf(pid)!;
+      expect(cmdline(agentctl)).toContain('agentctl');
+      sessions.push({ pid, agentctl, needle: `sleep ${seconds}`, tree: treeOf(pid) });
     }
     const lifecycle = w.stack.services.get('lifecycle')!;
     try {
       // No teardown runs: only agentctl, seeing its stdin pipe close, can stop the agents now.
       lifecycle.process.kill('SIGKILL');
       for (const s of sessions) {
-        await eventually(async () => s.tree.every((p) => !running(p)), 20_000, 50).catch((e: unknown) => {
-          throw new Error(`${String(e)}; still running: ${s.tree.filter(running).map((p) => `${p} ${cmdline(p)}`).join(' | ')}`);
+        // Done when agentctl says so by exiting, not when the tree seen at the start is gone: that
+        // snapshot may predate the command's own `sleep` (the shell whose command line names it is
+        // found first), and a process SIGKILLed with its group shows as running until it is scheduled.
+        await eventually(async () => !running(s.agentctl) && s.tree.every((p) => !running(p)), 20_000, 50).catch((e: unknown) => {
+          throw new Error(`${String(e)}; still running: ${[s.agentctl, ...s.tree].filter(running).map((p) => `${p} ${cmdline(p)}`).join(' | ')}`);
         });
-        expect(processesMatching(s.needle)).toEqual([]);
+        const left = processesMatching(s.needle);
+        expect(left.map((p) => `${p} (parent ${parentOf(p)}): ${cmdline(p)}`)).toEqual([]);
       }
     } finally {
-      for (const s of sessions) for (const p of s.tree) if (running(p)) process.kill(p, 'SIGKILL');
+      for (const s of sessions) for (const p of [...s.tree, ...processesMatching(s.needle)]) if (running(p)) process.kill(p, 'SIGKILL');
       await w.stack.restart('lifecycle');
     }
   });
