@@ -17,15 +17,12 @@
 // the scheduled write; a query on a closed connection is rejected with CONNECTION_CLOSED; a
 // connection that closed while held is left to the pool.
 //
-// Every hunk must match exactly once, in the ESM and the CommonJS copy, or this fails the install:
-// a new version of the driver is checked again by hand, not patched blindly. Running it twice is a
-// no-op.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// Every hunk must match exactly once, in the ESM and the CommonJS copy, or this fails the install
+// (scripts/lib/patch.mjs).
+import { join } from 'node:path';
+import { MARK, packageToPatch, patchFile } from './lib/patch.mjs';
 
 const VERSION = '3.4.9';
-const MARK = 'kandev-patch';
 
 const connection = [
   {
@@ -180,37 +177,12 @@ const index = [
   },
 ];
 
-function patch(file, hunks) {
-  const before = readFileSync(file, 'utf8');
-  if (before.includes(MARK)) {
-    const missing = hunks.filter((h) => !before.includes(h.replace ?? h.find + h.add));
-    if (missing.length) fail(`${file} is patched, but not as this script patches it (${missing.map((h) => h.why).join('; ')})`);
-    return 'already patched';
+const TOOL = 'patch-postgres';
+const DOC = 'docs/decisions/0013-postgres-driver-patch.md';
+const root = packageToPatch(TOOL, 'postgres', VERSION, DOC);
+if (root) {
+  for (const dir of ['src', 'cjs/src']) {
+    console.log(`[${TOOL}] ${dir}/connection.js: ${patchFile(TOOL, DOC, join(root, dir, 'connection.js'), connection)}`);
+    console.log(`[${TOOL}] ${dir}/index.js: ${patchFile(TOOL, DOC, join(root, dir, 'index.js'), index)}`);
   }
-  let text = before;
-  for (const h of hunks) {
-    const count = text.split(h.find).length - 1;
-    if (count !== 1) fail(`${file}: expected exactly one match for the hunk "${h.why}", found ${count}`);
-    text = text.replace(h.find, () => h.replace ?? h.find + h.add);
-  }
-  writeFileSync(file, text);
-  return `patched (${hunks.length} hunks)`;
-}
-
-function fail(message) {
-  console.error(`[patch-postgres] ${message}. Check the driver's source against docs/decisions/0013-postgres-driver-patch.md before changing this script.`);
-  process.exit(1);
-}
-
-// The workspaces all pin the same version, so npm installs one copy, at the root.
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', 'node_modules', 'postgres');
-if (!existsSync(join(root, 'package.json'))) {
-  console.log('[patch-postgres] postgres is not installed; nothing to patch');
-  process.exit(0);
-}
-const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
-if (version !== VERSION) fail(`postgres ${version} is installed; this patch is for ${VERSION}`);
-for (const dir of ['src', 'cjs/src']) {
-  console.log(`[patch-postgres] ${dir}/connection.js: ${patch(join(root, dir, 'connection.js'), connection)}`);
-  console.log(`[patch-postgres] ${dir}/index.js: ${patch(join(root, dir, 'index.js'), index)}`);
 }
