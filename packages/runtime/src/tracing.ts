@@ -1,5 +1,7 @@
-import { context, propagation, trace, SpanKind, SpanStatusCode, type Context, type Span, type Tracer } from '@opentelemetry/api';
+import { context, propagation, trace, SpanKind, SpanStatusCode, TraceFlags, type Context, type Span, type SpanOptions, type Tracer, type TracerProvider } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { randomFillSync } from 'node:crypto';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
@@ -10,21 +12,24 @@ import type { MsgHdrs } from '@nats-io/nats-core';
 export { SpanKind, context, trace, propagation };
 export type { Span, Context };
 
-let provider: NodeTracerProvider | undefined;
+/** The process's tracer provider, once initTracing has run. */
+let provider: NodeTracerProvider | PropagatingTracerProvider | undefined;
 
 export interface TracingOptions {
   serviceName: string;
-  /** OTLP/HTTP endpoint; unset = spans are created (ids propagate) but not exported. */
+  /** OTLP/HTTP endpoint; unset (and no exporter) = spans carry ids across hops but record nothing. */
   otlpEndpoint?: string | undefined;
   /** Tests pass an in-memory exporter here. */
   exporter?: SpanExporter;
 }
 
 /**
- * One tracer provider per process. W3C trace context is always registered, so ids cross
- * NATS and HTTP hops even when nothing exports.
+ * One tracer provider per process. W3C trace context is always registered, so ids cross NATS and
+ * HTTP hops, and reach the log lines, even when nothing exports. With nowhere to export, spans are
+ * not recorded at all (PropagatingTracerProvider): a recorded span that is dropped at its end cost
+ * the hot paths CPU for nothing (docs/fast-paths.md, "Eleventh round").
  */
-export function initTracing(opts: TracingOptions): NodeTracerProvider {
+export function initTracing(opts: TracingOptions): NodeTracerProvider | PropagatingTracerProvider {
   if (provider) return provider;
   const spanProcessors: SpanProcessor[] = [];
   if (opts.exporter) spanProcessors.push(new SimpleSpanProcessor(opts.exporter));
@@ -32,11 +37,21 @@ export function initTracing(opts: TracingOptions): NodeTracerProvider {
     const url = opts.otlpEndpoint.replace(/\/$/, '') + '/v1/traces';
     spanProcessors.push(new BatchSpanProcessor(new OTLPTraceExporter({ url })));
   }
-  provider = new NodeTracerProvider({
+  if (!spanProcessors.length) {
+    const propagating = new PropagatingTracerProvider();
+    // What NodeTracerProvider.register() installs besides itself.
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    trace.setGlobalTracerProvider(propagating);
+    provider = propagating;
+    return provider;
+  }
+  const recording = new NodeTracerProvider({
     resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: opts.serviceName }),
     spanProcessors,
   });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
+  recording.register({ propagator: new W3CTraceContextPropagator() });
+  provider = recording;
   return provider;
 }
 
@@ -44,6 +59,55 @@ export async function shutdownTracing(): Promise<void> {
   const p = provider;
   provider = undefined;
   await p?.shutdown();
+  if (p instanceof PropagatingTracerProvider) {
+    trace.disable();
+    propagation.disable();
+    context.disable();
+  }
+}
+
+/**
+ * Spans that carry ids and nothing else, for a process that exports none. A span gets an id of its
+ * own; it continues its parent's trace and keeps the parent's sampled flag (a root is sampled, as
+ * the SDK's default sampler decides), so a downstream service that does export records its part of
+ * the trace as before. Attributes, events and statuses are dropped, as by any non-recording span.
+ */
+export class PropagatingTracerProvider implements TracerProvider {
+  private readonly tracer = new PropagatingTracer();
+  getTracer(): Tracer {
+    return this.tracer;
+  }
+  async shutdown(): Promise<void> {}
+}
+
+const ids = Buffer.alloc(24);
+/** 16 random bytes (a trace id) and 8 (a span id), hex, never all zero (an invalid id). */
+function randomIds(): { traceId: string; spanId: string } {
+  for (;;) {
+    randomFillSync(ids);
+    const traceId = ids.toString('hex', 0, 16);
+    const spanId = ids.toString('hex', 16, 24);
+    if (!/^0+$/.test(traceId) && !/^0+$/.test(spanId)) return { traceId, spanId };
+  }
+}
+
+class PropagatingTracer implements Tracer {
+  startSpan(_name: string, options?: SpanOptions, ctx: Context = context.active()): Span {
+    const parent = options?.root ? undefined : trace.getSpanContext(ctx);
+    const fresh = randomIds();
+    if (parent && trace.isSpanContextValid(parent)) {
+      return trace.wrapSpanContext({ traceId: parent.traceId, spanId: fresh.spanId, traceFlags: parent.traceFlags, ...(parent.traceState ? { traceState: parent.traceState } : {}) });
+    }
+    return trace.wrapSpanContext({ traceId: fresh.traceId, spanId: fresh.spanId, traceFlags: TraceFlags.SAMPLED });
+  }
+
+  startActiveSpan<F extends (span: Span) => unknown>(name: string, ...rest: [F] | [SpanOptions, F] | [SpanOptions, Context, F]): ReturnType<F> {
+    const fn = rest[rest.length - 1] as F;
+    const options = rest.length > 1 ? (rest[0] as SpanOptions) : undefined;
+    const parent = rest.length > 2 ? (rest[1] as Context) : context.active();
+    const span = this.startSpan(name, options, parent);
+    return context.with(trace.setSpan(parent, span), () => fn(span)) as ReturnType<F>;
+  }
 }
 
 export const tracer = (): Tracer => trace.getTracer('kandev');

@@ -1,0 +1,59 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { context, propagation, trace, TraceFlags } from '@opentelemetry/api';
+import { inSpan, initTracing, PropagatingTracerProvider, shutdownTracing, traceHeaders, tracer } from '../src/tracing.js';
+
+// A process with nowhere to export: its spans record nothing, but trace context still crosses hops
+// (a downstream service that exports records its part) and reaches the log lines.
+const provider = initTracing({ serviceName: 'propagating-test' });
+afterAll(() => shutdownTracing());
+
+const parse = (traceparent: string) => {
+  const [, traceId, spanId, flags] = traceparent.split('-');
+  return { traceId: traceId!, spanId: spanId!, flags: flags! };
+};
+
+describe('tracing with no exporter', () => {
+  it('records nothing: the provider is the propagating one and its spans are not recording', () => {
+    expect(provider).toBeInstanceOf(PropagatingTracerProvider);
+    const span = tracer().startSpan('x');
+    expect(span.isRecording()).toBe(false);
+    expect(trace.isSpanContextValid(span.spanContext())).toBe(true);
+  });
+
+  it('a root span starts a sampled trace; a child continues it with a span id of its own, across an async hop', async () => {
+    const seen = await inSpan('root', {}, async (root) => {
+      const rootCtx = root.spanContext();
+      await new Promise((r) => setImmediate(r));
+      const child = await inSpan('child', {}, async (c) => c.spanContext());
+      return { rootCtx, child, headers: traceHeaders() };
+    });
+    expect(seen.rootCtx.traceFlags).toBe(TraceFlags.SAMPLED);
+    expect(seen.child.traceId).toBe(seen.rootCtx.traceId);
+    expect(seen.child.spanId).not.toBe(seen.rootCtx.spanId);
+    const sent = parse(seen.headers.traceparent!);
+    expect(sent).toEqual({ traceId: seen.rootCtx.traceId, spanId: seen.rootCtx.spanId, flags: '01' });
+  });
+
+  it("continues an incoming traceparent and keeps its sampled flag, sampled or not", async () => {
+    for (const flags of ['01', '00']) {
+      const incoming = propagation.extract(context.active(), { traceparent: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-${flags}` });
+      const out = await inSpan('server', { parent: incoming }, async () => parse(traceHeaders().traceparent!));
+      expect(out.traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
+      expect(out.spanId).not.toBe('00f067aa0ba902b7');
+      expect(out.flags).toBe(flags);
+    }
+  });
+
+  it('startActiveSpan runs its function with the span active, in each of its forms', () => {
+    const t = tracer();
+    const a = t.startActiveSpan('a', (s) => [s.spanContext().spanId, trace.getActiveSpan()?.spanContext().spanId]);
+    expect(a[0]).toBe(a[1]);
+    const b = t.startActiveSpan('b', { attributes: { k: 1 } }, context.active(), (s) => [s.spanContext().spanId, trace.getActiveSpan()?.spanContext().spanId]);
+    expect(b[0]).toBe(b[1]);
+  });
+
+  it('the active span, which stamps the log lines (createLogger), is the one being run', async () => {
+    const [active, own] = await inSpan('logged', {}, async (s) => [trace.getActiveSpan()?.spanContext(), s.spanContext()]);
+    expect(active).toEqual(own);
+  });
+});
