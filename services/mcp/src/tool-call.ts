@@ -39,19 +39,19 @@ export async function callTool(tool: Tool | undefined, requested: string, args: 
       span.setAttribute('kandev.error_code', code);
       if (code === 'INTERNAL_ERROR' || code === 'UNAVAILABLE') span.setStatus({ code: SpanStatusCode.ERROR, message: code });
     }
-    scope.log.info(
-      {
-        task_id: scope.caller.task_id,
-        session_id: scope.caller.session_id,
-        execution_id: scope.caller.execution_id,
-        request_id: scope.requestId,
-        tool: requested,
-        outcome: result.isError ? 'error' : 'ok',
-        code,
-        duration_ms: Math.round((performance.now() - started) * 10) / 10,
-      },
-      'mcp tool call',
-    );
+    const line = {
+      task_id: scope.caller.task_id,
+      session_id: scope.caller.session_id,
+      execution_id: scope.caller.execution_id,
+      request_id: scope.requestId,
+      tool: requested,
+      outcome: result.isError ? 'error' : 'ok',
+      code,
+      duration_ms: Math.round((performance.now() - started) * 10) / 10,
+    };
+    // Written once the answer is on its way (setImmediate runs after the response's write), as an
+    // access log is: the line's synchronous write and its reader's wake-up stay off the caller's wait.
+    setImmediate(() => scope.log.info(line, 'mcp tool call'));
     return result;
   });
 }

@@ -283,8 +283,11 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const { result, publish } = done;
   const { accepted, teardowns, plan, predicted, reviewEvent } = result;
   const [written, , reviewed] = await result.written; // settled with the COMMIT
-  const wrong = mispredicted(written, predicted);
-  if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
+  // A check of this code, not of the stop: it runs once the answer is out.
+  const checkPredicted = () => {
+    const wrong = mispredicted(written, predicted);
+    if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
+  };
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
   if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
   const extra = reviewedNow ? [reviewEvent] : [];
@@ -295,6 +298,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     // are taken (bounded, ADR 0012). Failures are logged, audited and retried.
     setImmediate(() => {
       void publish(extra);
+      checkPredicted();
       void rt.teardownYield
         .turn()
         .then(dispatch)
@@ -303,6 +307,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     return { accepted, outcomes: [], plan };
   }
   const [outcomes] = await Promise.all([dispatch(), publish(extra)]);
+  checkPredicted();
   const failed = outcomes.find((o) => o.error);
   if (failed) {
     const first = failed.error;
