@@ -157,6 +157,14 @@ async function concurrentFloorChain(b: BenchStack, sdkUrl: string, callers: numb
   }
 }
 
+/** A burst's CPU per stop by process kind, largest first (processes that exited inside it are only in the machine's total). */
+const cpuByKind = (cpu: CpuSpent, calls: number): string =>
+  Object.entries(cpu.byKind)
+    .filter(([, ms]) => ms > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([kind, ms]) => `${kind} ${(ms / calls).toFixed(1)}`)
+    .join(', ');
+
 /** Rows of a burst's CPU: the machine's per call, the orchestrator's per call, the share of both cores busy. */
 function cpuRows(prefix: string, what: string, bursts: readonly CpuSpent[], calls: number, orchestrator: boolean): ScenarioResult[] {
   const rows: ScenarioResult[] = [
@@ -271,6 +279,8 @@ const scenario: Scenario = {
       cpu.push(...cpuRows(`floor.cpu.${callers}`, `floor chain, ${callers} concurrent callers`, floorN.cpu, callers, false));
       ctx.log(`launching ${callers} children for each of two ${callers}-caller bursts`);
       const bursts = [await burstOfStops(b, callers), await burstOfStops(b, callers)];
+      // Which processes a burst's CPU went to, per stop: a disturbed burst shows here by its kind.
+      bursts.forEach((x, i) => ctx.log(`${callers}-caller burst ${i + 1}: machine ${(x.cpu.machineMs / callers).toFixed(1)} ms CPU per stop; ${cpuByKind(x.cpu, callers)}`));
       const many = bursts.flatMap((x) => x.samples);
       concurrent.push({ id: `stop_task.stopped.${callers}`, label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' });
       concurrent.push({ id: `stop_task.stopped.${callers}.vs_floor_${callers}`, label: `the same samples against the floor chain at ${callers} concurrent callers`, stats: summarize(many), baseline: `floor.mcp+nats+pg.${callers}` });
