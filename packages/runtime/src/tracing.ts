@@ -1,13 +1,13 @@
 import { context, propagation, trace, SpanKind, SpanStatusCode, TraceFlags, type Context, type Span, type SpanOptions, type Tracer, type TracerProvider } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { randomFillSync } from 'node:crypto';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import type { MsgHdrs } from '@nats-io/nats-core';
+import { randomFillSync } from 'node:crypto';
 
 export { SpanKind, context, trace, propagation };
 export type { Span, Context };
