@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 export const MARK = 'kandev-patch';
 
 /** node_modules/<name> at the repository's root (the workspaces pin one version, so npm installs one copy there). */
-export const installed = (name) => join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'node_modules', name);
+const installed = (name) => join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'node_modules', name);
 
 /**
  * The package's directory, or null when it is not installed (nothing to patch). Fails the install

@@ -283,7 +283,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const { result, publish } = done;
   const { accepted, teardowns, plan, predicted, reviewEvent } = result;
   const [written, , reviewed] = await result.written; // settled with the COMMIT
-  // A check of this code, not of the stop: it runs once the answer is out.
+  // A check of this code, not of the stop: a child stop runs it once its answer is out (an
+  // operator's stop answers after its teardowns anyway).
   const checkPredicted = () => {
     const wrong = mispredicted(written, predicted);
     if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
