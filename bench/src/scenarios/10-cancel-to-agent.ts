@@ -1,9 +1,9 @@
 import { Life, Orch } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { eventually, WsClient } from '@kandev/testkit';
-import type { Scenario, ScenarioResult } from '../scenario.js';
+import type { BenchContext, Scenario, ScenarioResult } from '../scenario.js';
 import { duration, eventTime, startSpanCollector, traces, type CollectedSpan, type Trace } from '../spans.js';
-import { agentEventAfter, e2eIterations, idleSession, natsAndHttpFloor, preciseNow, startBenchStack, summarize, summedFloor } from '../e2e.js';
+import { agentEventAfter, e2eIterations, idleSession, natsAndHttpFloor, preciseNow, startBenchStack, summarize, summedFloor, type BenchStack } from '../e2e.js';
 
 /** Where a /ws cancel spends its time, per trace (ACP agent): each segment a difference of durations or of one span's own events, so exact (span starts are only ms-precise across spans). */
 const SEGMENTS: Array<[string, string]> = [
@@ -60,6 +60,69 @@ function breakdown(spans: readonly CollectedSpan[], roundTrips: readonly number[
   return SEGMENTS.filter(([k]) => out.get(k)!.length > 0).map(([k, label]) => ({ id: `cancel.hop.${k}`, label: `scripted-acp /ws cancel: ${label}`, stats: summarize(out.get(k)!) }));
 }
 
+type Agent = 'scripted-acp' | 'scripted-codex';
+const cancelMethodOf = (agent: Agent) => (agent === 'scripted-acp' ? 'session/cancel' : 'turn/interrupt');
+
+/**
+ * `count` cancels of a sleeping turn on /ws, after `warmup` unmeasured ones: each sent once the
+ * agent has logged the turn's prompt, timed until the agent logs the protocol's cancel and until
+ * the /ws response.
+ */
+async function wsCancels(b: BenchStack, ws: WsClient, agent: Agent, count: number, warmup: number): Promise<{ toAgent: number[]; roundTrip: number[] }> {
+  const s = await idleSession(b, { agent });
+  const cancelMethod = cancelMethodOf(agent);
+  const toAgent: number[] = [];
+  const roundTrip: number[] = [];
+  for (let i = 0; i < count + warmup; i++) {
+    const promptedAt = preciseNow();
+    const r = await b.api.post(`/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) });
+    if (r.status !== 202) throw new Error(`prompt failed: ${JSON.stringify(r.body)}`);
+    // The turn is in flight at the agent once it logged the prompt.
+    await agentEventAfter(b, s.pid, promptedAt, (e) => e.kind === 'prompt');
+    const t0 = preciseNow();
+    const res = await ws.request('agent.cancel', { session_id: s.session.id });
+    const t1 = preciseNow();
+    if (res.type !== 'response') throw new Error(`cancel failed: ${JSON.stringify(res.payload)}`);
+    const recv = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'recv' && e.method === cancelMethod);
+    if (i >= warmup) {
+      toAgent.push(recv.mono - t0);
+      roundTrip.push(t1 - t0);
+    }
+  }
+  return { toAgent, roundTrip };
+}
+
+/**
+ * The per-hop rows (`cancel.hop.*`) from a second stack whose every service exports its spans, and
+ * that stack's own /ws figures beside them (`….traced`): what exporting costs is then in the table,
+ * and the headline figures above come from a stack that exports nothing, as the system runs by
+ * default and as the stop's do (12-stop-task-mcp).
+ */
+async function tracedCancels(ctx: BenchContext, count: number): Promise<ScenarioResult[]> {
+  const collector = await startSpanCollector();
+  ctx.defer(() => collector.stop());
+  const traced = await startBenchStack({ OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
+  ctx.defer(() => traced.stop());
+  const ws = await WsClient.connect(traced.stack.wsUrl, traced.token);
+  ctx.defer(() => ws.close());
+  const warmup = 10;
+  const { toAgent, roundTrip } = await wsCancels(traced, ws, 'scripted-acp', count, warmup);
+  // Every round trip has its trace (spans leave in batches); the first ones were warm-up.
+  const complete = () => traces(collector.spans()).filter((t) => inService(t, 'kandev-gateway', 'WS agent.cancel') && inService(t, 'kandev-agentctl', 'agentctl.cancel') && t.find('process kandev.orch.agent.cancel')?.events.some((e) => e.name === 'transaction.committed'));
+  await eventually(async () => complete().length >= count + warmup, 15_000, 100).catch(() => undefined);
+  const warm = traces(collector.spans())
+    .map((t) => inService(t, 'kandev-gateway', 'WS agent.cancel'))
+    .filter((s): s is CollectedSpan => !!s)
+    .sort((x, y) => x.start - y.start)
+    .slice(0, warmup);
+  const skip = new Set(warm.map((s) => s.traceId));
+  return [
+    { id: 'cancel.scripted-acp.to_agent.traced', label: 'scripted-acp, every service exporting its spans: agent.cancel sent on /ws → agent receives session/cancel', stats: summarize(toAgent), baseline: 'floor.nats+http' },
+    { id: 'cancel.scripted-acp.ws_round_trip.traced', label: 'scripted-acp, every service exporting its spans: agent.cancel sent → /ws response', stats: summarize(roundTrip), baseline: 'floor.nats+http' },
+    ...breakdown(collector.spans().filter((s) => !skip.has(s.traceId)), roundTrip),
+  ];
+}
+
 /**
  * R-3 latency: `agent.cancel` sent on /ws until the scripted agent receives the protocol's cancel
  * (`session/cancel` for ACP, `turn/interrupt` for Codex; the agent logs the instant), and until the
@@ -71,12 +134,9 @@ const scenario: Scenario = {
   async run(ctx) {
     if (ctx.round > 1) return [];
     const iterations = e2eIterations(200);
-    // Every service exports its spans here: the per-hop rows (cancel.hop.*) are read from them.
-    const collector = await startSpanCollector();
-    ctx.defer(() => collector.stop());
-    const b = await startBenchStack({ OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_BSP_SCHEDULE_DELAY: '1000' });
+    // Nothing exports here (no OTLP endpoint), as the system runs by default.
+    const b = await startBenchStack();
     ctx.defer(() => b.stop());
-    let hops: ScenarioResult[] = [];
     const floor = await natsAndHttpFloor(b, 500);
     const results: ScenarioResult[] = [
       { id: 'floor.nats.request', label: 'bare NATS round trip (same run as the cancel figures)', stats: floor.nats },
@@ -86,41 +146,9 @@ const scenario: Scenario = {
     const ws = await WsClient.connect(b.stack.wsUrl, b.token);
     ctx.defer(() => ws.close());
     for (const agent of ['scripted-acp', 'scripted-codex'] as const) {
-      const s = await idleSession(b, { agent });
-      const cancelMethod = agent === 'scripted-acp' ? 'session/cancel' : 'turn/interrupt';
-      const toAgent: number[] = [];
-      const roundTrip: number[] = [];
-      if (agent === 'scripted-acp') collector.clear();
-      for (let i = 0; i < iterations + 10; i++) {
-        const promptedAt = preciseNow();
-        const r = await b.api.post(`/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) });
-        if (r.status !== 202) throw new Error(`prompt failed: ${JSON.stringify(r.body)}`);
-        // The turn is in flight at the agent once it logged the prompt.
-        await agentEventAfter(b, s.pid, promptedAt, (e) => e.kind === 'prompt');
-        const t0 = preciseNow();
-        const res = await ws.request('agent.cancel', { session_id: s.session.id });
-        const t1 = preciseNow();
-        if (res.type !== 'response') throw new Error(`cancel failed: ${JSON.stringify(res.payload)}`);
-        const recv = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'recv' && e.method === cancelMethod);
-        if (i >= 10) {
-          toAgent.push(recv.mono - t0);
-          roundTrip.push(t1 - t0);
-        }
-      }
-      if (agent === 'scripted-acp') {
-        // Every round trip has its trace (spans leave in batches); the first 10 were warm-up.
-        const all = iterations + 10;
-        await eventually(async () => traces(collector.spans()).filter((t) => inService(t, 'kandev-gateway', 'WS agent.cancel') && inService(t, 'kandev-agentctl', 'agentctl.cancel') && t.find('process kandev.orch.agent.cancel')?.events.some((e) => e.name === 'transaction.committed')).length >= all, 15_000, 100).catch(() => undefined);
-        const warm = traces(collector.spans())
-          .map((t) => inService(t, 'kandev-gateway', 'WS agent.cancel'))
-          .filter((s): s is CollectedSpan => !!s)
-          .sort((x, y) => x.start - y.start)
-          .slice(0, 10);
-        const skip = new Set(warm.map((s) => s.traceId));
-        hops = breakdown(collector.spans().filter((s) => !skip.has(s.traceId)), roundTrip);
-      }
+      const { toAgent, roundTrip } = await wsCancels(b, ws, agent, iterations, 10);
       results.push(
-        { id: `cancel.${agent}.to_agent`, label: `${agent}: agent.cancel sent on /ws → agent receives ${cancelMethod}`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
+        { id: `cancel.${agent}.to_agent`, label: `${agent}: agent.cancel sent on /ws → agent receives ${cancelMethodOf(agent)}`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
         { id: `cancel.${agent}.ws_round_trip`, label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled, session WAITING_FOR_INPUT)`, stats: summarize(roundTrip), baseline: 'floor.nats+http' },
       );
       ctx.log(`${agent}: to agent p50 ${summarize(toAgent).p50.toFixed(2)} ms, round trip p50 ${summarize(roundTrip).p50.toFixed(2)} ms`);
@@ -162,7 +190,8 @@ const scenario: Scenario = {
         { id: `cancel.breakdown.from_${hop}.answered`, label: `scripted-acp: cancel entered at the ${hop} → the ${hop} answers (turn ended${hop === 'orchestrator' ? ', session committed' : ''})`, stats: summarize(answered), baseline: 'floor.nats+http' },
       );
     }
-    return [...results, ...hops];
+    ctx.log('per-hop breakdown: a stack exporting its spans');
+    return [...results, ...(await tracedCancels(ctx, Math.min(iterations, 100)))];
   },
 };
 export default scenario;

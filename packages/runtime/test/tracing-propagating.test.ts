@@ -44,6 +44,17 @@ describe('tracing with no exporter', () => {
     }
   });
 
+  it('ids stay unique and well-formed across many refills of their random pool', () => {
+    const spans = Array.from({ length: 3_000 }, () => tracer().startSpan('r', { root: true }).spanContext());
+    expect(new Set(spans.map((c) => c.spanId)).size).toBe(spans.length);
+    expect(new Set(spans.map((c) => c.traceId)).size).toBe(spans.length);
+    for (const c of spans) {
+      expect(c.spanId).toMatch(/^[0-9a-f]{16}$/);
+      expect(c.traceId).toMatch(/^[0-9a-f]{32}$/);
+      expect(trace.isSpanContextValid(c)).toBe(true);
+    }
+  });
+
   it('startActiveSpan runs its function with the span active, in each of its forms', () => {
     const t = tracer();
     const a = t.startActiveSpan('a', (s) => [s.spanContext().spanId, trace.getActiveSpan()?.spanContext().spanId]);
