@@ -76,3 +76,23 @@ export function cpuSpent(a: CpuSnapshot, b: CpuSnapshot): CpuSpent {
   const machineMs = b.machineBusyMs - a.machineBusyMs;
   return { wallMs, machineMs, busyShare: Math.min(1, machineMs / (wallMs * CORES)), byKind };
 }
+
+/**
+ * Waits until the processes of `kinds` together use at most `maxShare` of one core over one
+ * `windowMs` window, for at most `timeoutMs`; answers how long that took, or null if they never
+ * settled. Agents that report ready keep starting for a while after (module loading, compilation,
+ * their first prompt): on a slow machine that tail outlasts any fixed pause, and a burst begun
+ * within it shares the cores with it (the "disturbed bursts" of docs/fast-paths.md).
+ */
+export async function settled(kinds: readonly string[], opts: { windowMs?: number; maxShare?: number; timeoutMs?: number } = {}): Promise<number | null> {
+  const { windowMs = 500, maxShare = 0.05, timeoutMs = 20_000 } = opts;
+  const start = performance.now();
+  while (performance.now() - start < timeoutMs) {
+    const a = cpuSnapshot();
+    await new Promise((r) => setTimeout(r, windowMs));
+    const spent = cpuSpent(a, cpuSnapshot());
+    const ms = kinds.reduce((sum, k) => sum + (spent.byKind[k] ?? 0), 0);
+    if (ms <= maxShare * spent.wallMs) return performance.now() - start;
+  }
+  return null;
+}

@@ -1,7 +1,7 @@
 import postgres from 'postgres';
 import { connectNats } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
-import { cpuSnapshot, cpuSpent, CORES, type CpuSpent } from '../cpu.js';
+import { cpuSnapshot, cpuSpent, CORES, settled, type CpuSpent } from '../cpu.js';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import { startDesignFloor, type DesignFloorHops } from '../design-floor.js';
 import type { Scenario, ScenarioResult } from '../scenario.js';
@@ -194,11 +194,12 @@ async function singleCallerStops(b: BenchStack, n: number, beforeEach?: () => Pr
 }
 
 /** `callers` families launched a few at a time, then every child stopped at once; `beforeBurst` runs once they are launched. */
-async function burstOfStops(b: BenchStack, callers: number, beforeBurst?: () => Promise<void>): Promise<{ samples: number[]; cpu: CpuSpent }> {
+async function burstOfStops(b: BenchStack, callers: number, beforeBurst?: () => Promise<void>): Promise<{ samples: number[]; cpu: CpuSpent; settledMs: number | null }> {
   // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
   const families: Array<Awaited<ReturnType<typeof family>>> = [];
   for (let i = 0; i < callers; i += 8) families.push(...(await Promise.all(Array.from({ length: Math.min(8, callers - i) }, () => family(b, 1)))));
-  await new Promise((r) => setTimeout(r, 1_000)); // let the fresh agents finish starting
+  // Once the fresh agents have finished starting: their tail after "ready" would share the burst's cores.
+  const settledMs = await settled(['agent', 'agentctl']);
   await beforeBurst?.();
   const before = cpuSnapshot();
   const samples = await Promise.all(families.map((c) => stop(c.mcp, c.children[0]!)));
@@ -206,7 +207,7 @@ async function burstOfStops(b: BenchStack, callers: number, beforeBurst?: () => 
   for (const c of families) await c.mcp.close();
   // The next burst starts once this one's agents are gone (their teardown is not measured).
   await eventually(async () => families.every((c) => !processAlive(c.pids.get(c.children[0]!)!)), 60_000);
-  return { samples, cpu };
+  return { samples, cpu, settledMs };
 }
 
 /**
@@ -280,7 +281,10 @@ const scenario: Scenario = {
       ctx.log(`launching ${callers} children for each of two ${callers}-caller bursts`);
       const bursts = [await burstOfStops(b, callers), await burstOfStops(b, callers)];
       // Which processes a burst's CPU went to, per stop: a disturbed burst shows here by its kind.
-      bursts.forEach((x, i) => ctx.log(`${callers}-caller burst ${i + 1}: machine ${(x.cpu.machineMs / callers).toFixed(1)} ms CPU per stop; ${cpuByKind(x.cpu, callers)}`));
+      bursts.forEach((x, i) => {
+        const settle = x.settledMs === null ? 'agents never settled' : `agents settled ${Math.round(x.settledMs)} ms after launch`;
+        ctx.log(`${callers}-caller burst ${i + 1} (${settle}): ${Math.round(x.cpu.wallMs)} ms, machine ${(x.cpu.machineMs / callers).toFixed(1)} ms CPU per stop; ${cpuByKind(x.cpu, callers)}`);
+      });
       const many = bursts.flatMap((x) => x.samples);
       concurrent.push({ id: `stop_task.stopped.${callers}`, label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' });
       concurrent.push({ id: `stop_task.stopped.${callers}.vs_floor_${callers}`, label: `the same samples against the floor chain at ${callers} concurrent callers`, stats: summarize(many), baseline: `floor.mcp+nats+pg.${callers}` });
