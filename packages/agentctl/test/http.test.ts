@@ -13,6 +13,9 @@ describe('agentctl HTTP surface', () => {
     const garbage = await ctl.http('POST', '/api/v1/acp/cancel', 'not json{');
     expect(garbage.status).toBe(400);
     expect(AgentctlErrorResponse.parse(garbage.body).error.code).toBe('BAD_REQUEST');
+    const huge = await ctl.http('POST', '/api/v1/acp/cancel', JSON.stringify({ turn_id: 'x'.repeat(1024 * 1024) }));
+    expect(huge.status).toBe(400);
+    expect(AgentctlErrorResponse.parse(huge.body).error.message).toMatch(/larger than 1048576 bytes/);
     const unknown = await ctl.http('GET', '/api/v1/nope');
     expect(unknown.status).toBe(404);
     const traced = await ctl.http('GET', '/api/v1/status', undefined, { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' });
