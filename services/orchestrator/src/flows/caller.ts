@@ -11,7 +11,7 @@ import type { OrchRuntime } from './context.js';
  */
 /**
  * A verified token is remembered until its expiry, as the mcp service does (an HMAC check through
- * WebCrypto costs about 0.2 ms per request, docs/fast-paths.md). One cache per service runtime.
+ * WebCrypto costs about 0.1 ms per request, docs/fast-paths.md). One cache per service runtime.
  */
 const verifiers = new WeakMap<OrchRuntime, (token: string) => Promise<AgentClaims>>();
 function verifierOf(rt: OrchRuntime) {
