@@ -135,11 +135,25 @@ describe('message_task_kandev', () => {
       f.mcp.callJson('message_task_kandev', { task_id: f.child.id, prompt: sleepScript(60_000), delivery_mode: 'interrupt' }),
       f.mcp.callJson('stop_task_kandev', { task_id: f.child.id }),
     ]);
-    expect(['sent', 'queued']).toContain(msg.json.status);
+    expect(['sent', 'queued', 'started']).toContain(msg.json.status);
     expect(['stopped', 'not_running']).toContain(stop.json.status);
-    // Whatever the order, a stop that ran after the interrupt stops the new turn too; if it ran first, the interrupt finds nothing live.
-    if (stop.json.status === 'not_running') expect((await f.mcp.callJson('stop_task_kandev', { task_id: f.child.id })).json.status).toBe('stopped');
-    await eventually(async () => !processAlive(pid), 10_000);
+    // Whatever the order, nothing of the child is left running. A stop that ran after the interrupt
+    // stops its new turn too. One that ran first left the message an idle child, which gets a
+    // session of its own (`started`, R-1.8: an idle child gets the message delivered at once):
+    // a second stop ends that one.
+    const pids = [pid];
+    if (msg.json.status === 'started') {
+      pids.push(
+        await eventually(async () => {
+          const s = (await w.api.get(`/sessions/${msg.json.session_id}`)).body;
+          return s.execution?.status === 'RUNNING' ? (s.execution.pid as number) : null;
+        }),
+      );
+    }
+    if (stop.json.status === 'not_running' || msg.json.status === 'started') {
+      expect((await f.mcp.callJson('stop_task_kandev', { task_id: f.child.id })).json.status).toBe('stopped');
+    }
+    await eventually(async () => pids.every((p) => !processAlive(p)), 10_000);
     const t = (await w.api.get(`/tasks/${f.child.id}`)).body;
     expect(t.sessions.every((s: { state: string }) => s.state !== 'RUNNING' && s.state !== 'WAITING_FOR_INPUT')).toBe(true);
   });
