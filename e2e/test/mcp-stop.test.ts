@@ -21,6 +21,13 @@ async function family() {
   return { workspace_id, parent, child, sibling, mcp };
 }
 
+/** The agent's pid once the session's execution is RUNNING. */
+const runningPid = (sessionId: string): Promise<number> =>
+  eventually(async () => {
+    const s = (await w.api.get(`/sessions/${sessionId}`)).body;
+    return s.execution?.status === 'RUNNING' ? (s.execution.pid as number) : null;
+  });
+
 describe('stop_task_kandev', () => {
   it('halts a long-running child: stopped at once, session CANCELLED, task REVIEW, no prompt, queue kept, process gone', async () => {
     const f = await family();
@@ -82,10 +89,7 @@ describe('message_task_kandev', () => {
   it('interrupts a running child and dispatches exactly the new message (sent)', async () => {
     const f = await family();
     const session = await w.api.ok('POST', `/tasks/${f.child.id}/sessions`, { prompt: sleepScript(60_000) });
-    const pid = await eventually(async () => {
-      const s = (await w.api.get(`/sessions/${session.id}`)).body;
-      return s.execution?.status === 'RUNNING' ? (s.execution.pid as number) : null;
-    });
+    const pid = await runningPid(session.id);
     const res = await f.mcp.callJson('message_task_kandev', { task_id: f.child.id, prompt: 'new direction', delivery_mode: 'interrupt' });
     expect(res.json).toMatchObject({ task_id: f.child.id, session_id: session.id, status: 'sent' });
     const s = await eventually(async () => {
@@ -127,10 +131,7 @@ describe('message_task_kandev', () => {
   it('stop wins over an interrupt in flight: the child ends CANCELLED with no process left', async () => {
     const f = await family();
     const session = await w.api.ok('POST', `/tasks/${f.child.id}/sessions`, { prompt: sleepScript(60_000) });
-    const pid = await eventually(async () => {
-      const s = (await w.api.get(`/sessions/${session.id}`)).body;
-      return s.execution?.status === 'RUNNING' ? (s.execution.pid as number) : null;
-    });
+    const pid = await runningPid(session.id);
     const [msg, stop] = await Promise.all([
       f.mcp.callJson('message_task_kandev', { task_id: f.child.id, prompt: sleepScript(60_000), delivery_mode: 'interrupt' }),
       f.mcp.callJson('stop_task_kandev', { task_id: f.child.id }),
@@ -143,12 +144,7 @@ describe('message_task_kandev', () => {
     // a second stop ends that one.
     const pids = [pid];
     if (msg.json.status === 'started') {
-      pids.push(
-        await eventually(async () => {
-          const s = (await w.api.get(`/sessions/${msg.json.session_id}`)).body;
-          return s.execution?.status === 'RUNNING' ? (s.execution.pid as number) : null;
-        }),
-      );
+      pids.push(await runningPid(msg.json.session_id));
     }
     if (stop.json.status === 'not_running' || msg.json.status === 'started') {
       expect((await f.mcp.callJson('stop_task_kandev', { task_id: f.child.id })).json.status).toBe('stopped');
