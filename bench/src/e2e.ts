@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { connectNats, type NatsConnection } from '@kandev/runtime';
-import { eventually, startAgentStack, type AgentStack } from '@kandev/testkit';
+import { eventually, procAlive, procStat, startAgentStack, type AgentStack } from '@kandev/testkit';
 import { monotonicNow, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
@@ -98,6 +98,52 @@ export async function agentEventAfter(b: BenchStack, pid: number, since: number,
     if (hit) return hit;
     if (Date.now() > end) throw new Error('agent event not seen in time');
     await new Promise((r) => setTimeout(r, 0.5));
+  }
+}
+
+/** An agent process as launched: (pid, start time) survives pid reuse (pid_max is 32,768 here). */
+export interface AgentProcess {
+  pid: number;
+  start: string;
+}
+
+/** The agent process with `pid` as it runs now (null when it is already gone). */
+export function agentProcess(pid: number): AgentProcess | null {
+  const st = procStat(pid);
+  return st && st.state !== 'Z' ? { pid, start: st.start } : null;
+}
+
+export interface AgentEnd {
+  /** When it logged SIGTERM (monotonic ms), or null: it never ran its handler (killed after its grace). */
+  sigterm: number | null;
+  /** When it was first seen gone (monotonic ms; polled every few ms). */
+  gone: number;
+}
+
+/**
+ * Waits until every agent has gone, noting when each logged SIGTERM. One loop for all of them (a
+ * waiter each would poll /proc a hundred times over on the cores the teardowns need). An agent that
+ * gets no CPU within its grace period is SIGKILLed before its handler runs: it never logs SIGTERM
+ * though it was sent one, so "every agent received SIGTERM" has to be read as "logged it, or gone".
+ */
+export async function agentsEnded(b: BenchStack, agents: readonly AgentProcess[], since: number, timeoutMs: number): Promise<AgentEnd[]> {
+  let tail = tails.get(b);
+  if (!tail) tails.set(b, (tail = new AgentLogTail(b.eventsFile)));
+  tail.trimBefore(since - 60_000);
+  const sigterm = new Map<number, number>();
+  const gone = new Map<number, number>();
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    for (const a of agents) {
+      if (!sigterm.has(a.pid)) {
+        const hit = tail.find(a.pid, since, (e) => e.kind === 'sigterm');
+        if (hit) sigterm.set(a.pid, hit.mono);
+      }
+      if (!gone.has(a.pid) && !procAlive(a)) gone.set(a.pid, preciseNow());
+    }
+    if (gone.size === agents.length) return agents.map((a) => ({ sigterm: sigterm.get(a.pid) ?? null, gone: gone.get(a.pid)! }));
+    if (Date.now() > end) throw new Error(`${agents.length - gone.size} of ${agents.length} agents still running after ${timeoutMs} ms: ${agents.filter((a) => !gone.has(a.pid)).map((a) => a.pid).join(', ')}`);
+    await new Promise((r) => setTimeout(r, 2));
   }
 }
 
