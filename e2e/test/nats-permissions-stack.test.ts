@@ -61,7 +61,7 @@ it('refuses a forged stop_task published with the mcp user credentials but witho
   nc = await connectNats({ url: w.stack.nats.url, name: 'forger', user: 'mcp', pass: 'mcp-test-pass' });
   const before = (await w.api.get(`/tasks/${child.id}`)).body;
   const forge = async (body: Record<string, unknown>) => {
-    const raw = await nc!.request(OrchMcp.stopTask.subject, new TextEncoder().encode(JSON.stringify(body)), { timeout: 5_000 });
+    const raw = await nc!.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode(JSON.stringify(body)), { timeout: 5_000 });
     return JSON.parse(new TextDecoder().decode(raw.data));
   };
   expect(await forge({ caller_task_id: parent.id, task_id: child.id })).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });

@@ -21,7 +21,7 @@ beforeAll(async () => {
   nats = await startNats({ configFile: conf });
   orchestrator = await connectNats({ url: nats.url, name: 'orchestrator', user: 'orchestrator', pass: 'orchestrator-test-pass' });
   await serveEndpoints(orchestrator, { service: 'orchestrator', instanceId: 'o1', queue: 'orchestrator', log: createLogger('t', 'silent') }, [
-    on(OrchMcp.stopTask, async (req) => {
+    on(OrchMcp.stopChildTask, async (req) => {
       received++;
       return { task_id: req.task_id, status: 'not_running' as const };
     }),
@@ -39,12 +39,12 @@ it('refuses the gateway user on kandev.orch.mcp.> and nothing reaches the orches
     void (async () => {
       for await (const s of gateway.status()) if (s.type === 'error') errors.push(String((s as { error?: unknown }).error ?? s.type));
     })();
-    const err = await request(gateway, OrchMcp.stopTask, { caller_task_id: callerTask, task_id: childTask }, { timeoutMs: 1500 }).catch((e) => e);
+    const err = await request(gateway, OrchMcp.stopChildTask, { caller_task_id: callerTask, task_id: childTask }, { timeoutMs: 1500 }).catch((e) => e);
     expect(err).toMatchObject({ code: 'UNAVAILABLE' });
     expect(String(err.cause?.message ?? err.cause ?? err.message)).toMatch(/permission/i);
     expect(received).toBe(0);
     // And a raw publish is rejected by the server, too.
-    gateway.publish(OrchMcp.stopTask.subject, new TextEncoder().encode('{}'));
+    gateway.publish(OrchMcp.stopChildTask.subject, new TextEncoder().encode('{}'));
     await gateway.flush().catch(() => undefined);
     await new Promise((r) => setTimeout(r, 200));
     expect(received).toBe(0);
@@ -56,7 +56,7 @@ it('refuses the gateway user on kandev.orch.mcp.> and nothing reaches the orches
 it('lets the mcp user through on the same subject', async () => {
   const mcp = await connectNats({ url: nats.url, name: 'mcp', user: 'mcp', pass: 'mcp-test-pass' });
   try {
-    await expect(request(mcp, OrchMcp.stopTask, { caller_task_id: callerTask, task_id: childTask })).resolves.toEqual({ task_id: childTask, status: 'not_running' });
+    await expect(request(mcp, OrchMcp.stopChildTask, { caller_task_id: callerTask, task_id: childTask })).resolves.toEqual({ task_id: childTask, status: 'not_running' });
     expect(received).toBe(1);
   } finally {
     await mcp.close();
@@ -128,7 +128,7 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'allowed'],
     ['$JS.API.STREAM.CREATE.SOMETHING_ELSE', 'denied'],
     ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
-    ['kandev.orch.mcp.stop_task', 'denied'],
+    ['kandev.orch.mcp.stop_child_task', 'denied'],
   ],
   holds: [
     ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],

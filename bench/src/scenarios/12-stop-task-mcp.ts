@@ -33,12 +33,12 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
   const stops = traces(collector.spans())
     .map((t) => ({ t, root: t.find('mcp tool stop_task_kandev') }))
     // A running child's stop reads its executions (a not_running one has none to read).
-    .filter((x) => x.root && Number.isFinite(eventTime(x.t.find('process kandev.orch.mcp.stop_task'), 'stop.registry_read')))
+    .filter((x) => x.root && Number.isFinite(eventTime(x.t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read')))
     .sort((a, b) => a.root!.start - b.root!.start);
   const paired = stops.length === clientSamples.length;
   stops.forEach(({ t, root }, i) => {
-    const send = t.find('send kandev.orch.mcp.stop_task');
-    const proc = t.find('process kandev.orch.mcp.stop_task');
+    const send = t.find('send kandev.orch.mcp.stop_child_task');
+    const proc = t.find('process kandev.orch.mcp.stop_child_task');
     const at = (e: string) => eventTime(proc, e);
     const seg: Record<string, number> = {
       client: paired ? clientSamples[i]! - duration(root) : Number.NaN,
@@ -59,7 +59,7 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
 
 /** Spans leave the services in batches (OTEL_BSP_SCHEDULE_DELAY): wait until every stop's trace is in. */
 async function collected(collector: SpanCollector, stops: number): Promise<void> {
-  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
+  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
 }
 
 function breakdownRows(collector: SpanCollector, clientSamples: readonly number[], callers: number): ScenarioResult[] {

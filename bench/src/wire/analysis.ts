@@ -156,7 +156,7 @@ export function wireBreakdown(segs: Segment[], owners: Map<number, Owner>, clien
   // exports no spans (12-stop's second, traced stack has no design floor beside it).
   const from = (designs[0]?.httpIn.t ?? 0) - 1_000;
   const to = (designs.at(-1)?.httpOut.t ?? 0) + 1_000;
-  const stops = paced(findCalls(segs, owners, 'kandev.orch.mcp.stop_task'), quietMs).filter((c) => c.httpIn.t >= from && c.httpIn.t <= to && c.natsOut.some((s) => text(s).includes('DIRECT.GET')));
+  const stops = paced(findCalls(segs, owners, 'kandev.orch.mcp.stop_child_task'), quietMs).filter((c) => c.httpIn.t >= from && c.httpIn.t <= to && c.natsOut.some((s) => text(s).includes('DIRECT.GET')));
   const cut = (calls: Call[]) => {
     const out: Record<string, number[]> = {};
     const add = (k: string, v: number) => (out[k] ??= []).push(v);

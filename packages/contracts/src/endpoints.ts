@@ -123,7 +123,7 @@ export const McpStopResult = z.object({ task_id: id, status: z.enum(['stopped', 
 export const McpMessageResult = z.object({ task_id: id, session_id: id, status: z.enum(['queued', 'sent', 'started']) });
 
 export const OrchMcp = {
-  stopTask: endpoint('orch.mcp.stop_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),
+  stopChildTask: endpoint('orch.mcp.stop_child_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),
   messageTask: endpoint(
     'orch.mcp.message_task',
     z.object({

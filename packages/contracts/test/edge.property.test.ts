@@ -27,7 +27,7 @@ const EXAMPLES: Array<[Endpoint, Record<string, unknown>]> = [
   [Orch.taskQueue, { actor: operator, task_id: U }],
   [Orch.taskAudit, { actor: operator, task_id: U }],
   [Orch.executionAdmit, { execution_id: U, task_id: U, session_id: U, fence_epoch: 0, instance_id: 'i' }],
-  [OrchMcp.stopTask, { caller_task_id: U, agent_token: 'x.y.z', task_id: U }],
+  [OrchMcp.stopChildTask, { caller_task_id: U, agent_token: 'x.y.z', task_id: U }],
   [OrchMcp.messageTask, { caller_task_id: U, agent_token: 'x.y.z', task_id: U, prompt: 'p', session_id: U, delivery_mode: 'queued', idempotency_key: 'k' }],
   [OrchMcp.createTask, { caller_task_id: U, agent_token: 'x.y.z', title: 't', description: 'd', agent: 'a', prompt: 'p', idempotency_key: 'k' }],
   [OrchMcp.whoami, { caller_task_id: U, agent_token: 'x.y.z' }],

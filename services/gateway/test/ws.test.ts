@@ -47,7 +47,7 @@ beforeAll(async () => {
       return { task_id: req.task_id, status: 'stopped' as const, executions: [] };
     }),
     // The MCP surface the gateway must never reach.
-    on(OrchMcp.stopTask, async (req) => {
+    on(OrchMcp.stopChildTask, async (req) => {
       mcpStopCalls++;
       return { task_id: req.task_id, status: 'not_running' as const };
     }),
@@ -125,7 +125,7 @@ describe('frames', () => {
     expect(mcpStopCalls).toBe(before);
     expect(calls).toHaveLength(0);
     // Positive control: the fake was live all along, so the zero above means something.
-    await request(nc, OrchMcp.stopTask, { caller_task_id: TASK_B, task_id: TASK_A });
+    await request(nc, OrchMcp.stopChildTask, { caller_task_id: TASK_B, task_id: TASK_A });
     expect(mcpStopCalls).toBe(before + 1);
   });
 

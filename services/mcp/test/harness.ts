@@ -61,7 +61,7 @@ export class Harness {
         return handler(req, ctx);
       });
     const fake = await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'fake', queue: 'orchestrator', log: createLogger('fake', 'silent') }, [
-      delegate(OrchMcp.stopTask, 'stopTask'),
+      delegate(OrchMcp.stopChildTask, 'stopChildTask'),
       delegate(OrchMcp.messageTask, 'messageTask'),
       delegate(OrchMcp.createTask, 'createTask'),
       delegate(OrchMcp.whoami, 'whoami'),

@@ -103,7 +103,7 @@ describe.each(['config', 'office', 'external'] as const)('%s mode', (mode) => {
 
   it('refuses a call to a task tool it does not list, without asking the orchestrator', async () => {
     const client = await clientFor(mode);
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
     const r = await call(client, 'stop_task_kandev', { task_id: uuid() });
     expect(r.isError).toBe(true);
     expect(textOf(r)).toMatch(/^backend error \[UNKNOWN_ACTION\]: tool stop_task_kandev is not available in .* mode$/);
@@ -127,7 +127,7 @@ describe('stop_task_kandev', () => {
     const parent = uuid();
     const child = uuid();
     const client = await clientFor('task', parent);
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
     const r = await call(client, 'stop_task_kandev', {
       task_id: child,
       caller_task_id: uuid(),
@@ -138,7 +138,7 @@ describe('stop_task_kandev', () => {
     expect(r.isError).toBeFalsy();
     expect(JSON.parse(textOf(r))).toEqual({ task_id: child, status: 'stopped' });
     expect(r.structuredContent).toEqual({ task_id: child, status: 'stopped' });
-    expect(h.wire).toEqual([{ subject: OrchMcp.stopTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child } }]);
+    expect(h.wire).toEqual([{ subject: OrchMcp.stopChildTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child } }]);
   });
 
   it('forwards the caller\'s own token as agent_token, so the orchestrator can verify it (issue 10)', async () => {
@@ -146,7 +146,7 @@ describe('stop_task_kandev', () => {
     const token = await agentToken({ task_id: parent, mode: 'task' });
     const client = await connectClient(h.url, token);
     clients.push(client);
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
     await call(client, 'stop_task_kandev', { task_id: uuid(), agent_token: 'forged' });
     expect((h.wire[0]!.body as { agent_token: string }).agent_token).toBe(token);
   });
@@ -154,14 +154,14 @@ describe('stop_task_kandev', () => {
   it('returns not_running as it comes', async () => {
     const client = await clientFor('task');
     const child = uuid();
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'not_running' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'not_running' });
     const r = await call(client, 'stop_task_kandev', { task_id: child });
     expect(r.structuredContent).toEqual({ task_id: child, status: 'not_running' });
   });
 
   it('reports FORBIDDEN from the orchestrator as an error result', async () => {
     const client = await clientFor('task');
-    h.handlers.stopTask = async () => {
+    h.handlers.stopChildTask = async () => {
       throw new KandevError('FORBIDDEN', 'only the direct parent may stop this task');
     };
     const r = await call(client, 'stop_task_kandev', { task_id: uuid() });
@@ -175,7 +175,7 @@ describe('stop_task_kandev', () => {
     ['INTERNAL_ERROR', 'could not persist the cancellation'],
   ] as const)('reports %s from the orchestrator as an error result', async (code, message) => {
     const client = await clientFor('task');
-    h.handlers.stopTask = async () => {
+    h.handlers.stopChildTask = async () => {
       throw new KandevError(code, message);
     };
     const r = await call(client, 'stop_task_kandev', { task_id: uuid() });
@@ -186,7 +186,7 @@ describe('stop_task_kandev', () => {
 
   it('answers a missing task_id with VALIDATION_ERROR and asks nobody', async () => {
     const client = await clientFor('task');
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
     const r = await call(client, 'stop_task_kandev', { sender_task_id: uuid() });
     expect(r.isError).toBe(true);
     expect(textOf(r)).toMatch(/^backend error \[VALIDATION_ERROR\]: invalid arguments for stop_task_kandev: task_id: /);
@@ -313,7 +313,7 @@ describe('authentication', () => {
       expect(table.map((c) => c.name)).toEqual(expect.arrayContaining(['missing', 'malformed', 'expired', 'without exp', 'without mode', 'wrong audience', 'wrong issuer', 'wrong secret', 'alg none']));
     });
     it.each(table.map((c) => [c.name, c.token] as const))('%s → 401, nothing reaches the orchestrator', async (_name, token) => {
-      h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+      h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
       const res = await fetch(h.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) },

@@ -36,7 +36,7 @@ describe('tools/call with params that are not what the method takes', () => {
     ['name is a number', { name: 42, arguments: {} }, /params\.name must be a string/],
     ['params is missing', undefined, /Invalid params for tools\/call/],
   ])('answers -32602 when %s, without internals and without asking the orchestrator', async (_what, params, message) => {
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
     const r = await post(rpc(7, 'tools/call', params));
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ jsonrpc: '2.0', id: 7, error: { code: -32602, message: expect.stringMatching(message) } });
@@ -111,11 +111,11 @@ describe('the SDK client', () => {
   it('initializes, lists, calls and pings over many calls on one server (nothing is per request)', async () => {
     const me = uuid();
     const client = await connectClient(h.url, await agentToken({ task_id: me }));
-    h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'not_running' });
+    h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'not_running' });
     const children = Array.from({ length: 20 }, uuid);
     const results = await Promise.all(children.map((task_id) => client.callTool({ name: 'stop_task_kandev', arguments: { task_id } })));
     expect(results.map((r) => (r.structuredContent as { task_id: string }).task_id)).toEqual(children);
-    expect(h.wire.filter((w) => w.subject === OrchMcp.stopTask.subject).every((w) => w.body.caller_task_id === me)).toBe(true);
+    expect(h.wire.filter((w) => w.subject === OrchMcp.stopChildTask.subject).every((w) => w.body.caller_task_id === me)).toBe(true);
     await expect(client.ping()).resolves.toEqual({});
     await client.close();
   });

@@ -33,14 +33,14 @@ afterAll(async () => {
 });
 
 it('runs the tool call as a child of the incoming traceparent, with the NATS request under it (R-7.2)', async () => {
-  h.handlers.stopTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
+  h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
   await client.callTool({ name: 'stop_task_kandev', arguments: { task_id: uuid() } });
   await new Promise((r) => setTimeout(r, 50));
 
   const byName = (n: string) => finished.find((s) => s.name === n);
   const tool = byName('mcp tool stop_task_kandev');
-  const send = byName(`send ${OrchMcp.stopTask.subject}`);
-  const process = byName(`process ${OrchMcp.stopTask.subject}`);
+  const send = byName(`send ${OrchMcp.stopChildTask.subject}`);
+  const process = byName(`process ${OrchMcp.stopChildTask.subject}`);
   expect(tool, 'tool span').toBeDefined();
   expect(send, 'send span').toBeDefined();
   expect(process, 'process span').toBeDefined();

@@ -152,7 +152,7 @@ describe('idempotency_key', () => {
 
 describe('kandev.orch.mcp.> trusts only a verified agent token', () => {
   const forged = async (payload: Record<string, unknown>) => {
-    const raw = await h.nc.request(OrchMcp.stopTask.subject, new TextEncoder().encode(JSON.stringify(payload)), { timeout: 5000 });
+    const raw = await h.nc.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode(JSON.stringify(payload)), { timeout: 5000 });
     return JSON.parse(new TextDecoder().decode(raw.data)) as { ok: boolean; error?: { code: string; message: string } };
   };
   const noExp = (task_id: string) => new SignJWT({ task_id, mode: 'task' }).setProtectedHeader({ alg: 'HS256' }).setAudience('kandev-mcp').setIssuer('kandev').sign(new TextEncoder().encode(SECRET));

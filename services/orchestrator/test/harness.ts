@@ -43,7 +43,7 @@ export async function startHarness(env: Record<string, string> = {}) {
       return request(nc, Orch.taskGet, { actor: operator, task_id });
     },
     async stopChild(caller_task_id: string, task_id: string) {
-      return request(nc, OrchMcp.stopTask, { caller_task_id, agent_token: await agentToken(caller_task_id), task_id });
+      return request(nc, OrchMcp.stopChildTask, { caller_task_id, agent_token: await agentToken(caller_task_id), task_id });
     },
     async message(caller_task_id: string, task_id: string, prompt: string, delivery_mode?: 'queued' | 'interrupt', idempotency_key?: string) {
       return request(nc, OrchMcp.messageTask, {

@@ -6,7 +6,7 @@ import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
 
 /** R-1 stop_task_kandev against a real orchestrator, real NATS and PostgreSQL; lifecycle faked at the subject level. */
-describe('orch.mcp.stop_task', () => {
+describe('orch.mcp.stop_child_task', () => {
   let h: Harness;
   beforeAll(async () => {
     h = await startHarness();
@@ -125,12 +125,12 @@ describe('orch.mcp.stop_task', () => {
 
   it('validates before anything else: missing task_id → VALIDATION_ERROR, unknown tasks → NOT_FOUND', async () => {
     const f = await family();
-    const raw = await h.nc.request(OrchMcp.stopTask.subject, new TextEncoder().encode(JSON.stringify({ caller_task_id: f.parent.id })), { timeout: 2000 });
+    const raw = await h.nc.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode(JSON.stringify({ caller_task_id: f.parent.id })), { timeout: 2000 });
     expect(JSON.parse(new TextDecoder().decode(raw.data)).error.code).toBe('VALIDATION_ERROR');
     const missing = '00000000-0000-4000-8000-00000000dead';
     await expect(h.stopChild(missing, f.child.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
     await expect(h.stopChild(f.parent.id, missing)).rejects.toMatchObject({ code: 'NOT_FOUND' });
-    const bad = await h.nc.request(OrchMcp.stopTask.subject, new TextEncoder().encode('{'), { timeout: 2000 });
+    const bad = await h.nc.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode('{'), { timeout: 2000 });
     expect(JSON.parse(new TextDecoder().decode(bad.data)).error.code).toBe('BAD_REQUEST');
   });
 
@@ -138,7 +138,7 @@ describe('orch.mcp.stop_task', () => {
     const f = await family();
     await h.startSession(f.child.id, 'work');
     const payload = { caller_task_id: f.parent.id, agent_token: await agentToken(f.parent.id), task_id: f.child.id, reason: 'rm -rf', force: true, sender_task_id: f.grand.id };
-    const res = await request(h.nc, OrchMcp.stopTask, payload as never);
+    const res = await request(h.nc, OrchMcp.stopChildTask, payload as never);
     expect(res.status).toBe('stopped');
     const [row] = await h.sql`SELECT cancel_reason FROM orchestrator.sessions WHERE task_id = ${f.child.id}`;
     expect(row!.cancel_reason).toBe('stopped_by_parent_task');
@@ -311,7 +311,7 @@ describe('orch.mcp.stop_task', () => {
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     await h.startSession(child.id, 'work');
-    await request(h.nc, OrchMcp.stopTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id }, { requestId: 'req-audit-1' });
+    await request(h.nc, OrchMcp.stopChildTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id }, { requestId: 'req-audit-1' });
     const [row] = await h.sql`SELECT action, actor, request_id, outcome FROM orchestrator.audit_log WHERE task_id = ${child.id}`;
     expect(row).toEqual({ action: 'mcp.stop_task', actor: `agent:${parent.id}`, request_id: 'req-audit-1', outcome: 'stopped' });
   });

@@ -12,7 +12,7 @@ import { toTask } from '../store/rows.js';
  * each request must also carry the calling agent's token, verified first (flows/caller.ts).
  */
 export const mcpEndpoints = (rt: OrchRuntime): Registration[] => [
-  on(OrchMcp.stopTask, async (req, ctx) => {
+  on(OrchMcp.stopChildTask, async (req, ctx) => {
     await verifyMcpCaller(rt, req, ['task']);
     return stopChildTask(rt, ctx, req.caller_task_id, req.task_id);
   }),
