@@ -49,6 +49,15 @@ const RUNTIME_MIGRATIONS: Array<{ name: string; sql: string }> = [
         PRIMARY KEY (consumer, event_id)
       );`,
   },
+  {
+    // The purges (purgeOutbox, purgeInbox) find their rows through these, not through a scan of the
+    // whole table every time: the outbox keeps an hour of published events (120,000 rows, 285 MB
+    // after one tree-hold bench, and a 1.8 s scan that ran every second).
+    name: '000_runtime_outbox_inbox_purge.sql',
+    sql: `
+      CREATE INDEX IF NOT EXISTS outbox_published ON outbox (published_at) WHERE published_at IS NOT NULL;
+      CREATE INDEX IF NOT EXISTS inbox_processed ON inbox (processed_at);`,
+  },
 ];
 
 /**
@@ -79,6 +88,49 @@ export async function migrate(sql: Sql, schema: string, dir: string | null, log?
   if (applied.length) log?.info({ schema, applied }, 'migrations applied');
   return applied;
 }
+
+/** The tables a purge empties, each with its key and the time column its rows age by (indexed). */
+const PURGEABLE = {
+  outbox: { key: 'id', column: 'published_at' },
+  inbox: { key: 'consumer, event_id', column: 'processed_at' },
+} as const;
+
+/**
+ * One batch of a purge: up to $2 rows of `table` older than $1 seconds, oldest first. Rows another
+ * replica's purge has locked are skipped, not waited for.
+ */
+export function purgeStatement(table: keyof typeof PURGEABLE): string {
+  const { key, column } = PURGEABLE[table];
+  return `DELETE FROM ${table} WHERE (${key}) IN (SELECT ${key} FROM ${table} WHERE ${column} < now() - make_interval(secs => $1) ORDER BY ${column} LIMIT $2 FOR UPDATE SKIP LOCKED)`;
+}
+
+/**
+ * Deletes rows of `table` older than `olderThanMs` in batches of `batch` (each its own short
+ * statement: no purge holds many row locks or keeps writers waiting for long), until a batch comes
+ * back short or `maxRows` are gone. Returns how many rows it deleted.
+ */
+async function purgeOlderThan(sql: Sql, table: keyof typeof PURGEABLE, olderThanMs: number, opts: { batch?: number; maxRows?: number } = {}): Promise<number> {
+  const batch = opts.batch ?? 1_000;
+  const maxRows = opts.maxRows ?? 100_000;
+  let deleted = 0;
+  while (deleted < maxRows) {
+    const limit = Math.min(batch, maxRows - deleted);
+    const rows = await sql.unsafe(purgeStatement(table), [olderThanMs / 1000, limit]);
+    deleted += rows.count;
+    if (rows.count < limit) break;
+  }
+  return deleted;
+}
+
+/** Outbox rows published more than `olderThanMs` ago (kept that long to look into what went out). */
+export const purgeOutbox = (sql: Sql, olderThanMs: number, opts?: { batch?: number; maxRows?: number }) => purgeOlderThan(sql, 'outbox', olderThanMs, opts);
+
+/**
+ * Inbox rows older than `olderThanMs`. Safe once that is longer than the event stream keeps a
+ * message (`inboxKeepMs`): an event the stream no longer holds cannot be redelivered, so its
+ * id no longer guards anything. Without it the inbox grows by a row per consumed event, forever.
+ */
+export const purgeInbox = (sql: Sql, olderThanMs: number, opts?: { batch?: number; maxRows?: number }) => purgeOlderThan(sql, 'inbox', olderThanMs, opts);
 
 /**
  * Exactly-once effects over at-least-once delivery: run `effect` in the same transaction that

@@ -10,6 +10,9 @@ import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
+/** How long the event stream keeps a message (its `max_age` as this service creates it). */
+export const EVENT_RETENTION_MS = 7 * 24 * 3600 * 1_000;
+
 /**
  * Make sure the event stream exists. Created with `replicas` and the settings below when missing.
  * An existing stream is not re-configured wholesale (that undid operators' changes at every start):
@@ -24,7 +27,7 @@ export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: n
     subjects: [...Streams.events.subjects],
     // Dedupe window for Nats-Msg-Id: retries of the same event within it are stored once.
     duplicate_window: 120 * 1_000_000_000,
-    max_age: 7 * 24 * 3600 * 1_000_000_000,
+    max_age: EVENT_RETENTION_MS * 1_000_000,
     num_replicas: replicas,
   };
   const existing = await jsm.streams.info(cfg.name).catch(() => null);

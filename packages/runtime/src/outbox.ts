@@ -68,7 +68,6 @@ export class Outbox {
       await this.publisher.publish(r.payload, r.trace);
       await this.sql`UPDATE outbox SET published_at = now() WHERE id = ${r.id}`;
     }
-    await this.sql`DELETE FROM outbox WHERE published_at < now() - interval '1 hour'`;
     return rows.length;
   }
 

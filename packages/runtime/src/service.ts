@@ -7,6 +7,7 @@ import { connectDb, migrate, type Sql } from './db.js';
 import { BaseEnv, parseEnv } from './env.js';
 import { EventPublisher, ensureEventStream } from './events.js';
 import { startHealthServer } from './health.js';
+import { startHousekeeping } from './housekeeping.js';
 import { createLogger, type Logger } from './log.js';
 import { connectNats, type NatsConnection } from './nats.js';
 import { Outbox } from './outbox.js';
@@ -107,6 +108,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId }))]);
   const started = (await def.start(runtime)) || {};
   if (sql) outbox.startRelay();
+  const stopHousekeeping = sql && def.publishesEvents !== false ? startHousekeeping(sql, nc, log) : () => undefined;
 
   const health = await startHealthServer({
     host: env.HEALTH_HOST,
@@ -130,6 +132,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
         await inFlight.settled();
         for (const fn of stoppers.reverse()) await Promise.resolve(fn()).catch((e) => log.warn({ err: e }, 'stopper failed'));
         outbox.stopRelay();
+        stopHousekeeping();
         await nc.drain().catch(() => undefined);
         await sql?.end({ timeout: 2 });
         await new Promise<void>((r) => closeServer(health.server, r));

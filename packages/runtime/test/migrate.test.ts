@@ -21,7 +21,7 @@ it('applies each migration exactly once when two processes race', async () => {
   const sql = connectDb(db.url, 'racetest');
   try {
     expect(await sql`SELECT count(*)::int AS n FROM applied`).toEqual([{ n: 1 }]);
-    expect((await sql`SELECT name FROM schema_migrations ORDER BY name`).map((r) => r.name)).toEqual(['000_runtime_outbox_inbox.sql', '001_counter.sql']);
+    expect((await sql`SELECT name FROM schema_migrations ORDER BY name`).map((r) => r.name)).toEqual(['000_runtime_outbox_inbox.sql', '000_runtime_outbox_inbox_purge.sql', '001_counter.sql']);
   } finally {
     await sql.end();
   }
