@@ -3,6 +3,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Streams } from '@kandev/contracts';
 import { purgeInbox, purgeOutbox, type Sql } from './db.js';
 import type { Logger } from './log.js';
+import { repeatEvery } from './repeat.js';
 
 /** How long a published outbox row is kept: long enough to look into what went out, and when. */
 export const OUTBOX_KEEP_MS = 3_600_000;
@@ -32,18 +33,12 @@ export async function housekeepOnce(sql: Sql, nc: NatsConnection): Promise<{ out
 
 /** Runs housekeepOnce every HOUSEKEEPING_INTERVAL_MS until the returned function is called. */
 export function startHousekeeping(sql: Sql, nc: NatsConnection, log: Logger, intervalMs = HOUSEKEEPING_INTERVAL_MS): () => void {
-  let timer: NodeJS.Timeout | undefined;
-  const tick = async () => {
-    try {
+  return repeatEvery(
+    intervalMs,
+    async () => {
       const purged = await housekeepOnce(sql, nc);
       if (purged.outbox || purged.inbox) log.debug({ purged }, 'outbox and inbox purged');
-    } catch (e) {
-      log.warn({ err: e }, 'outbox and inbox purge failed; tried again next time');
-    }
-    timer = setTimeout(tick, intervalMs);
-    timer.unref();
-  };
-  timer = setTimeout(tick, intervalMs);
-  timer.unref();
-  return () => clearTimeout(timer);
+    },
+    (e) => log.warn({ err: e }, 'outbox and inbox purge failed; tried again next time'),
+  );
 }

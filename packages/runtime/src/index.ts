@@ -7,6 +7,7 @@ export * from './events.js';
 export * from './db.js';
 export * from './outbox.js';
 export * from './housekeeping.js';
+export * from './repeat.js';
 export * from './health.js';
 export * from './jwt.js';
 export * from './metrics.js';

@@ -3,6 +3,7 @@ import type { EventPublisher, EventScope } from './events.js';
 import { buildEvent } from './events.js';
 import type { Sql, Tx } from './db.js';
 import type { Logger } from './log.js';
+import { repeatEvery } from './repeat.js';
 import { traceHeaders } from './tracing.js';
 
 /**
@@ -12,7 +13,6 @@ import { traceHeaders } from './tracing.js';
  * double publish a crash after publish can cause.
  */
 export class Outbox {
-  private relayTimer: NodeJS.Timeout | undefined;
   constructor(
     private readonly sql: Sql,
     private readonly publisher: EventPublisher,
@@ -72,19 +72,8 @@ export class Outbox {
   }
 
   startRelay(intervalMs = 1_000): void {
-    const tick = async () => {
-      try {
-        await this.relayOnce();
-      } catch (e) {
-        this.log.warn({ err: e }, 'outbox relay failed');
-      }
-      this.relayTimer = setTimeout(tick, intervalMs);
-      this.relayTimer.unref();
-    };
-    this.relayTimer = setTimeout(tick, intervalMs);
-    this.relayTimer.unref();
+    this.stopRelay = repeatEvery(intervalMs, () => this.relayOnce(), (e) => this.log.warn({ err: e }, 'outbox relay failed'));
   }
-  stopRelay(): void {
-    if (this.relayTimer) clearTimeout(this.relayTimer);
-  }
+  /** Stops the relay started by startRelay (a relay pass in flight finishes, and schedules none after it). */
+  stopRelay: () => void = () => undefined;
 }

@@ -1,5 +1,5 @@
 import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/contracts';
-import { type Sql, type Tx } from '@kandev/runtime';
+import { repeatEvery, type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { recordedStopReason } from '../domain/stop.js';
@@ -157,19 +157,5 @@ async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execu
 
 /** Run reconcileOnce every interval until stopped. */
 export function startReconciler(rt: OrchRuntime): () => void {
-  let timer: NodeJS.Timeout | undefined;
-  let stopped = false;
-  const tick = async () => {
-    try {
-      await reconcileOnce(rt);
-    } catch (e) {
-      rt.log.warn({ err: e }, 'reconciliation failed');
-    }
-    if (!stopped) timer = setTimeout(tick, rt.env.RECONCILE_INTERVAL_MS).unref();
-  };
-  timer = setTimeout(tick, rt.env.RECONCILE_INTERVAL_MS).unref();
-  return () => {
-    stopped = true;
-    if (timer) clearTimeout(timer);
-  };
+  return repeatEvery(rt.env.RECONCILE_INTERVAL_MS, () => reconcileOnce(rt), (e) => rt.log.warn({ err: e }, 'reconciliation failed'));
 }
