@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
+import { Agent, request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Orch, type Endpoint } from '@kandev/contracts';
 import { connectNats, createLogger, on, serveEndpoints, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
-import { BODY_LIMIT_BYTES } from '../src/domain/http-errors.js';
+import { BODY_LIMIT_BYTES, OVERSIZE_BODY_DRAIN_BYTES } from '../src/domain/http-errors.js';
 import { fixtures, operatorToken, startGateway, WsTestClient } from './helpers.js';
 
 /**
@@ -125,6 +125,48 @@ describe('oversized input', () => {
     const res = await post(`/tasks/${TASK}/sessions`, { prompt: 'a'.repeat(1024 * 1024) });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({ error: { code: 'BAD_REQUEST', message: 'request body is too large', details: { limit_bytes: BODY_LIMIT_BYTES } } });
+    expect(calls).toEqual([]);
+  });
+
+  /** A POST over `agent` declaring `length` bytes and sending `body` (which may be shorter: only the headers, then the answer). */
+  const rawPost = (agent: Agent, path: string, length: number, body: string) =>
+    new Promise<{ status: number; connection: string | undefined; reused: boolean; json: unknown }>((resolve, reject) => {
+      const url = new URL(`${gw.http}${path}`);
+      const req = httpRequest(
+        { agent, method: 'POST', host: url.hostname, port: url.port, path: url.pathname, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(length) } },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection, reused: req.reusedSocket, json: JSON.parse(text) }));
+        },
+      );
+      req.on('error', reject);
+      if (Buffer.byteLength(body) === length) req.end(body);
+      else req.flushHeaders();
+    });
+
+  it('a body refused by its declared length is read to its end: the caller gets its 400 and the connection serves the next request', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const body = JSON.stringify({ prompt: 'a'.repeat(1024 * 1024) });
+      const refused = await rawPost(agent, `/tasks/${TASK}/sessions`, Buffer.byteLength(body), body);
+      expect(refused).toMatchObject({ status: 400, json: { error: { code: 'BAD_REQUEST', message: 'request body is too large' } } });
+      expect(refused.connection).not.toBe('close');
+      const next = await rawPost(agent, '/workspaces', Buffer.byteLength('{"name":"next one"}'), '{"name":"next one"}');
+      expect(next).toMatchObject({ status: 201, reused: true });
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('a body declared beyond the drain bound is refused at once and its connection closed', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const refused = await rawPost(agent, `/tasks/${TASK}/sessions`, OVERSIZE_BODY_DRAIN_BYTES + 1, '');
+      expect(refused).toMatchObject({ status: 400, connection: 'close', json: { error: { code: 'BAD_REQUEST', message: 'request body is too large' } } });
+    } finally {
+      agent.destroy();
+    }
     expect(calls).toEqual([]);
   });
 

@@ -8,6 +8,14 @@ import { httpStatusOf, isKandevError, retryAfterOf, type ErrorBody, type ErrorCo
  * of UTF-8).
  */
 export const BODY_LIMIT_BYTES = 512 * 1024;
+/**
+ * A body refused as too large by its declared length is still read (and dropped) up to this size,
+ * so the caller can finish sending it and read the 400. Fastify closes the connection on every
+ * refused body, and the caller's remaining bytes then meet a closed socket: it may see EPIPE or a
+ * reset instead of the answer (an e2e test saw `fetch failed: write EPIPE` for a 1 MB prompt under
+ * load). Beyond this size, reading the rest costs more than a caller's lost answer; it is closed.
+ */
+export const OVERSIZE_BODY_DRAIN_BYTES = 8 * 1024 * 1024;
 /** Largest header section Node's HTTP parser accepts (its default); beyond it, clientErrorResponse. */
 export const MAX_HEADER_BYTES = 16 * 1024;
 
@@ -57,6 +65,19 @@ export function errorResponseOf(err: unknown): ErrorResponse {
   const status = typeof e.statusCode === 'number' ? e.statusCode : 500;
   if (status >= 400 && status < 500) return respond('BAD_REQUEST', typeof e.message === 'string' && e.message ? e.message : 'bad request');
   return respond('INTERNAL_ERROR', 'internal error', undefined, true);
+}
+
+/**
+ * Whether a refused request's connection stays open so that Node reads and drops the rest of its
+ * body (it does so for any response that does not close the connection): only a body refused by
+ * its declared Content-Length, before any of it was read, and no larger than
+ * OVERSIZE_BODY_DRAIN_BYTES. A body refused part-way (no length declared) has a half-read stream
+ * that cannot carry another request, so Fastify's close stands.
+ */
+export function drainsRefusedBody(err: unknown, contentLength: string | undefined): boolean {
+  if ((err as { code?: unknown } | null)?.code !== 'FST_ERR_CTP_BODY_TOO_LARGE' || contentLength === undefined || !/^\d+$/.test(contentLength)) return false;
+  const length = Number(contentLength);
+  return length > BODY_LIMIT_BYTES && length <= OVERSIZE_BODY_DRAIN_BYTES;
 }
 
 /**

@@ -3,7 +3,7 @@ import { bearer, context, propagation, SpanKind, trace, tracer, type Logger } fr
 import { unavailable, type OperatorActor } from '@kandev/contracts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator } from '../auth.js';
-import { errorResponseOf } from '../domain/http-errors.js';
+import { drainsRefusedBody, errorResponseOf } from '../domain/http-errors.js';
 import { requestIdFrom } from '../domain/request-id.js';
 
 /** What the gateway knows about one HTTP request (or WebSocket upgrade) once it is routed. */
@@ -86,6 +86,7 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
     }
     if (res.unexpected) (k?.log ?? deps.log).error({ err }, 'request failed');
     if (res.retryAfterS !== null) void reply.header('retry-after', String(res.retryAfterS));
+    if (drainsRefusedBody(err, req.headers['content-length'])) reply.removeHeader('connection');
     return reply.code(res.status).send(res.body);
   });
 
