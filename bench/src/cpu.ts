@@ -1,5 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
+import { fileURLToPath } from 'node:url';
 
 /**
  * CPU time from /proc, to say where a burst's time went when both cores are busy: the machine's
@@ -18,6 +19,9 @@ export interface CpuSnapshot {
   processes: Map<string, { kind: string; ms: number }>;
 }
 
+/** This checkout: services, agentctls and agents of another checkout on the machine (another engineer's tests) are `other`. */
+const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
 /** What a process is, from its command line. */
 function kindOf(pid: string): string | null {
   let cmd: string;
@@ -27,6 +31,7 @@ function kindOf(pid: string): string | null {
     return null;
   }
   if (pid === String(process.pid)) return 'bench';
+  if (/services\/|agentctl|testkit\/dist\/agents/.test(cmd) && !cmd.includes(REPO_ROOT)) return 'other';
   const service = /services\/([a-z-]+)\/dist\/main\.js/.exec(cmd);
   if (service) return service[1]!;
   if (cmd.includes('agentctl/dist/main.js')) return 'agentctl';

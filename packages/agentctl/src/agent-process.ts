@@ -177,6 +177,14 @@ export class AgentProcess {
    */
   private findStrays(): void {
     const covered = new Set(this.tree.map((p) => p.pgid));
+    // The agent leads its own group. Between its death and our reaping it (the child's exit
+    // event) it is a zombie: its group still "has members" though no walk finds one, and each
+    // look scanned every process on the machine, every POLL_MS of a stop's wait. A hundred
+    // agentctls stopping at once spent most of their CPU there, and delayed the very reaping
+    // that ends it (docs/fast-paths.md, "Tree holds with live sessions"). Until the exit event
+    // that group is left alone: terminate() wakes on it, and the next look sees the group as it
+    // is (empty, or with strays to scan for).
+    if (this.exit === undefined && readProcStat(this.pid)?.state === 'Z') covered.add(this.pid);
     const unseen = new Set<number>();
     for (const g of this.groups) {
       if (covered.has(g)) continue;
