@@ -21,8 +21,20 @@ export interface Termination {
 
 const tracer = trace.getTracer('@kandev/agentctl');
 
-/** How often the agent's process tree is noted while it runs (see process-tree.ts). */
-const TREE_REFRESH_MS = 1_000;
+/**
+ * How often the agent's process tree is noted while it runs (see process-tree.ts): every
+ * TREE_REFRESH_MS while it changes; each look that finds it as it was doubles the wait, up to
+ * TREE_REFRESH_MAX_MS, and a change brings it back to TREE_REFRESH_MS. An agent waiting on its
+ * model or its operator has a tree that does not change, and a hundred of them looking every
+ * second cost the machine a share of a core for nothing (ADR 0027).
+ */
+export const TREE_REFRESH_MS = 1_000;
+export const TREE_REFRESH_MAX_MS = 8_000;
+
+/** The wait before the next look at the tree, after one that found it `changed` or not. */
+export function nextTreeRefreshMs(previousMs: number, changed: boolean): number {
+  return changed ? TREE_REFRESH_MS : Math.min(TREE_REFRESH_MAX_MS, previousMs * 2);
+}
 /** agentctl's own process group: never one of the agent's (it runs detached), never signalled. */
 const OWN_GROUP = readProcStat(process.pid)?.pgid ?? process.pid;
 /** How long agentctl keeps re-sending SIGKILL to survivors of the tree before it reports them and gives up. */
@@ -42,7 +54,8 @@ export class AgentProcess {
   private tree: TreeProcess[] = [];
   /** The process groups the tree has had, kept while they may hold a live member (see findStrays). */
   private readonly groups = new Set<number>();
-  private readonly treeTimer: NodeJS.Timeout;
+  private treeTimer: NodeJS.Timeout | undefined;
+  private treeRefreshMs = TREE_REFRESH_MS;
 
   private constructor(
     readonly child: ChildProcessWithoutNullStreams,
@@ -51,10 +64,11 @@ export class AgentProcess {
     if (child.pid === undefined) throw new Error('agent process has no pid');
     this.pid = child.pid;
     this.noteTree();
-    this.treeTimer = setInterval(() => this.noteTree(), TREE_REFRESH_MS).unref();
+    this.scheduleTreeRefresh();
     this.exited = new Promise((resolve) => {
       child.once('exit', (code, signal) => {
-        clearInterval(this.treeTimer);
+        clearTimeout(this.treeTimer);
+        this.treeTimer = undefined;
         this.exit = { code, signal };
         log.info('agent exited', { agent_pid: this.pid, code, signal });
         resolve(this.exit);
@@ -144,6 +158,17 @@ export class AgentProcess {
     return isAlive(agent) ? [agent] : [];
   }
 
+  /** The periodic look at the tree while the agent runs, backing off while the tree stays as it is. */
+  private scheduleTreeRefresh(): void {
+    this.treeTimer = setTimeout(() => {
+      if (this.exit !== undefined) return;
+      const before = treeKey(this.tree);
+      this.noteTree();
+      this.treeRefreshMs = nextTreeRefreshMs(this.treeRefreshMs, treeKey(this.tree) !== before);
+      this.scheduleTreeRefresh();
+    }, this.treeRefreshMs).unref();
+  }
+
   /**
    * Notes the live tree: what a walk from the agent finds, what a walk finds from each noted process
    * the agent's walk no longer reaches (re-parented away when its parent exited, or the agent itself
@@ -197,6 +222,14 @@ export class AgentProcess {
     const live = new Set(found.map((p) => p.pgid));
     for (const g of unseen) if (!live.has(g)) this.groups.delete(g);
   }
+}
+
+/** The tree as a comparable value: which processes (pid and start time) it holds. */
+function treeKey(tree: readonly TreeProcess[]): string {
+  return tree
+    .map((p) => `${p.pid}:${p.startTime}`)
+    .sort()
+    .join(',');
 }
 
 /** Whether a process group has any member (a zombie counts); a group we may not signal counts too. */

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { AgentProcess } from '../src/agent-process.js';
+import { AgentProcess, nextTreeRefreshMs, TREE_REFRESH_MAX_MS, TREE_REFRESH_MS } from '../src/agent-process.js';
 import { createLogger } from '../src/log.js';
 import { processTree } from '../src/process-tree.js';
 
@@ -156,5 +156,17 @@ describe('AgentProcess', () => {
     expect(running(sleeper)).toBe(true);
     await agent.terminate(300);
     expect(running(sleeper)).toBe(false);
+  });
+});
+
+describe('nextTreeRefreshMs', () => {
+  it('looks every second while the tree changes, and backs off to the bound while it stays as it was', () => {
+    expect(nextTreeRefreshMs(TREE_REFRESH_MS, true)).toBe(TREE_REFRESH_MS);
+    let ms = TREE_REFRESH_MS;
+    const waits: number[] = [];
+    for (let i = 0; i < 6; i++) waits.push((ms = nextTreeRefreshMs(ms, false)));
+    expect(waits).toEqual([2_000, 4_000, 8_000, 8_000, 8_000, 8_000]);
+    expect(TREE_REFRESH_MAX_MS).toBe(8_000);
+    expect(nextTreeRefreshMs(TREE_REFRESH_MAX_MS, true)).toBe(TREE_REFRESH_MS);
   });
 });

@@ -6,8 +6,16 @@ import { z } from 'zod';
  * `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.json`: the processes this instance is responsible
  * for, with their start times, so a restart with the same instance id can kill exactly the
  * processes its previous run left behind, and never a process that merely reuses one of the pids
- * (R-6.4). Written atomically (temp file + rename) after every change.
+ * (R-6.4). Written atomically (temp file + rename) at once after an entry is added; removals are
+ * gathered for up to REMOVAL_FLUSH_MS. Each write is the whole file, so a hundred executions
+ * ending together rewrote it a hundred times, each longer than the last (a tree pause with 200
+ * live sessions). A removal lost to a crash only leaves an entry whose processes are gone: the
+ * next start finds them gone by their start times and reports the execution lost once, which a
+ * stopped execution's session ignores.
  */
+
+/** How long removals wait to be written together. */
+export const REMOVAL_FLUSH_MS = 100;
 
 const Proc = z.object({ pid: z.number().int().positive(), start_time: z.string().nullable() });
 export const StateEntry = z.object({
@@ -24,6 +32,7 @@ const StateFileBody = z.object({ instance_id: z.string(), executions: z.array(St
 export class StateFile {
   readonly path: string;
   private readonly entries = new Map<string, StateEntry>();
+  private removalTimer: NodeJS.Timeout | undefined;
 
   constructor(
     stateDir: string,
@@ -65,11 +74,15 @@ export class StateFile {
   }
 
   remove(executionId: string): void {
-    if (this.entries.delete(executionId)) this.flush();
+    if (!this.entries.delete(executionId) || this.removalTimer) return;
+    this.removalTimer = setTimeout(() => this.flush(), REMOVAL_FLUSH_MS);
+    this.removalTimer.unref();
   }
 
-  /** Rewrite the file with what is live now (start-up writes it empty after cleanup). */
+  /** Rewrite the file with what is live now (start-up writes it empty after cleanup); removals waiting go with it. */
   flush(): void {
+    clearTimeout(this.removalTimer);
+    this.removalTimer = undefined;
     mkdirSync(dirname(this.path), { recursive: true });
     const tmp = `${this.path}.${process.pid}.tmp`;
     writeFileSync(tmp, JSON.stringify({ instance_id: this.instanceId, executions: [...this.entries.values()] }, null, 2));
