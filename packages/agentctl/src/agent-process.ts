@@ -243,6 +243,22 @@ function groupHasMembers(pgid: number): boolean {
 }
 
 /**
+ * Once its execution is being stopped, agentctl has nothing left that a caller waits on (no cancel
+ * to relay, the stop is already answered upstream), and its teardown work goes to the agent's
+ * priority: a tree pause ends a hundred executions at once, and a hundred agentctls at the control
+ * plane's priority took the cores from the reads and decisions the operator waits for (ADR 0027).
+ * Never raises it (not allowed unprivileged, and not wanted); a failure changes nothing.
+ */
+export function yieldToControlPlane(agentPid: number): void {
+  try {
+    const target = getPriority(agentPid);
+    if (target > getPriority()) setPriority(target);
+  } catch {
+    // The agent is gone already (no priority to read): nothing left to yield for.
+  }
+}
+
+/**
  * The agent runs `increment` nice levels below agentctl (capped at 19). Set at once after the
  * spawn: what the agent starts afterwards (its tools, builds, tests) inherits it. Unprivileged
  * (lowering a priority needs no capability); a failure is logged and the agent runs as it is.

@@ -14,6 +14,7 @@ import type { AdapterSink, AgentAdapter } from './adapters/adapter.js';
 import { AgentctlError } from './errors.js';
 import type { EventStream } from './events.js';
 import { errorMessage, type Logger } from './log.js';
+import { yieldToControlPlane } from './agent-process.js';
 
 /*
  * The rules of one execution: at most one turn in flight, cancels fenced to the turn the caller
@@ -157,6 +158,7 @@ export class Execution {
 
   private async runStop(graceMs: number): Promise<AgentctlStopResponse> {
     this.state = 'stopping';
+    yieldToControlPlane(this.adapter.pid);
     const turn = this.turn;
     if (turn) {
       await this.requestCancel(turn);

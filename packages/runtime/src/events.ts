@@ -151,12 +151,21 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
   const js = jetstream(nc);
   const consumer = await js.consumers.get(Streams.events.name, opts.durable);
   const wanted = new Set<string>(opts.types);
+  // Several types share the `kandev.evt.>` filter: every other event of the stream arrives too. Its
+  // subject names its type (`publish`), so it is acked unread: validating each one against its
+  // schema first cost every consumer a parse of every event (a tree pause with a hundred live
+  // sessions publishes several hundred it does not want).
+  const wantedSubjects = new Set<string>(opts.types.map((t) => eventSubject(t)));
   const messages = await consumer.consume({ max_messages: 256, expires: 5_000 });
   const loop = (async () => {
     for await (const m of messages) await handleOne(m);
   })();
 
   async function handleOne(m: JsMsg): Promise<void> {
+    if (!wantedSubjects.has(m.subject)) {
+      m.ack();
+      return;
+    }
     let ev: EventEnvelope;
     try {
       ev = parseEvent(m.data);

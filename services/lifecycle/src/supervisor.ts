@@ -1,6 +1,6 @@
 import { conflict, notFound, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { registryRefreshMs } from './domain/liveness.js';
+import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import type { Executions, LifecycleDeps } from './flows/context.js';
 import { launch } from './flows/launch.js';
@@ -71,20 +71,29 @@ export class ExecutionSupervisor {
     }
     const tr: TeardownRequest = { reason: req.reason, graceMs: teardownGrace(req.grace_ms, this.deps.env.TEARDOWN_GRACE_MS), orphaned: req.orphaned ?? false };
     if (tr.orphaned) x.log.info({ reason: req.reason }, 'stopping an orphaned execution (its session is already terminal)');
-    void this.teardowns.teardown(x, tr);
+    // Accepted first, torn down after the reply: a tree hold sends a hundred of these at once and
+    // answers when they are accepted, and the start of each teardown (its registry put, its request
+    // to agentctl) ran before each reply, so the last acceptance waited for ninety-nine teardowns.
+    setImmediate(() => void this.teardowns.teardown(x, tr));
     return { accepted: true, execution_id: x.id, already_gone: false };
   }
 
   startRefreshing(): void {
-    const every = registryRefreshMs(this.deps.env.REGISTRY_TTL_MS);
+    const { tickMs, slices } = refreshSlices(registryRefreshMs(this.deps.env.REGISTRY_TTL_MS));
+    let tick = 0;
     this.refreshTimer = setInterval(() => {
+      // Each execution is renewed once per refresh period, in its own slice of it: all of them at
+      // once was a burst of one KV put per execution (200 live: 200 puts and heartbeats in one turn
+      // of the loop every 5 s), and the reads and stops that arrived meanwhile waited behind it.
+      const slice = tick++ % slices;
       // The registry entry and agentctl's heartbeat are renewed together: an instance too frozen to
       // do one does neither, and its agents stop one TTL after their entries lapse (ownerSilenceBound).
       for (const x of this.live.values()) {
+        if (refreshSliceOf(x.id, slices) !== slice) continue;
         x.refresh();
         x.agentctl.heartbeat();
       }
-    }, every);
+    }, tickMs);
     this.refreshTimer.unref();
   }
 

@@ -2,12 +2,13 @@ import type { Execution } from '@kandev/contracts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { decideCancel } from '../src/domain/cancel.js';
 import { abandonLaunch } from '../src/domain/launch.js';
 import { leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, teardownGrace } from '../src/domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted, type TurnView } from '../src/domain/turns.js';
-import { StateFile } from '../src/store/state-file.js';
+import { REMOVAL_FLUSH_MS, StateFile } from '../src/store/state-file.js';
+import { refreshSliceOf, refreshSlices } from '../src/domain/liveness.js';
 
 const T1 = '00000000-0000-4000-8000-000000000001';
 const T2 = '00000000-0000-4000-8000-000000000002';
@@ -151,7 +152,7 @@ describe('an abandoned launch (B-1, one failure path)', () => {
 });
 
 describe('state file', () => {
-  it('round-trips what is live and reads a missing or malformed file as nothing left (with the problem named)', () => {
+  it('round-trips what is live and reads a missing or malformed file as nothing left (with the problem named)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kandev-state-'));
     try {
       const f = new StateFile(dir, 'life-x');
@@ -160,11 +161,43 @@ describe('state file', () => {
       f.set(e);
       expect(new StateFile(dir, 'life-x').readLeftovers()).toEqual({ entries: [e], problem: null });
       f.remove('e1');
-      expect(new StateFile(dir, 'life-x').readLeftovers().entries).toEqual([]);
+      await vi.waitFor(() => expect(new StateFile(dir, 'life-x').readLeftovers().entries).toEqual([]), { timeout: 5_000, interval: 10 });
       writeFileSync(f.path, '{broken');
       expect(new StateFile(dir, 'life-x').readLeftovers()).toEqual({ entries: [], problem: 'state file is malformed' });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('writes removals together, and an added entry at once with every removal before it', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kandev-state-'));
+    try {
+      const f = new StateFile(dir, 'life-x');
+      const entry = (id: string) => ({ execution_id: id, workspace_id: T1, task_id: T1, session_id: T2, agentctl: { pid: 10, start_time: '5' }, agent: null });
+      for (const id of ['e1', 'e2', 'e3']) f.set(entry(id));
+      f.remove('e1');
+      f.remove('e2');
+      // Not yet written (gathered for up to REMOVAL_FLUSH_MS): the file still lists them.
+      expect(new StateFile(dir, 'life-x').readLeftovers().entries.map((e) => e.execution_id)).toEqual(['e1', 'e2', 'e3']);
+      f.set(entry('e4'));
+      expect(new StateFile(dir, 'life-x').readLeftovers().entries.map((e) => e.execution_id)).toEqual(['e3', 'e4']);
+      expect(REMOVAL_FLUSH_MS).toBeLessThanOrEqual(100);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('registry refresh slices', () => {
+  it('renews every execution once per period, spread over slices of it', () => {
+    expect(refreshSlices(5_000)).toEqual({ tickMs: 500, slices: 10 });
+    expect(refreshSlices(100)).toEqual({ tickMs: 20, slices: 5 });
+    expect(refreshSlices(30)).toEqual({ tickMs: 30, slices: 1 });
+    const ids = Array.from({ length: 1_000 }, () => crypto.randomUUID());
+    const counts = new Array(10).fill(0);
+    for (const id of ids) counts[refreshSliceOf(id, 10)]++;
+    // Every id in one slice, the same one each time, and the slices about even.
+    expect(ids.every((id) => refreshSliceOf(id, 10) === refreshSliceOf(id, 10))).toBe(true);
+    for (const c of counts) expect(c).toBeGreaterThan(50);
   });
 });
