@@ -6,16 +6,12 @@ import { z } from 'zod';
  * `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.json`: the processes this instance is responsible
  * for, with their start times, so a restart with the same instance id can kill exactly the
  * processes its previous run left behind, and never a process that merely reuses one of the pids
- * (R-6.4). Written atomically (temp file + rename) at once after an entry is added; removals are
- * gathered for up to REMOVAL_FLUSH_MS. Each write is the whole file, so a hundred executions
- * ending together rewrote it a hundred times, each longer than the last (a tree pause with 200
- * live sessions). A removal lost to a crash only leaves an entry whose processes are gone: the
- * next start finds them gone by their start times and reports the execution lost once, which a
- * stopped execution's session ignores.
+ * (R-6.4). Written atomically (temp file + rename) at once after an entry is added; the removals
+ * of one turn of the event loop are written together at its end, before any later I/O is handled.
+ * Each write is the whole file, and the executions a tree pause ends finish in bursts (their
+ * registry deletes acknowledged in one read): one rewrite per removal, each of every entry left,
+ * cost the lifecycle's loop in proportion to the square of the live count.
  */
-
-/** How long removals wait to be written together. */
-export const REMOVAL_FLUSH_MS = 100;
 
 const Proc = z.object({ pid: z.number().int().positive(), start_time: z.string().nullable() });
 export const StateEntry = z.object({
@@ -32,7 +28,7 @@ const StateFileBody = z.object({ instance_id: z.string(), executions: z.array(St
 export class StateFile {
   readonly path: string;
   private readonly entries = new Map<string, StateEntry>();
-  private removalTimer: NodeJS.Timeout | undefined;
+  private removalFlush: NodeJS.Immediate | undefined;
 
   constructor(
     stateDir: string,
@@ -74,15 +70,14 @@ export class StateFile {
   }
 
   remove(executionId: string): void {
-    if (!this.entries.delete(executionId) || this.removalTimer) return;
-    this.removalTimer = setTimeout(() => this.flush(), REMOVAL_FLUSH_MS);
-    this.removalTimer.unref();
+    if (!this.entries.delete(executionId) || this.removalFlush) return;
+    this.removalFlush = setImmediate(() => this.flush());
   }
 
   /** Rewrite the file with what is live now (start-up writes it empty after cleanup); removals waiting go with it. */
   flush(): void {
-    clearTimeout(this.removalTimer);
-    this.removalTimer = undefined;
+    clearImmediate(this.removalFlush);
+    this.removalFlush = undefined;
     mkdirSync(dirname(this.path), { recursive: true });
     const tmp = `${this.path}.${process.pid}.tmp`;
     writeFileSync(tmp, JSON.stringify({ instance_id: this.instanceId, executions: [...this.entries.values()] }, null, 2));
