@@ -19,6 +19,8 @@ const write = process.env.BENCH_WRITE !== '0';
 
 interface Run {
   label: string;
+  /** Said about the run afterwards (a disturbed machine, a figure not to trust). */
+  note?: string;
   date: string;
   commit: string | null;
   cpu: string;
@@ -62,6 +64,7 @@ function markdown(runs: Run[]): string {
   ];
   for (const r of runs) {
     lines.push(`## ${r.label}`, '', `${r.date} · ${r.cpu} · commit ${r.commit ?? '?'} · load average ${r.load_avg_1m_at_start} → ${r.load_avg_1m_at_end}`, '');
+    if (r.note) lines.push(r.note, '');
     lines.push('| live | reply | cancelled | agents gone | agentctls gone | GET p50 | GET p99 | GET max | GET n | quiet GET p50 | launch/s (refused) | CPU machine | CPU exited agentctls+agents | CPU live by kind |');
     lines.push('|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|');
     for (const p of r.points) {
@@ -83,6 +86,11 @@ function markdown(runs: Run[]): string {
   return lines.join('\n');
 }
 
+if (process.env.BENCH_CURVE_RENDER_ONLY === '1') {
+  // Rewrite TREE-CURVE.md from tree-curve.json as it is (after editing a run's label or notes).
+  writeFileSync(mdPath, markdown(JSON.parse(readFileSync(jsonPath, 'utf8')) as Run[]));
+  process.exit(0);
+}
 const loadAtStart = loadavg()[0]!;
 const b = await startBenchStack({ LAUNCH_TIMEOUT_MS: '60000', GATEWAY_REQUEST_TIMEOUT_MS: '90000' });
 const points: CurvePoint[] = [];

@@ -44,7 +44,7 @@ export interface CurvePoint {
   /** The same reads on the settled stack before the pause. */
   quietReads: Stats;
   cpu: CpuSpent;
-  /** CPU ms of the agentctls and agents that exited in that window (reaped by the lifecycle). */
+  /** CPU ms the agentctls and agents spent from the request until they were gone (reaped by the lifecycle). */
   reapedCpuMs: number;
 }
 
@@ -112,6 +112,17 @@ async function allGone(procs: readonly AgentProcess[], timeoutMs: number): Promi
   }
 }
 
+/** CPU ms a live process has used so far (utime + stime), 0 when it is gone. */
+function ownCpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
 /**
  * CPU ms of the processes the lifecycle services have reaped (their children's utime + stime,
  * /proc/<pid>/stat fields 16 and 17): every agentctl that exited, with the agents it reaped. An
@@ -162,7 +173,9 @@ export async function curvePoint(b: BenchStack, workspaceId: string, live: numbe
     const epoch0 = performance.timeOrigin + performance.now();
     const t0 = preciseNow();
     const cpu0 = cpuSnapshot();
-    const reaped0 = reapedCpuMs();
+    // The reaped time is each exited process's whole life: what the agents and agentctls had used
+    // before the request is taken off, so what is left is their teardown.
+    const reaped0 = reapedCpuMs() + launched.live.reduce((sum, l) => sum + ownCpuMs(l.agent.pid) + ownCpuMs(l.agentctl.pid), 0);
     let cancelledAt: number | null = null;
     let replied = false;
     const watchCancelled = (async () => {
