@@ -12,6 +12,7 @@ import {
 } from './entities.js';
 import { DeliveryMode, ExecutionStatus, McpMode, Protocol, TaskStatus } from './enums.js';
 import { SUBJECT_PREFIX } from './subjects.js';
+import { ErrorBody } from './errors.js';
 import { Limits, text } from './text.js';
 
 /** A request/reply endpoint: its subject, the request it accepts and the result it answers. */
@@ -171,6 +172,12 @@ export const LaunchRequest = z.object({
 });
 export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
+/** One execution to stop (`Life.stop`, and each item of `Life.stopMany`). */
+const ExecStopRequest = z.object({ execution_id: id, reason: text({ min: 1, max: Limits.reason }), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() });
+const ExecStopResult = z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() });
+/** Stops per `Life.stopMany` request: a hold's members are at most MAX_HOLD_MEMBERS, its sessions may be more, so the sender splits. */
+export const MAX_STOPS_PER_REQUEST = 1_000;
+
 export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
   /** Names of the agents this lifecycle deployment can launch (the orchestrator checks a start against it before any write). */
@@ -198,11 +205,17 @@ export const Life = {
     }),
     z.object({ cancelled: z.boolean(), turn_id: id.nullable(), stop_reason: z.string().nullable(), reason: z.string().nullable() }),
   ),
-  stop: instanceEndpoint(
+  stop: instanceEndpoint('life', 'exec.stop', ExecStopRequest, ExecStopResult),
+  /**
+   * Several stops for one owner in one request (a tree hold's sessions), each handled as `stop`
+   * handles it and answered in order; one refused (CONFLICT: another instance owns it) carries its
+   * error and leaves the others as they are.
+   */
+  stopMany: instanceEndpoint(
     'life',
-    'exec.stop',
-    z.object({ execution_id: id, reason: text({ min: 1, max: Limits.reason }), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() }),
-    z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() }),
+    'exec.stop_many',
+    z.object({ stops: z.array(ExecStopRequest).min(1).max(MAX_STOPS_PER_REQUEST) }),
+    z.object({ results: z.array(z.union([ExecStopResult, z.object({ execution_id: id, error: ErrorBody })])) }),
   ),
 } as const;
 

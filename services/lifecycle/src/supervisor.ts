@@ -1,4 +1,4 @@
-import { conflict, notFound, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
+import { conflict, isKandevError, notFound, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
@@ -76,6 +76,19 @@ export class ExecutionSupervisor {
     // to agentctl) ran before each reply, so the last acceptance waited for ninety-nine teardowns.
     setImmediate(() => void this.teardowns.teardown(x, tr));
     return { accepted: true, execution_id: x.id, already_gone: false };
+  }
+
+  /** Several stops in one request (a tree hold's sessions on this instance): each as `stop`, answered in order. */
+  async stopMany(req: RequestOf<typeof Life.stopMany>): Promise<ResultOf<typeof Life.stopMany>> {
+    const results = await Promise.all(
+      req.stops.map((stop) =>
+        this.stop(stop).catch((e: unknown) => {
+          if (!isKandevError(e)) throw e;
+          return { execution_id: stop.execution_id, error: e.toBody() };
+        }),
+      ),
+    );
+    return { results };
   }
 
   startRefreshing(): void {

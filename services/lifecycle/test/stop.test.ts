@@ -20,6 +20,7 @@ import {
   script,
   startLifecycle,
   stopAt,
+  stopManyAt,
   tmpStateDir,
 } from './helpers.js';
 
@@ -141,6 +142,30 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(stopped.data).toMatchObject({ reason: 'agentctl_exited', pid: exec.pid, how: 'killed' });
     expect(processGone(exec.pid!)).toBe(true);
     await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
+  });
+
+  it('stop_many: several executions in one request, each answered as a stop, in order; every one torn down', async () => {
+    const [a, b] = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
+    const unknown = randomUUID();
+    const { results } = await stopManyAt(nc, 'life-a', {
+      stops: [
+        { execution_id: a.execution_id, reason: 'tree_paused', grace_ms: 500 },
+        { execution_id: unknown, reason: 'tree_paused' },
+        { execution_id: b.execution_id, reason: 'tree_paused', grace_ms: 500, orphaned: true },
+      ],
+    });
+    expect(results).toEqual([
+      { accepted: true, execution_id: a.execution_id, already_gone: false },
+      { accepted: false, execution_id: unknown, already_gone: true },
+      { accepted: true, execution_id: b.execution_id, already_gone: false },
+    ]);
+    for (const [x, orphaned] of [[a, false], [b, true]] as const) {
+      const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id);
+      expect(stopped.data).toMatchObject({ reason: 'tree_paused', grace_ms: 500, orphaned, how: 'graceful' });
+      expect(processGone(x.pid!)).toBe(true);
+      expect(processGone(x.agentctl_pid!)).toBe(true);
+      await eventually(() => getExecution(nc, x.execution_id), (e) => e === null, 2_000);
+    }
   });
 
   it('launch vs stop: a stop that lands while the agent is still starting wins, and nothing is left running', async () => {

@@ -11,4 +11,5 @@ export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanc
   on(Life.prompt.at(instanceId), (req) => supervisor.prompt(req)),
   on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req)),
   on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
+  on(Life.stopMany.at(instanceId), (req) => supervisor.stopMany(req)),
 ];

@@ -1,4 +1,4 @@
-import { actorLabel, internalError, isKandevError, Life, notFound, type Actor, type Execution, type SessionState } from '@kandev/contracts';
+import { actorLabel, internalError, isKandevError, KandevError, Life, MAX_STOPS_PER_REQUEST, notFound, type Actor, type Execution, type ResultOf, type SessionState } from '@kandev/contracts';
 import { buildEvent, isNoResponders, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import { decideStops, decisionStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
@@ -116,6 +116,53 @@ export async function scheduleTeardown(rt: OrchRuntime, call: CallContext, execu
   return request(rt.nc, Life.stop.at(execution.instance_id), { execution_id: execution.execution_id, reason, orphaned }, { requestId: call.requestId });
 }
 
+type StopResult = ResultOf<typeof Life.stop>;
+
+/**
+ * Every teardown sent to its owner at once, settled in the order given: one `exec.stop_many` per
+ * owner instance with several (a tree hold's sessions), `exec.stop` for one alone. A hundred
+ * requests cost the orchestrator and the lifecycle a validation, a span and a reply each, on the
+ * cores the hold's reply waits for. An owner that does not answer `stop_many` (gone, or a version
+ * without it) is asked per execution, so each outcome says what it says for a single stop.
+ */
+async function stopAtOwners(rt: OrchRuntime, call: CallContext, teardowns: readonly Teardown[], reason: string): Promise<PromiseSettledResult<StopResult>[]> {
+  const out: PromiseSettledResult<StopResult>[] = new Array(teardowns.length);
+  const one = async (i: number): Promise<void> => {
+    const t = teardowns[i]!;
+    try {
+      out[i] = { status: 'fulfilled', value: await scheduleTeardown(rt, call, t.execution, reason, t.orphaned) };
+    } catch (e) {
+      out[i] = { status: 'rejected', reason: e };
+    }
+  };
+  const byOwner = new Map<string, number[]>();
+  teardowns.forEach((t, i) => byOwner.set(t.execution.instance_id, [...(byOwner.get(t.execution.instance_id) ?? []), i]));
+  await Promise.all(
+    [...byOwner].map(async ([owner, indices]) => {
+      if (indices.length === 1) return one(indices[0]!);
+      for (let c = 0; c < indices.length; c += MAX_STOPS_PER_REQUEST) {
+        const chunk = indices.slice(c, c + MAX_STOPS_PER_REQUEST);
+        const stops = chunk.map((i) => ({ execution_id: teardowns[i]!.execution.execution_id, reason, orphaned: teardowns[i]!.orphaned }));
+        let results;
+        try {
+          ({ results } = await request(rt.nc, Life.stopMany.at(owner), { stops }, { requestId: call.requestId }));
+        } catch (e) {
+          if (isNoResponders(e)) await Promise.all(chunk.map(one));
+          else for (const i of chunk) out[i] = { status: 'rejected', reason: e };
+          continue;
+        }
+        chunk.forEach((i, k) => {
+          const r = results[k];
+          if (!r) out[i] = { status: 'rejected', reason: internalError(`${Life.stopMany.name}: no result for execution ${stops[k]!.execution_id}`) };
+          else if ('error' in r) out[i] = { status: 'rejected', reason: KandevError.from(r.error) };
+          else out[i] = { status: 'fulfilled', value: r };
+        });
+      }
+    }),
+  );
+  return out;
+}
+
 /**
  * The effect half: every captured execution goes to its owner at once; outcomes are logged with
  * their ids (R-2.7), and those whose request failed are named in one audit row (B-3, `failure`):
@@ -129,7 +176,7 @@ export async function dispatchTeardowns(
   log: Logger,
   failure: (details: Record<string, unknown>) => AuditRecord,
 ): Promise<TeardownOutcome[]> {
-  const settled = await Promise.allSettled(teardowns.map((t) => scheduleTeardown(rt, call, t.execution, reason, t.orphaned)));
+  const settled = await stopAtOwners(rt, call, teardowns, reason);
   const outcomes = settled.map((r, i): TeardownOutcome => {
     const teardown = teardowns[i]!;
     const ids = { session_id: teardown.execution.session_id, execution_id: teardown.execution.execution_id, instance_id: teardown.execution.instance_id };
