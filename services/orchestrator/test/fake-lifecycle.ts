@@ -30,6 +30,19 @@ export class FakeLifecycle {
   cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
   /** `hang`: the owner never answers a prompt hand-off (it died after answering a cancel) until `releaseHung()`. */
   promptBehaviour: 'accept' | 'hang' = 'accept';
+  /** The executions of each `stop_many` request, in order (each of its stops is in `stops` too). */
+  readonly stopManyRequests: string[][] = [];
+
+  private async stopOne(req: { execution_id: string; reason: string; orphaned?: boolean | undefined }) {
+    this.stops.push(req);
+    if (this.stopFails) throw this.stopFails;
+    const e = this.registry.get(req.execution_id);
+    if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };
+    e.status = 'STOPPING';
+    await this.save(e);
+    return { accepted: true, execution_id: req.execution_id, already_gone: false };
+  }
+
   /** Answer every stop request with this error (an owner that takes the request and fails it). */
   stopFails: KandevError | null = null;
   /** Stopped (SIGSTOP): registry requests and stops wait until `releaseHung()`, then are answered. */
@@ -67,13 +80,14 @@ export class FakeLifecycle {
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: '', log }, [
       on(Life.stop.at(this.instanceId), async (req) => {
         await this.stall();
-        this.stops.push(req);
-        if (this.stopFails) throw this.stopFails;
-        const e = this.registry.get(req.execution_id);
-        if (!e) return { accepted: false, execution_id: req.execution_id, already_gone: true };
-        e.status = 'STOPPING';
-        await this.save(e);
-        return { accepted: true, execution_id: req.execution_id, already_gone: false };
+        return this.stopOne(req);
+      }),
+      on(Life.stopMany.at(this.instanceId), async (req) => {
+        await this.stall();
+        this.stopManyRequests.push(req.stops.map((x) => x.execution_id));
+        const results = [];
+        for (const stop of req.stops) results.push(await this.stopOne(stop).catch((e: KandevError) => ({ execution_id: stop.execution_id, error: e.toBody() })));
+        return { results };
       }),
       on(Life.cancel.at(this.instanceId), async (req) => {
         this.cancels.push(req);

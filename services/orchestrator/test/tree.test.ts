@@ -126,6 +126,38 @@ describe('failures are audited on the root (B-3)', () => {
     expect(await auditOf(kids[0]!.id)).toEqual([]);
   });
 
+  it('sends the teardowns of several live sessions to their owner in one stop_many, and records each one it fails', async () => {
+    const { root, kids } = await family(3);
+    const sessions = [];
+    for (const k of kids) sessions.push(await h.startSession(k.id, 'work'));
+    const execs = sessions.map((s) => [...h.life.registry.values()].find((e) => e.session_id === s.id)!.execution_id);
+    const requestsBefore = h.life.stopManyRequests.length;
+    await tree('pause', root.id, 'many');
+    const sent = h.life.stopManyRequests.slice(requestsBefore);
+    expect(sent).toHaveLength(1);
+    expect([...sent[0]!].sort()).toEqual([...execs].sort());
+    for (const id of execs) expect(h.life.stops).toContainEqual(expect.objectContaining({ execution_id: id, reason: 'tree_paused' }));
+    await tree('resume', root.id);
+
+    // The owner takes the request and refuses each stop in it: every one is named as failed.
+    const again = [];
+    for (const k of kids) again.push(await h.startSession(k.id, 'again'));
+    const execsAgain = again.map((s) => [...h.life.registry.values()].find((e) => e.session_id === s.id)!.execution_id);
+    h.life.stopFails = new KandevError('INTERNAL_ERROR', 'teardown refused for this test');
+    try {
+      const { hold } = await tree('pause', root.id, 'owner fails');
+      const rows = await eventually(async () => {
+        const r = (await auditOf(root.id)).filter((x) => x.outcome === 'error:INTERNAL_ERROR');
+        return r.length >= 1 ? r : null;
+      }, 10_000);
+      expect(rows).toEqual([{ action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'teardown', failed: expect.any(Array), hold_id: hold.id } }]);
+      expect([...(rows[0]!.details as { failed: string[] }).failed].sort()).toEqual([...execsAgain].sort());
+      await tree('resume', root.id);
+    } finally {
+      h.life.stopFails = null;
+    }
+  });
+
   it('a teardown its owner fails leaves the hold in force and records which execution failed', async () => {
     const { root, kids } = await family(1);
     const s = await h.startSession(kids[0]!.id, 'work');
