@@ -194,6 +194,10 @@ export async function curvePoint(b: BenchStack, workspaceId: string, live: numbe
     if (c!.n !== live) throw new Error(`pause: only ${c!.n} of ${live} sessions CANCELLED at the reply`);
     const [agentsEnd, agentctlsEnd] = await Promise.all([allGone(launched.live.map((l) => l.agent), 120_000), allGone(launched.live.map((l) => l.agentctl), 120_000)]);
     const cpu = cpuSpent(cpu0, cpuSnapshot());
+    // An agentctl counts as gone once it is a zombie; its time reaches the lifecycle's reaped-children
+    // figure only once the lifecycle has reaped it.
+    const reapedBy = Date.now() + 5_000;
+    while (launched.live.some((l) => procStat(l.agentctl.pid)?.start === l.agentctl.start) && Date.now() < reapedBy) await new Promise((r) => setTimeout(r, 20));
     const reaped = reapedCpuMs() - reaped0;
     const epochEnd = performance.timeOrigin + performance.now();
     const { samples, failures } = await reads.stop();
