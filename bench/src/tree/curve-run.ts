@@ -40,7 +40,7 @@ function gitCommit(): string | null {
   }
 }
 
-const f = (x: number, d = 0) => x.toFixed(d);
+const f = (x: number | null | undefined, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? '–' : x.toFixed(d));
 
 function markdown(runs: Run[]): string {
   const lines = [
