@@ -84,6 +84,8 @@ export const Orch = {
       office: z.boolean().optional(),
       agent: agentName.nullable().optional(),
       idempotency_key: idempotencyKey,
+      /** Absolute, normalised, under KANDEV_WORK_DIR (checked by the orchestrator: VALIDATION_ERROR otherwise). */
+      working_dir: text({ min: 1, max: 4096 }).nullable().optional(),
     }),
     Task,
   ),
