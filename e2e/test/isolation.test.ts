@@ -1,3 +1,4 @@
+import postgres from 'postgres';
 import { spawnSync } from 'node:child_process';
 import { readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -87,8 +88,11 @@ it("runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR with
     expect(res.status, bad).toBe(400);
     expect(res.body.error.code).toBe('VALIDATION_ERROR');
   }
-  const listed = (await w.api.get(`/tasks?workspace_id=${workspace_id}`)).body;
-  expect(listed.items).toEqual([]);
+  // Nothing was written.
+  const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
+  const [{ count }] = await sql<[{ count: number }]>`SELECT count(*)::int AS count FROM orchestrator.tasks WHERE workspace_id = ${workspace_id}`;
+  await sql.end();
+  expect(count).toBe(0);
 
   const dir = join(work, 'repos', 'kandev');
   const task = await w.api.ok('POST', '/tasks', { workspace_id, title: 'in a repo', working_dir: dir });
