@@ -14,6 +14,9 @@ function statusOf(pid: string): string | null {
   }
 }
 
+/** A zombie has exited: it runs nothing, holds no file and cannot be signalled; only its parent's wait() removes it. */
+const isZombie = (status: string): boolean => /^State:\s*Z/m.test(status);
+
 function pids(): string[] {
   try {
     return readdirSync('/proc').filter((n) => /^\d+$/.test(n));
@@ -22,12 +25,12 @@ function pids(): string[] {
   }
 }
 
-/** Every uid some process holds now (real, effective, saved or filesystem). */
+/** Every uid some live process holds now (real, effective, saved or filesystem); zombies do not count. */
 export function liveUids(): Set<number> {
   const uids = new Set<number>();
   for (const pid of pids()) {
     const s = statusOf(pid);
-    if (s) for (const u of uidsOfStatus(s)) uids.add(u);
+    if (s && !isZombie(s)) for (const u of uidsOfStatus(s)) uids.add(u);
   }
   return uids;
 }
@@ -37,7 +40,7 @@ export function pidsOfUid(uid: number): number[] {
   const out: number[] = [];
   for (const pid of pids()) {
     const s = statusOf(pid);
-    if (s && uidsOfStatus(s).includes(uid)) out.push(Number(pid));
+    if (s && !isZombie(s) && uidsOfStatus(s).includes(uid)) out.push(Number(pid));
   }
   return out;
 }
