@@ -79,7 +79,11 @@ export class AgentIsolation {
    */
   prepareRoots(stateDir: string, lifecycleDir: string): void {
     mkdirSync(lifecycleDir, { recursive: true, mode: 0o700 });
-    chmodSync(lifecycleDir, 0o700);
+    try {
+      chmodSync(lifecycleDir, 0o700);
+    } catch (e) {
+      this.log.warn({ err: e, dir: lifecycleDir }, "cannot make this service's state directory private (0700)");
+    }
     mkdirSync(this.workRoot, { recursive: true, mode: 0o711 });
     if (this.mode === 'same_uid') {
       this.log.warn({ agent_isolation: this.mode, why: this.why }, 'agents run under this service\'s own uid: an agent can read this process\'s environment and signal other executions (docs/security.md)');
@@ -88,9 +92,16 @@ export class AgentIsolation {
     for (let dir = this.workRoot; ; dir = dirname(dir)) {
       const mode = statSync(dir).mode & 0o777;
       if ((mode & 0o001) === 0) {
-        const own = !relative(stateDir, dir).startsWith('..');
-        if (own) chmodSync(dir, mode | 0o001);
-        else this.log.error({ dir, mode: mode.toString(8), work_dir: this.workRoot }, 'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)');
+        let fixed = false;
+        if (!relative(stateDir, dir).startsWith('..')) {
+          try {
+            chmodSync(dir, mode | 0o001);
+            fixed = true;
+          } catch {
+            // reported below
+          }
+        }
+        if (!fixed) this.log.error({ dir, mode: mode.toString(8), work_dir: this.workRoot }, 'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)');
       }
       if (dirname(dir) === dir) break;
     }
