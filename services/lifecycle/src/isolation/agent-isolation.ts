@@ -1,6 +1,6 @@
 import { unavailable, validationError } from '@kandev/contracts';
 import { checkWorkingDir, defaultTaskDir, taskHomeDir, type Logger } from '@kandev/runtime';
-import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { chown, lchown, lstat, mkdir, readdir } from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -40,6 +40,9 @@ export interface IsolationOptions {
   probe?: { euid: number | null; capEff: bigint | null };
 }
 
+/** Shared by every instance in this process (tests run several): a uid is a resource of the host. */
+const heldInThisProcess = new Map<number, string>();
+
 /** How long the final sweep of an execution's uid re-sends SIGKILL before it leaves the rest to the allocator's /proc check. */
 const UID_SWEEP_MS = 3_000;
 
@@ -48,8 +51,8 @@ export class AgentIsolation {
   readonly why: string;
   readonly workRoot: string;
   private readonly range: UidRange;
-  /** uid → the execution holding it (from before its spawn to the end of its teardown). */
-  private readonly held = new Map<number, string>();
+  /** uid → the execution holding it (from before its spawn to the end of its teardown); per process, as uids are the host's. */
+  private readonly held = heldInThisProcess;
   private cursor: number;
   private readonly log: Logger;
 
@@ -66,10 +69,6 @@ export class AgentIsolation {
     this.why = why;
   }
 
-  /** Held uids, for the start-up sweep and tests. */
-  get heldUids(): number[] {
-    return [...this.held.keys()];
-  }
 
   /**
    * Start-up: the work root exists and is reachable (traverse only) by agent uids; this service's
@@ -135,7 +134,10 @@ export class AgentIsolation {
         await chownTree(home, identity, this.range);
       }
     } catch (e) {
-      if (identity) this.held.delete(identity.uid);
+      if (identity) {
+        this.held.delete(identity.uid);
+        this.unlock(identity.uid);
+      }
       throw unavailable(`cannot prepare the agent's directories: ${(e as Error).message}`, { execution_id: executionId });
     }
     return { executionId, identity, cwd, home, tmp };
@@ -173,17 +175,72 @@ export class AgentIsolation {
         if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: e, dir }, 'cannot hand a finished execution\'s directory back to root');
       }
     }
-    if (this.held.get(uid) === p.executionId) this.held.delete(uid);
+    if (this.held.get(uid) === p.executionId) {
+      this.held.delete(uid);
+      this.unlock(uid);
+    }
     return { survivors };
   }
 
   private acquire(executionId: string): AgentIdentity {
     const live = liveUids();
-    const uid = pickFreeUid(this.range, (u) => this.held.has(u) || live.has(u), this.cursor);
-    if (uid === null) throw unavailable(`no free agent uid in AGENT_UID_RANGE ${this.range.first}-${this.range.last}`, { execution_id: executionId });
-    this.held.set(uid, executionId);
-    this.cursor = uid === this.range.last ? this.range.first : uid + 1;
-    return { uid, gid: uid };
+    const lost = new Set<number>();
+    for (;;) {
+      const uid = pickFreeUid(this.range, (u) => this.held.has(u) || live.has(u) || lost.has(u) || this.lockedElsewhere(u), this.cursor);
+      if (uid === null) throw unavailable(`no free agent uid in AGENT_UID_RANGE ${this.range.first}-${this.range.last}`, { execution_id: executionId });
+      // Another lifecycle instance on this host (npm start with replicas) may pick the same uid
+      // before either has spawned: the lock file decides.
+      if (!this.lock(uid)) {
+        lost.add(uid);
+        continue;
+      }
+      this.held.set(uid, executionId);
+      this.cursor = uid === this.range.last ? this.range.first : uid + 1;
+      return { uid, gid: uid };
+    }
+  }
+
+  /**
+   * `<work root>/.uids/<uid>`: which process holds a uid, for lifecycle instances that share a host
+   * and a work root. Held from before the spawn to the end of the teardown, like `held`; a lock
+   * whose process is gone (a crash) is stale and taken over.
+   */
+  private get lockDir(): string {
+    return join(this.workRoot, '.uids');
+  }
+
+  private lockedElsewhere(uid: number): boolean {
+    let owner: number;
+    try {
+      owner = Number(readFileSync(join(this.lockDir, String(uid)), 'utf8'));
+    } catch {
+      return false;
+    }
+    if (owner === process.pid) return false;
+    return Number.isInteger(owner) && owner > 0 && processExists(owner);
+  }
+
+  private lock(uid: number): boolean {
+    const path = join(this.lockDir, String(uid));
+    mkdirSync(this.lockDir, { recursive: true, mode: 0o700 });
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        const fd = openSync(path, 'wx', 0o600);
+        writeSync(fd, String(process.pid));
+        closeSync(fd);
+        return true;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        if (this.lockedElsewhere(uid)) return false;
+        // Stale (its process is gone) or ours from a run that crashed: take it over.
+        rmSync(path, { force: true });
+      }
+    }
+    return false;
+  }
+
+  private unlock(uid: number): void {
+    rmSync(join(this.lockDir, String(uid)), { force: true });
   }
 
   /**
@@ -199,6 +256,15 @@ export class AgentIsolation {
         if (e.code !== 'EEXIST') throw e;
       });
     }
+  }
+}
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
