@@ -2,6 +2,7 @@ import { unavailable, validationError } from '@kandev/contracts';
 import { checkWorkingDir, defaultTaskDir, taskHomeDir, type Logger } from '@kandev/runtime';
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { chown, lchown, lstat, mkdir, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { dirname, join, relative, sep } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
@@ -122,11 +123,14 @@ export class AgentIsolation {
    */
   async place(executionId: string, workspaceId: string, taskId: string, workingDir: string | null | undefined): Promise<Placement> {
     const cwd = this.taskDir(workspaceId, taskId, workingDir);
-    const home = taskHomeDir(this.workRoot, workspaceId, taskId);
-    const tmp = join(home, 'tmp');
+    // Sharing this service's uid, an agent gains nothing from a home of its own, and keeps what
+    // the user set up in theirs (a `claude login`); with a uid of its own it cannot use ours.
+    const sharedHome = this.mode === 'same_uid' ? process.env.HOME : undefined;
+    const home = sharedHome || taskHomeDir(this.workRoot, workspaceId, taskId);
+    const tmp = sharedHome ? process.env.TMPDIR || tmpdir() : join(home, 'tmp');
     const identity = this.mode === 'uid_per_execution' ? this.acquire(executionId) : null;
     try {
-      for (const dir of [cwd, home, tmp]) await this.ensureDir(dir);
+      for (const dir of sharedHome ? [cwd] : [cwd, home, tmp]) await this.ensureDir(dir);
       if (identity) {
         // A new execution of the task takes its directories over: a resume edits what the last
         // execution left (ADR 0017).
