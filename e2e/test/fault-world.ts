@@ -5,7 +5,7 @@ import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
- * The stack the fault tests run (issue 11): a short registry TTL and reconcile interval so a fault's
+ * The stack the fault tests run: a short registry TTL and reconcile interval so a fault's
  * recovery fits a test, and the invariant checker's bounds derived from them. Below it, the fault
  * matrix: control operations (stop, interrupt, cancel) × faults, each fault injected in the middle
  * of the operation, every case ending with the invariant checker over the operation's answer.

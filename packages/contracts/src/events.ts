@@ -63,7 +63,7 @@ export type EventEnvelope<T extends EventType = EventType> = Omit<z.infer<typeof
   data: EventDataOf<T>;
 };
 
-/** Events the gateway pushes to subscribed WebSocket clients (INTERFACES.md). */
+/** Events the gateway pushes to subscribed WebSocket clients (a pinned public surface). */
 export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'task.state_changed',
   'session.state_changed',

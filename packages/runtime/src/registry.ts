@@ -88,7 +88,7 @@ export class RegistryReader {
   /**
    * Runs a read within the deadline of the request being served (the connection's default,
    * REQUEST_TIMEOUT_MS, outside one). Past it the read fails whole, never with part of the list: a caller that got
-   * fewer executions than there are would stop fewer agents (issue 11).
+   * fewer executions than there are would stop fewer agents (R-2.1, docs/requirements.md).
    */
   private async within<T>(what: string, read: () => Promise<T>): Promise<T> {
     const budget = Math.floor(remainingMs() ?? this.defaultBudgetMs);

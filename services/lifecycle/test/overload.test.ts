@@ -1,4 +1,4 @@
-// Overload (issue 11): one instance starts at most LAUNCH_CONCURRENCY agents at a time; the rest
+// Overload: one instance starts at most LAUNCH_CONCURRENCY agents at a time; the rest
 // wait a bounded time in its queue or are refused at once with UNAVAILABLE and a retry-after hint.
 // Every request is answered well within its caller's timeout, by a start or a refusal.
 import { isKandevError, type Execution } from '@kandev/contracts';

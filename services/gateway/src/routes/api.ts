@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { inRequestContext, operatorOf } from '../http/request-context.js';
 
 /**
- * One HTTP route of INTERFACES.md ↔ one contracts endpoint. The gateway adds nothing but identity:
+ * One public HTTP route ↔ one contracts endpoint. The gateway adds nothing but identity:
  * the JSON body, the path id and the verified operator become the endpoint's request, which
  * `request` validates against the contract before it leaves (so a bad body is VALIDATION_ERROR with
  * the contract's issues), and the endpoint's result is the response body.

@@ -1,5 +1,5 @@
 /*
- * Launch admission (issue 11, overload): each lifecycle instance starts at most `concurrency`
+ * Launch admission (overload): each lifecycle instance starts at most `concurrency`
  * agents at a time; the rest wait in a bounded queue. A launch either starts within `maxWaitMs`
  * or is refused — at once when the queue ahead of it already predicts a longer wait — with a
  * retry-after hint. Nothing waits until its caller times out.

@@ -30,7 +30,7 @@ class LaunchAborted extends Error {
   }
 }
 
-/** Launch one execution; `gate` bounds how many start at once and how long the rest wait (issue 11). */
+/** Launch one execution; `gate` bounds how many start at once and how long the rest wait. */
 export async function launch(ctx: Executions, gate: LaunchGate, req: LaunchRequest): Promise<Execution> {
   const retried = alreadyHere(ctx, req);
   if (retried) return retried;
