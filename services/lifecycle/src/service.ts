@@ -11,7 +11,7 @@ import { StateFile } from './store/state-file.js';
 import { ExecutionSupervisor } from './supervisor.js';
 
 /**
- * Execution registry, launch, cancel and teardown (SPEC R-3, R-6, B-1, B-2, B-4). The only
+ * Execution registry, launch, cancel and teardown (R-3, R-6, B-1, B-2, B-4). The only
  * component that signals agent processes.
  */
 export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {

@@ -1,4 +1,4 @@
--- Idempotency keys of task creation (HTTP and MCP) and message_task_kandev (B-7): an agent
+-- Idempotency keys of task creation (HTTP and MCP) and message_task_kandev (issue 10): an agent
 -- retrying after a timeout gets the first answer instead of acting twice. One row per
 -- (caller, operation, key); the unique constraint is what makes a concurrent retry lose the race.
 CREATE TABLE idempotency_keys (

@@ -10,7 +10,7 @@ import {
 } from '@kandev/contracts';
 
 /*
- * The rules of clarification bundles (SPEC R-5), as plain functions over the bundle row and the
+ * The rules of clarification bundles (R-5), as plain functions over the bundle row and the
  * facts the store derives for it (lease validity by the database clock, the turn's state).
  */
 
