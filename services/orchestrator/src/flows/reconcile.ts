@@ -4,6 +4,7 @@ import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { recordedStopReason } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
+import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
@@ -99,7 +100,8 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     const end = sessionStateAfterExecutionEnd('lost', null);
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
-    await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
+    // A held task's status is the hold's (R-4.2 "task statuses are not changed"): never the reconciler's.
+    if (!(await activeHoldOfTask(tx, task.id))) await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
     await reconcilerAudit(tx, task, 'reconcile.session_lost', { session_id: s.id, execution_id: s.execution_id });
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
@@ -110,6 +112,10 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
  * A task IN_PROGRESS with no active session and no session activity for STALLED_TASK_AFTER_MS
  * (a launch lost with its orchestrator, a failed start whose repair could not be written, a
  * restart) moves to REVIEW. Otherwise it would look busy forever and a stop would find nothing.
+ *
+ * Never a member of an active hold (a pause keeps every status, R-4.2; a cancel hold's CANCELLED
+ * is the hold's), and never a task a restore put back to IN_PROGRESS that has had no session
+ * since: ADR 0025 — it keeps its restored status and was flagged for the operator at the restore.
  */
 async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   const bound = rt.env.STALLED_TASK_AFTER_MS;
@@ -119,12 +125,16 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
       AND NOT EXISTS (
         SELECT 1 FROM sessions s WHERE s.task_id = t.id
           AND (s.state = ANY(${[...ACTIVE_SESSION_STATES]}) OR s.updated_at > now() - make_interval(secs => ${bound / 1000})))
+      AND NOT EXISTS (SELECT 1 FROM tree_hold_members m WHERE m.task_id = t.id AND m.active)
+      AND NOT ${restoredWithoutSessionSince(rt)}
     ORDER BY t.updated_at LIMIT 500`;
   let repaired = 0;
   for (const { id } of stalled) {
     const moved = await transact(rt, async (tx, emit) => {
       const task = await lockTask(tx, id);
       if (!task) return false;
+      // Re-check under the task's lock: a hold may have taken it since the listing (a hold locks its members' rows too).
+      if (await activeHoldOfTask(tx, id)) return false;
       // Re-check under the task's lock: a start may have happened since the listing.
       const next = statusOfStalledTask(task, (await activeSessionsOfTask(tx, id)).length);
       if (!next) return false;
@@ -139,6 +149,18 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   }
   return repaired;
 }
+
+/**
+ * ADR 0025: the task's status is the one a restore (R-4.6) gave it back, and no session of it has
+ * been created or changed since: the latest released cancel hold it was a restorable member of was
+ * released at or after every session activity of the task.
+ */
+const restoredWithoutSessionSince = (rt: OrchRuntime) => rt.sql`EXISTS (
+  SELECT 1 FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
+  WHERE m.task_id = t.id AND h.mode = 'cancel' AND h.released_at IS NOT NULL AND m.skip_reason IS NULL AND m.task_status = 'IN_PROGRESS'
+    AND h.released_at >= COALESCE((SELECT max(s.updated_at) FROM sessions s WHERE s.task_id = t.id), '-infinity'::timestamptz)
+    AND NOT EXISTS (SELECT 1 FROM tree_holds later JOIN tree_hold_members lm ON lm.hold_id = later.id
+                    WHERE lm.task_id = t.id AND later.created_at > h.released_at))`;
 
 /** The session's open turn began before lifecycle last changed the execution, which is idle now: its end was never reported. */
 async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execution): Promise<boolean> {

@@ -175,6 +175,15 @@ async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], acto
   }
 }
 
+/** ADR 0025: the audit row and the `task.attention` event of a task a restore left IN_PROGRESS with no session. */
+async function flagRestoredWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId: string, actor: Actor, requestId: string) {
+  const reason = 'restored_without_session';
+  await recordAudits(tx, [
+    { task_id: t.id, workspace_id: t.workspace_id, action: 'task.needs_attention', actor: actorLabel(actor), reason, request_id: requestId, outcome: 'flagged', details: { hold_id: holdId, status: t.status } },
+  ]);
+  await emit('task.attention', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), reason });
+}
+
 /**
  * R-4.4 resume (pause holds) and R-4.6 restore (cancel holds): release the active hold of that
  * mode rooted at this task; a restore also returns every member not skipped to its snapshot, all
@@ -198,6 +207,9 @@ export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Act
       const restorable = held.members.filter((m) => m.skip_reason === null).map((m) => ({ task_id: m.task_id, task_status: m.task_status }));
       for (const t of await restoreTasks(tx, restorable)) {
         await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: t.status, reason: 'tree_restored' });
+        // ADR 0025: back IN_PROGRESS with nothing running (the cancel stopped its sessions). It keeps
+        // that status (R-4.6) and the reconciler leaves it be; the operator is told, not left to guess.
+        if (t.status === 'IN_PROGRESS') await flagRestoredWithoutSession(tx, emit, t, held.id, actor, call.requestId);
       }
     }
     const released = await releaseHold(tx, held.id, actorLabel(actor), reason);
