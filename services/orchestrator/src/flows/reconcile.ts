@@ -2,9 +2,10 @@ import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/
 import { repeatEvery, type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
-import { recordedStopReason } from '../domain/stop.js';
+import { recordedStopReason, StopReasons } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
 import { activeHoldOfTask } from '../store/holds.js';
+import { purgeKeys } from '../store/idempotency.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
@@ -54,6 +55,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
       ORDER BY updated_at LIMIT 500`;
     let lost = 0;
     let restopped = 0;
+    const restoppedIds = new Set<string>();
     let turnsClosed = 0;
     for (const s of suspects) {
       let execution: Execution | null;
@@ -72,6 +74,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
         // The stop that cancelled it, sent again: its own reason (a parent's, an operator's, a hold's).
         const reason = recordedStopReason(s.cancel_reason);
+        restoppedIds.add(execution!.execution_id);
         await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, reason).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
         await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id, reason }).catch((e) =>
           rt.log.warn({ err: e }, 'audit write failed'),
@@ -81,7 +84,10 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await closeLostTurn(rt, s, execution!))) turnsClosed++;
       }
     }
+    restopped += await restopHeldMembers(rt, restoppedIds);
     const repaired = await repairStalledTasks(rt);
+    const purged = await purgeKeys(rt.sql, rt.env.IDEMPOTENCY_KEEP_MS);
+    if (purged) rt.log.debug({ purged }, 'idempotency keys past their retention purged');
     return { lost, restopped, turnsClosed, repaired };
   } finally {
     await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
@@ -148,6 +154,49 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
     }
   }
   return repaired;
+}
+
+/** Entries younger than this are left to the hold or launch that is acting on them right now. */
+const SETTLED_MS = 5_000;
+
+/**
+ * B-4 under a hold: no member of an active hold may have a live process (R-4.2, R-4.5), whatever
+ * its session says — an orphan under a FAILED session, one whose teardown request was lost, one
+ * the hold's own registry listing missed. Each live entry of a held member that is not being torn
+ * down is stopped (as an orphan: its session keeps its state) with the hold's reason. One listing
+ * per held member and pass, from the bucket; nothing when no hold is active.
+ */
+async function restopHeldMembers(rt: OrchRuntime, alreadySent: Set<string>): Promise<number> {
+  const held = await rt.sql<{ task_id: string; workspace_id: string; mode: 'pause' | 'cancel' }[]>`
+    SELECT m.task_id, h.workspace_id, h.mode FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
+    WHERE m.active ORDER BY h.created_at LIMIT 2000`;
+  let restopped = 0;
+  for (let i = 0; i < held.length; i += 20) {
+    const chunk = held.slice(i, i + 20);
+    let listed: Execution[][];
+    try {
+      listed = await Promise.all(chunk.map((m) => rt.registry.listForTask(m.task_id)));
+    } catch (e) {
+      rt.log.warn({ err: e }, 'registry unreachable; held members reconciled next pass');
+      return restopped;
+    }
+    for (const [j, entries] of listed.entries()) {
+      const member = chunk[j]!;
+      const reason = member.mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
+      for (const e of entries) {
+        if (!isLiveExecution(e.status) || e.status === 'STOPPING' || alreadySent.has(e.execution_id)) continue;
+        if (Date.now() - Date.parse(e.updated_at) < SETTLED_MS) continue;
+        alreadySent.add(e.execution_id);
+        rt.log.warn({ task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status }, 'a member of an active hold has a live execution; stopping it');
+        await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
+        await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', { session_id: e.session_id, execution_id: e.execution_id, reason }).catch((err) =>
+          rt.log.warn({ err }, 'audit write failed'),
+        );
+        restopped++;
+      }
+    }
+  }
+  return restopped;
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   type Actor,
   type Hold,
   type HoldMember,
+  type Execution,
   type HoldMode,
   type TreePreview,
 } from '@kandev/contracts';
@@ -129,6 +130,9 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const audit = rootAudit(root, `tree.${mode}`, actor, reason, call.requestId);
+  // The members' registry entries (orphans included), listed from the bucket alongside the
+  // transaction's first flights, as a task stop lists its task's (ADR 0011).
+  const registry = new MembersRegistryView(rt, (await subtree(rt.sql, root.id)).map((t) => t.id), log);
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
   const { hold, teardowns } = await auditedFailure(rt, log, audit, () => rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
     await serialiseHoldsOf(tx, root.workspace_id);
@@ -151,7 +155,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
       throw e;
     }
     const sessions = await lockActiveSessionsOfTasks(tx, ids);
-    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason), sessions, root.workspace_id, actor);
+    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason, await registry.of(ids)), sessions, root.workspace_id, actor);
     await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
@@ -165,6 +169,39 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   await Promise.race([propagation, new Promise<void>((r) => (timer = setTimeout(r, PROPAGATION_WAIT_MS)))]);
   clearTimeout(timer);
   return { hold };
+}
+
+/**
+ * The registry entries of a hold's members, for its stop to halt orphans (R-2.1 for a tree). Listed
+ * per member in parallel before the members are locked; a member the locked subtree has that the
+ * listing did not (a child created in between) is listed then. A listing that fails does not fail
+ * the hold: its sessions are still cancelled and fenced, and the reconciler stops what the registry
+ * shows live for a held member on its next pass (reconcile.ts). The failure is logged.
+ */
+class MembersRegistryView {
+  private readonly listed: Map<string, Promise<Execution[]>>;
+  constructor(
+    private readonly rt: OrchRuntime,
+    taskIds: readonly string[],
+    private readonly log: Logger,
+  ) {
+    this.listed = new Map(taskIds.map((id) => [id, this.list(id)]));
+  }
+
+  private list(taskId: string): Promise<Execution[]> {
+    const p = this.rt.registry.listForTask(taskId);
+    p.catch(() => undefined); // awaited in `of`, or never (a refused hold)
+    return p;
+  }
+
+  async of(taskIds: readonly string[]): Promise<Execution[]> {
+    try {
+      return (await Promise.all(taskIds.map((id) => this.listed.get(id) ?? this.list(id)))).flat();
+    } catch (e) {
+      this.log.warn({ err: e }, 'registry listing of the members failed; orphans are left to the reconciler');
+      return [];
+    }
+  }
 }
 
 /** Snapshot already taken under the row locks; every status change publishes its task event (R-4.5). */
