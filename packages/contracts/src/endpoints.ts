@@ -194,6 +194,12 @@ export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
 export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
+  /**
+   * Launch admission asked before the caller writes anything (ADR 0026): refused at once with
+   * UNAVAILABLE and `retry_after_s` when the answering instance's queue predicts too long a wait;
+   * otherwise that instance holds a place for this execution id until its launch arrives (or a TTL).
+   */
+  reserveLaunch: endpoint('life.exec.reserve', z.object({ execution_id: id }), z.object({ reserved: z.literal(true), instance_id: z.string() })),
   /** Names of the agents this lifecycle deployment can launch (the orchestrator checks a start against it before any write). */
   agents: endpoint('life.agent.list', z.object({}), z.object({ agents: z.array(z.string()) })),
   list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),

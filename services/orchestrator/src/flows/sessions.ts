@@ -14,7 +14,7 @@ import { getKey, insertAnsweredKey, type IdempotencyRef } from '../store/idempot
 import { assertKnownAgent } from './agents.js';
 import { requestHash } from './idempotency.js';
 import { drainQueue } from './message.js';
-import type { Tx } from '@kandev/runtime';
+import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 
@@ -26,7 +26,7 @@ export interface StartedSession {
 }
 
 /** The session a start with this key already made, or null (a first start); the same key with another body is CONFLICT. */
-async function replayedStart(tx: Tx, key: IdempotencyRef, hash: string): Promise<SessionRow | null> {
+async function replayedStart(tx: Tx | Sql, key: IdempotencyRef, hash: string): Promise<SessionRow | null> {
   const existing = await getKey(tx, key);
   if (!existing) return null;
   if (existing.request_hash !== hash) throw conflict('Idempotency-Key was already used for a different request', { idempotency_key: key.key });
@@ -65,6 +65,16 @@ export async function startSession(
   const startKey: IdempotencyRef | null = opts.idempotency_key ? { scope: `task:${opts.task_id}`, operation: 'orch.session.start', key: opts.idempotency_key } : null;
   // What makes a retry the same request: the body's own fields (the agent as named, not as defaulted).
   const startHash = requestHash({ agent: opts.agent ?? null, prompt: opts.prompt ?? null });
+  // A retry of a start that happened answers at once, without asking for launch capacity it will not use.
+  if (startKey) {
+    const earlier = await replayedStart(rt.sql, startKey, startHash);
+    if (earlier) return { session: earlier, turn_id: null, replayed: true };
+  }
+  // ADR 0026: launch admission before any write. A lifecycle queue that predicts too long a wait
+  // refuses here, in milliseconds, with retry_after_s, and nothing was written: no STARTING session,
+  // no status change. Admitted, the answering instance holds a place for this execution id.
+  const executionId = randomUUID();
+  await request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
@@ -109,7 +119,7 @@ export async function startSession(
       rt.nc,
       Life.launch,
       {
-        execution_id: randomUUID(),
+        execution_id: executionId,
         task_id: task.id,
         session_id: session.id,
         workspace_id: task.workspace_id,
