@@ -7,6 +7,8 @@ import { promptSession, sessionDetail, startSession } from '../flows/sessions.js
 import { stopTask, taskExecutions } from '../flows/stop.js';
 import { createTask, createWorkspace, getTaskWithSessions, taskAudit, taskQueue, updateTask } from '../flows/tasks.js';
 import { toSession } from '../store/rows.js';
+import { assertCanAccess } from '../domain/access.js';
+import { getTask } from '../store/tasks.js';
 
 /** The operator surface (reached through the gateway). Thin: validate (done by the runtime), call the flow. */
 export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
@@ -15,7 +17,7 @@ export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
   on(Orch.taskGet, (req) => getTaskWithSessions(rt, req.actor, req.task_id)),
   on(Orch.taskUpdate, (req, ctx) => updateTask(rt, ctx, req)),
   on(Orch.sessionStart, async (req, ctx) => {
-    const task = await getTaskWithSessions(rt, req.actor, req.task_id); // access check before any effect
+    const task = assertCanAccess(req.actor, await getTask(rt.sql, req.task_id)); // access check before any effect
     const started = await startSession(rt, ctx, { actor: req.actor, task_id: task.id, agent: req.agent, prompt: req.prompt, idempotency_key: req.idempotency_key });
     return { ...toSession(started.session), ...(started.replayed ? { replayed: true } : {}) };
   }),

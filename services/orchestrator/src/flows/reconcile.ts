@@ -120,8 +120,8 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
  * restart) moves to REVIEW. Otherwise it would look busy forever and a stop would find nothing.
  *
  * Never a member of an active hold (a pause keeps every status, R-4.2; a cancel hold's CANCELLED
- * is the hold's), and never a task a restore put back to IN_PROGRESS that has had no session
- * since: ADR 0025 — it keeps its restored status and was flagged for the operator at the restore.
+ * is the hold's), and never a task a resume or restore left IN_PROGRESS that has had no session
+ * since: ADR 0025 — it keeps that status and was flagged for the operator at the release.
  */
 async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   const bound = rt.env.STALLED_TASK_AFTER_MS;
@@ -200,13 +200,14 @@ async function restopHeldMembers(rt: OrchRuntime, alreadySent: Set<string>): Pro
 }
 
 /**
- * ADR 0025: the task's status is the one a restore (R-4.6) gave it back, and no session of it has
- * been created or changed since: the latest released cancel hold it was a restorable member of was
- * released at or after every session activity of the task.
+ * ADR 0025: the task's status is the one a hold's release left it with (a resume keeps it, a
+ * restore gives the snapshot back), and no session of it has been created or changed since: the
+ * latest released hold it was a (not skipped) member of was released at or after every session
+ * activity of the task.
  */
 const restoredWithoutSessionSince = (rt: OrchRuntime) => rt.sql`EXISTS (
   SELECT 1 FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
-  WHERE m.task_id = t.id AND h.mode = 'cancel' AND h.released_at IS NOT NULL AND m.skip_reason IS NULL AND m.task_status = 'IN_PROGRESS'
+  WHERE m.task_id = t.id AND h.released_at IS NOT NULL AND m.skip_reason IS NULL AND m.task_status = 'IN_PROGRESS'
     AND h.released_at >= COALESCE((SELECT max(s.updated_at) FROM sessions s WHERE s.task_id = t.id), '-infinity'::timestamptz)
     AND NOT EXISTS (SELECT 1 FROM tree_holds later JOIN tree_hold_members lm ON lm.hold_id = later.id
                     WHERE lm.task_id = t.id AND later.created_at > h.released_at))`;

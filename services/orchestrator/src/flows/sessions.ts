@@ -55,6 +55,20 @@ export async function startSession(
   },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
+  // ADR 0026: launch admission, asked of lifecycle before any write and alongside the checks below
+  // (a burst's refusals answer in the time of the slower of the two, not their sum). A lifecycle
+  // queue that predicts too long a wait refuses with retry_after_s; nothing is written then: no
+  // STARTING session, no status change. Admitted, the answering instance holds a place for this
+  // execution id (it lapses on its own when a check below refuses the start). A retry of a keyed
+  // start that happened does not ask (it launches nothing).
+  const executionId = randomUUID();
+  let admission: Promise<unknown> | null = null;
+  const admit = () => {
+    admission ??= request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
+    admission.catch(() => undefined); // awaited below, unless a check refuses first
+    return admission;
+  };
+  if (!opts.idempotency_key && !opts.launch_key) void admit();
   // Validation before effects: everything checkable is checked before the first write.
   const before = await getTask(rt.sql, opts.task_id);
   if (!before) throw notFound('task not found');
@@ -70,11 +84,7 @@ export async function startSession(
     const earlier = await replayedStart(rt.sql, startKey, startHash);
     if (earlier) return { session: earlier, turn_id: null, replayed: true };
   }
-  // ADR 0026: launch admission before any write. A lifecycle queue that predicts too long a wait
-  // refuses here, in milliseconds, with retry_after_s, and nothing was written: no STARTING session,
-  // no status change. Admitted, the answering instance holds a place for this execution id.
-  const executionId = randomUUID();
-  await request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
+  await admit();
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');

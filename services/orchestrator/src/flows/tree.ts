@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  ACTIVE_SESSION_STATES,
   actorLabel,
   conflict,
   Holds,
@@ -32,7 +33,7 @@ import {
 } from '../store/holds.js';
 import { lockActiveSessionsOfTasks } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
-import { toTask, type TaskRow } from '../store/rows.js';
+import { TASK_COLUMNS, toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
@@ -212,9 +213,20 @@ async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], acto
   }
 }
 
-/** ADR 0025: the audit row and the `task.attention` event of a task a restore left IN_PROGRESS with no session. */
-async function flagRestoredWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId: string, actor: Actor, requestId: string) {
-  const reason = 'restored_without_session';
+/** The member tasks (already locked) with no active session, as they are now. */
+async function tasksWithoutActiveSession(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
+  if (!ids.length) return [];
+  const rows = await tx.unsafe<TaskRow[]>(
+    `SELECT ${TASK_COLUMNS} FROM tasks t WHERE t.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($2)) ORDER BY t.id`,
+    [[...ids], [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
+  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
+}
+
+/** ADR 0025: the audit row and the `task.attention` event of a task a resume or restore left IN_PROGRESS with no session. */
+async function flagReleasedWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId: string, mode: HoldMode, actor: Actor, requestId: string) {
+  const reason = mode === 'pause' ? 'resumed_without_session' : 'restored_without_session';
   await recordAudits(tx, [
     { task_id: t.id, workspace_id: t.workspace_id, action: 'task.needs_attention', actor: actorLabel(actor), reason, request_id: requestId, outcome: 'flagged', details: { hold_id: holdId, status: t.status } },
   ]);
@@ -244,11 +256,13 @@ export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Act
       const restorable = held.members.filter((m) => m.skip_reason === null).map((m) => ({ task_id: m.task_id, task_status: m.task_status }));
       for (const t of await restoreTasks(tx, restorable)) {
         await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: t.status, reason: 'tree_restored' });
-        // ADR 0025: back IN_PROGRESS with nothing running (the cancel stopped its sessions). It keeps
-        // that status (R-4.6) and the reconciler leaves it be; the operator is told, not left to guess.
-        if (t.status === 'IN_PROGRESS') await flagRestoredWithoutSession(tx, emit, t, held.id, actor, call.requestId);
       }
     }
+    // ADR 0025: a member the release leaves IN_PROGRESS has nothing running (the hold stopped its
+    // sessions and fenced its launches). It keeps that status (R-4.2, R-4.6) and the reconciler
+    // leaves it be until a session of it moves; the operator is told, not left to guess.
+    const after = await tasksWithoutActiveSession(tx, held.members.filter((m) => m.skip_reason === null).map((m) => m.task_id));
+    for (const t of after) if (t.status === 'IN_PROGRESS') await flagReleasedWithoutSession(tx, emit, t, held.id, mode, actor, call.requestId);
     const released = await releaseHold(tx, held.id, actorLabel(actor), reason);
     await auditMembers(tx, released, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId, 'released');
     await emit('tree_hold.released', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold: released });
