@@ -112,9 +112,10 @@ describe('the queue is the task\'s', () => {
       const d = (await w.api.get(`/sessions/${next.id}`)).body as { state: string; turns: unknown[] };
       return d.state === 'WAITING_FOR_INPUT' && d.turns.length === 1;
     }, 30_000);
-    const transcript = (await w.api.get(`/sessions/${next.id}/messages`)).body as { items: Array<{ role: string; text: string }> };
-    expect(transcript.items.filter((m) => m.text?.includes('steer: left') && m.role === 'user')).toHaveLength(1);
-    expect(transcript.items.some((m) => m.text?.includes('steer: right'))).toBe(false);
+    // The agent of the next session got exactly the message kept, once; the dropped one never.
+    const { pid } = await executionOf(next.id);
+    const prompts = w.agentEvents(pid).filter((e) => e.kind === 'prompt').map((e) => (e as { text?: string }).text);
+    expect(prompts).toEqual(['steer: left']);
     // Resume answers even when nothing is paused (idempotent).
     expect((await w.api.post(`/tasks/${child.id}/queue/resume`)).body).toMatchObject({ task_id: child.id, resumed: true, delivered_message_id: null, size: 0 });
     await w.api.post(`/tasks/${child.id}/stop`);
