@@ -86,7 +86,9 @@ describe('tree pause and cancel reach an orphan under a FAILED session', () => {
 });
 
 describe('the queue is the task\'s', () => {
-  it('queued to a busy child before a stop, delivered once by the next session, across an orchestrator restart', async () => {
+  it('queued to a busy child before a stop, delivered once by the next session, with two orchestrator replicas and a restart between', async () => {
+    // A second orchestrator replica from here on (the keyed-start case below runs against both too).
+    if (!w.stack.replicas('orchestrator').length) await w.stack.addReplica('orchestrator');
     const { workspace_id, task: parent } = await makeTask(w.api, { title: 'parent' });
     const { task: child } = await makeTask(w.api, { workspace_id, parent_id: parent.id, title: 'child' });
     const busy = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: LONG });
