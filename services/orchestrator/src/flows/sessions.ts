@@ -84,6 +84,10 @@ export async function startSession(
     const earlier = await replayedStart(rt.sql, startKey, startHash);
     if (earlier) return { session: earlier, turn_id: null, replayed: true };
   }
+  if (opts.launch_key) {
+    const earlier = await sessionByLaunchKey(rt.sql, opts.launch_key);
+    if (earlier) return { session: earlier, turn_id: null };
+  }
   await admit();
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
