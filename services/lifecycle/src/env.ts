@@ -21,6 +21,11 @@ export const LifecycleEnv = BaseEnv.extend({
   LAUNCH_CONCURRENCY: z.coerce.number().int().positive().default(Math.max(2, availableParallelism() * 2)),
   /** How long a launch may wait in the queue to start; one predicted to wait longer is refused at once (503, Retry-After). */
   LAUNCH_QUEUE_WAIT_MS: z.coerce.number().int().nonnegative().default(5_000),
+  /**
+   * How long a place reserved by `life.exec.reserve` (the orchestrator's admission check before it
+   * writes a session, ADR 0026) waits for its launch; then it is dropped.
+   */
+  LAUNCH_RESERVATION_TTL_MS: z.coerce.number().int().positive().default(5_000),
   MCP_PORT: z.coerce.number().int().min(0).max(65535).default(8090),
   /** MCP endpoint handed to agents; unset = the local mcp service on MCP_PORT (see mcpPublicUrl). */
   MCP_PUBLIC_URL: z.url().optional(),
