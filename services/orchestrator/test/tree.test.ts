@@ -151,7 +151,9 @@ describe('failures are audited on the root (B-3)', () => {
         return r.length >= 1 ? r : null;
       }, 10_000);
       expect(rows).toEqual([{ action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'teardown', failed: expect.any(Array), hold_id: hold.id } }]);
-      expect([...(rows[0]!.details as { failed: string[] }).failed].sort()).toEqual([...execsAgain].sort());
+      // Each refused stop is named (the first sessions' executions, still listed by this fake owner, are
+      // halted with the hold too: planTreeStop includes a member's orphans).
+      expect((rows[0]!.details as { failed: string[] }).failed).toEqual(expect.arrayContaining(execsAgain));
       await tree('resume', root.id);
     } finally {
       h.life.stopFails = null;
