@@ -344,7 +344,7 @@ describe('token table: gateway, /ws and MCP refuse every broken token, and nothi
   });
 
   it('MCP', async () => {
-    const table = hostileTokens(w.stack.secret, { aud: 'kandev-mcp', sub: `task:${ids.parent}`, task_id: ids.parent, mode: 'task' });
+    const table = hostileTokens(w.stack.agentKey, { aud: 'kandev-mcp', sub: `task:${ids.parent}`, task_id: ids.parent, mode: 'task' });
     expect(table.map((c) => c.name)).toContain('without mode');
     for (const { name, token } of table) {
       const res = await fetch(w.stack.mcpUrl, {

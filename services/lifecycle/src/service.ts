@@ -1,4 +1,4 @@
-import type { ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
@@ -17,6 +17,8 @@ import { ExecutionSupervisor } from './supervisor.js';
 export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   name: 'lifecycle',
   env: LifecycleEnv,
+  // Mints the agent token of each execution (flows/launch.ts); never sees the operator key.
+  keys: SERVICE_KEYS.lifecycle,
   async start(rt) {
     const { env, instanceId, log } = rt;
     const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
@@ -37,6 +39,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       registry,
       stateFile,
       agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
+      agentKey: rt.key('agent'),
     });
     supervisor.startRefreshing();
     rt.onStop(async () => {

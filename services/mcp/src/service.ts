@@ -1,4 +1,4 @@
-import type { ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
 import { McpEnv } from './env.js';
 import { startMcpHttp } from './http.js';
 
@@ -11,11 +11,13 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
   name: 'mcp',
   env: McpEnv,
   publishesEvents: false,
+  // Agent tokens only (ADR 0020): an operator token is not a credential here.
+  keys: SERVICE_KEYS.mcp,
   async start(rt) {
     const http = await startMcpHttp({
       host: rt.env.MCP_HOST,
       port: rt.env.MCP_PORT,
-      jwtSecret: rt.env.KANDEV_JWT_SECRET,
+      jwtSecret: rt.key('agent'),
       requestTimeoutMs: rt.env.MCP_TOOL_TIMEOUT_MS,
       nc: rt.nc,
       log: rt.log,

@@ -16,6 +16,8 @@ export interface LifecycleDeps {
   registry: ExecutionRegistry;
   stateFile: StateFile;
   agentctlBin: string;
+  /** Signs the agent token of each execution (ADR 0020). */
+  agentKey: string;
 }
 
 /** What the flows of one instance share: the executions it owns and the one teardown executor. */
