@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { signAgentToken } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
@@ -184,10 +185,15 @@ describe('agent tokens live as long as their execution (SPEC R-9.3)', () => {
     const { task } = await makeTask(w.api, { title: 'token owner' });
     const { task: other } = await makeTask(w.api, { title: 'another task' });
     const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(60_000) });
-    const executionId = await eventually(async () => {
-      const list = (await w.api.get(`/tasks/${task.id}/executions`)).body as Array<{ execution_id: string; status: string }>;
-      return list.find((e) => e.status === 'RUNNING')?.execution_id ?? null;
+    const { executionId, pid } = await eventually(async () => {
+      const list = (await w.api.get(`/tasks/${task.id}/executions`)).body as Array<{ execution_id: string; status: string; pid: number }>;
+      const e = list.find((x) => x.status === 'RUNNING');
+      return e ? { executionId: e.execution_id, pid: e.pid } : null;
     });
+    // The agent never inherits a token key (runService withholds them from every service's children).
+    const environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
+    expect(environ).toContain('PATH=');
+    expect(environ).not.toMatch(/KANDEV_(OPERATOR_|AGENT_)?JWT_SECRET/);
     // The claims lifecycle puts in the token it hands the agent (session/new's MCP server entry).
     const claims = { task_id: task.id, session_id: session.id, execution_id: executionId, mode: 'task' as const };
     const token = await signAgentToken(w.stack.agentKey, claims);

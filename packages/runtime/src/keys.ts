@@ -106,3 +106,8 @@ export function resolveKeys(env: Record<string, string | undefined>, kinds: read
   if (problems.length) throw new Error(`invalid environment:\n  ${[...new Set(problems)].join('\n  ')}`);
   return out;
 }
+
+/** Removes every token key variable from an environment (runService: before any child can be spawned). */
+export function withholdKeys(env: Record<string, string | undefined>): void {
+  for (const v of [SHARED_KEY_ENV, ...Object.values(KEY_ENV)]) delete env[v];
+}

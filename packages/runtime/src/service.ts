@@ -11,7 +11,7 @@ import { startHousekeeping } from './housekeeping.js';
 import { createLogger, type Logger } from './log.js';
 import { connectNats, type NatsConnection } from './nats.js';
 import { Outbox } from './outbox.js';
-import { resolveKeys, type KeyKind } from './keys.js';
+import { resolveKeys, withholdKeys, type KeyKind } from './keys.js';
 import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
 import { initTracing, shutdownTracing } from './tracing.js';
 
@@ -185,8 +185,13 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
   };
   process.once('SIGTERM', () => onSignal('SIGTERM'));
   process.once('SIGINT', () => onSignal('SIGINT'));
+  // The environment is read once, from a copy; the token keys then leave process.env, so no child
+  // process (lifecycle's agentctl and agents inherit its environment) can inherit them, whatever
+  // its own denylist names. The service holds its key in memory only (rt.key).
+  const source = { ...process.env };
+  withholdKeys(process.env);
   try {
-    running = await startService(def);
+    running = await startService(def, source);
   } catch (e) {
     console.error(JSON.stringify({ level: 'fatal', service: def.name, msg: 'start failed', err: String((e as Error)?.stack ?? e) }));
     process.exit(1);

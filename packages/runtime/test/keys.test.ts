@@ -63,3 +63,12 @@ describe('start-up refusals', () => {
     await expect(startService(def, { ...env, NODE_ENV: 'production', KANDEV_AGENT_JWT_SECRET: 'change-me-agent-key-at-least-32-random-bytes' })).rejects.toThrow(/placeholder/);
   });
 });
+
+describe('keys never reach child processes', () => {
+  it('withholdKeys removes every key variable (runService applies it to process.env before starting)', async () => {
+    const { withholdKeys } = await import('../src/keys.js');
+    const env: Record<string, string | undefined> = { KANDEV_JWT_SECRET: 'a', KANDEV_OPERATOR_JWT_SECRET: 'b', KANDEV_AGENT_JWT_SECRET: 'c', PATH: '/bin' };
+    withholdKeys(env);
+    expect(env).toEqual({ PATH: '/bin' });
+  });
+});
