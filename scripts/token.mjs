@@ -72,6 +72,15 @@ try {
   process.exit(1);
 }
 
+// The services' own rules (placeholders, length; 32 bytes with NODE_ENV=production): a token
+// signed with a key no service would start with is useless, and a placeholder key is public.
+const { keyProblem, isProduction } = await import('@kandev/runtime/keys');
+const problem = keyProblem(found.secret, isProduction(process.env));
+if (problem) {
+  process.stderr.write(`token: the ${kind} key (${found.source}) ${problem}\n`);
+  process.exit(1);
+}
+
 let token;
 if (kind === 'operator') {
   const flags = parseFlags(rest, ['workspace', 'sub', 'ttl']);

@@ -207,5 +207,9 @@ describe('npm run token', () => {
     expect(run(['agent', '--task', 'not-a-uuid'], secretEnv).status).toBe(2);
     expect(run(['agent', '--task', '3f1c2a7e-1234-4abc-8def-0123456789ab', '--mode', 'boss'], secretEnv).stderr).toMatch(/--mode/);
     expect(run(['admin'], secretEnv).status).toBe(2);
+    // A key no service would start with is refused here too (packages/runtime/src/keys.ts).
+    const placeholder = run(['operator'], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'change-me-at-least-32-random-bytes' });
+    expect([placeholder.status, placeholder.stdout]).toEqual([1, '']);
+    expect(placeholder.stderr).toMatch(/placeholder/);
   });
 });
