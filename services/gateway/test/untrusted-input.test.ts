@@ -170,6 +170,27 @@ describe('body encoding (docs/limits.md)', () => {
   });
 });
 
+describe('/ws action payloads: strings refuse NUL and lone surrogates (generated from the contracts)', () => {
+  const actions = [['agent.cancel', Orch.agentCancel], ['task.stop', Orch.taskStop]] as const;
+  const cases = actions.flatMap(([action, endpoint]) => {
+    const example = validExample(endpoint.request as z.ZodType);
+    delete example.actor;
+    return poisonedCases(example).map((c) => ({ ...c, action }));
+  });
+  it.each(cases.map((c) => [`${c.action} ${c.name}`, c] as const))('%s → VALIDATION_ERROR frame, nothing sent on', async (_n, c) => {
+    const client = await WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
+    try {
+      const before = received.length;
+      const reply = await client.call(c.action, c.body);
+      expect([reply.type, reply.payload.code]).toEqual(['error', 'VALIDATION_ERROR']);
+      await nc.flush();
+      expect(received.slice(before)).toEqual([]);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 describe('/ws subscription cap under a burst', () => {
   it(`1,500 subscribe frames sent at once on one socket: exactly ${MAX_SUBSCRIPTIONS_PER_SOCKET} succeed`, async () => {
     const c = await WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
