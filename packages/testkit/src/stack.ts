@@ -36,6 +36,11 @@ export interface Stack {
   logTail(name: StackService): string[];
   /** Restart one service process (same env; the gateway and mcp on the same ports). */
   restart(name: StackService): Promise<ServiceProcess>;
+  /**
+   * Start one more process of a service beside the first, as a replica would run: its own
+   * INSTANCE_ID (`<name>-2`, `-3`, ...) and ports, the same NATS and database. The stack stops it too.
+   */
+  addReplica(name: StackService): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
 
@@ -92,8 +97,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
-  const launch = async (name: StackService) => {
-    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: (l) => {
+  const replicas: ServiceProcess[] = [];
+  const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
+    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env, onLog: (l) => {
         const tail = tails.get(name) ?? [];
         tail.push(l);
         if (tail.length > 60) tail.shift();
@@ -101,7 +107,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         opts.onLog?.(name, l);
         if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
       } });
-    services.set(name, p);
+    if (env.INSTANCE_ID === `${name}-1`) services.set(name, p);
     return p;
   };
   try {
@@ -136,7 +142,14 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       await services.get(name)?.stop();
       return launch(name);
     },
+    async addReplica(name) {
+      const n = replicas.filter((r) => r.name === name).length + 2;
+      const p = await launch(name, { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' });
+      replicas.push(p);
+      return p;
+    },
     async stop() {
+      await Promise.all(replicas.map((r) => r.stop()));
       for (const name of [...STACK_SERVICES].reverse()) await services.get(name)?.stop();
       await Promise.all([nats.stop(), db.drop()]);
       rmSync(stateDir, { recursive: true, force: true });
