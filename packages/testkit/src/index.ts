@@ -9,3 +9,4 @@ export * from './procs.js';
 export * from './invariants.js';
 export * from './control-requests.js';
 export * from './poison.js';
+export * from './nats-cluster.js';
