@@ -14,3 +14,4 @@ export * from './keys.js';
 export * from './metrics.js';
 export * from './service.js';
 export * from './registry.js';
+export * from './workdir.js';

@@ -55,6 +55,8 @@ export interface ServiceRuntime<E = BaseEnv> {
   addReadinessCheck(fn: () => Promise<boolean>): void;
   /** A token key the definition names in `keys` (throws for any other: a service holds only its own). */
   key(kind: KeyKind): string;
+  /** A fact /readyz reports under `details` (and the service's ping answers with, for the gateway's /readyz). */
+  addReadinessDetail(name: string, value: () => string | number | boolean): void;
 }
 
 export interface RunningService {
@@ -89,6 +91,8 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   const services: Service[] = [];
   const stoppers: Array<() => Promise<void> | void> = [];
   const checks: Array<() => Promise<boolean>> = [];
+  const details = new Map<string, () => string | number | boolean>();
+  const readDetails = (): Record<string, string | number | boolean> => Object.fromEntries([...details].map(([k, fn]) => [k, fn()]));
   const inFlight = new InFlightRequests();
   let ready = false;
   let stopping: Promise<void> | undefined;
@@ -117,9 +121,10 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
       if (!k) throw new Error(`${def.name} does not hold the ${kind} key (ServiceDefinition.keys)`);
       return k;
     },
+    addReadinessDetail: (name, fn) => void details.set(name, fn),
   };
 
-  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId }))]);
+  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) }))]);
   const started = (await def.start(runtime)) || {};
   if (sql) outbox.startRelay();
   const stopHousekeeping = sql && def.publishesEvents !== false ? startHousekeeping(sql, nc, log) : () => undefined;
@@ -128,6 +133,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
     host: env.HEALTH_HOST,
     port: env.HEALTH_PORT,
     ready: async () => ready && !nc.isClosed() && (await Promise.all(checks.map((c) => c().catch(() => false)))).every(Boolean),
+    details: readDetails,
   });
   ready = true;
   const urls = { health: health.url, ...(started.urls ?? {}) };
