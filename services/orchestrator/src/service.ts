@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEvents, RegistryReader, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { consumeEvents, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -16,6 +16,8 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   name: 'orchestrator',
   env: OrchestratorEnv,
   schema: 'orchestrator',
+  // Verifies the agent token mcp forwards with every kandev.orch.mcp.> request (flows/caller.ts).
+  keys: SERVICE_KEYS.orchestrator,
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
   async start(runtime) {
     const rt: OrchRuntime = Object.assign(runtime as ServiceRuntime<OrchestratorEnv>, {

@@ -42,12 +42,16 @@ export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, Actio
     'subscribe',
     async (payload, ctx) => {
       const taskId = taskRef(payload);
-      if (ctx.subscriptions.countOf(ctx.client) >= MAX_SUBSCRIPTIONS_PER_SOCKET) {
-        throw conflict('too many subscriptions on this socket', { limit: MAX_SUBSCRIPTIONS_PER_SOCKET });
+      // The place is taken before the lookup is awaited: 1,500 frames at once still make 500 at most.
+      const release = ctx.subscriptions.reserve(ctx.client, MAX_SUBSCRIPTIONS_PER_SOCKET);
+      if (!release) throw conflict('too many subscriptions on this socket', { limit: MAX_SUBSCRIPTIONS_PER_SOCKET });
+      try {
+        // The orchestrator decides visibility: FORBIDDEN / NOT_FOUND reach the client unchanged.
+        await request(ctx.nc, Orch.taskGet, { actor: ctx.actor, task_id: taskId }, opts(ctx));
+        if (ctx.client.open) ctx.subscriptions.add(ctx.client, taskId);
+      } finally {
+        release();
       }
-      // The orchestrator decides visibility: FORBIDDEN / NOT_FOUND reach the client unchanged.
-      await request(ctx.nc, Orch.taskGet, { actor: ctx.actor, task_id: taskId }, opts(ctx));
-      if (ctx.client.open) ctx.subscriptions.add(ctx.client, taskId);
       return { subscribed: true, task_id: taskId };
     },
   ],
