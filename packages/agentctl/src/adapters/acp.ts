@@ -35,6 +35,20 @@ const PromptQuotaMeta = z.looseObject({
   }),
 });
 
+/** A tool call's content as text for the transcript: its text blocks, else its raw input/output as JSON. */
+function toolText(content: unknown, raw: unknown): string {
+  const texts: string[] = [];
+  if (Array.isArray(content)) {
+    for (const c of content as Array<{ type?: string; content?: { type?: string; text?: unknown }; path?: unknown; newText?: unknown }>) {
+      if (c?.type === 'content' && c.content?.type === 'text' && typeof c.content.text === 'string') texts.push(c.content.text);
+      else if (c?.type === 'diff' && typeof c.path === 'string') texts.push(`diff ${c.path}`);
+    }
+  }
+  if (texts.length) return texts.join('\n');
+  if (raw === undefined || raw === null) return '';
+  return typeof raw === 'string' ? raw : JSON.stringify(raw);
+}
+
 type ToolCallState = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
 
 export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> implements AgentAdapter {
@@ -172,10 +186,13 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
         break;
       case 'tool_call':
         this.toolCalls.set(update.toolCallId, update.status ?? 'pending');
+        if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: 'started', title: update.title ?? null, kind: update.kind ?? null, text: toolText(update.content, update.rawInput) });
         break;
       case 'tool_call_update':
-        if (update.status === 'completed' || update.status === 'failed') this.toolCalls.delete(update.toolCallId);
-        else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
+        if (update.status === 'completed' || update.status === 'failed') {
+          this.toolCalls.delete(update.toolCallId);
+          if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: update.status, title: update.title ?? null, kind: update.kind ?? null, text: toolText(update.content, update.rawOutput) });
+        } else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
         break;
       case 'usage_update':
         this.onUsage(update);

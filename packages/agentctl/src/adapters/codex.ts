@@ -23,6 +23,26 @@ const TurnCompleted = z.looseObject({
   }),
 });
 const AgentMessageDelta = z.looseObject({ threadId: z.string().optional(), turnId: z.string().optional(), delta: z.string() });
+/**
+ * `item/started` / `item/completed` of the app-server: the items that are tool calls (a command, a
+ * file change, an MCP tool call) become transcript tool calls; agent messages and reasoning do not
+ * (their text arrives as deltas).
+ */
+const ItemNotification = z.looseObject({
+  item: z.looseObject({
+    id: z.string().min(1),
+    type: z.string(),
+    status: z.string().optional(),
+    command: z.union([z.string(), z.array(z.string())]).optional(),
+    aggregatedOutput: z.string().nullable().optional(),
+    server: z.string().optional(),
+    tool: z.string().optional(),
+    arguments: z.unknown().optional(),
+    result: z.unknown().optional(),
+    changes: z.array(z.looseObject({ path: z.string() })).optional(),
+  }),
+});
+const TOOL_ITEM_TYPES = new Set(['commandExecution', 'fileChange', 'mcpToolCall']);
 const TokenBreakdown = z.looseObject({
   inputTokens: z.number().int().nonnegative(),
   cachedInputTokens: z.number().int().nonnegative().default(0),
@@ -188,6 +208,23 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
         const parsed = AgentMessageDelta.safeParse(params);
         const turnId = this.turn?.turnId;
         if (parsed.success && turnId) this.sink.agentMessage(turnId, parsed.data.delta);
+        return;
+      }
+      case 'item/started':
+      case 'item/completed': {
+        const parsed = ItemNotification.safeParse(params);
+        const turnId = this.turn?.turnId;
+        if (!parsed.success || !turnId || !TOOL_ITEM_TYPES.has(parsed.data.item.type)) return;
+        const item = parsed.data.item;
+        const command = Array.isArray(item.command) ? item.command.join(' ') : item.command;
+        const title = command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? item.type;
+        const json = (v: unknown) => (v === undefined || v === null ? '' : typeof v === 'string' ? v : JSON.stringify(v));
+        if (method === 'item/started') {
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: 'started', title, kind: item.type, text: json(item.arguments) });
+        } else {
+          const failed = item.status === 'failed' || item.status === 'declined';
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: failed ? 'failed' : 'completed', title, kind: item.type, text: item.aggregatedOutput ?? json(item.result) });
+        }
         return;
       }
       case 'thread/tokenUsage/updated': {
