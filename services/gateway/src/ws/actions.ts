@@ -3,6 +3,7 @@ import { request, type NatsConnection } from '@kandev/runtime';
 import { z } from 'zod';
 import type { WsClient } from './client.js';
 import type { SubscriptionRegistry } from './subscriptions.js';
+import { subscribeWorkspace, unsubscribeWorkspace, workspaceRefOf } from './workspace-subscription.js';
 
 export interface ActionContext {
   actor: OperatorActor;
@@ -41,6 +42,8 @@ export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, Actio
   [
     'subscribe',
     async (payload, ctx) => {
+      const workspaceId = workspaceRefOf(payload);
+      if (workspaceId) return subscribeWorkspace(workspaceId, ctx, MAX_SUBSCRIPTIONS_PER_SOCKET);
       const taskId = taskRef(payload);
       if (ctx.subscriptions.countOf(ctx.client) >= MAX_SUBSCRIPTIONS_PER_SOCKET) {
         throw conflict('too many subscriptions on this socket', { limit: MAX_SUBSCRIPTIONS_PER_SOCKET });
@@ -54,6 +57,8 @@ export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, Actio
   [
     'unsubscribe',
     async (payload, ctx) => {
+      const workspaceId = workspaceRefOf(payload);
+      if (workspaceId) return unsubscribeWorkspace(workspaceId, ctx);
       const taskId = taskRef(payload);
       ctx.subscriptions.remove(ctx.client, taskId);
       return { subscribed: false, task_id: taskId };
