@@ -55,4 +55,19 @@ describe.each(AGENTS)('read surface with %s', (agent) => {
       ws.close();
     }
   });
+
+  it('keeps a tool call and its result between the text around it', async () => {
+    const { task } = await makeTask(w.api, { agent });
+    const prompt = JSON.stringify({ script: [{ say: 'checking' }, { mcp: { tool: 'whoami_kandev', args: {} } }] });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt });
+    const items = await eventually(async () => {
+      const page = (await w.api.get(`/sessions/${session.id}/messages`)).body;
+      return page.items.some((i: { kind: string }) => i.kind === 'tool_result') && page.items.at(-1).kind === 'agent_text' ? page.items : null;
+    }, 20_000);
+    expect(items.map((i: { kind: string }) => i.kind)).toEqual(['prompt', 'agent_text', 'tool_call', 'tool_result', 'agent_text']);
+    expect(items[1].text).toBe('checking');
+    expect(items[2].text).toContain('whoami_kandev');
+    expect(items[3].meta).toMatchObject({ tool_call_id: items[2].meta.tool_call_id, status: 'completed' });
+    expect(items[4].text).toContain(task.id); // the tool's answer, said by the agent
+  });
 });

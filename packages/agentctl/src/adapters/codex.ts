@@ -31,7 +31,7 @@ const AgentMessageDelta = z.looseObject({ threadId: z.string().optional(), turnI
 const ItemNotification = z.looseObject({
   item: z.looseObject({
     id: z.string().min(1),
-    type: z.string(),
+    type: z.string().optional(),
     status: z.string().optional(),
     command: z.union([z.string(), z.array(z.string())]).optional(),
     aggregatedOutput: z.string().nullable().optional(),
@@ -114,6 +114,8 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
   /** The thread's model (thread/start answer): what token usage is priced at. */
   private model: string | undefined;
   /** turn/completed can outrun the turn/start answer; it waits here until the id is known. */
+  /** Tool items started and not yet completed: their title and type, for a completion that names only the id. */
+  private readonly toolItems = new Map<string, { title: string; kind: string }>();
   private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
 
 
@@ -214,16 +216,22 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
       case 'item/completed': {
         const parsed = ItemNotification.safeParse(params);
         const turnId = this.turn?.turnId;
-        if (!parsed.success || !turnId || !TOOL_ITEM_TYPES.has(parsed.data.item.type)) return;
+        if (!parsed.success || !turnId) return;
         const item = parsed.data.item;
+        // A completion may repeat the item whole or name it by id only: what the start said is kept.
+        const known = this.toolItems.get(item.id);
+        const type = item.type ?? known?.kind;
+        if (!type || !TOOL_ITEM_TYPES.has(type)) return;
         const command = Array.isArray(item.command) ? item.command.join(' ') : item.command;
-        const title = command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? item.type;
+        const title = command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? known?.title ?? type;
         const json = (v: unknown) => (v === undefined || v === null ? '' : typeof v === 'string' ? v : JSON.stringify(v));
         if (method === 'item/started') {
-          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: 'started', title, kind: item.type, text: json(item.arguments) });
+          this.toolItems.set(item.id, { title, kind: type });
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: 'started', title, kind: type, text: json(item.arguments) });
         } else {
+          this.toolItems.delete(item.id);
           const failed = item.status === 'failed' || item.status === 'declined';
-          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: failed ? 'failed' : 'completed', title, kind: item.type, text: item.aggregatedOutput ?? json(item.result) });
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: failed ? 'failed' : 'completed', title, kind: type, text: item.aggregatedOutput ?? json(item.result) });
         }
         return;
       }
