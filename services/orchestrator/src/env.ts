@@ -54,5 +54,8 @@ export const OrchestratorEnv = BaseEnv.extend({
   TRANSCRIPT_ITEM_BYTES: z.coerce.number().int().min(1_024).default(64 * 1024),
   TRANSCRIPT_SESSION_BYTES: z.coerce.number().int().min(1_024).default(5 * 1024 * 1024),
   TRANSCRIPT_SESSION_ITEMS: z.coerce.number().int().min(2).default(10_000),
+  /** Root of the agents' task directories (R-9.1), to check a task's `working_dir` against; unset = `<KANDEV_STATE_DIR>/work` (as lifecycle). */
+  KANDEV_WORK_DIR: z.string().min(1).optional(),
+  KANDEV_STATE_DIR: z.string().min(1).default('.kandev'),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;
