@@ -112,7 +112,10 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
 
   await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) }))]);
   const started = (await def.start(runtime)) || {};
-  if (sql) outbox.startRelay();
+  if (sql) {
+    outbox.startRelay();
+    outbox.exportAge();
+  }
   const stopHousekeeping = sql && def.publishesEvents !== false ? startHousekeeping(sql, nc, log) : () => undefined;
 
   const health = await startHealthServer({
