@@ -6,6 +6,7 @@ import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domai
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerConsoleRoutes } from './routes/console.js';
+import { registerReadRoutes } from './routes/read.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
 
@@ -77,6 +78,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub };
