@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { Actor } from './envelope.js';
 import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle } from './entities.js';
 import { SessionState, TaskStatus } from './enums.js';
+import { AgentPermissionEventData, PermissionEventData } from './permissions.js';
 
 const id = z.uuid();
 
@@ -43,6 +44,9 @@ export const EventData = {
   'clarification.requested': z.object({ bundle: ClarificationBundle }),
   'clarification.closed': z.object({ bundle: ClarificationBundle }),
   'control.recorded': z.object({ action: z.string(), outcome: z.string(), details: z.record(z.string(), z.unknown()) }),
+  ...AgentPermissionEventData,
+  'permission.requested': PermissionEventData,
+  'permission.closed': PermissionEventData,
 } as const;
 export type EventType = keyof typeof EventData;
 export type EventDataOf<T extends EventType> = z.infer<(typeof EventData)[T]>;
@@ -74,4 +78,6 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'clarification.requested',
   'clarification.closed',
   'queue.changed',
+  'permission.requested',
+  'permission.closed',
 ];
