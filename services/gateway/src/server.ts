@@ -4,6 +4,7 @@ import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
+import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
@@ -73,6 +74,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub };
