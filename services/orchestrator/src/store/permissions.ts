@@ -33,7 +33,7 @@ export async function insertPermission(tx: Tx, p: NewPermission, closed: Closure
     `INSERT INTO permission_requests (id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, closed_at, closed_by)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, CASE WHEN $10 = 'pending' THEN NULL ELSE now() END, $12)
      ON CONFLICT (execution_id, permission_id) DO NOTHING RETURNING ${COLUMNS}`,
-    [p.id, p.workspace_id, p.task_id, p.session_id, p.turn_id, p.execution_id, p.permission_id, p.title, JSON.stringify(p.options), closed?.status ?? 'pending', closed?.chosen_option_id ?? null, closed?.closed_by ?? null],
+    [p.id, p.workspace_id, p.task_id, p.session_id, p.turn_id, p.execution_id, p.permission_id, p.title, p.options as never, closed?.status ?? 'pending', closed?.chosen_option_id ?? null, closed?.closed_by ?? null],
   );
   return row ?? null;
 }
