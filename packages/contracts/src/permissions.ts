@@ -129,8 +129,8 @@ export const LifePermission = {
     z
       .object({
         execution_id: id,
-        permission_id: z.string().min(1).max(200),
-        option_id: z.string().min(1).max(PERMISSION_LIMITS.optionId).optional(),
+        permission_id: text({ min: 1, max: 200 }),
+        option_id: text({ min: 1, max: PERMISSION_LIMITS.optionId }).optional(),
         cancelled: z.literal(true).optional(),
       })
       .refine((b) => (b.option_id !== undefined) !== (b.cancelled === true), { message: 'give either option_id or cancelled: true', path: ['option_id'] }),
