@@ -9,6 +9,7 @@ import { ApiClient } from './clients.js';
 import { startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { repoRoot, serviceEntry } from './paths.js';
+import { startNatsCluster } from './nats-cluster.js';
 
 /** deploy/nats/permissions.conf on one local server; each user's password is `<user>-test-pass`. */
 export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
@@ -36,6 +37,10 @@ export interface Stack {
    * INSTANCE_ID (`<name>-2`, `-3`, ...) and ports, the same NATS and database. The stack stops it too.
    */
   addReplica(name: StackService): Promise<ServiceProcess>;
+  /** The replicas of a service started beside its first process (by `replicas` or `addReplica`). */
+  replicas(name: StackService): ServiceProcess[];
+  /** Stop (if still running) and start again one replica, with its instance id, env and ports. */
+  restartReplica(p: ServiceProcess): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
 
@@ -50,10 +55,21 @@ export interface StackOptions {
   onLog?: (service: StackService, line: string) => void;
   /** The deployed NATS users and permissions (deploy/nats) apply: each service connects as its own user, as in production. */
   natsPermissions?: boolean;
+  /**
+   * Scale-out topology: a nats-server cluster of this many nodes (routes on loopback; the event
+   * stream and the registry bucket with as many replicas, at most 3) instead of one server.
+   */
+  natsCluster?: number;
+  /** Processes of every service (1 = one each; 2 = a replica beside each, as `addReplica` starts). */
+  replicas?: number;
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  const [nats, db] = await Promise.all([startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}), createTestDatabase()]);
+  if (opts.natsCluster && opts.natsPermissions) throw new Error('startStack: natsPermissions is not supported with natsCluster');
+  const [nats, db] = await Promise.all([
+    opts.natsCluster ? startNatsCluster(opts.natsCluster) : startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}),
+    createTestDatabase(),
+  ]);
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   const secret = 'stack-test-secret-0123456789abcdef';
   const baseEnv: NodeJS.ProcessEnv = {
@@ -65,6 +81,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     GATEWAY_PORT: '0',
     MCP_PORT: '0',
     LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
+    ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
   };
   const services = new Map<StackService, ServiceProcess>();
@@ -82,6 +99,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
   const replicas: ServiceProcess[] = [];
+  const replicaEnv = new Map<ServiceProcess, NodeJS.ProcessEnv>();
   const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
     const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env, onLog: (l) => {
         const tail = tails.get(name) ?? [];
@@ -94,6 +112,15 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     if (env.INSTANCE_ID === `${name}-1`) services.set(name, p);
     return p;
   };
+  // Another process of a service: its own instance id and ports; the gateway's and mcp's on any free port.
+  const addReplica = async (name: StackService) => {
+    const n = replicas.filter((r) => r.name === name).length + 2;
+    const env = { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' };
+    const p = await launch(name, env);
+    replicas.push(p);
+    replicaEnv.set(p, env);
+    return p;
+  };
   try {
     // Orchestrator first (owns the schema the others reference by id), then holds and mcp, then
     // lifecycle (it hands the MCP URL to agents), then the gateway that fronts them all.
@@ -101,8 +128,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await Promise.all([launch('holds'), launch('mcp')]);
     await launch('lifecycle');
     await launch('gateway');
+    for (let r = 1; r < (opts.replicas ?? 1); r++) for (const name of STACK_SERVICES) await addReplica(name);
   } catch (e) {
-    await Promise.all([...services.values()].map((s) => s.stop()));
+    await Promise.all([...replicas, ...services.values()].map((s) => s.stop()));
     await Promise.all([nats.stop(), db.drop()]);
     rmSync(stateDir, { recursive: true, force: true });
     throw e;
@@ -124,11 +152,16 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       await services.get(name)?.stop();
       return launch(name);
     },
-    async addReplica(name) {
-      const n = replicas.filter((r) => r.name === name).length + 2;
-      const p = await launch(name, { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' });
-      replicas.push(p);
-      return p;
+    addReplica,
+    replicas: (name) => replicas.filter((r) => r.name === name),
+    async restartReplica(p) {
+      const i = replicas.indexOf(p);
+      if (i < 0) throw new Error('restartReplica: not a replica of this stack');
+      await p.stop();
+      const again = await launch(p.name as StackService, replicaEnv.get(p)!);
+      replicaEnv.set(again, replicaEnv.get(p)!);
+      replicas[i] = again;
+      return again;
     },
     async stop() {
       await Promise.all(replicas.map((r) => r.stop()));
