@@ -154,6 +154,20 @@ describe('permission requests', () => {
     expect(new Set(closures.map((a) => a.details.permission_request_id)).size).toBe(20);
   });
 
+  it('an answer that meets a request agentctl already cancelled (its report not yet consumed) is CONFLICT, and the row says cancelled', async () => {
+    const { task, e, scope } = await running();
+    const { permission_id } = await agent.ask(scope, e.execution_id, e.turn_id);
+    const row = await rowFor(task.id, permission_id);
+    // A turn cancel reached agentctl first; the lifecycle's report of it is still on its way.
+    agent.requests.get(permission_id)!.settled = { outcome: 'cancelled', option_id: null };
+    const res = await failure(respond(row.id, { option_id: 'allow' }));
+    expect(res?.code).toBe('CONFLICT');
+    expect(res?.details).toMatchObject({ status: 'cancelled', closed_by: 'system:agent' });
+    expect((await list(task.id)).find((p) => p.id === row.id)).toMatchObject({ status: 'cancelled', chosen_option_id: null, closed_by: 'system:agent' });
+    const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: task.id });
+    expect(audit.filter((a) => a.details.permission_request_id === row.id).map((a) => [a.action, a.outcome, a.actor])).toEqual([['permission.answer', 'conflict:already_cancelled', 'operator:op-1']]);
+  });
+
   it('a stopped execution cancels what it still had pending, and an answer after that is CONFLICT', async () => {
     const { task, e, scope } = await running();
     const { permission_id } = await agent.ask(scope, e.execution_id, e.turn_id);
