@@ -2,7 +2,7 @@
 // NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
 // started, and exit 0 with no process of ours left behind. See docs/operations.md.
-import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
@@ -311,7 +311,10 @@ async function main() {
     );
   }
   const rt = await importRuntime();
-  mkdirSync(logsDir, { recursive: true });
+  // The services' logs are the control plane's own: agents (under uids of their own when lifecycle
+  // runs as root, docs/security.md) must not read them.
+  mkdirSync(logsDir, { recursive: true, mode: 0o700 });
+  chmodSync(logsDir, 0o700);
   acquireLock();
 
   // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the

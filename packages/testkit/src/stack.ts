@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signAgentToken, signOperatorToken } from '@kandev/runtime';
@@ -81,6 +81,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     GATEWAY_PORT: '0',
     MCP_PORT: '0',
     LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
+    // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
+    AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
     ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
   };
@@ -185,7 +187,13 @@ export interface AgentStack {
 
 /** The whole stack with the scripted agents' observation log and an operator API client (e2e tests, benches). */
 export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<AgentStack> {
-  const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
+  const eventsDir = mkdtempSync(join(tmpdir(), 'kandev-agent-events-'));
+  const eventsFile = join(eventsDir, 'events.jsonl');
+  // Agents run under uids of their own (R-9.1): they pass through the directory (never list it)
+  // and append to this one file.
+  chmodSync(eventsDir, 0o711);
+  writeFileSync(eventsFile, '');
+  chmodSync(eventsFile, 0o666);
   const stack = await startStack({ ...opts, env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env } });
   const token = await stack.operatorToken();
   return {
