@@ -1,4 +1,5 @@
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, stubPrompt } from '@kandev/testkit';
@@ -18,7 +19,8 @@ afterAll(async () => w?.stop());
 
 describe.each(REAL_AGENTS)('a permission request of the published %s agent', (agent) => {
   it('is answered by the operator, and the command it asked for runs', async () => {
-    const marker = join(w.home, `allowed-${agent}-${Date.now()}`);
+    // Where the agent's own uid may write (agents run under a uid of their own when the stack is root).
+    const marker = join(tmpdir(), `kandev-allowed-${agent}-${Date.now()}`);
     const { task } = await makeTask(w.api, { agent: asking(agent) });
     const extra = agent === 'codex' ? { sandbox_permissions: 'require_escalated', justification: 'the test asks for approval' } : {};
     const { tool, args } = shellTool(agent, `touch ${marker}`, extra);
@@ -44,5 +46,6 @@ describe.each(REAL_AGENTS)('a permission request of the published %s agent', (ag
     }, 60_000);
     expect(s.turns[0].stop_reason).toBe('end_turn');
     expect((await w.api.get(`/tasks/${task.id}/permissions`)).body.find((p: { id: string }) => p.id === pending.id)).toMatchObject({ status: 'answered' });
+    rmSync(marker, { force: true });
   });
 });
