@@ -170,6 +170,7 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
       m.ack();
       return;
     }
+    if (m.info.deliveryCount > 1) metrics.eventsRedelivered.inc({ consumer: opts.durable });
     const parent = extractTrace(m.headers);
     try {
       await inSpan(`process ${eventSubject(ev.type)}`, { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable } }, () =>
