@@ -10,4 +10,5 @@ export * from './tree.js';
 export * from './clarifications.js';
 export * from './text.js';
 export * from './pricing.js';
+export * from './read.js';
 export * from './permissions.js';

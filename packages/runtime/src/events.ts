@@ -113,6 +113,8 @@ export interface ConsumerOptions {
   durable: string;
   /** Event types to receive; NATS 2.9 allows one filter subject per consumer, so several types = `kandev.evt.>` filtered here. */
   types: readonly EventType[];
+  /** The consumer's filter subject when the types share a narrower one than `kandev.evt.>` (e.g. `kandev.evt.agent.>`). */
+  filterSubject?: string;
   log: Logger;
   /** Redelivery delay after a failed handler. */
   retryDelayMs?: number;
@@ -129,7 +131,7 @@ export interface RunningConsumer {
  */
 export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, handler: (ev: EventEnvelope) => Promise<void>): Promise<RunningConsumer> {
   const jsm = await jetstreamManager(nc);
-  const filter = opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>';
+  const filter = opts.filterSubject ?? (opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>');
   const cfg = {
     durable_name: opts.durable,
     ack_policy: AckPolicy.Explicit,
