@@ -48,6 +48,8 @@ export class FakeLifecycle {
     return { accepted: true, execution_id: req.execution_id, already_gone: false };
   }
 
+  /** Runs as a cancel reaches this owner, before it answers (an agentctl releasing what the agent waits on). */
+  onCancel: ((req: { execution_id: string }) => Promise<void>) | null = null;
   /** Answer every stop request with this error (an owner that takes the request and fails it). */
   stopFails: KandevError | null = null;
   /** Stopped (SIGSTOP): registry requests and stops wait until `releaseHung()`, then are answered. */
@@ -104,6 +106,7 @@ export class FakeLifecycle {
       }),
       on(Life.cancel.at(this.instanceId), async (req) => {
         this.cancels.push(req);
+        if (this.onCancel) await this.onCancel(req);
         const e = this.registry.get(req.execution_id);
         if (!e || e.status !== 'RUNNING') return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
         if (this.cancelBehaviour === 'timeout') throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');

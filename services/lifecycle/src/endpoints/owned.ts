@@ -1,4 +1,4 @@
-import { Life } from '@kandev/contracts';
+import { Life, LifePermission } from '@kandev/contracts';
 import { on, type Registration } from '@kandev/runtime';
 import type { ExecutionSupervisor } from '../supervisor.js';
 
@@ -12,4 +12,5 @@ export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanc
   on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req)),
   on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
   on(Life.stopMany.at(instanceId), (req) => supervisor.stopMany(req)),
+  on(LifePermission.respond.at(instanceId), (req) => supervisor.respondPermission(req)),
 ];
