@@ -1,5 +1,8 @@
 import { plainWords } from './model';
 
+/** Fastify's (and the gateway's) answer for a path it has no route for. */
+export const ROUTE_MISSING = /^(no route|Route) /i;
+
 /** An API failure in the SPEC's error shape, plus the words an operator reads. */
 export class ApiError extends Error {
   constructor(
@@ -12,7 +15,7 @@ export class ApiError extends Error {
   }
   /** The route itself is missing on this gateway (older server), not the thing asked for. */
   get routeMissing(): boolean {
-    return this.status === 404 && /^Route /.test(this.serverMessage);
+    return this.status === 404 && ROUTE_MISSING.test(this.serverMessage);
   }
 }
 

@@ -1,12 +1,12 @@
 import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
-import { get, onUnauthorized, qs, token } from './api';
+import { ApiError, get, onUnauthorized, qs, token } from './api';
 import { Board } from './board';
 import { Live, type LiveState } from './live';
 import { store } from './store';
 import { TaskPage } from './task';
 import type { Page, Workspace } from './types';
-import { ErrorNote, useLoad } from './ui';
+import { ErrorNote, errorText, useLoad } from './ui';
 
 const LiveContext = createContext<Live | null>(null);
 export const useLive = () => useContext(LiveContext)!;
@@ -184,7 +184,11 @@ function WorkspacePicker({ current }: { current: string | null }) {
           Open
         </button>
       </form>
-      {first.error ? <ErrorNote error={first.error} what="Workspaces" /> : null}
+      {first.error ? (
+        <span class="picker-error" role="alert">
+          {first.error instanceof ApiError && first.error.routeMissing ? 'This gateway cannot list workspaces; paste a workspace id.' : errorText(first.error)}
+        </span>
+      ) : null}
     </div>
   );
 }

@@ -15,7 +15,7 @@ const CODE_WORDS: Record<string, string> = {
 
 /** An API error in words an operator reads. A missing route (a gateway without that feature) says so. */
 export function plainWords(status: number, code: string, message: string, path: string): string {
-  if (status === 404 && /^Route /.test(message)) return `This gateway does not offer ${path.split('?')[0]} yet (404), so this part of the console is unavailable.`;
+  if (status === 404 && /^(no route|Route) /i.test(message)) return `This gateway does not offer ${path.split('?')[0]!.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/gi, ':id')} yet (404), so this part of the console is unavailable.`;
   if (code === 'NOT_FOUND') return `Not found: ${message}.`;
   const words = CODE_WORDS[code];
   if (!words) return `The request failed (${status || 'no answer'}${code ? ` ${code}` : ''}): ${message}.`;

@@ -291,7 +291,7 @@ function Permissions({ taskId }: { taskId: string }) {
   useTaskPushes((n) => n.payload.task_id === taskId && (n.action === 'permission.requested' || n.action === 'permission.closed'), () => list.reload(), [taskId]);
   if (list.error && !list.value) {
     const missing = list.error instanceof ApiError && list.error.routeMissing;
-    return missing ? null : <ErrorNote error={list.error} what="Permission requests" />;
+    return missing ? <p class="note card">Permission requests: {(list.error as ApiError).message}</p> : <ErrorNote error={list.error} what="Permission requests" />;
   }
   const items = list.value ?? [];
   const pending = items.filter((p) => p.status === 'pending');
