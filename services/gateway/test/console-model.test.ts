@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { backoffMs, columnOf, COLUMNS, flattenTree, formatCost, hasGap, holdBadge, mergeMessages, plainWords, visibleWindow, type TreeNodeState } from '../console/src/model.js';
+import { applyPush, backoffMs, kindWords, columnOf, COLUMNS, flattenTree, formatCost, hasGap, holdBadge, mergeMessages, plainWords, visibleWindow, type TreeNodeState } from '../console/src/model.js';
 import type { Message, TaskItem, TaskStatus } from '../console/src/types.js';
 
 const task = (id: string, parent_id: string | null = null): TaskItem => ({
@@ -86,5 +86,14 @@ describe('console model', () => {
     expect(visibleWindow(2000, 32, 0, 640)).toEqual({ start: 0, end: 28 });
     expect(visibleWindow(2000, 32, 32_000, 640)).toEqual({ start: 992, end: 1028 });
     expect(visibleWindow(10, 32, 0, 640)).toEqual({ start: 0, end: 10 });
+  });
+
+  it('applies session.message pushes: created replaces by seq, appended extends the held item', () => {
+    const have = [msg(1, 'hello'), msg(2, 'wor')];
+    expect(applyPush(have, { ...msg(2, 'ld'), op: 'appended' })!.map((m) => m.text)).toEqual(['hello', 'world']);
+    expect(applyPush(have, { ...msg(3, 'new'), op: 'created' })!.map((m) => m.seq)).toEqual([1, 2, 3]);
+    expect(applyPush(have, { ...msg(4, 'lost chunk'), op: 'appended' })).toBeNull();
+    expect(kindWords('agent', 'agent_text')).toBe('agent');
+    expect(kindWords('agent', 'tool_call')).toBe('agent · tool call');
   });
 });

@@ -71,6 +71,36 @@ export function mergeMessages(have: Message[], more: Message[]): Message[] {
   return [...bySeq.values()].sort((a, b) => a.seq - b.seq);
 }
 
+/**
+ * Apply one `session.message` push: `created` carries the item's whole text so far (replace by seq),
+ * `appended` only the chunk added to the item with that seq (an agent's streamed text). null: an
+ * appended chunk for an item not held, so the caller must read the item from the API.
+ */
+export function applyPush(have: Message[], push: Message & { op?: 'created' | 'appended' }): Message[] | null {
+  const { op, ...item } = push;
+  if (op !== 'appended') return mergeMessages(have, [item]);
+  const i = have.findIndex((m) => m.seq === item.seq);
+  if (i < 0) return null;
+  const next = have.slice();
+  next[i] = { ...have[i]!, text: have[i]!.text + item.text };
+  return next;
+}
+
+const KIND_WORDS: Record<string, string> = {
+  prompt: 'prompt',
+  agent_text: '',
+  tool_call: 'tool call',
+  tool_result: 'tool result',
+  permission_request: 'asks permission',
+  question: 'asks',
+  truncated: 'transcript cut',
+};
+/** The label beside a transcript line: who, and what it is when not plain text. */
+export function kindWords(role: string, kind: string): string {
+  const k = KIND_WORDS[kind] ?? kind.replace(/_/g, ' ');
+  return k ? `${role} · ${k}` : role;
+}
+
 /** Whether a pushed item leaves a hole after what is held (then the console pages from the last seq it has). */
 export function hasGap(have: Message[], next: Message): boolean {
   const last = have.length ? have[have.length - 1]!.seq : 0;

@@ -2,7 +2,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, get, post, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
 import { useWorkspaceLive } from './board';
-import { ACTIVE, STATUS_WORDS, ago, hasGap, holdBadge, mergeMessages } from './model';
+import { ACTIVE, STATUS_WORDS, ago, applyPush, hasGap, holdBadge, kindWords, mergeMessages } from './model';
 import { store, useStore } from './store';
 import { TreePanel } from './tree-panel';
 import { TreeView } from './tree';
@@ -218,13 +218,15 @@ function Transcript({ sessionId }: { sessionId: string }) {
     itemsRef.current = next;
     setItems(next);
   };
-  // Page from the last seq held until the server says there is no more.
-  const catchUp = async () => {
+  // Page from the last seq held until the server says there is no more. A pushed chunk for an item
+  // not held yet makes `from` the seq before it.
+  const catchUp = async (from?: number) => {
     if (paging.current) return;
     paging.current = true;
     try {
       for (let i = 0; i < 50; i++) {
-        const after = itemsRef.current.length ? itemsRef.current[itemsRef.current.length - 1]!.seq : undefined;
+        const last = itemsRef.current.length ? itemsRef.current[itemsRef.current.length - 1]!.seq : undefined;
+        const after = i === 0 && from !== undefined ? from : last;
         const page = await get<Page<Message>>(`/sessions/${sessionId}/messages${qs({ after_seq: after, limit: 500 })}`);
         set(mergeMessages(itemsRef.current, page.items));
         if (!page.next_cursor || page.items.length === 0) break;
@@ -238,15 +240,31 @@ function Transcript({ sessionId }: { sessionId: string }) {
     }
   };
   useEffect(() => void catchUp(), [sessionId, resync]);
+  // When the session's turn or state moves, re-read the newest item whole: a streamed chunk pushed
+  // while its item's page was in flight is then not lost.
+  useTaskPushes(
+    (n) => n.payload.session_id === sessionId && n.action !== 'session.message',
+    () => {
+      const last = itemsRef.current[itemsRef.current.length - 1];
+      void catchUp(last ? Math.max(0, last.seq - 1) : undefined);
+    },
+    [sessionId],
+  );
   useEffect(
     () =>
       live.onNotification((n) => {
         if (n.action !== 'session.message' || n.payload.session_id !== sessionId) return;
         const p = n.payload;
-        const raw = (p.message ?? p.item ?? p) as Message;
+        const raw = (p.message ?? p.item ?? p) as Message & { op?: 'created' | 'appended' };
         if (typeof raw.seq !== 'number') return;
+        const next = applyPush(itemsRef.current, raw);
+        if (next === null) {
+          // A chunk of an item this page has not read yet: read from just before it (the page has its whole text).
+          void catchUp();
+          return;
+        }
         if (hasGap(itemsRef.current, raw)) void catchUp();
-        set(mergeMessages(itemsRef.current, [raw]));
+        set(next);
       }),
     [sessionId],
   );
@@ -276,7 +294,7 @@ function Transcript({ sessionId }: { sessionId: string }) {
         {!loading && items.length === 0 && !error ? <p class="empty">Nothing said yet.</p> : null}
         {items.map((m) => (
           <div class={`msg msg-${m.role} kind-${m.kind}`} data-seq={m.seq} key={m.seq}>
-            <span class="who">{m.kind === 'text' || !m.kind ? m.role : `${m.role} · ${m.kind.replace(/_/g, ' ')}`}</span>
+            <span class="who">{kindWords(m.role, m.kind)}</span>
             <span class="text">{m.text}</span>
           </div>
         ))}
