@@ -62,10 +62,11 @@ describe('operator console', () => {
     const { workspace_id, task } = await makeTask(w.api, { title: 'Chatty agent' });
     const page = await openTask(workspace_id, task.id);
     const s = await session(task.id, script([{ say: 'first words' }, { sleep_ms: 1500 }, { say: 'second words' }, { sleep_ms: 30_000 }]));
-    const transcript = page.getByTestId('transcript');
-    await transcript.getByText('first words').waitFor();
+    // The agent's lines (the prompt, which names them too, is a line of its own).
+    const said = page.getByTestId('transcript').locator('.msg-agent');
+    await said.filter({ hasText: 'first words' }).first().waitFor();
     // Still in the turn: the second line arrives on the open page, pushed by session.message.
-    await transcript.getByText('second words').waitFor();
+    await said.filter({ hasText: 'second words' }).first().waitFor();
     expect((await sessionState(s.id)).turns.at(-1).completed_at).toBeNull();
     await shot(page, 'task-transcript');
     await w.api.post(`/tasks/${task.id}/stop`);
@@ -98,7 +99,7 @@ describe('operator console', () => {
     await request.waitFor({ state: 'detached' });
     const [perm] = (await w.api.get(`/tasks/${task.id}/permissions`)).body;
     expect(perm.status).toBe('answered');
-    await page.getByTestId('transcript').getByText('permission handled').waitFor();
+    await page.getByTestId('transcript').locator('.msg-agent').filter({ hasText: 'permission handled' }).first().waitFor();
     await eventually(async () => (await sessionState(s.id)).turns.at(-1).completed_at !== null);
     await page.close();
   });
@@ -115,7 +116,7 @@ describe('operator console', () => {
     const { bundles } = (await w.api.get(`/tasks/${task.id}/clarifications`)).body;
     expect(bundles[0].status).toBe('rejected');
     expect(bundles[0].questions.map((q: { status: string }) => q.status)).toEqual(['rejected', 'rejected']);
-    await page.getByTestId('transcript').getByText('went on without answers').waitFor();
+    await page.getByTestId('transcript').locator('.msg-agent').filter({ hasText: 'went on without answers' }).first().waitFor();
     await page.close();
   });
 
@@ -146,6 +147,10 @@ describe('operator console', () => {
     await w.api.ok('POST', '/tasks', { workspace_id, parent_id: child.id, title: 'Grandchild' });
     await w.api.ok('PATCH', `/tasks/${child.id}`, { status: 'REVIEW' });
     const page = await openTask(workspace_id, root.id);
+    // Open the child's subtree from the keyboard.
+    await page.getByRole('button', { name: 'Expand Child' }).focus();
+    await page.keyboard.press('Enter');
+    await expect.poll(() => page.getByTestId('tree-row').count()).toBe(3);
     await page.getByTestId('cancel-tree').click();
     const dialog = page.getByRole('dialog');
     await dialog.getByTestId('cancel-dialog-counts').filter({ hasText: /cancels 3 tasks.*0 active wakeups/ }).waitFor();

@@ -104,7 +104,9 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
                   </button>
                 </div>
               );
-            return <TreeRowView key={r.task.id} top={top} pad={pad} task={r.task} expanded={r.expanded} loading={r.loading} selected={r.task.id === selected} workspace={workspace} toggle={toggle} />;
+            const node = nodes.get(r.task.id);
+            const leaf = r.task.child_count === 0 || (!!node?.loaded && node.children.length === 0 && !node.cursor);
+            return <TreeRowView key={r.task.id} leaf={leaf} top={top} pad={pad} task={r.task} expanded={r.expanded} loading={r.loading} selected={r.task.id === selected} workspace={workspace} toggle={toggle} />;
           })}
         </div>
       </div>
@@ -112,12 +114,12 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
   );
 }
 
-function TreeRowView(props: { top: number; pad: number; task: TaskItem; expanded: boolean; loading: boolean; selected: boolean; workspace: string; toggle: (id: string) => void }) {
+function TreeRowView(props: { leaf: boolean; top: number; pad: number; task: TaskItem; expanded: boolean; loading: boolean; selected: boolean; workspace: string; toggle: (id: string) => void }) {
   const { task } = props;
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
-  // The root row of a freshly opened tree has no child_count (GET /tasks/:id): offer the toggle.
-  const hasChildren = task.child_count === undefined || task.child_count > 0;
+  // The root row of a freshly opened tree has no child_count (GET /tasks/:id) until its children are read.
+  const hasChildren = !props.leaf;
   return (
     <div class={`tree-row${props.selected ? ' selected' : ''}`} style={{ top: `${props.top}px`, paddingLeft: `${props.pad}px` }} role="treeitem" aria-expanded={hasChildren ? props.expanded : undefined} data-testid="tree-row" data-task-id={task.id}>
       {hasChildren ? (
@@ -136,15 +138,13 @@ function TreeRowView(props: { top: number; pad: number; task: TaskItem; expanded
           <span data-testid="hold-badge">{badge}</span>
         </Badge>
       ) : null}
-      {s.working ? (
-        <span class="running" title="A turn is running" data-testid="running">
+      {s.working || (s.active && !s.state) ? (
+        // From a list row only the count of active sessions is known; pushes then tell working from idle.
+        <span class="running" title={s.working ? 'A turn is running' : 'An agent session is open'} data-testid="running">
           <Spinner label="Running" />
         </span>
-      ) : s.state ? (
-        <span class="session-state">{s.state.toLowerCase().replace(/_/g, ' ')}</span>
-      ) : s.active ? (
-        <span class="session-state">session open</span>
       ) : null}
+      {s.state ? <span class="session-state">{s.state.toLowerCase().replace(/_/g, ' ')}</span> : null}
     </div>
   );
 }
