@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest, type InvariantBounds, type StackService } from '@kandev/testkit';
+import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest, type InvariantBounds, type StackOptions, type StackService, type TestNatsCluster } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
@@ -34,7 +34,7 @@ export const REQUEST_TIMEOUT_MS = 15_000;
 /** A launch is answered within its request deadline; one lost to a fault is retried once. */
 const LAUNCH_BOUND_MS = 2 * REQUEST_TIMEOUT_MS + 5_000;
 
-export const startFaultWorld = (): Promise<World> =>
+export const startFaultWorld = (topology: Pick<StackOptions, 'natsCluster' | 'replicas'> = {}): Promise<World> =>
   startWorld({
     REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
     RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
@@ -46,7 +46,7 @@ export const startFaultWorld = (): Promise<World> =>
     MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
     LAUNCH_CONCURRENCY: '2',
     LAUNCH_QUEUE_WAIT_MS: '3000',
-  });
+  }, topology);
 
 /** The running agent's pid of a task's session, remembered in `pids` for the checker. */
 export async function agentOf(w: World, pids: Map<string, number>, taskId: string, sessionId: string): Promise<number> {
@@ -157,6 +157,39 @@ export const kill9 = (service: StackService): Fault => ({
   },
 });
 
+/**
+ * kill -9 of one replica of a service (the service runs 2 processes) in the middle of the operation:
+ * the survivor carries on; the replica is started again, with its instance id, as Kubernetes would.
+ */
+export const kill9Replica = (service: StackService): Fault => ({
+  name: `kill -9 of one ${service} replica`,
+  async during(w, op, log) {
+    const [replica] = w.stack.replicas(service);
+    if (!replica) throw new Error(`kill9Replica: the stack runs no ${service} replica`);
+    const inflight = op.send(log);
+    await midway(op, inflight);
+    replica.process.kill('SIGKILL');
+    const [answer] = await Promise.all([inflight, w.stack.restartReplica(replica)]);
+    return answer;
+  },
+});
+
+/** kill -9 of one node of the NATS cluster in the middle of the operation, started again 2 s later. */
+export const kill9NatsNode: Fault = {
+  name: 'kill -9 of one NATS cluster node',
+  async during(w, op, log) {
+    const nats = w.stack.nats as TestNatsCluster;
+    if (!nats.nodes) throw new Error('kill9NatsNode: the stack runs on one nats-server, not a cluster');
+    const node = nats.nodes[1]!;
+    const inflight = op.send(log);
+    await midway(op, inflight);
+    node.kill();
+    await new Promise((r) => setTimeout(r, 2_000));
+    await node.start();
+    return inflight;
+  },
+};
+
 /** lifecycle SIGSTOPped for twice the registry TTL (past the reconciler's give-up), the operation sent meanwhile. */
 export const lifecycleStall: Fault = {
   name: 'SIGSTOP/SIGCONT of lifecycle past the registry TTL',
@@ -264,11 +297,11 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
  * The calling test file's fault world: started before its tests and stopped after them. `world()`
  * is valid inside tests; `agentPids` collects each session's agent pid for the invariant checker.
  */
-export function useFaultWorld(): { world: () => World; agentPids: Map<string, number> } {
+export function useFaultWorld(topology: Pick<StackOptions, 'natsCluster' | 'replicas'> = {}): { world: () => World; agentPids: Map<string, number> } {
   let w: World | undefined;
   const agentPids = new Map<string, number>();
   beforeAll(async () => {
-    w = await startFaultWorld();
+    w = await startFaultWorld(topology);
   }, 120_000);
   afterAll(async () => w?.stop());
   return {

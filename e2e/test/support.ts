@@ -1,11 +1,11 @@
-import { startAgentStack, type AgentStack, type ApiClient } from '@kandev/testkit';
+import { startAgentStack, type AgentStack, type ApiClient, type StackOptions } from '@kandev/testkit';
 
 export const AGENTS = ['scripted-acp', 'scripted-codex'] as const;
 
 export type World = AgentStack;
 
 /** The whole stack with a scripted-agent observation log and an operator client; short teardown grace. */
-export const startWorld = (env: NodeJS.ProcessEnv = {}, opts: { natsPermissions?: boolean } = {}): Promise<World> => startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env }, opts);
+export const startWorld = (env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<World> => startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env }, opts);
 
 export const sleepScript = (ms: number, extra: Record<string, unknown> = {}) => JSON.stringify({ script: [{ sleep_ms: ms }, { say: 'done sleeping' }], ...extra });
 

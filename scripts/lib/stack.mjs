@@ -2,7 +2,7 @@
 // NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
 // started, and exit 0 with no process of ours left behind. See docs/operations.md.
-import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
@@ -245,7 +245,8 @@ function scheduleRestart(rt, name, childEnv, how) {
 
 async function startService(rt, name, childEnv) {
   const entry = join(ROOT, 'services', name, 'dist', 'main.js');
-  const out = logStream(join(logsDir, `${name}.log`));
+  // The first process logs to <service>.log; a replica to <service>-<n>.log (its INSTANCE_ID).
+  const out = logStream(join(logsDir, childEnv.INSTANCE_ID === `${name}-1` ? `${name}.log` : `${childEnv.INSTANCE_ID}.log`));
   const echo = env.KANDEV_LOG_STDOUT === '1';
   const onLog = (line) => {
     out.write(line + '\n');
@@ -257,7 +258,7 @@ async function startService(rt, name, childEnv) {
     const svc = await rt.spawnServiceProcess({ name, entry, env: childEnv, onLog, startTimeoutMs: START_TIMEOUT_MS });
     running.services.push(svc);
     supervise(rt, svc, childEnv);
-    say(`${name} started (pid ${svc.pid}, ${secs(t)})`);
+    say(`${childEnv.INSTANCE_ID === `${name}-1` ? name : childEnv.INSTANCE_ID} started (pid ${svc.pid}, ${secs(t)})`);
     return svc;
   } catch (e) {
     // A service that timed out is still running: its process is the new direct child.
@@ -265,6 +266,14 @@ async function startService(rt, name, childEnv) {
     await reap(strays.flatMap((p) => tree(p.pid)));
     throw new StartError(`${name} failed to start (full log: ${join(logsDir, `${name}.log`)}):\n${e.message}`);
   }
+}
+
+/** KANDEV_REPLICAS: processes of every service (default 1, at most 8 on one machine). */
+function replicaCount() {
+  const raw = env.KANDEV_REPLICAS ?? '1';
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1 || n > 8) throw new StartError(`KANDEV_REPLICAS must be a whole number from 1 to 8, got ${JSON.stringify(raw)}`);
+  return n;
 }
 
 async function waitReady(url) {
@@ -293,6 +302,7 @@ function maskUrl(url) {
 
 async function main() {
   const names = serviceNames();
+  const replicas = replicaCount(); // refuses a bad value before anything starts
   const missing = names.filter((n) => !existsSync(join(ROOT, 'services', n, 'dist', 'main.js')));
   if (missing.length) {
     throw new StartError(
@@ -301,7 +311,10 @@ async function main() {
     );
   }
   const rt = await importRuntime();
-  mkdirSync(logsDir, { recursive: true });
+  // The services' logs are the control plane's own: agents (under uids of their own when lifecycle
+  // runs as root, docs/security.md) must not read them.
+  mkdirSync(logsDir, { recursive: true, mode: 0o700 });
+  chmodSync(logsDir, 0o700);
   acquireLock();
 
   // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the
@@ -349,6 +362,15 @@ async function main() {
   for (const name of names) {
     await step(() => startService(rt, name, { ...baseEnv, INSTANCE_ID: `${name}-1` }));
   }
+  // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
+  // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
+  // ports of their own, printed below; agents keep the first mcp's URL.
+  for (let n = 2; n <= replicas; n++) {
+    for (const name of names) {
+      const ports = name === 'gateway' ? { GATEWAY_PORT: String(await stablePort()) } : name === 'mcp' ? { MCP_PORT: String(await stablePort()) } : {};
+      await step(() => startService(rt, name, { ...baseEnv, ...ports, INSTANCE_ID: `${name}-${n}` }));
+    }
+  }
   inflight = null;
 
   const urlsOf = (n) => running.services.find((s) => s.name === n)?.urls ?? {};
@@ -363,6 +385,7 @@ async function main() {
     '',
     `kandev is up (${secs()}${ready === false ? `; gateway /readyz not 200 after ${READY_TIMEOUT_MS / 1000}s, see ${logsDir}` : ''})`,
     gateway ? `  Gateway:   ${gateway}` : '  Gateway:   (not started)',
+    ...running.services.filter((s) => s.name === 'gateway' && s.urls.http !== gateway).map((s) => `             ${s.urls.http} (replica)`),
     gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
     mcp ? `  MCP:       ${mcp}` : null,
     `  NATS:      ${nats.url}${nats.own ? ' (started here)' : ''}`,

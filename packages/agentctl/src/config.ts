@@ -1,4 +1,4 @@
-import { statSync } from 'node:fs';
+import { closeSync, readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
@@ -47,6 +47,19 @@ export const AgentctlConfig = z.object({
    * stderr), log lines are appended to this file instead, for the parent's next run to read.
    */
   logFile: z.preprocess((v) => (typeof v === 'string' && v !== '' ? resolve(v) : undefined), z.string().optional()),
+  /**
+   * The execution secret (R-9.2) arrives on this inherited file descriptor (a pipe lifecycle writes
+   * it to and closes): never argv (anyone can list it) and not the environment (the agent runs
+   * under agentctl's uid and could read /proc/<agentctl>/environ). Read once and closed at start.
+   */
+  secretFd: z.preprocess((v) => (v === '' || v === undefined ? undefined : v), z.coerce.number().int().min(3).max(1024).optional()),
+  /** For a hand-run agentctl only: the secret in AGENTCTL_SECRET (readable by the agent; see docs/security.md). */
+  secret: z.preprocess((v) => (v === '' ? undefined : v), z.string().min(16, 'AGENTCTL_SECRET must be at least 16 characters').optional()),
+  /**
+   * Names of variables of agentctl's environment that its agent also gets (comma-separated), on top
+   * of the basics (PATH, HOME, locale, proxies, TMPDIR) and the catalogue entry's own `env`.
+   */
+  agentEnv: z.preprocess((v) => (typeof v === 'string' ? v.split(',').map((s) => s.trim()).filter(Boolean) : []), z.array(z.string())),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -68,10 +81,29 @@ const options = {
   'owner-silence-ms': ['ownerSilenceMs', 'AGENTCTL_OWNER_SILENCE_MS'],
   'agent-nice': ['agentNice', 'AGENTCTL_AGENT_NICE'],
   'log-file': ['logFile', 'AGENTCTL_LOG_FILE'],
+  'secret-fd': ['secretFd', 'AGENTCTL_SECRET_FD'],
+  'agent-env': ['agentEnv', 'AGENTCTL_AGENT_ENV'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */
-export const SECRET_ENV = ['AGENTCTL_MCP_TOKEN'] as const;
+export const SECRET_ENV = ['AGENTCTL_MCP_TOKEN', 'AGENTCTL_SECRET'] as const;
+
+/**
+ * What the agent inherits from agentctl's environment: the basics a program expects (its PATH, a
+ * HOME, locale, time zone, a TMPDIR, proxies to reach its model provider, CA bundles) and the names
+ * listed in `extra` (AGENTCTL_AGENT_ENV). Nothing else: no AGENTCTL_* (the MCP token, the secret),
+ * no OTEL_* or control-plane variables. The catalogue entry's `env` is added on top by the spawn.
+ */
+const AGENT_BASE_ENV = /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|TMPDIR|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR)$/;
+
+export function agentEnvironment(env: NodeJS.ProcessEnv, extra: readonly string[]): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (v === undefined || (SECRET_ENV as readonly string[]).includes(k)) continue;
+    if (AGENT_BASE_ENV.test(k) || extra.includes(k)) out[k] = v;
+  }
+  return out;
+}
 
 export class ConfigError extends Error {}
 
@@ -92,6 +124,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Age
   for (const [flag, [key, envName]] of Object.entries(options)) {
     raw[key] = flags[flag] ?? env[envName];
   }
+  // No flag for the secret itself: a flag is visible to anyone who can list processes.
+  raw.secret = env.AGENTCTL_SECRET;
   const result = AgentctlConfig.safeParse(raw);
   if (!result.success) throw new ConfigError(z.prettifyError(result.error));
   if (result.data.mcpToken && !result.data.mcpUrl) throw new ConfigError('an MCP token needs an MCP URL (--mcp-url)');
@@ -101,8 +135,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Age
 
 /** The config as it may be logged: the token is reduced to whether there is one. */
 export function describeConfig(config: AgentctlConfig): Record<string, unknown> {
-  const { mcpToken, ...rest } = config;
-  return { ...rest, mcpToken: mcpToken ? '[set]' : '[unset]' };
+  const { mcpToken, secret, ...rest } = config;
+  return { ...rest, mcpToken: mcpToken ? '[set]' : '[unset]', secret: secret ? '[set]' : '[unset]' };
 }
 
 function isDirectory(path: string): boolean {
@@ -111,4 +145,27 @@ function isDirectory(path: string): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The execution secret: read whole from `secretFd` (then closed, so the agent never inherits it),
+ * else AGENTCTL_SECRET. agentctl refuses to start without one: its API must answer only its owner.
+ */
+export function readExecutionSecret(config: AgentctlConfig): string {
+  let secret = config.secret;
+  if (config.secretFd !== undefined) {
+    try {
+      secret = readFileSync(config.secretFd, 'utf8').trim();
+    } catch (err) {
+      throw new ConfigError(`cannot read the execution secret from fd ${config.secretFd}: ${err instanceof Error ? err.message : String(err)}`);
+    } finally {
+      try {
+        closeSync(config.secretFd);
+      } catch {
+        // already closed
+      }
+    }
+  }
+  if (!secret || secret.length < 16) throw new ConfigError('an execution secret of at least 16 characters is required (--secret-fd or AGENTCTL_SECRET)');
+  return secret;
 }

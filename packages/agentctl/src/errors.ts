@@ -2,6 +2,7 @@ import type { AgentctlErrorCode, AgentctlErrorResponse } from '@kandev/contracts
 
 const statusOf: Record<AgentctlErrorCode, number> = {
   BAD_REQUEST: 400,
+  UNAUTHORIZED: 401,
   VALIDATION_ERROR: 400,
   NOT_FOUND: 404,
   CONFLICT: 409,

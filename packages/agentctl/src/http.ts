@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, propagation, trace } from '@opentelemetry/api';
 import {
@@ -36,8 +37,20 @@ interface Reply {
 type Handler = (req: IncomingMessage) => Promise<Reply>;
 
 export interface HttpOptions {
+  /** The execution secret (R-9.2): every path but /healthz requires `Authorization: Bearer <secret>`. */
+  secret: string;
   /** Called after the stop response is on the wire: agentctl exits then. */
   onStopped(): void;
+}
+
+/**
+ * Whether the request carries the execution secret. Both sides are hashed first, so the compare is
+ * constant-time whatever the length of what was sent (timingSafeEqual needs equal lengths).
+ */
+export function authorized(header: string | undefined, secret: string): boolean {
+  const m = /^Bearer ([^\s]+)$/.exec(header ?? '');
+  const digest = (v: string) => createHash('sha256').update(v).digest();
+  return timingSafeEqual(digest(m ? m[1]! : ''), digest(secret)) && m !== null;
 }
 
 export function createHttpServer(execution: Execution, log: Logger, options: HttpOptions): Server {
@@ -66,7 +79,9 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
   return createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://agentctl').pathname;
     const route = `${req.method ?? 'GET'} ${path}`;
-    const handler = routes[route];
+    // Refused before the route is looked up or the body read: an unauthenticated caller learns
+    // nothing (not even which paths exist) and changes nothing.
+    const handler = route === `GET ${AgentctlPaths.health}` || authorized(req.headers.authorization, options.secret) ? routes[route] : unauthorized;
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);
     const span = tracer.startSpan(route, { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? 'GET', 'url.path': path } }, parent);
     void context.with(trace.setSpan(parent, span), async () => {
@@ -84,6 +99,11 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
     });
   });
 }
+
+const unauthorized: Handler = async (req) => {
+  req.resume();
+  return errorReply(new AgentctlError('UNAUTHORIZED', 'the execution secret is required'));
+};
 
 function send(res: ServerResponse, reply: Reply): void {
   const payload = JSON.stringify(reply.body);

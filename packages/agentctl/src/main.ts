@@ -4,7 +4,7 @@ import { AcpAdapter } from './adapters/acp.js';
 import type { AdapterOptions, AgentAdapter } from './adapters/adapter.js';
 import { CodexAdapter } from './adapters/codex.js';
 import { CatalogueError, resolveAgent } from './catalogue.js';
-import { ConfigError, SECRET_ENV, describeConfig, loadConfig, type AgentctlConfig } from './config.js';
+import { ConfigError, agentEnvironment, describeConfig, loadConfig, readExecutionSecret, type AgentctlConfig } from './config.js';
 import { EventStream } from './events.js';
 import type { AgentctlAgentExitedEvent } from '@kandev/contracts/agentctl';
 import { Execution } from './execution.js';
@@ -24,8 +24,11 @@ const SIGNAL_GRACE_MS = 2000;
 async function main(): Promise<void> {
   const stopTracing = await startTracing();
   let config: AgentctlConfig;
+  let secret: string;
   try {
     config = loadConfig(process.argv.slice(2), process.env);
+    // Before the agent exists: the pipe's descriptor must not be inherited by it.
+    secret = readExecutionSecret(config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'error', msg: 'invalid configuration', err: err.message })}\n`);
@@ -54,8 +57,7 @@ async function main(): Promise<void> {
   // (and skip the graceful stop of the agent's tree that the closed stdin starts).
   process.stderr.on('error', () => undefined);
 
-  const agentEnv: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of SECRET_ENV) delete agentEnv[name];
+  const agentEnv = agentEnvironment(process.env, config.agentEnv);
   const adapterOptions: AdapterOptions = {
     cwd: config.cwd,
     env: agentEnv,
@@ -89,7 +91,7 @@ async function main(): Promise<void> {
   });
 
   let exiting = false;
-  const server = createHttpServer(execution, log, { onStopped: () => void exitAfterAgent() });
+  const server = createHttpServer(execution, log, { secret, onStopped: () => void exitAfterAgent() });
 
   /** Reports the agent's end (and who ended it, if agentctl did on its own), then leaves: there is nothing left to control. */
   async function exitAfterAgent(stoppedBy?: AgentctlAgentExitedEvent['stopped_by']): Promise<void> {

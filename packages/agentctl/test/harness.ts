@@ -36,6 +36,9 @@ export interface RunningAgentctl {
 
 export const running: RunningAgentctl[] = [];
 
+/** The execution secret every harness agentctl gets (AGENTCTL_SECRET); `http` sends it unless told otherwise. */
+export const TEST_SECRET = 'harness-execution-secret-0123456789';
+
 export async function killAll(): Promise<void> {
   await Promise.all(running.splice(0).map((a) => a.kill()));
 }
@@ -49,13 +52,14 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-export async function startAgentctl(agent: ScriptedAgent, args: string[] = [], env: Record<string, string> = {}): Promise<RunningAgentctl> {
+export async function startAgentctl(agent: ScriptedAgent, args: string[] = [], env: Record<string, string> = {}, secretOnFd3?: string): Promise<RunningAgentctl> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: build first (npx tsc -b packages/agentctl packages/testkit)`);
   const eventsFile = join(mkdtempSync(join(tmpdir(), 'agentctl-test-')), 'agent-events.jsonl');
   const child = spawn(process.execPath, [MAIN, '--agent', agent, ...args], {
-    env: { ...process.env, SCRIPTED_AGENT_EVENTS: eventsFile, ...env },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
+    env: { ...process.env, SCRIPTED_AGENT_EVENTS: eventsFile, AGENTCTL_AGENT_ENV: 'SCRIPTED_AGENT_EVENTS', AGENTCTL_SECRET: TEST_SECRET, ...env },
+    stdio: secretOnFd3 === undefined ? ['pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe', 'pipe'],
+  }) as ChildProcessWithoutNullStreams;
+  if (secretOnFd3 !== undefined) (child.stdio[3] as import('node:stream').Writable).end(secretOnFd3);
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
@@ -127,7 +131,7 @@ export async function startAgentctl(agent: ScriptedAgent, args: string[] = [], e
     async http(method, path, body, headers = {}) {
       const response = await fetch(`${ready.url}${path}`, {
         method,
-        headers: { 'content-type': 'application/json', ...headers },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_SECRET}`, ...headers },
         ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
       });
       const text = await response.text();

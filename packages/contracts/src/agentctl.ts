@@ -15,6 +15,19 @@ export const AgentctlPaths = {
   health: '/healthz',
 } as const;
 
+/**
+ * Every route of agentctl's API (method + path). All but `GET /healthz` require
+ * `Authorization: Bearer <execution secret>` (R-9.2); without it: 401 UNAUTHORIZED, nothing changed.
+ */
+export const AgentctlRoutes = [
+  { method: 'GET', path: AgentctlPaths.health, authenticated: false },
+  { method: 'GET', path: AgentctlPaths.status, authenticated: true },
+  { method: 'POST', path: AgentctlPaths.prompt, authenticated: true },
+  { method: 'POST', path: AgentctlPaths.cancel, authenticated: true },
+  { method: 'POST', path: AgentctlPaths.permission, authenticated: true },
+  { method: 'POST', path: AgentctlPaths.stop, authenticated: true },
+] as const;
+
 export const AgentctlProtocol = z.enum(['acp', 'codex']);
 export type AgentctlProtocol = z.infer<typeof AgentctlProtocol>;
 
@@ -31,7 +44,7 @@ const count = z.number().int().nonnegative();
 
 // ---------------------------------------------------------------- errors
 
-export const AgentctlErrorCode = z.enum(['BAD_REQUEST', 'VALIDATION_ERROR', 'NOT_FOUND', 'CONFLICT', 'UNAVAILABLE', 'INTERNAL_ERROR']);
+export const AgentctlErrorCode = z.enum(['BAD_REQUEST', 'UNAUTHORIZED', 'VALIDATION_ERROR', 'NOT_FOUND', 'CONFLICT', 'UNAVAILABLE', 'INTERNAL_ERROR']);
 export type AgentctlErrorCode = z.infer<typeof AgentctlErrorCode>;
 
 export const AgentctlErrorResponse = z.object({

@@ -84,6 +84,8 @@ export const Orch = {
       office: z.boolean().optional(),
       agent: agentName.nullable().optional(),
       idempotency_key: idempotencyKey,
+      /** Absolute, normalised, under KANDEV_WORK_DIR (checked by the orchestrator: VALIDATION_ERROR otherwise). */
+      working_dir: text({ min: 1, max: 4096 }).nullable().optional(),
     }),
     Task,
   ),
@@ -168,6 +170,11 @@ export const LaunchRequest = z.object({
   turn_id: id.optional(),
   /** Context sent as its own block before the prompt (who sent it). */
   context: text({ max: 10_000 }).optional(),
+  /**
+   * The task's `working_dir` (absolute, under KANDEV_WORK_DIR); null/unset = lifecycle's default
+   * `<KANDEV_WORK_DIR>/<workspace_id>/<task_id>`. lifecycle checks it again before using it.
+   */
+  working_dir: text({ min: 1, max: 4096 }).nullable().optional(),
 });
 export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
@@ -207,4 +214,10 @@ export const Life = {
 } as const;
 
 /** A no-op endpoint every service serves; the gateway's /readyz and the floor benchmark use it. */
-export const pingEndpoint = (service: string) => endpoint(`${service}.ping`, z.object({}).passthrough(), z.object({ service: z.string(), instance_id: z.string() }));
+export const pingEndpoint = (service: string) =>
+  endpoint(
+    `${service}.ping`,
+    z.object({}).passthrough(),
+    // `details`: facts the service reports on its /readyz too (lifecycle: `agent_isolation`).
+    z.object({ service: z.string(), instance_id: z.string(), details: z.record(z.string(), z.union([z.string(), z.number(), z.boolean()])).optional() }),
+  );

@@ -20,6 +20,8 @@ export const Task = z.object({
   cancelled_at: ts.nullable(),
   checkout_agent_id: z.string().nullable().optional(),
   checkout_at: ts.nullable().optional(),
+  /** Where its agents work (R-9.1): null = `<KANDEV_WORK_DIR>/<workspace_id>/<task_id>`. */
+  working_dir: z.string().nullable().optional(),
   created_at: ts,
   updated_at: ts,
 });

@@ -39,6 +39,10 @@ export const Headers = {
    * `grpc-timeout`, so hosts need not agree on the time). The handler's own requests use what remains.
    */
   timeout: 'kandev-timeout-ms',
+  /** The caller asks for a receipt and a heartbeat every this many ms until the reply (ADR 0032). */
+  receipt: 'kandev-receipt-ms',
+  /** On a receipt (`accepted`) or heartbeat (`working`): this message is not the reply. */
+  progress: 'kandev-progress',
   traceparent: 'traceparent',
   tracestate: 'tracestate',
   msgId: 'Nats-Msg-Id',

@@ -5,13 +5,15 @@ import { registry } from './metrics.js';
 export type ReadinessCheck = () => Promise<boolean>;
 
 /** /healthz (process up), /readyz (every check passes), /metrics (Prometheus). */
-export async function startHealthServer(opts: { host: string; port: number; ready: ReadinessCheck }): Promise<{ server: Server; url: string }> {
+export async function startHealthServer(opts: { host: string; port: number; ready: ReadinessCheck; details?: () => Record<string, unknown> }): Promise<{ server: Server; url: string }> {
   const server = createServer(async (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path === '/healthz') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
     if (path === '/readyz') {
       const ok = await opts.ready().catch(() => false);
-      return void res.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify({ status: ok ? 'ready' : 'not_ready' }));
+      const details = opts.details?.() ?? {};
+      const body = { status: ok ? 'ready' : 'not_ready', ...(Object.keys(details).length > 0 ? { details } : {}) };
+      return void res.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     }
     if (path === '/metrics') {
       res.writeHead(200, { 'content-type': registry.contentType });

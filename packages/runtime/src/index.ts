@@ -13,3 +13,4 @@ export * from './jwt.js';
 export * from './metrics.js';
 export * from './service.js';
 export * from './registry.js';
+export * from './workdir.js';

@@ -8,6 +8,7 @@ import type { Logger } from './log.js';
 import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
+import { acknowledge, InFlightReplies, HEARTBEAT_MS, progressOf, RECEIPT_WAIT_MS, replyInboxOf, SILENCE_MS } from './replies.js';
 
 const enc = new TextEncoder();
 /** Room left in the server's max payload for the message's headers (request id, trace context). */
@@ -158,6 +159,7 @@ export async function serveEndpoints(
     metadata: { instance_id: opts.instanceId },
   });
   const inFlight = opts.inFlight ?? new InFlightRequests();
+  const running = new InFlightReplies();
   const link = linkOf(nc);
   const stats = new Map<string, EndpointStats>();
   for (const reg of registrations) {
@@ -174,8 +176,17 @@ export async function serveEndpoints(
           opts.log.error({ err, subject: endpoint.subject }, 'endpoint subscription failed');
           return;
         }
+        // A resend of a request this replica is already running (its receipt was late, not lost):
+        // the running handler's heartbeats and reply go to the same inbox; say so and run nothing.
+        if (!running.begin(msg.reply)) {
+          acknowledge(msg, () => false).stop();
+          return;
+        }
         inFlight.enter();
-        void dispatch(reg, msg, opts.log, endpointStats, link).finally(() => inFlight.leave());
+        void dispatch(reg, msg, opts.log, endpointStats, link).finally(() => {
+          running.done(msg.reply);
+          inFlight.leave();
+        });
       },
     });
   }
@@ -199,6 +210,7 @@ export async function serveEndpoints(
 async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats, link: NatsLink | undefined): Promise<void> {
   const { endpoint, handler } = reg;
   const started = performance.now();
+  const progress = acknowledge(msg, () => !link || link.connected);
   const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
   const budget = Number(msg.headers?.get(Headers.timeout) || Number.NaN);
   const deadline = budget > 0 ? started + budget : undefined;
@@ -214,6 +226,7 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
         reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline });
       } finally {
         context.active = false;
+        progress.stop();
       }
       if (!reply.ok) {
         error = reply.error;
@@ -226,6 +239,7 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
       msg.respond(enc.encode(JSON.stringify(reply)));
     }),
   ).catch((e: unknown) => {
+    progress.stop();
     error = { code: 'INTERNAL_ERROR', message: 'reply not sent' };
     baseLog.error({ err: e, endpoint: endpoint.name, request_id: requestId }, 'could not answer a request');
   });
@@ -328,34 +342,77 @@ const NO_RESPONDERS_RETRY_MS = 50;
  * published only while connected (the client drops what is published while it is disconnected, see
  * NatsLink), and "no responders" just after a reconnect is retried: the responders are
  * reconnecting too, and nothing was delivered, so sending again cannot run anything twice.
+ *
+ * The handler answers with a receipt at once and a heartbeat every HEARTBEAT_MS (replies.ts,
+ * ADR 0032): a request nobody took (it reached a replica that had just died) is sent again after
+ * RECEIPT_WAIT_MS instead of waiting out the deadline, and one whose handler fell silent fails
+ * UNAVAILABLE after SILENCE_MS.
  */
 async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h: MsgHdrs, timeout: number): Promise<Msg> {
   const link = linkOf(nc);
   const sendBy = performance.now() + timeout;
-  // The first try waits exactly `timeout` (what the caller was promised); a later one what is left.
-  let left = timeout;
-  for (;;) {
-    if (link && !link.connected) {
-      await link.sendable(left, endpoint.name);
-      left = Math.floor(sendBy - performance.now());
-      if (left <= 0) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`);
-    }
-    h.set(Headers.timeout, String(left));
-    try {
-      return await nc.request(endpoint.subject, data, { timeout: left, headers: h });
-    } catch (e) {
-      if (isNoResponders(e)) {
+  const leftNow = () => Math.floor(sendBy - performance.now());
+  const timedOut = () => unavailable(`${endpoint.name} timed out after ${timeout} ms`);
+  const call = replyInboxOf(nc).open();
+  h.set(Headers.receipt, String(HEARTBEAT_MS));
+  try {
+    let first = true;
+    for (;;) {
+      // The first try waits exactly `timeout` (what the caller was promised); a later one what is left.
+      let left = first ? timeout : leftNow();
+      first = false;
+      if (left <= 0) throw timedOut();
+      if (link && !link.connected) {
+        await link.sendable(left, endpoint.name);
+        left = leftNow();
+        if (left <= 0) throw timedOut();
+      }
+      h.set(Headers.timeout, String(left));
+      try {
+        nc.publish(endpoint.subject, data, { reply: call.subject, headers: h });
+      } catch (e) {
+        throw unavailable(`${endpoint.name} failed: ${(e as Error).message}`, e);
+      }
+      // A resend is only worth it if the time left after waiting for the receipt still allows an answer.
+      // Each resend goes to a replica the queue group picks anew, so with one of two replicas dead
+      // (and not yet noticed by the server) a request almost surely lands on the live one.
+      const mayResend = left > 2 * RECEIPT_WAIT_MS;
+      let msg = await call.next(mayResend ? RECEIPT_WAIT_MS : left);
+      if (!msg) {
+        if (mayResend && !(link && !link.connected)) continue; // lost on the way: nobody runs it
+        if (link && !link.connected) continue; // NATS went away meanwhile: wait for it above, then resend
+        throw timedOut();
+      }
+      if (isNoRespondersStatus(msg)) {
         if (link?.peersMayBeReconnecting && sendBy - performance.now() > 2 * NO_RESPONDERS_RETRY_MS) {
           await new Promise((r) => setTimeout(r, NO_RESPONDERS_RETRY_MS));
-          left = Math.floor(sendBy - performance.now());
           continue;
         }
-        throw unavailable(`no ${endpoint.name} responder`, e);
+        throw unavailable(`no ${endpoint.name} responder`, new NoRespondersError(endpoint.subject));
       }
-      if (isTimeout(e)) throw unavailable(`${endpoint.name} timed out after ${timeout} ms`, e);
-      throw unavailable(`${endpoint.name} failed: ${(e as Error).message}`, e);
+      // Receipt and heartbeats until the reply. Silence while this side's own link is down is NATS
+      // restarting, not the handler dying: the reply follows the reconnect (ADR 0014).
+      while (progressOf(msg)) {
+        msg = await call.next(Math.min(SILENCE_MS, leftNow()));
+        if (msg) continue;
+        if (leftNow() <= 0) throw timedOut();
+        if (link && !link.connected && (await link.up(leftNow()))) {
+          msg = await call.next(Math.min(SILENCE_MS, leftNow()));
+          if (msg) continue;
+          if (leftNow() <= 0) throw timedOut();
+        }
+        throw unavailable(`${endpoint.name} responder went silent for ${SILENCE_MS} ms after accepting the request (its replica stopped?)`);
+      }
+      return msg;
     }
+  } finally {
+    call.close();
   }
+}
+
+/** The server's "no responders" status (503), which it sends to the reply subject of a request nobody subscribes to. */
+function isNoRespondersStatus(msg: Msg): boolean {
+  return msg.data.length === 0 && msg.headers?.code === 503;
 }
 
 /** "No responders", as the client reports it or as `request()` re-throws it (UNAVAILABLE, with the client's error as its cause). */

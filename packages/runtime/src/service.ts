@@ -47,6 +47,8 @@ export interface ServiceRuntime<E = BaseEnv> {
   onStop(fn: () => Promise<void> | void): void;
   /** Extra readiness condition for /readyz. */
   addReadinessCheck(fn: () => Promise<boolean>): void;
+  /** A fact /readyz reports under `details` (and the service's ping answers with, for the gateway's /readyz). */
+  addReadinessDetail(name: string, value: () => string | number | boolean): void;
 }
 
 export interface RunningService {
@@ -80,6 +82,8 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   const services: Service[] = [];
   const stoppers: Array<() => Promise<void> | void> = [];
   const checks: Array<() => Promise<boolean>> = [];
+  const details = new Map<string, () => string | number | boolean>();
+  const readDetails = (): Record<string, string | number | boolean> => Object.fromEntries([...details].map(([k, fn]) => [k, fn()]));
   const inFlight = new InFlightRequests();
   let ready = false;
   let stopping: Promise<void> | undefined;
@@ -103,9 +107,10 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
     },
     onStop: (fn) => void stoppers.push(fn),
     addReadinessCheck: (fn) => void checks.push(fn),
+    addReadinessDetail: (name, fn) => void details.set(name, fn),
   };
 
-  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId }))]);
+  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) }))]);
   const started = (await def.start(runtime)) || {};
   if (sql) outbox.startRelay();
   const stopHousekeeping = sql && def.publishesEvents !== false ? startHousekeeping(sql, nc, log) : () => undefined;
@@ -114,6 +119,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
     host: env.HEALTH_HOST,
     port: env.HEALTH_PORT,
     ready: async () => ready && !nc.isClosed() && (await Promise.all(checks.map((c) => c().catch(() => false)))).every(Boolean),
+    details: readDetails,
   });
   ready = true;
   const urls = { health: health.url, ...(started.urls ?? {}) };

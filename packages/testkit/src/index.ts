@@ -8,3 +8,4 @@ export * from './model-stub/index.js';
 export * from './procs.js';
 export * from './invariants.js';
 export * from './control-requests.js';
+export * from './nats-cluster.js';

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { signAgentToken, signOperatorToken } from '@kandev/runtime';
@@ -9,6 +9,7 @@ import { ApiClient } from './clients.js';
 import { startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { repoRoot, serviceEntry } from './paths.js';
+import { startNatsCluster } from './nats-cluster.js';
 
 /** deploy/nats/permissions.conf on one local server; each user's password is `<user>-test-pass`. */
 export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
@@ -31,6 +32,15 @@ export interface Stack {
   logTail(name: StackService): string[];
   /** Restart one service process (same env; the gateway and mcp on the same ports). */
   restart(name: StackService): Promise<ServiceProcess>;
+  /**
+   * Start one more process of a service beside the first, as a replica would run: its own
+   * INSTANCE_ID (`<name>-2`, `-3`, ...) and ports, the same NATS and database. The stack stops it too.
+   */
+  addReplica(name: StackService): Promise<ServiceProcess>;
+  /** The replicas of a service started beside its first process (by `replicas` or `addReplica`). */
+  replicas(name: StackService): ServiceProcess[];
+  /** Stop (if still running) and start again one replica, with its instance id, env and ports. */
+  restartReplica(p: ServiceProcess): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
 
@@ -45,10 +55,21 @@ export interface StackOptions {
   onLog?: (service: StackService, line: string) => void;
   /** The deployed NATS users and permissions (deploy/nats) apply: each service connects as its own user, as in production. */
   natsPermissions?: boolean;
+  /**
+   * Scale-out topology: a nats-server cluster of this many nodes (routes on loopback; the event
+   * stream and the registry bucket with as many replicas, at most 3) instead of one server.
+   */
+  natsCluster?: number;
+  /** Processes of every service (1 = one each; 2 = a replica beside each, as `addReplica` starts). */
+  replicas?: number;
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  const [nats, db] = await Promise.all([startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}), createTestDatabase()]);
+  if (opts.natsCluster && opts.natsPermissions) throw new Error('startStack: natsPermissions is not supported with natsCluster');
+  const [nats, db] = await Promise.all([
+    opts.natsCluster ? startNatsCluster(opts.natsCluster) : startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}),
+    createTestDatabase(),
+  ]);
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   const secret = 'stack-test-secret-0123456789abcdef';
   const baseEnv: NodeJS.ProcessEnv = {
@@ -60,6 +81,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     GATEWAY_PORT: '0',
     MCP_PORT: '0',
     LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
+    // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
+    AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
+    ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
   };
   const services = new Map<StackService, ServiceProcess>();
@@ -76,8 +100,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
-  const launch = async (name: StackService) => {
-    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env: envFor(name), onLog: (l) => {
+  const replicas: ServiceProcess[] = [];
+  const replicaEnv = new Map<ServiceProcess, NodeJS.ProcessEnv>();
+  const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
+    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env, onLog: (l) => {
         const tail = tails.get(name) ?? [];
         tail.push(l);
         if (tail.length > 60) tail.shift();
@@ -85,7 +111,16 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         opts.onLog?.(name, l);
         if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
       } });
-    services.set(name, p);
+    if (env.INSTANCE_ID === `${name}-1`) services.set(name, p);
+    return p;
+  };
+  // Another process of a service: its own instance id and ports; the gateway's and mcp's on any free port.
+  const addReplica = async (name: StackService) => {
+    const n = replicas.filter((r) => r.name === name).length + 2;
+    const env = { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' };
+    const p = await launch(name, env);
+    replicas.push(p);
+    replicaEnv.set(p, env);
     return p;
   };
   try {
@@ -95,8 +130,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await Promise.all([launch('holds'), launch('mcp')]);
     await launch('lifecycle');
     await launch('gateway');
+    for (let r = 1; r < (opts.replicas ?? 1); r++) for (const name of STACK_SERVICES) await addReplica(name);
   } catch (e) {
-    await Promise.all([...services.values()].map((s) => s.stop()));
+    await Promise.all([...replicas, ...services.values()].map((s) => s.stop()));
     await Promise.all([nats.stop(), db.drop()]);
     rmSync(stateDir, { recursive: true, force: true });
     throw e;
@@ -118,7 +154,19 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       await services.get(name)?.stop();
       return launch(name);
     },
+    addReplica,
+    replicas: (name) => replicas.filter((r) => r.name === name),
+    async restartReplica(p) {
+      const i = replicas.indexOf(p);
+      if (i < 0) throw new Error('restartReplica: not a replica of this stack');
+      await p.stop();
+      const again = await launch(p.name as StackService, replicaEnv.get(p)!);
+      replicaEnv.set(again, replicaEnv.get(p)!);
+      replicas[i] = again;
+      return again;
+    },
     async stop() {
+      await Promise.all(replicas.map((r) => r.stop()));
       for (const name of [...STACK_SERVICES].reverse()) await services.get(name)?.stop();
       await Promise.all([nats.stop(), db.drop()]);
       rmSync(stateDir, { recursive: true, force: true });
@@ -139,7 +187,13 @@ export interface AgentStack {
 
 /** The whole stack with the scripted agents' observation log and an operator API client (e2e tests, benches). */
 export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<AgentStack> {
-  const eventsFile = join(mkdtempSync(join(tmpdir(), 'kandev-agent-events-')), 'events.jsonl');
+  const eventsDir = mkdtempSync(join(tmpdir(), 'kandev-agent-events-'));
+  const eventsFile = join(eventsDir, 'events.jsonl');
+  // Agents run under uids of their own (R-9.1): they pass through the directory (never list it)
+  // and append to this one file.
+  chmodSync(eventsDir, 0o711);
+  writeFileSync(eventsFile, '');
+  chmodSync(eventsFile, 0o666);
   const stack = await startStack({ ...opts, env: { SCRIPTED_AGENT_EVENTS: eventsFile, ...env } });
   const token = await stack.operatorToken();
   return {

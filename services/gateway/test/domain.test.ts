@@ -123,6 +123,12 @@ describe('readinessReport', () => {
     const r = readinessReport({ natsConnected: true, stopping: false, services: { ...all, holds: 'UNAVAILABLE: no responder' } });
     expect(r).toMatchObject({ ready: false, body: { missing: ['holds'], services: { holds: 'UNAVAILABLE: no responder', mcp: 'ok' } } });
   });
+
+  it("carries what the services report about themselves (lifecycle's agent_isolation), and nothing when they report nothing", () => {
+    const r = readinessReport({ natsConnected: true, stopping: false, services: all, details: { lifecycle: { agent_isolation: 'same_uid' }, mcp: {} } });
+    expect(r.body.details).toEqual({ lifecycle: { agent_isolation: 'same_uid' } });
+    expect('details' in readinessReport({ natsConnected: true, stopping: false, services: all }).body).toBe(false);
+  });
 });
 
 describe('SubscriptionRegistry', () => {

@@ -2,6 +2,7 @@ import { BaseEnv } from '@kandev/runtime';
 import { McpMode } from '@kandev/contracts';
 import { availableParallelism } from 'node:os';
 import { z } from 'zod';
+import { parseUidRange } from './domain/agent-uids.js';
 
 const millis = (fallback: number) => z.coerce.number().int().nonnegative().default(fallback);
 
@@ -44,6 +45,22 @@ export const LifecycleEnv = BaseEnv.extend({
   AGENT_NICE: z.coerce.number().int().min(0).max(19).default(10),
   /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
   AGENTCTL_BIN: z.string().optional(),
+  /**
+   * Agents are untrusted (R-9.1, ADR 0017): where this service is root (or holds CAP_SETUID,
+   * CAP_SETGID, CAP_CHOWN and CAP_KILL), each execution's agentctl and agent run under a uid and
+   * gid of this range of their own. A uid is reused only once no process holds it.
+   */
+  AGENT_UID_RANGE: z.string().default('20000-29999').refine((v) => typeof parseUidRange(v) !== 'string', { message: 'must look like "20000-29999", start at 1000 or above and not end before it starts' }),
+  /** `off` runs agents under this service's own uid even where it could isolate them (debugging only; /readyz says `same_uid`). */
+  AGENT_ISOLATION: z.enum(['auto', 'off']).default('auto'),
+  /** Root of the agents' task directories (`<root>/<workspace_id>/<task_id>`); unset = `<KANDEV_STATE_DIR>/work`. */
+  KANDEV_WORK_DIR: z.string().min(1).optional(),
+  /**
+   * Names of this service's variables that agents also get (comma-separated), on top of PATH,
+   * locale, proxies and the catalogue entry's own `env`. Nothing else of this environment reaches
+   * an agent.
+   */
+  AGENT_ENV_PASSTHROUGH: z.string().default('').transform((v) => v.split(',').map((s) => s.trim()).filter((s) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(s))),
 });
 export type LifecycleEnv = z.infer<typeof LifecycleEnv>;
 

@@ -4,6 +4,7 @@ import type { AgentctlClient } from './agentctl/client.js';
 import type { AgentctlProcess, ProcessExit } from './agentctl/process.js';
 import type { TurnStep, TurnView } from './domain/turns.js';
 import type { ProcessRef } from '@kandev/agentctl/process-tree';
+import type { Placement } from './isolation/agent-isolation.js';
 import type { ExecutionRegistry } from './store/registry.js';
 
 /**
@@ -16,6 +17,10 @@ export class LiveExecution {
   record: Execution;
   finishedTurns: readonly string[] = [];
   client: AgentctlClient | null = null;
+  /** Its uid and directories (R-9.1); released by the teardown once every process of it is gone. */
+  placement: Placement | null = null;
+  /** agentctl's execution secret (R-9.2); never logged, never in the registry. */
+  secret = '';
   agentRef: ProcessRef | null = null;
   /** Set by the `agent_exited` line: the agent is gone (by itself, or as the end of a stop). */
   agentExit: ProcessExit | null = null;

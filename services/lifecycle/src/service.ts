@@ -1,4 +1,5 @@
-import type { ServiceDefinition } from '@kandev/runtime';
+import { workDirRoot, type ServiceDefinition } from '@kandev/runtime';
+import { dirname } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
@@ -8,6 +9,7 @@ import { cleanUpLeftovers } from './flows/startup-cleanup.js';
 import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';
+import { AgentIsolation } from './isolation/agent-isolation.js';
 import { ExecutionSupervisor } from './supervisor.js';
 
 /**
@@ -21,6 +23,10 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     const { env, instanceId, log } = rt;
     const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
     const stateFile = new StateFile(env.KANDEV_STATE_DIR, instanceId);
+    const isolation = new AgentIsolation({ workRoot: workDirRoot(env), uidRange: env.AGENT_UID_RANGE, setting: env.AGENT_ISOLATION, log });
+    // Before anything is written there: this service's own state is not for agents to read.
+    isolation.prepareRoots(env.KANDEV_STATE_DIR, dirname(stateFile.path));
+    rt.addReadinessDetail('agent_isolation', () => isolation.mode);
     // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
     const journal = new EventJournal(env.KANDEV_STATE_DIR, instanceId, rt.publisher, log);
     journal.open();
@@ -37,6 +43,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       registry,
       stateFile,
       agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
+      isolation,
     });
     supervisor.startRefreshing();
     rt.onStop(async () => {

@@ -29,6 +29,7 @@ export class ExecutionSupervisor {
       journal: deps.journal,
       stateFile: deps.stateFile,
       log: deps.log,
+      isolation: deps.isolation,
       forget: (id) => this.live.delete(id),
       abandoning: () => this.shuttingDown,
     });

@@ -171,9 +171,9 @@ export async function natsClient(url: string, name: string): Promise<NatsConnect
 const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
 
 /** The lifecycle service as its own OS process, so it can be killed hard. */
-export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void): Promise<ChildProcess> {
+export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void, as?: { uid: number; gid: number }): Promise<ChildProcess> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
-  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(as ?? {}) });
   const lines: string[] = [];
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);

@@ -50,5 +50,8 @@ export const OrchestratorEnv = BaseEnv.extend({
    * bound between CANCELLED and the process's SIGTERM; 0 sends every teardown at once.
    */
   TEARDOWN_YIELD_MS: z.coerce.number().int().nonnegative().max(2_000).default(500),
+  /** Root of the agents' task directories (R-9.1), to check a task's `working_dir` against; unset = `<KANDEV_STATE_DIR>/work` (as lifecycle). */
+  KANDEV_WORK_DIR: z.string().min(1).optional(),
+  KANDEV_STATE_DIR: z.string().min(1).default('.kandev'),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

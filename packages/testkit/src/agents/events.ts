@@ -27,6 +27,7 @@ export const AgentEventKind = z.enum([
   'sigterm',
   'sigterm_ignored',
   'exit',
+  'orphan',
 ]);
 export type AgentEventKind = z.infer<typeof AgentEventKind>;
 

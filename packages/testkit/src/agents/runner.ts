@@ -152,6 +152,10 @@ export class ScriptedTurn {
     } else if ('mcp' in step) {
       const text = await this.callTool(step.mcp.tool, step.mcp.args);
       await io.say(text);
+    } else if ('orphan' in step) {
+      const pid = await orphan(step.orphan.ignore_sigterm);
+      log('orphan', { turn: this.id, orphan_pid: pid });
+      await io.say(`orphan ${pid}`);
     } else {
       throw new Error(step.fail);
     }
@@ -216,6 +220,22 @@ function busy(ms: number, signal: AbortSignal): Promise<void> {
       signal.removeEventListener('abort', onAbort);
       reject(err);
     });
+  });
+}
+
+/**
+ * A process outside the agent's tree: an intermediate node starts it detached (a session and
+ * process group of its own), prints its pid and exits, so it is re-parented away from the agent.
+ */
+function orphan(ignoreSigterm: boolean): Promise<number> {
+  const inner = `${ignoreSigterm ? "process.on('SIGTERM', () => {});" : ''} setInterval(() => {}, 1 << 30);`;
+  const middle = `const c = require('node:child_process').spawn(process.execPath, ['-e', ${JSON.stringify(inner)}], { detached: true, stdio: 'ignore' }); c.unref(); process.stdout.write(String(c.pid)); process.exit(0);`;
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['-e', middle], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.once('error', reject);
+    child.once('exit', () => (/^\d+$/.test(out) ? resolve(Number(out)) : reject(new Error(`orphan did not start: ${out}`))));
   });
 }
 

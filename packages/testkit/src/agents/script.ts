@@ -25,6 +25,12 @@ export const ScriptStep = z.union([
   z.object({ busy_ms: z.number().int().positive() }),
   /** Extension for tests of error handling: the turn fails with this message. */
   z.object({ fail: z.string() }),
+  /**
+   * Extension for tests of isolation (R-9.1): the agent starts a process that leaves its tree at
+   * once (double fork, a session of its own, re-parented away from the agent) and lives on,
+   * ignoring SIGTERM when `ignore_sigterm`; the agent says `orphan <pid>`.
+   */
+  z.object({ orphan: z.object({ ignore_sigterm: z.boolean().default(true) }) }),
 ]);
 export type ScriptStep = z.infer<typeof ScriptStep>;
 export type Usage = z.infer<typeof UsageStep>['usage'];

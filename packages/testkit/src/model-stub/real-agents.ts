@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -93,5 +93,10 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
   };
   const file = join(dir, 'catalogue.json');
   writeFileSync(file, JSON.stringify(catalogue, null, 2));
+  // Where lifecycle is root, agentctl and the agents run under uids of their own: they read
+  // the catalogue and settings and write into these shared homes, which belong to the test.
+  chmodSync(dir, 0o711);
+  for (const d of [home, codexHome, claudeAllow, claudeAsk, join(home, '.gemini')]) chmodSync(d, 0o777);
+  for (const f of [file, join(claudeAllow, 'settings.json'), join(claudeAsk, 'settings.json'), join(home, '.gemini', 'settings.json')]) chmodSync(f, 0o644);
   return file;
 }

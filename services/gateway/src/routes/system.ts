@@ -10,10 +10,12 @@ export function registerSystemRoutes(app: FastifyInstance, deps: { nc: NatsConne
   app.get('/healthz', async () => ({ status: 'ok' }));
 
   app.get('/readyz', async (req, reply) => {
+    const details: Partial<Record<RequiredService, Record<string, string | number | boolean>>> = {};
     const answers = await Promise.all(
       REQUIRED_SERVICES.map(async (s): Promise<[RequiredService, string | null]> => {
         try {
-          await request(deps.nc, pingEndpoint(s), {}, { timeoutMs: PING_TIMEOUT_MS, requestId: req.kandev.requestId });
+          const pong = await request(deps.nc, pingEndpoint(s), {}, { timeoutMs: PING_TIMEOUT_MS, requestId: req.kandev.requestId });
+          if (pong.details) details[s] = pong.details;
           return [s, null];
         } catch (e) {
           return [s, isKandevError(e) ? `${e.code}: ${e.message}` : 'ping failed'];
@@ -24,6 +26,7 @@ export function registerSystemRoutes(app: FastifyInstance, deps: { nc: NatsConne
       natsConnected: !deps.nc.isClosed() && !deps.nc.isDraining(),
       stopping: deps.isStopping(),
       services: Object.fromEntries(answers) as Record<RequiredService, string | null>,
+      details,
     });
     return reply.code(report.ready ? 200 : 503).send(report.body);
   });

@@ -67,7 +67,11 @@ export class AgentctlUnreachable extends Error {
  * deadline; bodies are validated against the agentctl contract on the way back.
  */
 export class AgentctlClient {
-  constructor(readonly baseUrl: string) {}
+  /** `secret`: the execution's own (R-9.2), sent as a bearer token with every call. */
+  constructor(
+    readonly baseUrl: string,
+    private readonly secret: string,
+  ) {}
 
   prompt(prompt: string, turnId: string, context?: string, timeoutMs = 10_000) {
     return this.post(AgentctlPaths.prompt, { prompt, turn_id: turnId, ...(context ? { context } : {}) }, AgentctlPromptResponse, timeoutMs);
@@ -88,7 +92,7 @@ export class AgentctlClient {
       async (span) => {
         let res: { status: number; ok: boolean; text: string };
         try {
-          res = await postJson(new URL(path, this.baseUrl), JSON.stringify(body), traceHeaders(), timeoutMs);
+          res = await postJson(new URL(path, this.baseUrl), JSON.stringify(body), { ...traceHeaders(), authorization: `Bearer ${this.secret}` }, timeoutMs);
         } catch (e) {
           throw new AgentctlUnreachable(`agentctl ${path} failed: ${(e as Error).message}`, { cause: e });
         }

@@ -31,6 +31,16 @@ export interface AgentctlSpawnOptions {
   agentNice: number;
   /** With `exitWithParent`: where agentctl logs once this process is gone (StateFile.agentctlLogPath). */
   logFile: string;
+  /** The execution secret agentctl requires on its API (R-9.2); handed over on fd 3, never argv or env. */
+  secret: string;
+  /** The execution's own uid/gid (R-9.1); null = this process's. agentctl's agent inherits it. */
+  identity: { uid: number; gid: number } | null;
+  /** The agent's working directory (its task's), HOME and TMPDIR. */
+  cwd: string;
+  home: string;
+  tmp: string;
+  /** Names of this process's variables the agent also gets (AGENT_ENV_PASSTHROUGH). */
+  passEnv: readonly string[];
 }
 
 export interface ProcessExit {
@@ -38,8 +48,32 @@ export interface ProcessExit {
   signal: string | null;
 }
 
-/** Variables the agent (and agentctl) must never inherit: credentials of the control plane itself. */
-const WITHHELD_ENV = /^(KANDEV_JWT_SECRET|DATABASE_URL|NATS_USER|NATS_PASS|NATS_URL|PG.*)$/;
+/**
+ * What agentctl gets of this process's environment: the basics (PATH, locale, proxies, CA bundles),
+ * the agent catalogue, its own AGENTCTL_* settings and OTEL_* (it exports its spans). Nothing else:
+ * not the JWT secret, database or NATS credentials, nor anything added later. agentctl passes its
+ * agent less still (agentEnvironment in @kandev/agentctl/config).
+ */
+const AGENTCTL_ENV = /^(PATH|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|KANDEV_AGENT_CATALOGUE|AGENTCTL_[A-Z_]+|OTEL_[A-Z_]+)$/;
+/** Never, whatever AGENT_ENV_PASSTHROUGH says: credentials of the control plane itself. */
+const WITHHELD_ENV = /^(KANDEV_JWT_SECRET|KANDEV_.*SECRET.*|DATABASE_URL|NATS_USER|NATS_PASS|NATS_URL|NATS_TOKEN|NATS_CREDS|PG.*|AGENTCTL_SECRET)$/;
+
+/** agentctl's environment (see AGENTCTL_ENV); exported for tests. */
+export function agentctlEnvironment(source: NodeJS.ProcessEnv, opts: Pick<AgentctlSpawnOptions, 'mcpToken' | 'cwd' | 'home' | 'tmp' | 'passEnv' | 'identity'>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(source)) if (v !== undefined && !WITHHELD_ENV.test(k) && (AGENTCTL_ENV.test(k) || opts.passEnv.includes(k))) env[k] = v;
+  const passed = opts.passEnv.filter((k) => env[k] !== undefined);
+  // The token goes in the environment, not argv: a flag is visible to anyone who can list processes.
+  env.AGENTCTL_MCP_TOKEN = opts.mcpToken;
+  env.AGENTCTL_CWD = opts.cwd;
+  env.AGENTCTL_AGENT_ENV = passed.join(',');
+  env.HOME = opts.home;
+  env.TMPDIR = opts.tmp;
+  if (opts.identity) {
+    env.USER = env.LOGNAME = `agent-${opts.identity.uid}`;
+  }
+  return env;
+}
 
 export type AgentctlLine = Exclude<AgentctlEvent, AgentctlReadyEvent>;
 
@@ -115,10 +149,7 @@ export class AgentctlProcess {
   }
 
   static spawn(opts: AgentctlSpawnOptions): AgentctlProcess {
-    const env: NodeJS.ProcessEnv = {};
-    for (const [k, v] of Object.entries(process.env)) if (!WITHHELD_ENV.test(k)) env[k] = v;
-    // The token goes in the environment, not argv: a flag is visible to anyone who can list processes.
-    env.AGENTCTL_MCP_TOKEN = opts.mcpToken;
+    const env = agentctlEnvironment(process.env, opts);
     const args = [
       opts.bin,
       '--agent', opts.agent,
@@ -130,6 +161,7 @@ export class AgentctlProcess {
       '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
       '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
       '--agent-nice', String(Math.min(19, Math.max(0, opts.agentNice))),
+      '--secret-fd', '3',
       ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000)), '--log-file', opts.logFile] : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
@@ -137,8 +169,20 @@ export class AgentctlProcess {
     // stdin is a pipe that carries only heartbeats: it closes when this process dies, however it
     // dies, and agentctl then stops its agent (--exit-with-parent); it goes silent when this process
     // freezes or hangs, and agentctl stops its agent after --owner-silence-ms.
-    const child = spawn(process.execPath, args, { stdio: [opts.exitWithParent ? 'pipe' : 'ignore', 'pipe', 'pipe'], env, detached: true }) as ChildProcessByStdio<Writable | null, Readable, Readable>;
+    // fd 3 carries the execution secret: written once and closed; agentctl reads it to the end and
+    // closes its side before its agent exists. uid/gid: the execution's own (R-9.1); agentctl
+    // spawns its agent with what it has, so the agent runs under the same.
+    const child = spawn(process.execPath, args, {
+      stdio: [opts.exitWithParent ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'],
+      env,
+      cwd: opts.cwd,
+      detached: true,
+      ...(opts.identity ? { uid: opts.identity.uid, gid: opts.identity.gid } : {}),
+    }) as unknown as ChildProcessByStdio<Writable | null, Readable, Readable>;
     if (child.pid === undefined) throw new Error('agentctl could not be spawned');
+    const secretPipe = child.stdio[3] as Writable;
+    secretPipe.on('error', () => undefined);
+    secretPipe.end(`${opts.secret}\n`);
     // A heartbeat written as agentctl dies fails with EPIPE: its exit is handled elsewhere.
     child.stdin?.on('error', () => undefined);
     child.once('error', (e) => opts.log.error({ err: e }, 'agentctl process error'));

@@ -1,5 +1,6 @@
 import type { Logger, NatsConnection } from '@kandev/runtime';
 import type { LifecycleEnv } from '../env.js';
+import type { AgentIsolation } from '../isolation/agent-isolation.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
@@ -16,6 +17,8 @@ export interface LifecycleDeps {
   registry: ExecutionRegistry;
   stateFile: StateFile;
   agentctlBin: string;
+  /** Uid and directory of each execution. */
+  isolation: AgentIsolation;
 }
 
 /** What the flows of one instance share: the executions it owns and the one teardown executor. */

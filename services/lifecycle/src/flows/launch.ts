@@ -2,12 +2,13 @@ import { CatalogueError, resolveAgent } from '@kandev/agentctl/catalogue';
 import { processRef } from '@kandev/agentctl/process-tree';
 import { Orch, conflict, unavailable, validationError, type AgentctlReadyEvent, type Execution, type LaunchRequest } from '@kandev/contracts';
 import { request, signAgentToken } from '@kandev/runtime';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { AgentctlClient } from '../agentctl/client.js';
 import { AgentctlProcess } from '../agentctl/process.js';
 import { abandonLaunch, type LaunchFailure } from '../domain/launch.js';
 import { ownerSilenceBound } from '../domain/liveness.js';
 import { mcpPublicUrl } from '../env.js';
+import type { Placement } from '../isolation/agent-isolation.js';
 import type { LaunchGate } from '../launch-gate.js';
 import { LiveExecution } from '../live-execution.js';
 import type { Executions } from './context.js';
@@ -42,7 +43,15 @@ export async function launch(ctx: Executions, gate: LaunchGate, req: LaunchReque
     if (retriedMeanwhile) return retriedMeanwhile;
     const prepared = await prepare(ctx, req);
     const started = performance.now();
-    const x = spawn(ctx, req, prepared);
+    // A uid of its own and its task's directory, owned by it (R-9.1); refusals here change nothing.
+    const placement = await ctx.deps.isolation.place(req.execution_id, req.workspace_id, req.task_id, req.working_dir);
+    let x: LiveExecution;
+    try {
+      x = spawn(ctx, req, prepared, placement);
+    } catch (e) {
+      await ctx.deps.isolation.finish(placement);
+      throw e;
+    }
     try {
       const ready = await untilReady(x, releaseSlot);
       stillWanted(x);
@@ -87,10 +96,18 @@ async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol:
 }
 
 /** Step 1: agentctl is started and the execution is registered STARTING (memory, KV, state file). */
-function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execution['protocol']; token: string }): LiveExecution {
+function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execution['protocol']; token: string }, placement: Placement): LiveExecution {
   const { deps } = ctx;
   const { env } = deps;
   const log = deps.log.child({ task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id });
+  // R-9.2: agentctl answers only the holder of this, and only this instance has it.
+  const secret = randomBytes(32).toString('base64url');
+  let logFile = deps.stateFile.agentctlLogPath(req.execution_id);
+  try {
+    logFile = deps.stateFile.createAgentctlLog(req.execution_id, placement.identity);
+  } catch (e) {
+    log.warn({ err: e, path: logFile }, "cannot create agentctl's log file; what it logs after this instance is gone is lost");
+  }
   const proc = AgentctlProcess.spawn({
     bin: deps.agentctlBin,
     agent: req.agent,
@@ -104,7 +121,13 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
     exitWithParent: env.AGENTS_EXIT_WITH_LIFECYCLE,
     ownerSilenceMs: ownerSilenceBound(env.REGISTRY_TTL_MS, env.AGENT_OWNER_SILENCE_MS),
     agentNice: env.AGENT_NICE,
-    logFile: deps.stateFile.agentctlLogPath(req.execution_id),
+    logFile,
+    secret,
+    identity: placement.identity,
+    cwd: placement.cwd,
+    home: placement.home,
+    tmp: placement.tmp,
+    passEnv: env.AGENT_ENV_PASSTHROUGH,
     log,
   });
   const now = new Date().toISOString();
@@ -131,6 +154,8 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
     deps.registry,
     env.REGISTRY_TTL_MS,
   );
+  x.placement = placement;
+  x.secret = secret;
   x.onLapse = (gapMs) => void readmit(ctx, x, gapMs);
   ctx.live.set(x.id, x);
   recordProcesses(ctx, x);
@@ -144,7 +169,7 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
       void ctx.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false, agentctlDied: exit });
     }),
   );
-  log.info({ agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch }, 'launching execution');
+  log.info({ agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch, uid: placement.identity?.uid ?? null, cwd: placement.cwd }, 'launching execution');
   return x;
 }
 
@@ -166,7 +191,7 @@ function stillWanted(x: LiveExecution): void {
 
 /** The agent is up: READY in the registry, its lines relayed, `execution.registered`. */
 async function register(ctx: Executions, x: LiveExecution, ready: AgentctlReadyEvent, started: number): Promise<void> {
-  x.client = new AgentctlClient(ready.url);
+  x.client = new AgentctlClient(ready.url, x.secret);
   x.agentRef = processRef(ready.agent_pid);
   x.update({ status: 'READY', pid: ready.agent_pid, agentctl_url: ready.url, protocol: ready.protocol });
   recordProcesses(ctx, x);
@@ -221,6 +246,7 @@ function recordProcesses(ctx: Executions, x: LiveExecution): void {
       session_id: x.record.session_id,
       agentctl: { pid: x.agentctl.ref.pid, start_time: x.agentctl.ref.startTime },
       agent: x.agentRef ? { pid: x.agentRef.pid, start_time: x.agentRef.startTime } : null,
+      uid: x.placement?.identity?.uid ?? null,
     });
   } catch (e) {
     x.log.error({ err: e }, 'state file write failed; a crash now would leave this execution to TTL expiry only');

@@ -5,6 +5,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { relayAgentctlLog } from '../agentctl/log-relay.js';
 import { leftoversToReport, type Leftover } from '../domain/teardown.js';
+import { pidsOfUid } from '../isolation/proc.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
 import type { StateFile } from '../store/state-file.js';
@@ -29,6 +30,8 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
     // An agent whose pid we never learnt (crash mid-launch) is found as agentctl's child.
     const agents: ProcessRef[] = e.agent ? [{ pid: e.agent.pid, startTime: e.agent.start_time }] : isAlive(agentctl) ? childProcesses(agentctl.pid) : [];
     procs.push(...agents, agentctl);
+    // With a uid of its own, every process of the execution is found by it, grandchildren included.
+    if (e.uid) for (const pid of pidsOfUid(e.uid)) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, startTime: null });
   }
   // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL, each with its process group.
   const left = await terminate(procs, {

@@ -4,6 +4,7 @@ import { SpanKind, buildEvent, inSpan, type Logger } from '@kandev/runtime';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
+import type { AgentIsolation } from '../isolation/agent-isolation.js';
 import { stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
@@ -16,6 +17,7 @@ export interface TeardownDeps {
   journal: EventJournal;
   stateFile: StateFile;
   log: Logger;
+  isolation: AgentIsolation;
   /** Called once the execution is fully gone (registry key deleted). */
   forget(executionId: string): void;
   /** True while the service shuts down: reconcile loops stop retrying forever and leave the rest to the next start. */
@@ -73,6 +75,12 @@ export class TeardownExecutor {
       // Shutdown cut the reconcile short: the state file keeps the entry, so the next start kills what is left.
       log.error({ how }, 'execution processes still alive at shutdown; left to start-up cleanup');
       return;
+    }
+    // Every process left with the execution's uid (a grandchild that ignored SIGTERM and outlived
+    // agentctl) goes too, and only then may the uid go to another execution (R-9.1, ADR 0017).
+    if (x.placement) {
+      const { survivors } = await this.deps.isolation.finish(x.placement);
+      if (survivors.length === 0 && x.placement.identity) log.debug({ uid: x.placement.identity.uid }, "execution's uid released");
     }
     // Journalled, then published until JetStream acknowledges it (ADR 0008).
     await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data)).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));

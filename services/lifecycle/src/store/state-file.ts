@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { chownSync, closeSync, mkdirSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
 
@@ -17,6 +17,8 @@ export const StateEntry = z.object({
   session_id: z.string(),
   agentctl: Proc,
   agent: Proc.nullable(),
+  /** The execution's own uid (R-9.1); start-up cleanup kills every process left with it. */
+  uid: z.number().int().positive().nullable().optional(),
 });
 export type StateEntry = z.infer<typeof StateEntry>;
 const StateFileBody = z.object({ instance_id: z.string(), executions: z.array(StateEntry) });
@@ -34,15 +36,27 @@ export class StateFile {
 
   /**
    * Where the agentctl of an execution logs once this instance is gone (its stderr pipe went with
-   * it): `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.agentctl/<execution_id>.log`. The next run
-   * with this instance id relays and removes these files (startup-cleanup.ts).
+   * it): `${KANDEV_STATE_DIR}/agentctl-logs/${instanceId}/<execution_id>.log`. The next run with
+   * this instance id relays and removes these files (startup-cleanup.ts). Outside
+   * `lifecycle/` (0700): agentctl may run under an agent uid, which passes through this directory
+   * (0711) to its own file, which this service creates for it, owned by that uid, mode 0600.
    */
   agentctlLogPath(executionId: string): string {
     return join(this.agentctlLogDir, `${executionId}.log`);
   }
 
   get agentctlLogDir(): string {
-    return join(dirname(this.path), `${this.instanceId}.agentctl`);
+    return join(dirname(dirname(this.path)), 'agentctl-logs', this.instanceId);
+  }
+
+  /** Creates an execution's agentctl log file for `owner` (the execution's uid, when it has one). */
+  createAgentctlLog(executionId: string, owner: { uid: number; gid: number } | null): string {
+    const dir = this.agentctlLogDir;
+    mkdirSync(dir, { recursive: true, mode: 0o711 });
+    const path = this.agentctlLogPath(executionId);
+    closeSync(openSync(path, 'a', 0o600));
+    if (owner) chownSync(path, owner.uid, owner.gid);
+    return path;
   }
 
   /** What a previous run recorded; a missing or unreadable file means nothing was left. */
@@ -70,7 +84,7 @@ export class StateFile {
 
   /** Rewrite the file with what is live now (start-up writes it empty after cleanup). */
   flush(): void {
-    mkdirSync(dirname(this.path), { recursive: true });
+    mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
     const tmp = `${this.path}.${process.pid}.tmp`;
     writeFileSync(tmp, JSON.stringify({ instance_id: this.instanceId, executions: [...this.entries.values()] }, null, 2));
     renameSync(tmp, this.path);

@@ -82,6 +82,8 @@ export async function startSession(
         agent: session.agent!,
         fence_epoch: epoch,
         mcp_mode: task.office ? 'office' : 'task',
+        // the task's own directory; lifecycle resolves the default and checks this again.
+        ...(task.working_dir ? { working_dir: task.working_dir } : {}),
         ...(opts.prompt && turnId ? { prompt: opts.prompt, turn_id: turnId, ...(context ? { context } : {}) } : {}),
       },
       // Waits what remains of the caller's deadline; lifecycle bounds the launch itself (its LAUNCH_TIMEOUT_MS).

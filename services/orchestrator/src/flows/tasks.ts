@@ -1,4 +1,4 @@
-import { actorLabel, canAccessWorkspace, forbidden, notFound, type Actor, type OperatorActor, type Orch, type RequestOf, type Task, type TaskWithSessions } from '@kandev/contracts';
+import { actorLabel, canAccessWorkspace, forbidden, notFound, validationError, type Actor, type OperatorActor, type Orch, type RequestOf, type Task, type TaskWithSessions } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask, recordAudit } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
@@ -9,6 +9,7 @@ import { changeTaskStatus } from './changes.js';
 import { assertKnownAgent } from './agents.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once } from './idempotency.js';
+import { checkWorkingDir, workDirRoot } from '@kandev/runtime';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
 
@@ -27,6 +28,11 @@ export async function createWorkspace(rt: OrchRuntime, actor: OperatorActor, nam
 /** POST /tasks: the agent, when named, must be launchable; with an `idempotency_key`, the same key from the same operator answers with the first task. */
 export async function createTask(rt: OrchRuntime, call: CallContext, req: Req<'taskCreate'>): Promise<Task> {
   if (!canAccessWorkspace(req.actor, req.workspace_id)) throw forbidden('no access to this workspace');
+  // R-9.1: a working_dir is under KANDEV_WORK_DIR or refused before anything is written.
+  if (req.working_dir) {
+    const check = checkWorkingDir(workDirRoot(rt.env), req.working_dir, req.workspace_id);
+    if (!check.ok) throw validationError(check.reason, { field: 'working_dir' });
+  }
   // A task naming an agent nobody can launch would only fail later, at its first start.
   if (req.agent) await assertKnownAgent(rt, call, req.agent);
   return once<Task>(rt, { scope: actorLabel(req.actor), operation: 'orch.task.create', key: req.idempotency_key }, req, () => insertNewTask(rt, req));
@@ -50,6 +56,7 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
       description: req.description ?? null,
       office: req.office ?? false,
       agent: req.agent ?? null,
+      working_dir: req.working_dir ?? null,
     });
     await emit('task.created', { workspace_id: row.workspace_id, task_id: row.id, actor }, { task: toTask(row) });
     return toTask(row);

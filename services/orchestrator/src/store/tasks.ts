@@ -15,11 +15,11 @@ export async function workspaceExists(q: Q, id: string): Promise<boolean> {
 
 export async function insertTask(
   q: Q,
-  t: { workspace_id: string; parent_id: string | null; title: string; description: string | null; office: boolean; agent: string | null },
+  t: { workspace_id: string; parent_id: string | null; title: string; description: string | null; office: boolean; agent: string | null; working_dir?: string | null },
 ): Promise<TaskRow> {
   const [row] = await q.unsafe<TaskRow[]>(
-    `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${TASK_COLUMNS}`,
-    [randomUUID(), t.workspace_id, t.parent_id, t.title, t.description, t.office, t.agent],
+    `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent, working_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${TASK_COLUMNS}`,
+    [randomUUID(), t.workspace_id, t.parent_id, t.title, t.description, t.office, t.agent, t.working_dir ?? null],
     { prepare: true },
   );
   return norm(row!);

@@ -1,0 +1,298 @@
+import { unavailable, validationError } from '@kandev/contracts';
+import { checkWorkingDir, defaultTaskDir, taskHomeDir, type Logger } from '@kandev/runtime';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
+import { chown, lchown, lstat, mkdir, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, sep } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
+import { liveUids, ownCapEff, pidsOfUid } from './proc.js';
+
+/*
+ * Per-execution identity and per-task directory (SPEC R-9.1, ADR 0017). Where this service may
+ * change uids, each execution gets a uid/gid of AGENT_UID_RANGE for its agentctl and agent, its
+ * task's directory (the agent's cwd) and home are chowned to it, and when the execution is over
+ * every process left with that uid is killed before the uid can go to another execution.
+ * Elsewhere agents share this service's uid (`same_uid`), which is said at start and in /readyz.
+ */
+
+export interface AgentIdentity {
+  uid: number;
+  gid: number;
+}
+
+/** Where and as whom one execution runs. */
+export interface Placement {
+  executionId: string;
+  identity: AgentIdentity | null;
+  /** The agent's working directory (its task's). */
+  cwd: string;
+  /** The agent's HOME (per task, beside the work dirs), with a private TMPDIR inside. */
+  home: string;
+  tmp: string;
+}
+
+export interface IsolationOptions {
+  workRoot: string;
+  uidRange: string;
+  setting: 'auto' | 'off';
+  log: Logger;
+  /** Injected in tests; else this process's euid and CapEff. */
+  probe?: { euid: number | null; capEff: bigint | null };
+}
+
+/** Shared by every instance in this process (tests run several): a uid is a resource of the host. */
+const heldInThisProcess = new Map<number, string>();
+
+/** How long the final sweep of an execution's uid re-sends SIGKILL before it leaves the rest to the allocator's /proc check. */
+const UID_SWEEP_MS = 3_000;
+
+export class AgentIsolation {
+  readonly mode: AgentIsolationMode;
+  readonly why: string;
+  readonly workRoot: string;
+  private readonly range: UidRange;
+  /** uid → the execution holding it (from before its spawn to the end of its teardown); per process, as uids are the host's. */
+  private readonly held = heldInThisProcess;
+  private cursor: number;
+  private readonly log: Logger;
+
+  constructor(opts: IsolationOptions) {
+    const range = parseUidRange(opts.uidRange);
+    if (typeof range === 'string') throw new Error(range);
+    this.range = range;
+    this.cursor = range.first;
+    this.log = opts.log;
+    this.workRoot = opts.workRoot;
+    const probe = opts.probe ?? { euid: typeof process.geteuid === 'function' ? process.geteuid() : null, capEff: ownCapEff() };
+    const { mode, why } = isolationMode(probe, opts.setting);
+    this.mode = mode;
+    this.why = why;
+  }
+
+
+  /**
+   * Start-up: the work root exists and is reachable (traverse only) by agent uids; this service's
+   * own state (`stateDir/lifecycle`) is not. An ancestor of the work root that agents cannot
+   * traverse is made traversable (o+x, never readable) when it is the state dir or inside it;
+   * anything else is reported, since launches would then fail.
+   */
+  prepareRoots(stateDir: string, lifecycleDir: string): void {
+    mkdirSync(lifecycleDir, { recursive: true, mode: 0o700 });
+    try {
+      chmodSync(lifecycleDir, 0o700);
+    } catch (e) {
+      this.log.warn({ err: e, dir: lifecycleDir }, "cannot make this service's state directory private (0700)");
+    }
+    mkdirSync(this.workRoot, { recursive: true, mode: 0o711 });
+    if (this.mode === 'same_uid') {
+      this.log.warn({ agent_isolation: this.mode, why: this.why }, 'agents run under this service\'s own uid: an agent can read this process\'s environment and signal other executions (docs/security.md)');
+      return;
+    }
+    for (let dir = this.workRoot; ; dir = dirname(dir)) {
+      const mode = statSync(dir).mode & 0o777;
+      if ((mode & 0o001) === 0) {
+        let fixed = false;
+        if (!relative(stateDir, dir).startsWith('..')) {
+          try {
+            chmodSync(dir, mode | 0o001);
+            fixed = true;
+          } catch {
+            // reported below
+          }
+        }
+        if (!fixed) this.log.error({ dir, mode: mode.toString(8), work_dir: this.workRoot }, 'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)');
+      }
+      if (dirname(dir) === dir) break;
+    }
+    this.log.info({ agent_isolation: this.mode, why: this.why, uid_range: `${this.range.first}-${this.range.last}`, work_dir: this.workRoot }, 'agents run under a uid of their own per execution');
+  }
+
+  /** The directory a launch runs in: the task's `working_dir` (checked again here) or the default. */
+  taskDir(workspaceId: string, taskId: string, workingDir: string | null | undefined): string {
+    if (!workingDir) return defaultTaskDir(this.workRoot, workspaceId, taskId);
+    const check = checkWorkingDir(this.workRoot, workingDir, workspaceId);
+    if (!check.ok) throw validationError(check.reason, { working_dir: workingDir });
+    return check.path;
+  }
+
+  /**
+   * Before the spawn: a uid for the execution (isolated mode), its directories created and owned by
+   * it. Throws VALIDATION_ERROR (bad working_dir) or UNAVAILABLE (no free uid, directory trouble),
+   * having released what it took.
+   */
+  async place(executionId: string, workspaceId: string, taskId: string, workingDir: string | null | undefined): Promise<Placement> {
+    const cwd = this.taskDir(workspaceId, taskId, workingDir);
+    // Sharing this service's uid, an agent gains nothing from a home of its own, and keeps what
+    // the user set up in theirs (a `claude login`); with a uid of its own it cannot use ours.
+    const sharedHome = this.mode === 'same_uid' ? process.env.HOME : undefined;
+    const home = sharedHome || taskHomeDir(this.workRoot, workspaceId, taskId);
+    const tmp = sharedHome ? process.env.TMPDIR || tmpdir() : join(home, 'tmp');
+    const identity = this.mode === 'uid_per_execution' ? this.acquire(executionId) : null;
+    try {
+      for (const dir of sharedHome ? [cwd] : [cwd, home, tmp]) await this.ensureDir(dir);
+      if (identity) {
+        // A new execution of the task takes its directories over: a resume edits what the last
+        // execution left (ADR 0017).
+        await chownTree(cwd, identity, this.range);
+        await chownTree(home, identity, this.range);
+      }
+    } catch (e) {
+      if (identity) {
+        this.held.delete(identity.uid);
+        this.unlock(identity.uid);
+      }
+      throw unavailable(`cannot prepare the agent's directories: ${(e as Error).message}`, { execution_id: executionId });
+    }
+    return { executionId, identity, cwd, home, tmp };
+  }
+
+  /**
+   * After the teardown: every process still holding the execution's uid (a grandchild that ignored
+   * SIGTERM and outlived agentctl) is SIGKILLed; the directories go back to root (0700), so a later
+   * execution that gets this uid reaches none of them; then the uid is free, though the allocator
+   * still skips it while /proc shows any process with it.
+   */
+  async finish(p: Placement): Promise<{ survivors: number[] }> {
+    if (!p.identity) return { survivors: [] };
+    const { uid } = p.identity;
+    let survivors = pidsOfUid(uid);
+    const until = performance.now() + UID_SWEEP_MS;
+    while (survivors.length > 0) {
+      for (const pid of survivors) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone meanwhile
+        }
+      }
+      if (performance.now() > until) break;
+      await sleep(20);
+      survivors = pidsOfUid(uid);
+    }
+    if (survivors.length > 0) this.log.error({ uid, pids: survivors, execution_id: p.executionId }, "processes of a finished execution's uid survive SIGKILL; the uid stays out of use while they live");
+    for (const dir of [p.cwd, p.home]) {
+      try {
+        // Only if it is still ours: a later execution of the same task may have taken it over.
+        if (statSync(dir).uid === uid) await chown(dir, 0, 0);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: e, dir }, 'cannot hand a finished execution\'s directory back to root');
+      }
+    }
+    if (this.held.get(uid) === p.executionId) {
+      this.held.delete(uid);
+      this.unlock(uid);
+    }
+    return { survivors };
+  }
+
+  private acquire(executionId: string): AgentIdentity {
+    const live = liveUids();
+    const lost = new Set<number>();
+    for (;;) {
+      const uid = pickFreeUid(this.range, (u) => this.held.has(u) || live.has(u) || lost.has(u) || this.lockedElsewhere(u), this.cursor);
+      if (uid === null) throw unavailable(`no free agent uid in AGENT_UID_RANGE ${this.range.first}-${this.range.last}`, { execution_id: executionId });
+      // Another lifecycle instance on this host (npm start with replicas) may pick the same uid
+      // before either has spawned: the lock file decides.
+      if (!this.lock(uid)) {
+        lost.add(uid);
+        continue;
+      }
+      this.held.set(uid, executionId);
+      this.cursor = uid === this.range.last ? this.range.first : uid + 1;
+      return { uid, gid: uid };
+    }
+  }
+
+  /**
+   * `<work root>/.uids/<uid>`: which process holds a uid, for lifecycle instances that share a host
+   * and a work root. Held from before the spawn to the end of the teardown, like `held`; a lock
+   * whose process is gone (a crash) is stale and taken over.
+   */
+  private get lockDir(): string {
+    return join(this.workRoot, '.uids');
+  }
+
+  private lockedElsewhere(uid: number): boolean {
+    let owner: number;
+    try {
+      owner = Number(readFileSync(join(this.lockDir, String(uid)), 'utf8'));
+    } catch {
+      return false;
+    }
+    if (owner === process.pid) return false;
+    return Number.isInteger(owner) && owner > 0 && processExists(owner);
+  }
+
+  private lock(uid: number): boolean {
+    const path = join(this.lockDir, String(uid));
+    mkdirSync(this.lockDir, { recursive: true, mode: 0o700 });
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        const fd = openSync(path, 'wx', 0o600);
+        writeSync(fd, String(process.pid));
+        closeSync(fd);
+        return true;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        if (this.lockedElsewhere(uid)) return false;
+        // Stale (its process is gone) or ours from a run that crashed: take it over.
+        rmSync(path, { force: true });
+      }
+    }
+    return false;
+  }
+
+  private unlock(uid: number): void {
+    rmSync(join(this.lockDir, String(uid)), { force: true });
+  }
+
+  /**
+   * mkdir -p: the directories this service creates on the way are root's, mode 0711 (agents pass
+   * through, list nothing); the last one is 0700 (its owner is set by the chown that follows).
+   */
+  private async ensureDir(dir: string): Promise<void> {
+    if (existsSync(dir)) return;
+    const missing: string[] = [];
+    for (let d = dir; !existsSync(d); d = dirname(d)) missing.unshift(d);
+    for (const d of missing) {
+      await mkdir(d, { mode: d === dir ? 0o700 : 0o711 }).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EEXIST') throw e;
+      });
+    }
+  }
+}
+
+function processExists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * chown -R without following symlinks (lchown), touching only entries not owned yet. An agent may
+ * have left a symlink to anything; lchown changes the link, never its target, and the walk never
+ * descends through one. A regular file with more than one link that no agent uid owns is left
+ * alone: it may be a hard link an agent planted to a file of someone else's (where
+ * fs.protected_hardlinks is off), and chowning it would hand that file over.
+ */
+async function chownTree(root: string, id: AgentIdentity, range: UidRange): Promise<void> {
+  const stack = [root];
+  while (stack.length > 0) {
+    const path = stack.pop()!;
+    let st;
+    try {
+      st = await lstat(path);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw e;
+    }
+    const agentOwned = st.uid >= range.first && st.uid <= range.last;
+    const planted = st.isFile() && st.nlink > 1 && !agentOwned;
+    if ((st.uid !== id.uid || st.gid !== id.gid) && !planted) await lchown(path, id.uid, id.gid);
+    if (st.isDirectory()) for (const name of await readdir(path)) stack.push(path + sep + name);
+  }
+}

@@ -1,0 +1,51 @@
+import { createLogger } from '@kandev/runtime';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { AgentIsolation } from '../src/isolation/agent-isolation.js';
+
+/*
+ * Two lifecycle instances on one host (npm start with replicas) share AGENT_UID_RANGE and the work
+ * root: a uid one of them holds for an execution it has not spawned yet is never handed out by the
+ * other (the lock file under <work root>/.uids).
+ */
+
+const DIST = pathToFileURL(join(import.meta.dirname, '../dist/isolation/agent-isolation.js')).href;
+const log = createLogger('uid-lock-test', 'silent');
+
+describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () => {
+  const root = mkdtempSync(join(tmpdir(), 'kandev-uid-lock-'));
+  afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+  it('a uid held by another process is skipped, and free again once that process is gone', async () => {
+    const code = `
+      const { AgentIsolation } = await import(${JSON.stringify(DIST)});
+      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'work'))}, uidRange: '29980-29981', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
+      const p = await iso.place('other-execution', 'ws', 'task-other', null);
+      process.stdout.write(p.identity.uid + '\\n');
+      setInterval(() => {}, 1 << 30);`;
+    const other = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const otherUid = await new Promise<number>((resolve, reject) => {
+      createInterface({ input: other.stdout! }).once('line', (l) => resolve(Number(l)));
+      other.once('exit', (c) => reject(new Error(`helper exited ${c}`)));
+    });
+    expect(otherUid).toBe(29980);
+
+    const iso = new AgentIsolation({ workRoot: join(root, 'work'), uidRange: '29980-29981', setting: 'auto', log });
+    const mine = await iso.place('my-execution', 'ws', 'task-mine', null);
+    expect(mine.identity!.uid).toBe(29981);
+    await expect(iso.place('one-too-many', 'ws', 'task-3', null)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+
+    // The other instance dies without releasing: its lock is stale and the uid is free.
+    other.kill('SIGKILL');
+    await new Promise((r) => other.once('exit', r));
+    const next = await iso.place('after-crash', 'ws', 'task-4', null);
+    expect(next.identity!.uid).toBe(29980);
+    await iso.finish(mine);
+    await iso.finish(next);
+  });
+});
