@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '@kandev/testkit';
 import type { Page } from 'playwright-core';
+import postgres from 'postgres';
 import { makeTask, startWorld, type World } from '../support.js';
 import { launchBrowser, shot, type Browser } from './browser.js';
 
@@ -186,6 +187,35 @@ describe('operator console', () => {
     expect(await card.getByTestId('tokens-cached').textContent()).toBe('32,000');
     expect(await card.getByTestId('tokens-out').textContent()).toBe('8,500');
     await shot(page, 'tree-cost');
+    await page.close();
+  });
+
+  it('keeps a 2,000-task tree responsive by rendering only the rows in view', async () => {
+    const { workspace_id, task: root } = await makeTask(w.api, { title: 'Big tree' });
+    // 1,999 children written straight into the orchestrator's schema (2,000 POSTs would only time task creation).
+    const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
+    try {
+      await sql`INSERT INTO orchestrator.tasks (id, workspace_id, parent_id, title, status)
+        SELECT gen_random_uuid(), ${workspace_id}, ${root.id}, 'leaf ' || lpad(i::text, 4, '0'), 'TODO' FROM generate_series(1, 1999) AS i`;
+    } finally {
+      await sql.end();
+    }
+    const page = await openTask(workspace_id, root.id);
+    const scroller = page.getByTestId('tree-scroll');
+    for (;;) {
+      await scroller.evaluate((el) => (el.scrollTop = el.scrollHeight));
+      const more = page.getByRole('button', { name: 'Load more subtasks' });
+      if ((await more.count()) === 0) break;
+      await more.click();
+      await page.locator('.tree-row .spinner').first().waitFor({ state: 'detached' });
+    }
+    await page.getByTestId('tree-count').filter({ hasText: '2000 shown' }).waitFor();
+    // Scrolled to the end, the last leaves are on screen, and only a window of rows is in the DOM.
+    expect(await page.getByTestId('tree-row').count()).toBeLessThan(80);
+    await page.getByTestId('pause-tree').click();
+    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(await page.getByTestId('tree-row').count());
+    await page.getByTestId('resume-tree').click();
+    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(0);
     await page.close();
   });
 

@@ -29,6 +29,11 @@ export const token = {
 /** Listeners told when the gateway refuses the token (the console then asks for a new one). */
 const unauthorized = new Set<() => void>();
 export const onUnauthorized = (fn: () => void) => (unauthorized.add(fn), () => unauthorized.delete(fn));
+/** The token stopped working (a 401, or /ws closed with 4401 when it expired). */
+export const tokenRefused = () => {
+  token.clear();
+  unauthorized.forEach((fn) => fn());
+};
 
 /** The gateway is the page's own origin: the console is served by it at /ui/. */
 export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
@@ -51,7 +56,7 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   }
   if (!res.ok) {
     const err = json?.error ?? {};
-    if (res.status === 401) unauthorized.forEach((fn) => fn());
+    if (res.status === 401) tokenRefused();
     throw new ApiError(res.status, String(err.code ?? `HTTP_${res.status}`), String(err.message ?? res.statusText), path);
   }
   return json as T;

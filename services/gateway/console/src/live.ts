@@ -1,3 +1,4 @@
+import { tokenRefused } from './api';
 import { backoffMs } from './model';
 import type { Notification } from './types';
 
@@ -101,7 +102,10 @@ export class Live {
       if (this.closed) return;
       this.setState('offline');
       // 4401: the token expired. Reconnecting with it cannot work; the app asks for a new one.
-      if (ev.code === 4401) return;
+      if (ev.code === 4401) {
+        tokenRefused();
+        return;
+      }
       this.timer = setTimeout(() => this.connect(), backoffMs(this.attempt++));
     };
   }
