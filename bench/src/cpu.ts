@@ -83,7 +83,7 @@ export function cpuSpent(a: CpuSnapshot, b: CpuSnapshot): CpuSpent {
  * how long that took, or null if they never settled. Agents that report ready keep starting for a
  * while after (module loading, compilation, their first prompt): on a slow machine that tail
  * outlasts any fixed pause, and a burst begun within it shares the cores with it (the "disturbed
- * bursts" of docs/fast-paths.md). The allowance per process is what an idle one still spends:
+ * bursts" of docs/history/fast-paths-rounds.md). The allowance per process is what an idle one still spends:
  * agentctl notes its agent's process tree every second, about 0.4% of a core, so fifty of them
  * alone were over a flat 5% and never "settled".
  */

@@ -3,7 +3,7 @@ import { startFixture, startSdkNoopServer } from './mcp-floor.js';
 import { recordWall } from './wall.js';
 
 /**
- * The design floor of a stop (issue 12): the path the issue prescribes, with nothing of ours on it.
+ * The design floor of a stop: the path the design prescribes, with nothing of ours on it.
  * An MCP client calls a tool of the SDK's own stateless server (the floor's MCP server, in its own
  * process); the tool makes one bare NATS request to a decider (its own process, as the orchestrator
  * is), which makes the two PostgreSQL round trips a stop's decision takes (BEGIN + a row lock, then a

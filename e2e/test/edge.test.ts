@@ -8,7 +8,7 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
  * Issue 10 against the whole stack: hostile input on every HTTP route, /ws action and MCP tool is
- * answered 4xx with the SPEC body (or a clean tool error), never 5xx, and changes no table; every
+ * answered 4xx with the error body (or a clean tool error), never 5xx, and changes no table; every
  * broken token is refused at the gateway, /ws and MCP, and another workspace's data never leaks.
  * Runs are bounded (fast-check numRuns) so the file stays well under a minute after the stack is up.
  */

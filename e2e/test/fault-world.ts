@@ -5,7 +5,7 @@ import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
- * The stack the fault tests run (issue 11): a short registry TTL and reconcile interval so a fault's
+ * The stack the fault tests run: a short registry TTL and reconcile interval so a fault's
  * recovery fits a test, and the invariant checker's bounds derived from them. Below it, the fault
  * matrix: control operations (stop, interrupt, cancel) × faults, each fault injected in the middle
  * of the operation, every case ending with the invariant checker over the operation's answer.
@@ -247,7 +247,7 @@ export const pgRefusing: Fault = {
 /**
  * Every service must outlive every fault: a service that exited fails the case, with its log. (The
  * PostgreSQL fault used to crash the orchestrator through a postgres.js defect, which
- * scripts/patch-postgres.mjs mends, ADR 0013: a crash there is a regression now, not a known one.)
+ * patches/postgres+3.4.9.patch mends, ADR 0030: a crash there is a regression now, not a known one.)
  */
 function assertAllRunning(w: World, when: string): void {
   for (const [name, p] of w.stack.services) {
@@ -281,7 +281,7 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
   assertAllRunning(w, `after ${fault.name}`);
   // Serves again, at the first try: a new session starts and stops. What a fault left behind (a
   // connection PostgreSQL terminated, a NATS connection re-established) must not fail the first
-  // request a user sends after it (the driver settles a lost connection at once, ADR 0013).
+  // request a user sends after it (the driver settles a lost connection at once, ADR 0030).
   const { task } = await makeTask(w.api);
   await startRunning(w, pids, task.id);
   expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);

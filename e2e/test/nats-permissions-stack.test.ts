@@ -5,8 +5,8 @@ import { connectMcp, eventually, processAlive, WsClient } from '@kandev/testkit'
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
- * The whole stack with each service connected as its own NATS user under deploy/nats/permissions.conf
- * (issue 10): the narrowed JetStream rights are enough for real work (event stream, the
+ * The whole stack with each service connected as its own NATS user under deploy/nats/permissions.conf:
+ * the narrowed JetStream rights are enough for real work (event stream, the
  * orchestrator's durable consumer, lifecycle's registry bucket, live events on /ws), and the server
  * logs no permission violation. Then, holding the mcp user's own NATS credentials, a forged
  * stop_task request without the agent's token is refused and the target keeps running.

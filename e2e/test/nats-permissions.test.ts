@@ -8,7 +8,7 @@ import { startNats, type TestNats } from '@kandev/testkit';
  * R-7.1 defence in depth: with the deployed NATS users and permissions (deploy/nats), the
  * gateway's credentials cannot publish on the orchestrator's MCP subjects at all; only the mcp
  * service's can. And each service's JetStream API rights are only those of its own stream,
- * consumer and bucket (issue 10). Runs a real nats-server with that configuration.
+ * consumer and bucket. Runs a real nats-server with that configuration.
  */
 const conf = fileURLToPath(new URL('../../deploy/nats/test-permissions.conf', import.meta.url));
 let nats: TestNats;

@@ -3,7 +3,7 @@ import { expect } from 'vitest';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
- * Operator task stops and execution listings while many live agents are torn down (issue 11):
+ * Operator task stops and execution listings while many live agents are torn down:
  * "stops must not fail under load". Every listing of a task goes on until that task's registry entry
  * has been deleted and its delete marker has aged out under it, the moment that used to hang a
  * `kv.keys()` listing for 30 s on nats-server 2.9. Shared by the small variant in `npm test` and the

@@ -55,7 +55,7 @@ function postgresIds() {
 /**
  * As root the server runs as the `postgres` user, which must enter every directory on the way to
  * its binaries (inside this checkout's node_modules) and to its data dir. The first directory it
- * cannot enter, or null. Without this check initdb dies with a bare EACCES (issue 11).
+ * cannot enter, or null. Without this check initdb dies with a bare EACCES.
  */
 export function firstUntraversableForPostgres(paths, ids = postgresIds()) {
   for (const p of paths) {

@@ -11,7 +11,7 @@ const SECRET = 'bench-secret-0123456789';
 const TASK_ID = '00000000-0000-4000-8000-000000000001';
 
 /**
- * The MCP floor of issue 12: the SDK's own stateless Streamable HTTP server answering a no-op tool
+ * The MCP floor: the SDK's own stateless Streamable HTTP server answering a no-op tool
  * to the SDK client (its own process, JSON responses like ours). Not our service, so it does not move
  * when our MCP handling gets faster; stop_task_kandev is compared with it (plus a NATS round trip and
  * a PostgreSQL commit). Beside it, the kandev mcp service (its own process) answering the same client:

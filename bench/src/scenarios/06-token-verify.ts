@@ -8,7 +8,7 @@ const SECRET = 'bench-token-secret-0123456789abcdef';
 /**
  * What checking a bearer token costs where no cache answers it: the gateway verifies the operator's
  * token on every request, and the mcp service and the orchestrator verify an agent's token the first
- * time they see it (issue 12). Floor: one HMAC-SHA256 of the same signing input with node:crypto.
+ * time they see it. Floor: one HMAC-SHA256 of the same signing input with node:crypto.
  */
 const scenario: Scenario = {
   name: 'bearer token verification',

@@ -226,7 +226,7 @@ const scenario: Scenario = {
   async run(ctx) {
     if (ctx.round > 1) return [];
     const iterations = e2eIterations(40);
-    // Concurrent callers, each level its own run (issue 12 asks for 1, 10 and 50).
+    // Concurrent callers, each level its own run (1, 10 and 50: docs/fast-paths.md).
     const levels = (process.env.BENCH_STOP_CONCURRENCY ?? '10,50').split(',').map(Number).filter((n) => n > 1);
     const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500' });
     ctx.defer(() => b.stop());
@@ -236,7 +236,7 @@ const scenario: Scenario = {
     await sql`CREATE TABLE IF NOT EXISTS public.bench_commit (id bigserial primary key, v int)`;
     const pg = await samples(() => sql.begin((tx) => tx`INSERT INTO public.bench_commit (v) VALUES (1)`), 500);
     await sql.end();
-    // The MCP floor (issue 12): the SDK's own stateless server answering a no-op tool, not our service.
+    // The MCP floor: the SDK's own stateless server answering a no-op tool, not our service.
     const sdk = await startSdkNoopServer();
     ctx.defer(() => sdk.stop());
     const noop = await connectMcp(sdk.url, 'unused');

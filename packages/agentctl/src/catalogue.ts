@@ -6,8 +6,8 @@ import { z } from 'zod';
 
 /*
  * Which program an agent name launches, and which protocol it speaks. The scripted test doubles are
- * always present; real agents appear when their command is on PATH; KANDEV_AGENT_CATALOGUE (a JSON
- * file) adds or overrides entries.
+ * present wherever @kandev/testkit is installed (see scriptedAgentPath); real agents appear when
+ * their command is on PATH; KANDEV_AGENT_CATALOGUE (a JSON file) adds or overrides entries.
  */
 
 export interface AgentSpec {
@@ -40,15 +40,20 @@ const installable: ReadonlyArray<Omit<AgentSpec, 'env'>> = [
 ];
 
 /**
- * Path of a compiled scripted agent. The package export is the normal route; the sibling-directory
- * fallback keeps a monorepo checkout working when the workspace link to testkit is missing.
+ * Path of a compiled scripted agent, or undefined when @kandev/testkit is not installed. The test
+ * doubles live in testkit, a development dependency: a checkout of the repository has it (the
+ * workspace link, or the sibling directory when the link is missing), a production image does not,
+ * and its catalogue simply lists no scripted agents (docs/agents.md, "Scripted agents"). Resolved
+ * when the catalogue is read, never imported, so agentctl and lifecycle start without testkit.
  */
-export function scriptedAgentPath(agent: 'scripted-acp' | 'scripted-codex'): string {
+export function scriptedAgentPath(agent: 'scripted-acp' | 'scripted-codex'): string | undefined {
   try {
     return fileURLToPath(import.meta.resolve(`@kandev/testkit/agents/${agent}`));
   } catch {
-    return fileURLToPath(new URL(`../../testkit/dist/agents/${agent}.js`, import.meta.url));
+    // Not resolvable: no workspace link, or testkit not built (the export's file is missing).
   }
+  const testkit = new URL('../../testkit/', import.meta.url);
+  return existsSync(new URL('package.json', testkit)) ? fileURLToPath(new URL(`dist/agents/${agent}.js`, testkit)) : undefined;
 }
 
 export function isOnPath(command: string, env: NodeJS.ProcessEnv = process.env): boolean {
@@ -68,13 +73,10 @@ function isExecutable(path: string): boolean {
 export function loadCatalogue(env: NodeJS.ProcessEnv = process.env): Map<string, AgentSpec> {
   const catalogue = new Map<string, AgentSpec>();
   for (const agent of ['scripted-acp', 'scripted-codex'] as const) {
-    catalogue.set(agent, {
-      name: agent,
-      protocol: agent === 'scripted-acp' ? 'acp' : 'codex',
-      command: process.execPath,
-      args: [scriptedAgentPath(agent)],
-      env: {},
-    });
+    const script = scriptedAgentPath(agent);
+    // Present whenever testkit is (a repository checkout, where tests and `npm start` rely on them),
+    // even unbuilt: resolveAgent then says to build rather than "unknown agent".
+    if (script) catalogue.set(agent, { name: agent, protocol: agent === 'scripted-acp' ? 'acp' : 'codex', command: process.execPath, args: [script], env: {} });
   }
   for (const entry of installable) {
     if (isOnPath(entry.command, env)) catalogue.set(entry.name, { ...entry, args: [...entry.args], env: {} });

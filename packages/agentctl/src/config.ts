@@ -85,6 +85,9 @@ const options = {
   'agent-env': ['agentEnv', 'AGENTCTL_AGENT_ENV'],
 } as const satisfies Record<string, readonly [keyof AgentctlConfig, string]>;
 
+/** Every environment variable agentctl's configuration reads (docs/operations.md lists each). */
+export const AGENTCTL_ENV: readonly string[] = Object.values(options).map(([, name]) => name);
+
 /** Environment variables that carry secrets for agentctl alone; they are removed from the agent's environment. */
 export const SECRET_ENV = ['AGENTCTL_MCP_TOKEN', 'AGENTCTL_SECRET'] as const;
 

@@ -8,7 +8,7 @@ import { Limits, text } from './text.js';
 const agentToken = text({ min: 1, max: Limits.token }).optional();
 
 /*
- * Clarifications (SPEC R-5): an agent asks questions over MCP, an operator answers, skips
+ * Clarifications (R-5): an agent asks questions over MCP, an operator answers, skips
  * ("rejected") or cancels them over HTTP. The orchestrator owns bundles and questions; the mcp
  * service holds the agent's tool call open while it renews a waiter lease on the bundle.
  */

@@ -95,13 +95,34 @@ export const Orch = {
     z.object({ actor: Actor, task_id: id, title: title.optional(), status: TaskStatus.optional(), archived: z.boolean().optional() }),
     Task,
   ),
-  sessionStart: endpoint('orch.session.start', z.object({ actor: Actor, task_id: id, agent: agentName.optional(), prompt: text({ max: Limits.prompt }).optional() }), Session),
+  /**
+   * With `idempotency_key` (the gateway fills it from the `Idempotency-Key` header, B-7): a retry
+   * with the same key on the same task answers the session the first one started, `replayed: true`
+   * (HTTP 200), and launches nothing; the same key with another body is CONFLICT.
+   */
+  sessionStart: endpoint(
+    'orch.session.start',
+    z.object({ actor: Actor, task_id: id, agent: agentName.optional(), prompt: text({ max: Limits.prompt }).optional(), idempotency_key: idempotencyKey }),
+    Session.extend({ replayed: z.boolean().optional() }),
+  ),
   sessionGet: endpoint('orch.session.get', z.object({ actor: Actor, session_id: id }), SessionDetail),
-  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt }), z.object({ turn_id: id })),
+  /** With `idempotency_key` (`Idempotency-Key` header): a retry answers the first turn's id, `replayed: true`, and starts no turn. */
+  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt, idempotency_key: idempotencyKey }), z.object({ turn_id: id, replayed: z.boolean().optional() })),
   agentCancel: endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
   taskStop: endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult),
   taskExecutions: endpoint('orch.task.executions', z.object({ actor: Actor, task_id: id }), z.array(RegistryEntryView)),
   taskQueue: endpoint('orch.task.queue', z.object({ actor: Actor, task_id: id }), z.array(QueuedMessage)),
+  /** DELETE /tasks/:id/queue/:message_id: the removed message; NOT_FOUND when it is not (or no longer) queued. */
+  taskQueueDelete: endpoint('orch.task.queue.delete', z.object({ actor: Actor, task_id: id, message_id: id }), QueuedMessage),
+  /**
+   * POST /tasks/:id/queue/resume (R-3.5): the queue an operator's turn cancel paused runs again; the
+   * next message goes at once when the task's session is idle (`delivered_message_id`), else after its turn.
+   */
+  taskQueueResume: endpoint(
+    'orch.task.queue.resume',
+    z.object({ actor: Actor, task_id: id }),
+    z.object({ task_id: id, resumed: z.literal(true), delivered_message_id: id.nullable(), size: z.number().int() }),
+  ),
   taskAudit: endpoint('orch.task.audit', z.object({ actor: Actor, task_id: id }), z.array(AuditEntry)),
   /** Lifecycle asks, under the task's row lock, whether a launch that just registered may live (B-1). */
   executionAdmit: endpoint(
@@ -180,6 +201,12 @@ export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
 export const Life = {
   launch: endpoint('life.exec.launch', LaunchRequest, Execution),
+  /**
+   * Launch admission asked before the caller writes anything (ADR 0026): refused at once with
+   * UNAVAILABLE and `retry_after_s` when the answering instance's queue predicts too long a wait;
+   * otherwise that instance holds a place for this execution id until its launch arrives (or a TTL).
+   */
+  reserveLaunch: endpoint('life.exec.reserve', z.object({ execution_id: id }), z.object({ reserved: z.literal(true), instance_id: z.string() })),
   /** Names of the agents this lifecycle deployment can launch (the orchestrator checks a start against it before any write). */
   agents: endpoint('life.agent.list', z.object({}), z.object({ agents: z.array(z.string()) })),
   list: endpoint('life.exec.list', z.object({ task_id: id }), z.array(Execution)),

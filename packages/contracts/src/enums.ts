@@ -16,7 +16,7 @@ export type TaskStatus = z.infer<typeof TaskStatus>;
 export const SessionState = z.enum(['CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT', 'COMPLETED', 'FAILED', 'CANCELLED']);
 export type SessionState = z.infer<typeof SessionState>;
 
-/** Active = a database query treats it as live work (SPEC §2). */
+/** Active = a database query treats it as live work. */
 export const ACTIVE_SESSION_STATES: readonly SessionState[] = ['CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT'];
 /** Working = a turn may be in flight. */
 export const WORKING_SESSION_STATES: readonly SessionState[] = ['STARTING', 'RUNNING'];

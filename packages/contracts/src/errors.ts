@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** The closed set of error codes of SPEC §5. */
+/** The closed set of error codes (docs/requirements.md). */
 export const ErrorCode = z.enum([
   'BAD_REQUEST',
   'VALIDATION_ERROR',
@@ -43,7 +43,7 @@ export const ErrorBody = z.object({
 });
 export type ErrorBody = z.infer<typeof ErrorBody>;
 
-/** A failure that crosses the wire with its SPEC code. Throw it from domain or endpoint code. */
+/** A failure that crosses the wire with its error code. Throw it from domain or endpoint code. */
 export class KandevError extends Error {
   readonly code: ErrorCode;
   readonly details: Record<string, unknown> | undefined;
@@ -73,7 +73,7 @@ export const internalError = (m: string, cause?: unknown) => new KandevError('IN
 export const unavailable = (m: string, cause?: unknown) => new KandevError('UNAVAILABLE', m, undefined, { cause });
 /**
  * UNAVAILABLE because of load, refused at once: `details.retry_after_s` says when to try again (the
- * gateway turns it into a `Retry-After` header; the body keeps the SPEC shape).
+ * gateway turns it into a `Retry-After` header; the body keeps the error shape).
  */
 export const overloaded = (m: string, retryAfterS: number, d?: Record<string, unknown>) =>
   new KandevError('UNAVAILABLE', m, { ...d, retry_after_s: Math.max(1, Math.ceil(retryAfterS)) });

@@ -42,6 +42,11 @@ export const EventData = {
   'tree_hold.released': z.object({ hold: Hold }),
   'clarification.requested': z.object({ bundle: ClarificationBundle }),
   'clarification.closed': z.object({ bundle: ClarificationBundle }),
+  /**
+   * A task needs the operator's attention though its status did not change (ADR 0025): a restore
+   * gave it back IN_PROGRESS with nothing running. `reason` is a fixed word (`restored_without_session`).
+   */
+  'task.attention': z.object({ task: Task, reason: z.string() }),
   'control.recorded': z.object({ action: z.string(), outcome: z.string(), details: z.record(z.string(), z.unknown()) }),
 } as const;
 export type EventType = keyof typeof EventData;
@@ -63,7 +68,7 @@ export type EventEnvelope<T extends EventType = EventType> = Omit<z.infer<typeof
   data: EventDataOf<T>;
 };
 
-/** Events the gateway pushes to subscribed WebSocket clients (INTERFACES.md). */
+/** Events the gateway pushes to subscribed WebSocket clients (a pinned public surface). */
 export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'task.state_changed',
   'session.state_changed',
@@ -74,4 +79,5 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'clarification.requested',
   'clarification.closed',
   'queue.changed',
+  'task.attention',
 ];

@@ -5,7 +5,7 @@ import { HoldMode, TaskStatus } from './enums.js';
 import { endpoint } from './endpoints.js';
 
 /**
- * Task subtree controls (SPEC R-4): tree holds (orchestrator), the wakeup queue and cost events
+ * Task subtree controls (R-4): tree holds (orchestrator), the wakeup queue and cost events
  * (holds service). The orchestrator owns the task tree, so it owns holds too: a hold, its members'
  * snapshots, their status changes, launch fences and session stops commit in one transaction
  * (docs/decisions/0006-tree-holds-in-the-orchestrator.md).

@@ -9,6 +9,11 @@ export interface NatsOptions {
   name: string;
   user?: string | undefined;
   pass?: string | undefined;
+  /**
+   * How long a request sent on this connection without a deadline of its own waits for its reply
+   * (REQUEST_TIMEOUT_MS; see `request()`); default DEFAULT_REQUEST_TIMEOUT_MS.
+   */
+  requestTimeoutMs?: number | undefined;
 }
 
 /** Connect with reconnects forever: a service outlives a NATS restart. */
@@ -24,7 +29,7 @@ export async function connectNats(opts: NatsOptions): Promise<NatsConnection> {
     // of CPU per NATS round trip; request() reports failures with the endpoint's name instead.
     noAsyncTraces: true,
   });
-  links.set(nc, new NatsLink(nc));
+  links.set(nc, new NatsLink(nc, opts.requestTimeoutMs));
   return nc;
 }
 
@@ -49,7 +54,11 @@ export class NatsLink {
   private down: { promise: Promise<void>; resolve: () => void } | null = null;
   private reconnectedAt = Number.NEGATIVE_INFINITY;
 
-  constructor(nc: NatsConnection) {
+  constructor(
+    nc: NatsConnection,
+    /** The default deadline of a request sent on this connection (NatsOptions.requestTimeoutMs). */
+    readonly requestTimeoutMs: number | undefined = undefined,
+  ) {
     void this.follow(nc);
   }
 

@@ -3,7 +3,7 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { Logger } from './log.js';
-import { DEFAULT_REQUEST_TIMEOUT_MS, remainingMs } from './rpc.js';
+import { DEFAULT_REQUEST_TIMEOUT_MS, defaultRequestTimeoutMs, remainingMs } from './rpc.js';
 
 const dec = new TextDecoder();
 
@@ -24,6 +24,8 @@ export class RegistryReader {
     protected readonly kv: KV,
     private readonly jsm: JetStreamManager,
     protected readonly log: Logger,
+    /** A read's budget outside a request being served (the connection's REQUEST_TIMEOUT_MS). */
+    private readonly defaultBudgetMs = DEFAULT_REQUEST_TIMEOUT_MS,
   ) {}
 
   private static readonly stream = `KV_${Buckets.executions}`;
@@ -36,7 +38,7 @@ export class RegistryReader {
    */
   static async bind(nc: NatsConnection, log: Logger): Promise<RegistryReader> {
     const kv = await new Kvm(nc).open(Buckets.executions, { allow_direct: true });
-    return new RegistryReader(kv, await jetstreamManager(nc, { checkAPI: false }), log);
+    return new RegistryReader(kv, await jetstreamManager(nc, { checkAPI: false }), log, defaultRequestTimeoutMs(nc));
   }
 
   /**
@@ -84,12 +86,12 @@ export class RegistryReader {
   }
 
   /**
-   * Runs a read within the deadline of the request being served (DEFAULT_REQUEST_TIMEOUT_MS
-   * outside one). Past it the read fails whole, never with part of the list: a caller that got
-   * fewer executions than there are would stop fewer agents (issue 11).
+   * Runs a read within the deadline of the request being served (the connection's default,
+   * REQUEST_TIMEOUT_MS, outside one). Past it the read fails whole, never with part of the list: a caller that got
+   * fewer executions than there are would stop fewer agents (R-2.1, docs/requirements.md).
    */
   private async within<T>(what: string, read: () => Promise<T>): Promise<T> {
-    const budget = Math.floor(remainingMs() ?? DEFAULT_REQUEST_TIMEOUT_MS);
+    const budget = Math.floor(remainingMs() ?? this.defaultBudgetMs);
     if (budget <= 0) throw unavailable(`${what} not started: the caller's deadline has passed`);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {

@@ -44,8 +44,17 @@ export interface Registration<E extends Endpoint = Endpoint> {
 export const on = <E extends Endpoint>(endpoint: E, handler: Handler<E>, queue?: string): Registration<E> =>
   queue === undefined ? { endpoint, handler } : { endpoint, handler, queue };
 
-/** A request without a deadline from its caller waits this long for its reply. */
+/**
+ * A request without a deadline of its own (sent outside a handler, without `timeoutMs`) waits this
+ * long for its reply, unless its connection was made with another (REQUEST_TIMEOUT_MS: every service
+ * passes it to connectNats, so it is the default deadline of every request the service starts).
+ */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
+
+/** The default deadline of requests sent on `nc` (REQUEST_TIMEOUT_MS for a service's connection). */
+export function defaultRequestTimeoutMs(nc: NatsConnection): number {
+  return linkOf(nc)?.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+}
 
 /** The most a handler keeps back of its caller's deadline for its reply (see replyReserveMs). */
 const REPLY_RESERVE_MAX_MS = 250;
@@ -234,7 +243,7 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
       }
       // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
       // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
-      if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : DEFAULT_REQUEST_TIMEOUT_MS);
+      if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : (link.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS));
       // No headers: nothing reads them (the caller knows its request id), and building them cost every reply CPU.
       msg.respond(enc.encode(JSON.stringify(reply)));
     }),
@@ -274,7 +283,8 @@ export interface RequestOptions {
   /**
    * How long to wait for the reply. Inside a handler it is capped by what the handler may still wait
    * (`remainingMs()`: the incoming request's deadline less the reply's reserve), and defaults to all
-   * of it; elsewhere it defaults to DEFAULT_REQUEST_TIMEOUT_MS.
+   * of it; elsewhere it defaults to the connection's (REQUEST_TIMEOUT_MS in a service,
+   * `defaultRequestTimeoutMs`).
    */
   timeoutMs?: number;
   /** Default: the request id of the request being handled (while its handler runs), if any. */
@@ -307,7 +317,7 @@ export async function request<E extends Endpoint>(
   // Only while the handler runs: a timer it started must not carry its deadline or request id for ever.
   const outer = store?.active ? store : undefined;
   const left = outer?.waitsEndBy !== undefined ? outer.waitsEndBy - performance.now() : undefined;
-  const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? DEFAULT_REQUEST_TIMEOUT_MS, left ?? Number.POSITIVE_INFINITY));
+  const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? defaultRequestTimeoutMs(nc), left ?? Number.POSITIVE_INFINITY));
   if (timeout <= 0) throw unavailable(`${endpoint.name} not sent: the caller's deadline has passed`);
   const requestId = opts.requestId ?? outer?.requestId;
   return inSpan(`send ${endpoint.subject}`, { kind: SpanKind.CLIENT, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name } }, async () => {

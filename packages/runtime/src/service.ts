@@ -69,7 +69,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
   initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
-  const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS });
+  const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS, requestTimeoutMs: env.REQUEST_TIMEOUT_MS });
   if (def.publishesEvents !== false) await ensureEventStream(nc, { replicas: env.KANDEV_JS_REPLICAS, log });
   let sql: Sql | undefined;
   if (def.schema) {

@@ -27,7 +27,7 @@ export interface TracingOptions {
  * One tracer provider per process. W3C trace context is always registered, so ids cross NATS and
  * HTTP hops, and reach the log lines, even when nothing exports. With nowhere to export, spans are
  * not recorded at all (PropagatingTracerProvider): a recorded span that is dropped at its end cost
- * the hot paths CPU for nothing (docs/fast-paths.md, "Eleventh round").
+ * the hot paths CPU for nothing (docs/history/fast-paths-rounds.md, "Eleventh round").
  */
 export function initTracing(opts: TracingOptions): NodeTracerProvider | PropagatingTracerProvider {
   if (provider) return provider;

@@ -9,7 +9,7 @@ import { connectDb, type Sql } from '../src/index.js';
  * PostgreSQL dropping a connection under its holder (a failover, a restart, an idle-session kill):
  * the holder's queries fail with CONNECTION_CLOSED, the process lives on and the pool serves the
  * next query on a fresh connection. postgres.js 3.4.9 crashed the process or hung the pool here;
- * scripts/patch-postgres.mjs mends it (ADR 0013). Each pool has one connection, so the one that was
+ * patches/postgres+3.4.9.patch mends it (ADR 0030). Each pool has one connection, so the one that was
  * lost is the one that must come back. Vitest fails the run on any uncaught exception.
  */
 

@@ -1,6 +1,6 @@
 // A record of the control requests a fault test sends and what each caller was told, so the
 // invariant checker can hold the system to its answers ("no accepted request is lost without an
-// error to its caller", issue 11).
+// error to its caller", docs/operations.md).
 import { randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';

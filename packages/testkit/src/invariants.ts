@@ -1,4 +1,4 @@
-// The system's safety invariants, checked from the outside against a running stack (issue 11). Fault
+// The system's safety invariants, checked from the outside against a running stack (docs/operations.md). Fault
 // tests inject a fault, let the system recover, and then require `assertInvariants` to pass within
 // the documented bounds (docs/operations.md "Fault tests").
 import { connectNats } from '@kandev/runtime';

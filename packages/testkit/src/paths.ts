@@ -4,7 +4,7 @@ import { join } from 'node:path';
 /** Repository root, from this package's compiled location (packages/testkit/dist). */
 export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 
-/** Each service that owns a schema, with its migrations (DESIGN.md "Ownership"). */
+/** Each service that owns a schema, with its migrations (docs/architecture.md, "Data"). */
 export const SERVICE_SCHEMAS: ReadonlyArray<{ schema: string; migrationsDir: string }> = [
   { schema: 'orchestrator', migrationsDir: join(repoRoot, 'services/orchestrator/migrations') },
   { schema: 'holds', migrationsDir: join(repoRoot, 'services/holds/migrations') },

@@ -46,7 +46,7 @@ export interface Stack {
 
 /**
  * The whole system as processes, the way `npm start` runs it, on a nats-server and database of
- * this test's own. Tests then drive it only through the public surfaces (INTERFACES.md).
+ * this test's own. Tests then drive it only through the public surfaces (HTTP, /ws, MCP).
  */
 export interface StackOptions {
   env?: NodeJS.ProcessEnv;

@@ -15,7 +15,7 @@ export interface HostileToken {
 }
 
 /**
- * The token table of issue 10: every way a bearer token can be wrong. `valid` is the claim set a
+ * The token table: every way a bearer token can be wrong. `valid` is the claim set a
  * correct token of this audience carries (with `aud`, `iss`, `exp`); each case breaks one thing.
  * Every case must be refused (401) and answer nothing about the target.
  */

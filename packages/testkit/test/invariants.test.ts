@@ -1,4 +1,4 @@
-// The invariant checker's three state invariants (issue 11) can fail: each test writes a violating
+// The invariant checker's three state invariants can fail: each test writes a violating
 // state straight into a real database (or event stream) and expects the checker to name it, next
 // to the same state made right, which it must accept.
 import { randomUUID } from 'node:crypto';

@@ -1,4 +1,4 @@
-// `npm start` supervision (issue 11): a service killed with -9 is restarted and the stack serves
+// `npm start` supervision: a service killed with -9 is restarted and the stack serves
 // again; a crash loop stops everything; every way of stopping npm start (SIGTERM to npm's own pid,
 // SIGINT to its process group, SIGTERM to the launcher) leaves nothing running.
 import { spawn, type ChildProcess } from 'node:child_process';

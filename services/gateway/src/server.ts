@@ -29,11 +29,11 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     // Logging goes through the service's pino logger (request-context), one JSON line per request.
     logger: false,
     requestIdHeader: false,
-    // Fastify's own 503-on-close body is not the SPEC shape; request-context sheds load instead.
+    // Fastify's own 503-on-close body is not the error shape; request-context sheds load instead.
     return503OnClosing: false,
     bodyLimit: BODY_LIMIT_BYTES,
     http: { maxHeaderSize: MAX_HEADER_BYTES },
-    // Oversized headers and unparsable requests never reach a route: answer them in the SPEC shape too.
+    // Oversized headers and unparsable requests never reach a route: answer them in the error shape too.
     clientErrorHandler: (err, socket) => {
       if ((err as { code?: string }).code === 'ECONNRESET' || socket.destroyed) return;
       if (socket.writable) socket.end(clientErrorResponse(err as { code?: unknown }));

@@ -9,7 +9,7 @@ import { buildGatewayServer } from './server.js';
 // `../dist/console` resolves to the same directory from dist/service.js and from src/service.ts (tests).
 const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../dist/console', import.meta.url));
 
-/** The operator edge: HTTP API, /ws and the console's static files (SPEC R-3.1, R-7.1, R-7.3). */
+/** The operator edge: HTTP API, /ws and the console's static files (R-3.1, R-7.1, R-7.3). */
 export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
   name: 'gateway',
   env: GatewayEnv,

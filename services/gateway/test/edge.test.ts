@@ -9,7 +9,7 @@ import { fixtures, operatorToken, startGateway, WsTestClient } from './helpers.j
 
 /**
  * Issue 10 at the gateway: oversized bodies and headers, and text no database can store, are
- * refused at the edge in the SPEC shape; nothing reaches the orchestrator.
+ * refused at the edge in the error shape; nothing reaches the orchestrator.
  */
 const WS1 = randomUUID();
 const TASK = randomUUID();

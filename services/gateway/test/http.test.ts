@@ -51,7 +51,9 @@ beforeAll(async () => {
     fake(Orch.taskCreate, (req) => ({ ...taskOf(req), title: req.title })),
     fake(Orch.taskGet, (req) => ({ ...taskOf(req), sessions: [sessionOf({ task_id: req.task_id })] })),
     fake(Orch.taskUpdate, (req) => ({ ...taskOf(req), ...(req.title ? { title: req.title } : {}), ...(req.status ? { status: req.status } : {}) })),
-    fake(Orch.sessionStart, (req) => sessionOf({ task_id: req.task_id })),
+    fake(Orch.sessionStart, (req) => ({ ...sessionOf({ task_id: req.task_id }), ...(req.idempotency_key === 'seen' ? { replayed: true } : {}) })),
+    fake(Orch.taskQueueDelete, (req) => fixtures.queued(req.message_id, req.task_id)),
+    fake(Orch.taskQueueResume, (req) => ({ task_id: req.task_id, resumed: true, delivered_message_id: null, size: 0 })),
     fake(Orch.sessionGet, (req) => ({ ...sessionOf(req), execution: null, turns: [] })),
     fake(Orch.sessionPrompt, () => ({ turn_id: TURN })),
     fake(Orch.agentCancel, (req) => ({ success: true, session_id: req.session_id })),
@@ -223,6 +225,33 @@ describe('routes', () => {
     c.reply(await res.json());
     expect(calls.map((x) => x.endpoint)).toEqual([c.endpoint]);
     expect(calls[0]!.req).toEqual({ ...c.sent, actor: { type: 'operator', id: 'alice', workspaces: [WS1] } });
+  });
+
+  it('Idempotency-Key becomes idempotency_key; a replayed start is 200, a fresh one 201', async () => {
+    const fresh = await api(`/tasks/${TASK}/sessions`, { method: 'POST', body: '{}', headers: { 'idempotency-key': 'new' } });
+    expect(fresh.status).toBe(201);
+    const replay = await api(`/tasks/${TASK}/sessions`, { method: 'POST', body: '{}', headers: { 'idempotency-key': 'seen' } });
+    expect(replay.status).toBe(200);
+    expect(await replay.json()).toMatchObject({ replayed: true });
+    expect(calls.map((c) => c.req.idempotency_key)).toEqual(['new', 'seen']);
+    await api(`/sessions/${SESSION}/prompt`, { method: 'POST', body: '{"prompt":"x"}', headers: { 'idempotency-key': 'p' } });
+    expect(calls.at(-1)!.req).toMatchObject({ session_id: SESSION, prompt: 'x', idempotency_key: 'p' });
+    // A body naming another key than the header: VALIDATION_ERROR, nothing sent.
+    calls.length = 0;
+    const both = await api('/tasks', { method: 'POST', body: JSON.stringify({ workspace_id: WS1, title: 't', idempotency_key: 'a' }), headers: { 'idempotency-key': 'b' } });
+    expect(both.status).toBe(400);
+    expect(calls).toHaveLength(0);
+  });
+
+  it('DELETE /tasks/:id/queue/:message_id and POST /tasks/:id/queue/resume', async () => {
+    const msg = randomUUID();
+    const del = await api(`/tasks/${TASK}/queue/${msg}`, { method: 'DELETE' });
+    expect(del.status).toBe(200);
+    expect(calls.at(-1)).toMatchObject({ endpoint: 'orch.task.queue.delete', req: { task_id: TASK, message_id: msg } });
+    expect((await api(`/tasks/${TASK}/queue/not-a-uuid`, { method: 'DELETE' })).status).toBe(400);
+    const resume = await api(`/tasks/${TASK}/queue/resume`, { method: 'POST' });
+    expect(resume.status).toBe(200);
+    expect(await resume.json()).toEqual({ task_id: TASK, resumed: true, delivered_message_id: null, size: 0 });
   });
 
   it('treats an empty body with a JSON content type as no body', async () => {

@@ -17,10 +17,15 @@ export const LifecycleEnv = BaseEnv.extend({
   REGISTRY_TTL_MS: z.coerce.number().int().min(300).default(15_000),
   /** Upper bound on agentctl reaching `ready` (agent spawned, protocol handshake done). */
   LAUNCH_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
-  /** Agents this instance starts at the same time; more wait in its launch queue (issue 11). */
+  /** Agents this instance starts at the same time; more wait in its launch queue. */
   LAUNCH_CONCURRENCY: z.coerce.number().int().positive().default(Math.max(2, availableParallelism() * 2)),
   /** How long a launch may wait in the queue to start; one predicted to wait longer is refused at once (503, Retry-After). */
   LAUNCH_QUEUE_WAIT_MS: z.coerce.number().int().nonnegative().default(5_000),
+  /**
+   * How long a place reserved by `life.exec.reserve` (the orchestrator's admission check before it
+   * writes a session, ADR 0026) waits for its launch; then it is dropped.
+   */
+  LAUNCH_RESERVATION_TTL_MS: z.coerce.number().int().positive().default(5_000),
   MCP_PORT: z.coerce.number().int().min(0).max(65535).default(8090),
   /** MCP endpoint handed to agents; unset = the local mcp service on MCP_PORT (see mcpPublicUrl). */
   MCP_PUBLIC_URL: z.url().optional(),

@@ -1,5 +1,5 @@
 import { overloaded } from '@kandev/contracts';
-import { admitLaunch, nextTypicalLaunchMs, type GateLimits } from './domain/admission.js';
+import { admitLaunch, admitReservedLaunch, nextTypicalLaunchMs, type GateLimits } from './domain/admission.js';
 
 interface Waiter {
   resolve(release: () => void): void;
@@ -12,20 +12,50 @@ export class LaunchGate {
   private running = 0;
   private readonly waiters: Waiter[] = [];
   private typicalLaunchMs = 2_000;
+  /** Reservations (ADR 0026) whose launch has not arrived, each dropped after its TTL. */
+  private readonly reservations = new Map<string, NodeJS.Timeout>();
 
-  constructor(private readonly limits: GateLimits) {}
+  constructor(
+    private readonly limits: GateLimits,
+    private readonly reservationTtlMs = 5_000,
+  ) {}
 
   get state() {
-    return { running: this.running, waiting: this.waiters.length, typicalLaunchMs: this.typicalLaunchMs };
+    return { running: this.running, waiting: this.waiters.length, typicalLaunchMs: this.typicalLaunchMs, reserved: this.reservations.size };
+  }
+
+  private refusal(retryAfterMs: number) {
+    return overloaded(`lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting, ${this.reservations.size} reserved`, retryAfterMs / 1000, {
+      running: this.running,
+      waiting: this.waiters.length,
+      reserved: this.reservations.size,
+    });
+  }
+
+  /**
+   * ADR 0026: the admission decision asked before the caller writes anything. Throws the refusal
+   * (UNAVAILABLE, retry_after_s) at once when the queue predicts too long a wait; otherwise holds a
+   * place for `executionId` until its launch arrives or the TTL passes. Idempotent per execution.
+   */
+  reserve(executionId: string): void {
+    if (this.reservations.has(executionId)) return;
+    const d = admitLaunch(this.state, this.limits);
+    if (d.kind === 'refuse') throw this.refusal(d.retryAfterMs);
+    const timer = setTimeout(() => this.reservations.delete(executionId), this.reservationTtlMs);
+    timer.unref();
+    this.reservations.set(executionId, timer);
   }
 
   /** Resolves with a release function once the launch may start; throws UNAVAILABLE (retry-after) when it may not. */
-  acquire(): Promise<() => void> {
-    const d = admitLaunch(this.state, this.limits);
-    if (d.kind === 'start') return Promise.resolve(this.slot());
-    if (d.kind === 'refuse') {
-      return Promise.reject(overloaded(`lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting`, d.retryAfterMs / 1000, { running: this.running, waiting: this.waiters.length }));
+  acquire(executionId?: string): Promise<() => void> {
+    const reservation = executionId === undefined ? undefined : this.reservations.get(executionId);
+    if (reservation) {
+      clearTimeout(reservation);
+      this.reservations.delete(executionId!);
     }
+    const d = reservation ? admitReservedLaunch(this.state, this.limits) : admitLaunch(this.state, this.limits);
+    if (d.kind === 'start') return Promise.resolve(this.slot());
+    if (d.kind === 'refuse') return Promise.reject(this.refusal(d.retryAfterMs));
     return new Promise((resolve, reject) => {
       const w: Waiter = {
         resolve,

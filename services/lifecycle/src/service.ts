@@ -13,7 +13,7 @@ import { AgentIsolation } from './isolation/agent-isolation.js';
 import { ExecutionSupervisor } from './supervisor.js';
 
 /**
- * Execution registry, launch, cancel and teardown (SPEC R-3, R-6, B-1, B-2, B-4). The only
+ * Execution registry, launch, cancel and teardown (R-3, R-6, B-1, B-2, B-4). The only
  * component that signals agent processes.
  */
 export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {

@@ -1,4 +1,4 @@
-import { conflict, notFound, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
+import { conflict, notFound, unavailable, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
@@ -24,7 +24,7 @@ export class ExecutionSupervisor {
   private shuttingDown = false;
 
   constructor(private readonly deps: LifecycleDeps) {
-    this.gate = new LaunchGate({ concurrency: deps.env.LAUNCH_CONCURRENCY, maxWaitMs: deps.env.LAUNCH_QUEUE_WAIT_MS });
+    this.gate = new LaunchGate({ concurrency: deps.env.LAUNCH_CONCURRENCY, maxWaitMs: deps.env.LAUNCH_QUEUE_WAIT_MS }, deps.env.LAUNCH_RESERVATION_TTL_MS);
     this.teardowns = new TeardownExecutor({
       journal: deps.journal,
       stateFile: deps.stateFile,
@@ -44,6 +44,13 @@ export class ExecutionSupervisor {
 
   registeredRecordsOfTask(taskId: string): Execution[] {
     return [...this.live.values()].filter((x) => x.isRegistered && x.record.task_id === taskId).map((x) => x.record);
+  }
+
+  /** ADR 0026: admission before the caller's writes; throws the refusal, else holds a place for the launch. */
+  reserveLaunch(executionId: string): { reserved: true; instance_id: string } {
+    if (this.ctx.shuttingDown()) throw unavailable('lifecycle instance is shutting down');
+    this.gate.reserve(executionId);
+    return { reserved: true, instance_id: this.ctx.deps.instanceId };
   }
 
   launch(req: LaunchRequest): Promise<Execution> {

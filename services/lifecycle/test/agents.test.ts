@@ -5,7 +5,7 @@ import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { natsClient, startLifecycle, tmpStateDir } from './helpers.js';
 
-/** life.agent.list: what the orchestrator checks a session start against before writing anything (issue 10). */
+/** life.agent.list: what the orchestrator checks a session start against before writing anything. */
 let nats: TestNats;
 let nc: NatsConnection;
 let life: RunningService;

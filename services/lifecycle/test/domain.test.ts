@@ -77,7 +77,7 @@ describe('teardown rules (R-6.3, B-4)', () => {
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlHow: 'killed' })).toBe('killed');
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlHow: 'graceful' })).toBe('graceful');
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: false })).toBe('graceful');
-    // A dead agentctl is the execution dying, never a graceful stop, whatever the cleanup did (issue 11).
+    // A dead agentctl is the execution dying, never a graceful stop, whatever the cleanup did.
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlDied: { code: null, signal: 'SIGKILL' } })).toBe('killed');
     expect(stopHow({ exitedOnItsOwn: true, killedByUs: false, agentctlDied: { code: null, signal: 'SIGKILL' } })).toBe('killed');
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: false, agentctlDied: { code: 1, signal: null } })).toBe('exited');

@@ -1,4 +1,4 @@
-// Lifecycle's events are not lost (issue 11, ADR 0008): while JetStream refuses them they are kept
+// Lifecycle's events are not lost (ADR 0008): while JetStream refuses them they are kept
 // in the instance's journal and published, in order, once it accepts them again, even across a
 // kill -9 of the lifecycle process. The fault is real: the event stream is deleted (every publish
 // fails) and recreated later.

@@ -121,7 +121,7 @@ export const promptAt = (nc: NatsConnection, instance: string, req: RequestOf<ty
 export const cancelAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.cancel>): Promise<ResultOf<typeof Life.cancel>> =>
   request(nc, Life.cancel.at(instance), req, { timeoutMs: 15_000 });
 export const stopAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stop>) => request(nc, Life.stop.at(instance), req, { timeoutMs: 10_000 });
-// Registry reads are one KV round trip; the 15 s bound is headroom for a busy 2-core machine (issue 11:
+// Registry reads are one KV round trip; the 15 s bound is headroom for a busy 2-core machine (
 // the 5 s default timed out under a full `npm test`), not an expectation.
 export const getExecution = (nc: NatsConnection, executionId: string) => request(nc, Life.get, { execution_id: executionId }, { timeoutMs: 15_000 });
 export const listExecutions = (nc: NatsConnection, taskId: string) => request(nc, Life.list, { task_id: taskId }, { timeoutMs: 15_000 });

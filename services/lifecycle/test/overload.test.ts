@@ -1,11 +1,12 @@
-// Overload (issue 11): one instance starts at most LAUNCH_CONCURRENCY agents at a time; the rest
+// Overload: one instance starts at most LAUNCH_CONCURRENCY agents at a time; the rest
 // wait a bounded time in its queue or are refused at once with UNAVAILABLE and a retry-after hint.
 // Every request is answered well within its caller's timeout, by a start or a refusal.
 import { isKandevError, type Execution } from '@kandev/contracts';
 import { startNats, type TestNats } from '@kandev/testkit';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { admitLaunch, nextTypicalLaunchMs } from '../src/domain/admission.js';
+import { admitLaunch, admitReservedLaunch, nextTypicalLaunchMs } from '../src/domain/admission.js';
+import { LaunchGate } from '../src/launch-gate.js';
 import { FakeOrchestrator, launch, launchRequest, natsClient, processGone, startLifecycle, tmpStateDir } from './helpers.js';
 
 describe('launch admission (pure)', () => {
@@ -19,6 +20,34 @@ describe('launch admission (pure)', () => {
     // Nobody jumps the queue: a free slot with waiters means wait.
     expect(admitLaunch({ running: 1, waiting: 1, typicalLaunchMs: 1_000 }, limits).kind).toBe('wait');
     expect(nextTypicalLaunchMs(1_000, 2_000)).toBe(1_300);
+  });
+
+  it('counts reservations (ADR 0026): they take free slots first and queue like waiters', () => {
+    // One free slot, one reservation coming for it: a new launch waits behind it.
+    expect(admitLaunch({ running: 1, waiting: 0, reserved: 1, typicalLaunchMs: 1_000 }, limits).kind).toBe('wait');
+    expect(admitLaunch({ running: 0, waiting: 0, reserved: 1, typicalLaunchMs: 1_000 }, limits).kind).toBe('start');
+    // Full, 9 reserved beyond the slots = 9 ahead: fits; 10 ahead: refused, as with waiters.
+    expect(admitLaunch({ running: 2, waiting: 0, reserved: 9, typicalLaunchMs: 1_000 }, limits).kind).toBe('wait');
+    expect(admitLaunch({ running: 2, waiting: 4, reserved: 6, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'refuse', retryAfterMs: 6_000 });
+    // A launch arriving with its reservation is never refused at once.
+    expect(admitReservedLaunch({ running: 2, waiting: 50, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'wait' });
+    expect(admitReservedLaunch({ running: 1, waiting: 0, typicalLaunchMs: 1_000 }, limits)).toEqual({ kind: 'start' });
+  });
+
+  it('LaunchGate.reserve refuses at once when the queue is predicted too long, and a reserved launch takes its place', async () => {
+    const gate = new LaunchGate({ concurrency: 1, maxWaitMs: 2_500 }, 60_000);
+    gate.reserve('a'); // start
+    gate.reserve('b'); // 1 wave ahead: 2 s ≤ 2.5 s
+    expect(() => gate.reserve('c')).toThrow(expect.objectContaining({ code: 'UNAVAILABLE', details: expect.objectContaining({ retry_after_s: 4 }) }));
+    gate.reserve('a'); // idempotent
+    expect(gate.state).toMatchObject({ running: 0, waiting: 0, reserved: 2 });
+    const release = await gate.acquire('a');
+    expect(gate.state).toMatchObject({ running: 1, reserved: 1 });
+    const b = gate.acquire('b');
+    expect(gate.state).toMatchObject({ running: 1, waiting: 1, reserved: 0 });
+    release();
+    (await b)();
+    expect(gate.state).toMatchObject({ running: 0, waiting: 0, reserved: 0 });
   });
 });
 

@@ -1,4 +1,4 @@
-// Registry listings under churn (issue 11). A `kv.keys()` listing is an ordered push consumer that
+// Registry listings under churn. A `kv.keys()` listing is an ordered push consumer that
 // ends when a delivered key says "0 pending" or after an idle heartbeat, which @nats-io/jetstream
 // sets to 30 s for ordered consumers. On nats-server 2.9.10, an entry removed after the consumer
 // counted it and before it was delivered breaks that: the listing waited 30 s (or as long as other

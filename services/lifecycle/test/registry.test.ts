@@ -1,4 +1,4 @@
-// registry.readAll (issue 11): a key that is listed but cannot be read fails the whole list with
+// registry.readAll: a key that is listed but cannot be read fails the whole list with
 // INTERNAL_ERROR. Swallowing it answered [] — a task stop then missed the agent or said NOT_FOUND.
 // The fault is real: a nats-server whose `blind` user may list the bucket's keys but not read values.
 import { Buckets, Life } from '@kandev/contracts';

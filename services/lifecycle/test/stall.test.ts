@@ -1,4 +1,4 @@
-// A lifecycle instance stalled (SIGSTOP) for longer than the registry TTL (issue 11): its entries
+// A lifecycle instance stalled (SIGSTOP) for longer than the registry TTL: its entries
 // lapse and the orchestrator may give its executions up meanwhile. On SIGCONT each execution is
 // re-registered at once and put to the launch fence again: the ones still wanted stay, the ones
 // given up are stopped. No agent runs unregistered for longer than one refresh period (TTL/3) after

@@ -137,7 +137,7 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     const exec = await launch(nc, launchRequest());
     process.kill(exec.agentctl_pid!, 'SIGKILL');
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
-    // It died: reported as killed, not as a graceful stop (issue 11).
+    // It died: reported as killed, not as a graceful stop.
     expect(stopped.data).toMatchObject({ reason: 'agentctl_exited', pid: exec.pid, how: 'killed' });
     expect(processGone(exec.pid!)).toBe(true);
     await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);

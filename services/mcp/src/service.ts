@@ -3,7 +3,7 @@ import { McpEnv } from './env.js';
 import { startMcpHttp } from './http.js';
 
 /**
- * The MCP server agents talk to (SPEC R-1, INTERFACES "MCP"). It owns no data: it verifies the
+ * The MCP server agents talk to (R-1). It owns no data: it verifies the
  * agent's token, picks the tool set of the token's mode, and turns each tool call into a typed
  * NATS request to the orchestrator with the calling task taken from the token.
  */

@@ -9,7 +9,7 @@ import { bumpFenceOfChild, reviewAfterStop, tasksByIds } from '../src/store/task
 import { completeOpenTurnsOfSessions } from '../src/store/turns.js';
 
 /**
- * A measurement, not a test (`npm run flights -w @kandev/orchestrator`; docs/fast-paths.md,
+ * A measurement, not a test (`npm run flights -w @kandev/orchestrator`; docs/history/fast-paths-rounds.md,
  * "Statements"): the PostgreSQL flights of a child stop, issued by the store functions the stop
  * uses, against the design floor's two flights (BEGIN + a row lock; a write + COMMIT) and against
  * the first flight as it was before (five statements), on the harness's own database and

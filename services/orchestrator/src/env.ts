@@ -19,10 +19,17 @@ export const OrchestratorEnv = BaseEnv.extend({
   /**
    * A task IN_PROGRESS with no active session for this long (a launch that failed or was lost, a
    * restart) is moved to REVIEW by the reconciler, so it never looks busy with nothing running.
+   * Never a member of an active hold, nor a task a restore left IN_PROGRESS (ADR 0025).
    */
   STALLED_TASK_AFTER_MS: z.coerce.number().int().positive().default(60_000),
   /** How long a known agent name is trusted without asking lifecycle again. */
   AGENT_CATALOGUE_TTL_MS: z.coerce.number().int().nonnegative().default(10_000),
+  /**
+   * How long an idempotency key (Idempotency-Key of POST /tasks, /tasks/:id/sessions,
+   * /sessions/:id/prompt; idempotency_key of the MCP tools) is kept: a retry within this answers the
+   * first result. The reconciler purges older keys (docs/operations.md).
+   */
+  IDEMPOTENCY_KEEP_MS: z.coerce.number().int().positive().default(24 * 3_600_000),
   /** An idempotency key whose first request never finished (a crash) may be taken over after this long. */
   IDEMPOTENCY_STALE_MS: z.coerce.number().int().positive().default(300_000),
   /**

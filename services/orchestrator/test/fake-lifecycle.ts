@@ -24,6 +24,11 @@ export class FakeLifecycle {
   private kv: KV | null = null;
   /** The catalogue this fake can launch; a launch of anything else fails like the real one. */
   readonly agents = new Set(['scripted-acp', 'scripted-codex']);
+  /** Execution ids of every launch request, and of every reservation (ADR 0026). */
+  readonly launches: string[] = [];
+  readonly reservations: string[] = [];
+  /** Refuse every reservation with this error (an overloaded lifecycle's admission, ADR 0026). */
+  reserveFails: KandevError | null = null;
   /** Make the next launches fail (as an overloaded or crashing lifecycle would). */
   launchFails: KandevError | null = null;
   /** `hang`: the owner took the request and never answers (it died mid-request) until `releaseHung()`. */
@@ -50,7 +55,15 @@ export class FakeLifecycle {
     this.kv = await new Kvm(this.nc).create(Buckets.executions, { history: 1 });
     const log = createLogger('fake-lifecycle', 'silent');
     await serveEndpoints(this.nc, { service: 'lifecycle', instanceId: this.instanceId, queue: 'lifecycle', log }, [
-      on(Life.launch, async (req) => this.launch(req)),
+      on(Life.launch, async (req) => {
+        this.launches.push(req.execution_id);
+        return this.launch(req);
+      }),
+      on(Life.reserveLaunch, async (req) => {
+        if (this.reserveFails) throw this.reserveFails;
+        this.reservations.push(req.execution_id);
+        return { reserved: true as const, instance_id: this.instanceId };
+      }),
       on(Life.agents, async () => ({ agents: [...this.agents].sort() })),
       on(Life.list, async (req) => {
         await this.stall();

@@ -69,7 +69,7 @@ it('refuses a launch whose session was stopped by an operator task stop meanwhil
 it('refuses on the epoch alone: the fence moved while the session is still active', async () => {
   // The state between a stop's two steps: it has bumped the task's fence (its own commit) but not
   // yet cancelled the session. Only the epoch comparison can refuse the launch here; the session
-  // check alone would admit it (issue 11: the tests above pass without the epoch check).
+  // check alone would admit it (the tests above pass without the epoch check).
   const ws = await h.workspace();
   const task = await h.task(ws.id, 'window');
   const { release, isRegistered } = parkNextLaunch();

@@ -14,7 +14,7 @@ export interface ServiceProcess {
  * V8 CPU profiles of the services named in KANDEV_CPU_PROF (comma-separated, or `all`), written on
  * exit to KANDEV_CPU_PROF_DIR/<service>/ (default ./cpu-profiles), sampled every
  * KANDEV_CPU_PROF_INTERVAL_US (V8's default, 1000, is too coarse for one 10 ms call). Node refuses
- * --cpu-prof in NODE_OPTIONS, so it is passed here; docs/fast-paths.md reads one taken during the bench.
+ * --cpu-prof in NODE_OPTIONS, so it is passed here; docs/history/fast-paths-rounds.md reads one taken during the bench.
  */
 export function profilingArgs(name: string, env: NodeJS.ProcessEnv = process.env): string[] {
   const wanted = (env.KANDEV_CPU_PROF ?? '').split(',').map((s) => s.trim());

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/* The prompt grammar both scripted agents understand (INTERFACES.md, "Scripted agents"). */
+/* The prompt grammar both scripted agents understand (docs/agents.md, "The scripted agents"). */
 
 export const UsageStep = z.object({
   usage: z.object({

@@ -1,4 +1,4 @@
-// "Every control action has its audit row" (issue 11, B-3), checked from the state the actions
+// "Every control action has its audit row" (B-3, docs/requirements.md), checked from the state the actions
 // leave: each is audited in its own transaction, so state and row are there together or not at all.
 import type postgres from 'postgres';
 import { at, type Violation } from './types.js';

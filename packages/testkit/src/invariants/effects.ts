@@ -1,4 +1,4 @@
-// "No event effect is applied twice" (issue 11), checked on what the effects leave behind: the
+// "No event effect is applied twice" (B-5), checked on what the effects leave behind: the
 // database (one snapshot) and the event stream every consumer reads.
 import { Streams, TERMINAL_SESSION_STATES, type EventEnvelope, type EventType } from '@kandev/contracts';
 import type { NatsConnection } from '@kandev/runtime';

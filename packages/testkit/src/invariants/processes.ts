@@ -1,4 +1,4 @@
-// Nothing runs that should not, and nothing says it runs when it does not (issue 11): agent
+// Nothing runs that should not, and nothing says it runs when it does not (B-4): agent
 // processes, sessions and tasks against the registry, each tolerated for its recovery bound.
 import { ACTIVE_SESSION_STATES, isLiveExecution, Life, type Execution } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';

@@ -1,4 +1,4 @@
-// "No accepted request is lost without an error to its caller" (issue 11): every control request a
+// "No accepted request is lost without an error to its caller": every control request a
 // test recorded (control-requests.ts) and was answered with success has its effect in the database;
 // a request that was never answered is lost by definition.
 import type postgres from 'postgres';

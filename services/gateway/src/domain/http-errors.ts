@@ -43,7 +43,7 @@ interface FrameworkError {
 }
 
 /**
- * Any failure on the HTTP surface → SPEC §5 status and body. KandevErrors (ours, or a service's
+ * Any failure on the HTTP surface → the status and body of its error code. KandevErrors (ours, or a service's
  * answer carried back by `request`) keep their code; Fastify's own errors are folded into the
  * closed set, so no response ever has Fastify's default `{statusCode, error, message}` shape.
  */
@@ -82,7 +82,7 @@ export function drainsRefusedBody(err: unknown, contentLength: string | undefine
 
 /**
  * A raw HTTP response for a request Node's parser refused before Fastify saw it (oversized
- * headers, malformed request line): the SPEC body instead of Fastify's own, and the connection is
+ * headers, malformed request line): the error body instead of Fastify's own, and the connection is
  * closed since the rest of the stream cannot be trusted.
  */
 export function clientErrorResponse(err: { code?: unknown }): string {

@@ -5,13 +5,13 @@ import { z } from 'zod';
 import { inRequestContext, operatorOf } from '../http/request-context.js';
 
 /**
- * One HTTP route of INTERFACES.md ↔ one contracts endpoint. The gateway adds nothing but identity:
+ * One public HTTP route ↔ one contracts endpoint. The gateway adds nothing but identity:
  * the JSON body, the path id and the verified operator become the endpoint's request, which
  * `request` validates against the contract before it leaves (so a bad body is VALIDATION_ERROR with
  * the contract's issues), and the endpoint's result is the response body.
  */
 interface ApiRoute {
-  method: 'GET' | 'POST' | 'PATCH';
+  method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
   url: string;
   endpoint: Endpoint;
   /** Response status; a function when the result decides it (a duplicate cost event is 200, a new one 201). */
@@ -20,20 +20,32 @@ interface ApiRoute {
   idField: 'task_id' | 'session_id' | 'wakeup_id' | 'bundle_id' | null;
   /** Whether the route forwards a JSON body (absent body = `{}`). */
   body: boolean;
+  /** Path parameters besides `:id` (each a UUID): parameter name → request field. */
+  params?: Record<string, string>;
+  /**
+   * The `Idempotency-Key` header becomes the request's `idempotency_key` (B-5, B-7): a retry with
+   * the same key answers the first result and acts once. A body naming another key is VALIDATION_ERROR.
+   */
+  idempotencyHeader?: true;
 }
+
+/** A replayed answer (`replayed: true`) is 200; a new one the route's own status. */
+const createdUnlessReplayed = (fresh: 201 | 202) => (r: unknown) => ((r as { replayed?: boolean }).replayed ? 200 : fresh);
 
 export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'POST', url: '/workspaces', endpoint: Orch.workspaceCreate, status: 201, idField: null, body: true },
-  { method: 'POST', url: '/tasks', endpoint: Orch.taskCreate, status: 201, idField: null, body: true },
+  { method: 'POST', url: '/tasks', endpoint: Orch.taskCreate, status: 201, idField: null, body: true, idempotencyHeader: true },
   { method: 'GET', url: '/tasks/:id', endpoint: Orch.taskGet, status: 200, idField: 'task_id', body: false },
   { method: 'PATCH', url: '/tasks/:id', endpoint: Orch.taskUpdate, status: 200, idField: 'task_id', body: true },
-  { method: 'POST', url: '/tasks/:id/sessions', endpoint: Orch.sessionStart, status: 201, idField: 'task_id', body: true },
+  { method: 'POST', url: '/tasks/:id/sessions', endpoint: Orch.sessionStart, status: createdUnlessReplayed(201), idField: 'task_id', body: true, idempotencyHeader: true },
   { method: 'POST', url: '/tasks/:id/stop', endpoint: Orch.taskStop, status: 200, idField: 'task_id', body: true },
   { method: 'GET', url: '/tasks/:id/executions', endpoint: Orch.taskExecutions, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/tasks/:id/queue', endpoint: Orch.taskQueue, status: 200, idField: 'task_id', body: false },
+  { method: 'DELETE', url: '/tasks/:id/queue/:message_id', endpoint: Orch.taskQueueDelete, status: 200, idField: 'task_id', body: false, params: { message_id: 'message_id' } },
+  { method: 'POST', url: '/tasks/:id/queue/resume', endpoint: Orch.taskQueueResume, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/tasks/:id/audit', endpoint: Orch.taskAudit, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
-  { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true },
+  { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true, idempotencyHeader: true },
   { method: 'POST', url: '/sessions/:id/cancel', endpoint: Orch.agentCancel, status: 200, idField: 'session_id', body: true },
   // Task subtree controls (R-4): holds live with the task tree in the orchestrator; wakeups and costs in the holds service.
   { method: 'POST', url: '/tasks/:id/tree/preview', endpoint: OrchTree.preview, status: 200, idField: 'task_id', body: false },
@@ -60,6 +72,25 @@ function pathId(req: FastifyRequest): string {
   return id as string;
 }
 
+function extraParams(req: FastifyRequest, params: Record<string, string> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [param, field] of Object.entries(params ?? {})) {
+    const value = (req.params as Record<string, string | undefined>)[param];
+    if (!Uuid.safeParse(value).success) throw validationError(`path parameter ${param} must be a UUID`, { param });
+    out[field] = value as string;
+  }
+  return out;
+}
+
+/** The Idempotency-Key header as the request's `idempotency_key` (the contract bounds its length). */
+function idempotencyField(req: FastifyRequest, fields: Record<string, unknown>): Record<string, unknown> {
+  const header = req.headers['idempotency-key'];
+  if (header === undefined) return {};
+  const key = Array.isArray(header) ? header[0] : header;
+  if (fields.idempotency_key !== undefined && fields.idempotency_key !== key) throw validationError('Idempotency-Key header and body idempotency_key differ', { field: 'idempotency_key' });
+  return { idempotency_key: key };
+}
+
 function bodyFields(body: unknown): Record<string, unknown> {
   if (body === undefined || body === null) return {};
   if (typeof body !== 'object' || Array.isArray(body)) throw validationError('request body must be a JSON object');
@@ -77,7 +108,8 @@ export function registerApiRoutes(app: FastifyInstance, deps: { nc: NatsConnecti
           const actor = operatorOf(req);
           const fields = r.body ? bodyFields(req.body) : {};
           // Path id and actor are set last: a body cannot name another task or claim another identity.
-          const payload = { ...fields, ...(r.idField ? { [r.idField]: pathId(req) } : {}), actor };
+          const keyed = r.idempotencyHeader ? idempotencyField(req, fields) : {};
+          const payload = { ...fields, ...keyed, ...extraParams(req, r.params), ...(r.idField ? { [r.idField]: pathId(req) } : {}), actor };
           const result = await request(deps.nc, r.endpoint, payload, { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
           return reply.code(typeof r.status === 'function' ? r.status(result) : r.status).send(result);
         }),

@@ -31,7 +31,7 @@ function taskRef(payload: unknown): string {
 const opts = (ctx: ActionContext) => ({ requestId: ctx.requestId, timeoutMs: ctx.timeoutMs });
 
 /**
- * The WebSocket actions of INTERFACES.md. Anything not in this table is UNKNOWN_ACTION; `mcp.*`
+ * The public WebSocket actions. Anything not in this table is UNKNOWN_ACTION; `mcp.*`
  * never gets this far (domain/action-guard). The actor is set last so a payload cannot replace it.
  */
 export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, ActionHandler>([

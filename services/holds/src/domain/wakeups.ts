@@ -1,6 +1,6 @@
 import { skipReasonOf, type HoldMode } from '@kandev/contracts';
 
-/** How a launch attempt ends a claimed wakeup (R-4.3 and INTERFACES.md POST /wakeups). */
+/** How a launch attempt ends a claimed wakeup (R-4.3, docs/requirements.md; POST /wakeups). */
 export type LaunchVerdict =
   | { kind: 'launched'; session_id: string }
   | { kind: 'refused'; hold_mode: HoldMode | null; reason: string }

@@ -1,5 +1,5 @@
 /**
- * Liveness of an instance's executions (issue 11). Both bounds derive from the registry TTL, so
+ * Liveness of an instance's executions. Both bounds derive from the registry TTL, so
  * the registry and the agents agree on when an instance is gone.
  */
 

@@ -44,7 +44,7 @@ export interface StopObservation {
 /**
  * How the execution ended. A dead agentctl is the execution dying, whatever our cleanup of the
  * agent then looked like: `killed` when a signal took agentctl down, `exited` when it exited by
- * itself. Never `graceful`: nobody asked it to stop (issue 11).
+ * itself. Never `graceful`: nobody asked it to stop.
  */
 export function stopHow(o: StopObservation): StopHow {
   if (o.agentctlDied) return o.agentctlDied.signal ? 'killed' : 'exited';

@@ -9,5 +9,6 @@ import type { ExecutionSupervisor } from '../supervisor.js';
  */
 export const launchEndpoints = (supervisor: ExecutionSupervisor): Registration[] => [
   on(Life.launch, (req) => supervisor.launch(req)),
+  on(Life.reserveLaunch, async (req) => supervisor.reserveLaunch(req.execution_id)),
   on(Life.agents, async () => ({ agents: [...loadCatalogue().keys()].sort() })),
 ];

@@ -5,7 +5,7 @@ import type { ExecutionRegistry } from '../store/registry.js';
 /**
  * Answered from the KV bucket by any instance in the queue group, owner or not (R-6.2). A get for
  * an execution this instance owns is answered from memory (the record it puts), so the lookup a
- * stop makes does not queue behind KV round trips when the instance is busy (issue 11).
+ * stop makes does not queue behind KV round trips when the instance is busy.
  */
 export const registryEndpoints = (
   registry: ExecutionRegistry,

@@ -31,12 +31,12 @@ class LaunchAborted extends Error {
   }
 }
 
-/** Launch one execution; `gate` bounds how many start at once and how long the rest wait (issue 11). */
+/** Launch one execution; `gate` bounds how many start at once and how long the rest wait. */
 export async function launch(ctx: Executions, gate: LaunchGate, req: LaunchRequest): Promise<Execution> {
   const retried = alreadyHere(ctx, req);
   if (retried) return retried;
   // Overload: start now, wait a bounded time in this instance's queue, or be refused at once (503).
-  const releaseSlot = await gate.acquire();
+  const releaseSlot = await gate.acquire(req.execution_id);
   try {
     // Checked again after the wait in the queue: shutdown, or a retry of this launch, may have come first.
     const retriedMeanwhile = alreadyHere(ctx, req);

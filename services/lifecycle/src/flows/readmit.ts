@@ -5,7 +5,7 @@ import type { LiveExecution } from '../live-execution.js';
 import type { Executions } from './context.js';
 
 /**
- * Registry lapse (issue 11). The entry was just re-put after a gap longer than the TTL, so it may
+ * Registry lapse. The entry was just re-put after a gap longer than the TTL, so it may
  * have lapsed meanwhile (this process stalled, or NATS was unreachable) and the orchestrator's
  * reconciler may have declared the execution lost (session FAILED) or a stop may have bumped the
  * task's fence. Ask the fence again: the same B-1 admission a launch gets. Admitted = the re-put

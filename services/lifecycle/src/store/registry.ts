@@ -22,7 +22,7 @@ export class ExecutionRegistry extends RegistryReader {
     private readonly link: NatsLink | undefined,
     private readonly ttlMs: number,
   ) {
-    super(kv, jsm, log);
+    super(kv, jsm, log, link?.requestTimeoutMs);
   }
 
   static async open(nc: NatsConnection, ttlMs: number, log: Logger, replicas = 1): Promise<ExecutionRegistry> {

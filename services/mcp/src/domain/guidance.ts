@@ -1,7 +1,7 @@
 import type { McpMode } from '@kandev/contracts';
 
 /**
- * The coordinator's choice between queued message, interrupting message and stop (SPEC R-1.9,
+ * The coordinator's choice between queued message, interrupting message and stop (R-1.9,
  * seed "Choosing the control"). One text, reused by both tool descriptions and the task-mode
  * server instructions, so the three never drift apart.
  */

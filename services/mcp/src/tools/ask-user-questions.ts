@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { awaitOutcome, closedEvents } from '../clarification-waiter.js';
 import { defineTool } from './tool.js';
 
-/** SPEC R-5: ask the operator questions and wait, within this tool call, for the outcome. */
+/** ask the operator questions and wait, within this tool call, for the outcome. */
 export const askUserQuestionsTool = defineTool({
   name: 'ask_user_questions',
   title: 'Ask the user questions',

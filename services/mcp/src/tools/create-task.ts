@@ -2,7 +2,7 @@ import { Limits, OrchMcp, text } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { defineTool } from './tool.js';
 
-/** SPEC: a coordinator creates a child of itself, optionally starting it with a prompt. */
+/** a coordinator creates a child of itself, optionally starting it with a prompt. */
 export const createTaskTool = defineTool({
   name: 'create_task_kandev',
   title: 'Create a child task',

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { CHOOSING_TABLE, PREFER_INTERRUPT_OR_STOP } from '../domain/guidance.js';
 import { defineTool } from './tool.js';
 
-/** SPEC: queued or interrupting message to a child task. */
+/** queued or interrupting message to a child task. */
 export const messageTaskTool = defineTool({
   name: 'message_task_kandev',
   title: 'Message a child task (queued or interrupt)',

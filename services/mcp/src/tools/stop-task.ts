@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { CHOOSING_TABLE, PREFER_INTERRUPT_OR_STOP, STOP_FACTS } from '../domain/guidance.js';
 import { defineTool } from './tool.js';
 
-/** SPEC: halt-only stop of a direct child. Exactly one input; the caller is the token's task. */
+/** halt-only stop of a direct child. Exactly one input; the caller is the token's task. */
 export const stopTaskTool = defineTool({
   name: 'stop_task_kandev',
   title: 'Stop a direct child task (halt-only)',

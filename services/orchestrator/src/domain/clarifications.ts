@@ -10,7 +10,7 @@ import {
 } from '@kandev/contracts';
 
 /*
- * The rules of clarification bundles (SPEC R-5), as plain functions over the bundle row and the
+ * The rules of clarification bundles (R-5), as plain functions over the bundle row and the
  * facts the store derives for it (lease validity by the database clock, the turn's state).
  */
 
@@ -101,7 +101,7 @@ export function viewOf(b: BundleFacts): ClarificationBundleView {
   };
 }
 
-/** The pinned shape (INTERFACES.md), as events carry it. */
+/** The pinned public shape, as events carry it. */
 export function pinnedOf(v: ClarificationBundleView): ClarificationBundle {
   return { id: v.id, task_id: v.task_id, session_id: v.session_id, turn_id: v.turn_id, status: v.status, questions: v.questions, created_at: v.created_at };
 }

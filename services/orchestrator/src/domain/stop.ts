@@ -123,12 +123,24 @@ export function planTaskStop(active: readonly CandidateSession[], registry: read
 
 /**
  * R-4.2 / R-4.5: a tree hold stops every active session of its members at once, each with the
- * execution its row names. No registry round trips on this path: the owner answers
- * `already_gone` for an execution that ended, and the fence refuses a launch still in flight.
+ * execution its row names (the owner answers `already_gone` for one that ended, and the fence
+ * refuses a launch still in flight), and halts every other live execution the registry holds for a
+ * member (R-2.1's orphans: a process living on under a FAILED or otherwise terminal session, or an
+ * extra one of an active session), as a task stop does. `registry` is the members' entries as
+ * listed for this hold; an entry of a launching session (no execution on its row yet) is left to
+ * the fence.
  */
-export function planTreeStop(sessions: readonly CandidateSession[], reason: typeof StopReasons.treePause | typeof StopReasons.treeCancel): StopPlan {
-  const cancel = sessions.filter((s) => isActiveSession(s.state)).map((s) => ({ session_id: s.id, execution: named(s) }));
-  return { reason, cancel, halt: [], gone: [] };
+export function planTreeStop(
+  sessions: readonly CandidateSession[],
+  reason: typeof StopReasons.treePause | typeof StopReasons.treeCancel,
+  registry: readonly Execution[] = [],
+): StopPlan {
+  const active = sessions.filter((s) => isActiveSession(s.state));
+  const cancel = active.map((s) => ({ session_id: s.id, execution: named(s) }));
+  const claimed = new Set(active.flatMap((s) => (s.execution_id ? [s.execution_id] : [])));
+  const launching = new Set(active.filter((s) => !s.execution_id).map((s) => s.id));
+  const halt = registry.filter((e) => isLiveExecution(e.status) && !claimed.has(e.execution_id) && !launching.has(e.session_id)).map(capture);
+  return { reason, cancel, halt, gone: [] };
 }
 
 /** A stop's teardown of one captured execution, after commit. */

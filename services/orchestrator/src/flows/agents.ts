@@ -7,12 +7,21 @@ interface Snapshot {
   at: number;
 }
 const snapshots = new WeakMap<OrchRuntime, Snapshot>();
+/** The catalogue request in flight, shared: a burst of starts on a cold cache asks lifecycle once, not once per start. */
+const inFlight = new WeakMap<OrchRuntime, Promise<Snapshot>>();
 
-async function fetchCatalogue(rt: OrchRuntime, call: CallContext): Promise<Snapshot> {
-  const { agents } = await request(rt.nc, Life.agents, {}, { requestId: call.requestId });
-  const snap = { agents: new Set(agents), at: Date.now() };
-  snapshots.set(rt, snap);
-  return snap;
+function fetchCatalogue(rt: OrchRuntime, call: CallContext): Promise<Snapshot> {
+  const pending = inFlight.get(rt);
+  if (pending) return pending;
+  const fetched = request(rt.nc, Life.agents, {}, { requestId: call.requestId })
+    .then(({ agents }) => {
+      const snap = { agents: new Set(agents), at: Date.now() };
+      snapshots.set(rt, snap);
+      return snap;
+    })
+    .finally(() => inFlight.delete(rt));
+  inFlight.set(rt, fetched);
+  return fetched;
 }
 
 /**

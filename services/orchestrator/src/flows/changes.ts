@@ -53,7 +53,7 @@ export async function changeTaskStatus(tx: Tx, emit: Emit, task: TaskRow, to: Ta
 
 /**
  * The last active session of a task ended on its own (the agent exited, died or was lost): an
- * IN_PROGRESS task would otherwise say so with nothing running (issue 11). It goes to REVIEW, as
+ * IN_PROGRESS task would otherwise say so with nothing running. It goes to REVIEW, as
  * after a stop (R-1.4): someone should look at what the agent left. Office-managed and archived
  * tasks are left to their own paths. Call with the session's guard held (session → task lock order).
  */

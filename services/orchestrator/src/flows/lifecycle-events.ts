@@ -95,5 +95,5 @@ export async function endTurn(
   if (await openTurn(tx, s.id)) return { closed: true, drained: false };
   const next = sessionStateAfterTurn(s.state);
   const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;
-  return { closed: true, drained: await drainQueue(rt, { requestId }, tx, emit, task, idle) };
+  return { closed: true, drained: (await drainQueue(rt, { requestId }, tx, emit, task, idle)) !== null };
 }

@@ -3,7 +3,7 @@ import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
 import { assertQueueHasRoom, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
 import { recordAudit, settleAudit } from '../store/audit.js';
-import { enqueue, queueOfSession, queueSize, takeMessage } from '../store/queue.js';
+import { claimNextMessage, enqueue, queueOfTask, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { completeTurn, openTurn } from '../store/turns.js';
@@ -18,8 +18,9 @@ import type { Tx } from '@kandev/runtime';
 type Status = 'queued' | 'sent' | 'started';
 type MessageResult = { task_id: string; session_id: string; status: Status };
 
-async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string) {
-  const messages = await queueOfSession(tx, sessionId);
+/** The task's queue as it is now (R-1.6: the queue is the task's), on the event of the session it concerns. */
+export async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string) {
+  const messages = await queueOfTask(tx, task.id);
   await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId }, { session_id: sessionId, size: messages.length, messages: messages.map(queueEventMessage) });
 }
 
@@ -68,7 +69,7 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
   // in this same transaction (B-3), as `queued`; delivery settles the row's outcome in its own.
   const { stored, auditId } = await transact(rt, async (tx, emit) => {
     const s = (await lockSession(tx, session.id))!;
-    assertQueueHasRoom(await queueSize(tx, s.id), rt.env.QUEUE_LIMIT);
+    assertQueueHasRoom(await queueSize(tx, task.id), rt.env.QUEUE_LIMIT);
     const m = await enqueue(tx, { task_id: task.id, session_id: s.id, prompt, sender_task_id: caller.id, queued_by: actorLabel(actor) });
     const [, id] = await Promise.all([
       emitQueueChanged(tx, emit, task, s.id),
@@ -98,6 +99,12 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
           if (closed) await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, { type: 'agent', task_id: caller.id });
         }
       }
+      if (mode !== 'interrupt') {
+        // Queued to an idle session: the task's queue runs in order (R-1.6), so what is older than
+        // this message (left by an earlier session) goes first; this one is "sent" only if it is next.
+        const delivered = await drainQueue(rt, call, tx, emit, task, s);
+        return delivered === stored.id ? 'sent' : 'queued';
+      }
       if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
       const turnId = await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
       await Promise.all([emitQueueChanged(tx, emit, task, s.id), auditId ? settleAudit(tx, auditId, 'sent', { turn_id: turnId }) : null]);
@@ -112,15 +119,17 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
 }
 
 /**
- * Turn-ready handling: when a turn ends and the session is idle, deliver the oldest queued
- * message (unless an operator cancel paused the queue). Runs inside the caller's guard.
+ * Turn-ready handling: when a turn ends and the session is idle, deliver the oldest message of the
+ * task's queue (unless an operator cancel paused the queue, R-3.5), whichever session it was queued
+ * to: a stop leaves the queue stored (R-1.6) and the task's next session delivers it. Runs inside
+ * the caller's guard; the message is claimed under its row lock (exactly once across replicas).
+ * Returns the id of the message delivered, or null.
  */
-export async function drainQueue(rt: OrchRuntime, call: CallContext, tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, s: SessionRow): Promise<boolean> {
-  if (s.queue_paused || !sessionIsIdle(s.state) || !s.execution_id || !s.instance_id) return false;
-  const [next] = await queueOfSession(tx, s.id);
-  if (!next) return false;
-  await takeMessage(tx, next.id);
+export async function drainQueue(rt: OrchRuntime, call: CallContext, tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, s: SessionRow): Promise<string | null> {
+  if (s.queue_paused || !sessionIsIdle(s.state) || !s.execution_id || !s.instance_id) return null;
+  const next = await claimNextMessage(tx, task.id);
+  if (!next) return null;
   await dispatchTurn(rt, call, tx, emit, task, s, next.prompt, next.sender_task_id);
   await emitQueueChanged(tx, emit, task, s.id);
-  return true;
+  return next.id;
 }

@@ -2,8 +2,10 @@ import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/
 import { repeatEvery, type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
-import { recordedStopReason } from '../domain/stop.js';
+import { recordedStopReason, StopReasons } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
+import { activeHoldOfTask } from '../store/holds.js';
+import { purgeKeys } from '../store/idempotency.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
@@ -53,6 +55,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
       ORDER BY updated_at LIMIT 500`;
     let lost = 0;
     let restopped = 0;
+    const restoppedIds = new Set<string>();
     let turnsClosed = 0;
     for (const s of suspects) {
       let execution: Execution | null;
@@ -71,6 +74,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
         // The stop that cancelled it, sent again: its own reason (a parent's, an operator's, a hold's).
         const reason = recordedStopReason(s.cancel_reason);
+        restoppedIds.add(execution!.execution_id);
         await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, reason).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
         await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id, reason }).catch((e) =>
           rt.log.warn({ err: e }, 'audit write failed'),
@@ -80,7 +84,10 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
         if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await closeLostTurn(rt, s, execution!))) turnsClosed++;
       }
     }
+    restopped += await restopHeldMembers(rt, restoppedIds);
     const repaired = await repairStalledTasks(rt);
+    const purged = await purgeKeys(rt.sql, rt.env.IDEMPOTENCY_KEEP_MS);
+    if (purged) rt.log.debug({ purged }, 'idempotency keys past their retention purged');
     return { lost, restopped, turnsClosed, repaired };
   } finally {
     await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
@@ -99,7 +106,8 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
     const end = sessionStateAfterExecutionEnd('lost', null);
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });
-    await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
+    // A held task's status is the hold's (R-4.2 "task statuses are not changed"): never the reconciler's.
+    if (!(await activeHoldOfTask(tx, task.id))) await reviewTaskIfNothingActive(tx, emit, task.id, 'session_lost');
     await reconcilerAudit(tx, task, 'reconcile.session_lost', { session_id: s.id, execution_id: s.execution_id });
     rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is gone from the registry');
     return true;
@@ -110,6 +118,10 @@ async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
  * A task IN_PROGRESS with no active session and no session activity for STALLED_TASK_AFTER_MS
  * (a launch lost with its orchestrator, a failed start whose repair could not be written, a
  * restart) moves to REVIEW. Otherwise it would look busy forever and a stop would find nothing.
+ *
+ * Never a member of an active hold (a pause keeps every status, R-4.2; a cancel hold's CANCELLED
+ * is the hold's), and never a task a resume or restore left IN_PROGRESS that has had no session
+ * since: ADR 0025 — it keeps that status and was flagged for the operator at the release.
  */
 async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   const bound = rt.env.STALLED_TASK_AFTER_MS;
@@ -119,12 +131,16 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
       AND NOT EXISTS (
         SELECT 1 FROM sessions s WHERE s.task_id = t.id
           AND (s.state = ANY(${[...ACTIVE_SESSION_STATES]}) OR s.updated_at > now() - make_interval(secs => ${bound / 1000})))
+      AND NOT EXISTS (SELECT 1 FROM tree_hold_members m WHERE m.task_id = t.id AND m.active)
+      AND NOT ${restoredWithoutSessionSince(rt)}
     ORDER BY t.updated_at LIMIT 500`;
   let repaired = 0;
   for (const { id } of stalled) {
     const moved = await transact(rt, async (tx, emit) => {
       const task = await lockTask(tx, id);
       if (!task) return false;
+      // Re-check under the task's lock: a hold may have taken it since the listing (a hold locks its members' rows too).
+      if (await activeHoldOfTask(tx, id)) return false;
       // Re-check under the task's lock: a start may have happened since the listing.
       const next = statusOfStalledTask(task, (await activeSessionsOfTask(tx, id)).length);
       if (!next) return false;
@@ -139,6 +155,62 @@ async function repairStalledTasks(rt: OrchRuntime): Promise<number> {
   }
   return repaired;
 }
+
+/** Entries younger than this are left to the hold or launch that is acting on them right now. */
+const SETTLED_MS = 5_000;
+
+/**
+ * B-4 under a hold: no member of an active hold may have a live process (R-4.2, R-4.5), whatever
+ * its session says — an orphan under a FAILED session, one whose teardown request was lost, one
+ * the hold's own registry listing missed. Each live entry of a held member that is not being torn
+ * down is stopped (as an orphan: its session keeps its state) with the hold's reason. One listing
+ * per held member and pass, from the bucket; nothing when no hold is active.
+ */
+async function restopHeldMembers(rt: OrchRuntime, alreadySent: Set<string>): Promise<number> {
+  const held = await rt.sql<{ task_id: string; workspace_id: string; mode: 'pause' | 'cancel' }[]>`
+    SELECT m.task_id, h.workspace_id, h.mode FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
+    WHERE m.active ORDER BY h.created_at LIMIT 2000`;
+  let restopped = 0;
+  for (let i = 0; i < held.length; i += 20) {
+    const chunk = held.slice(i, i + 20);
+    let listed: Execution[][];
+    try {
+      listed = await Promise.all(chunk.map((m) => rt.registry.listForTask(m.task_id)));
+    } catch (e) {
+      rt.log.warn({ err: e }, 'registry unreachable; held members reconciled next pass');
+      return restopped;
+    }
+    for (const [j, entries] of listed.entries()) {
+      const member = chunk[j]!;
+      const reason = member.mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
+      for (const e of entries) {
+        if (!isLiveExecution(e.status) || e.status === 'STOPPING' || alreadySent.has(e.execution_id)) continue;
+        if (Date.now() - Date.parse(e.updated_at) < SETTLED_MS) continue;
+        alreadySent.add(e.execution_id);
+        rt.log.warn({ task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status }, 'a member of an active hold has a live execution; stopping it');
+        await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
+        await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', { session_id: e.session_id, execution_id: e.execution_id, reason }).catch((err) =>
+          rt.log.warn({ err }, 'audit write failed'),
+        );
+        restopped++;
+      }
+    }
+  }
+  return restopped;
+}
+
+/**
+ * ADR 0025: the task's status is the one a hold's release left it with (a resume keeps it, a
+ * restore gives the snapshot back), and no session of it has been created or changed since: the
+ * latest released hold it was a (not skipped) member of was released at or after every session
+ * activity of the task.
+ */
+const restoredWithoutSessionSince = (rt: OrchRuntime) => rt.sql`EXISTS (
+  SELECT 1 FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
+  WHERE m.task_id = t.id AND h.released_at IS NOT NULL AND m.skip_reason IS NULL AND m.task_status = 'IN_PROGRESS'
+    AND h.released_at >= COALESCE((SELECT max(s.updated_at) FROM sessions s WHERE s.task_id = t.id), '-infinity'::timestamptz)
+    AND NOT EXISTS (SELECT 1 FROM tree_holds later JOIN tree_hold_members lm ON lm.hold_id = later.id
+                    WHERE lm.task_id = t.id AND later.created_at > h.released_at))`;
 
 /** The session's open turn began before lifecycle last changed the execution, which is idle now: its end was never reported. */
 async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execution): Promise<boolean> {

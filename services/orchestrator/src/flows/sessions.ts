@@ -10,13 +10,28 @@ import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
+import { getKey, insertAnsweredKey, type IdempotencyRef } from '../store/idempotency.js';
 import { assertKnownAgent } from './agents.js';
+import { requestHash } from './idempotency.js';
+import { drainQueue } from './message.js';
+import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 
 export interface StartedSession {
   session: SessionRow;
   turn_id: string | null;
+  /** An Idempotency-Key retry: the session the first start made; nothing was launched. */
+  replayed?: true;
+}
+
+/** The session a start with this key already made, or null (a first start); the same key with another body is CONFLICT. */
+async function replayedStart(tx: Tx | Sql, key: IdempotencyRef, hash: string): Promise<SessionRow | null> {
+  const existing = await getKey(tx, key);
+  if (!existing) return null;
+  if (existing.request_hash !== hash) throw conflict('Idempotency-Key was already used for a different request', { idempotency_key: key.key });
+  const sessionId = (existing.result as { session_id?: string } | null)?.session_id;
+  return sessionId ? getSession(tx, sessionId) : null;
 }
 
 /**
@@ -28,9 +43,32 @@ export interface StartedSession {
 export async function startSession(
   rt: OrchRuntime,
   call: CallContext,
-  opts: { actor: Actor; task_id: string; agent?: string | undefined; prompt?: string | undefined; sender_task_id?: string | null; launch_key?: string },
+  opts: {
+    actor: Actor;
+    task_id: string;
+    agent?: string | undefined;
+    prompt?: string | undefined;
+    sender_task_id?: string | null;
+    launch_key?: string;
+    /** B-7: the caller's Idempotency-Key; a retry with it answers the session the first start made and launches nothing. */
+    idempotency_key?: string | undefined;
+  },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
+  // ADR 0026: launch admission, asked of lifecycle before any write and alongside the checks below
+  // (a burst's refusals answer in the time of the slower of the two, not their sum). A lifecycle
+  // queue that predicts too long a wait refuses with retry_after_s; nothing is written then: no
+  // STARTING session, no status change. Admitted, the answering instance holds a place for this
+  // execution id (it lapses on its own when a check below refuses the start). A retry of a keyed
+  // start that happened does not ask (it launches nothing).
+  const executionId = randomUUID();
+  let admission: Promise<unknown> | null = null;
+  const admit = () => {
+    admission ??= request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
+    admission.catch(() => undefined); // awaited below, unless a check refuses first
+    return admission;
+  };
+  if (!opts.idempotency_key && !opts.launch_key) void admit();
   // Validation before effects: everything checkable is checked before the first write.
   const before = await getTask(rt.sql, opts.task_id);
   if (!before) throw notFound('task not found');
@@ -38,6 +76,19 @@ export async function startSession(
   const agent = opts.agent ?? before.agent ?? rt.env.DEFAULT_AGENT; // a task's agent never changes
   await assertKnownAgent(rt, call, agent);
   const context = await contextFor(rt.sql, opts.sender_task_id);
+  const startKey: IdempotencyRef | null = opts.idempotency_key ? { scope: `task:${opts.task_id}`, operation: 'orch.session.start', key: opts.idempotency_key } : null;
+  // What makes a retry the same request: the body's own fields (the agent as named, not as defaulted).
+  const startHash = requestHash({ agent: opts.agent ?? null, prompt: opts.prompt ?? null });
+  // A retry of a start that happened answers at once, without asking for launch capacity it will not use.
+  if (startKey) {
+    const earlier = await replayedStart(rt.sql, startKey, startHash);
+    if (earlier) return { session: earlier, turn_id: null, replayed: true };
+  }
+  if (opts.launch_key) {
+    const earlier = await sessionByLaunchKey(rt.sql, opts.launch_key);
+    if (earlier) return { session: earlier, turn_id: null };
+  }
+  await admit();
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
@@ -45,12 +96,19 @@ export async function startSession(
       const earlier = await sessionByLaunchKey(tx, opts.launch_key);
       if (earlier) return { earlier } as const;
     }
+    // B-7: read under the task's row lock, which the first start held until its session and key
+    // were committed together: a concurrent retry waits here and then finds them.
+    if (startKey) {
+      const earlier = await replayedStart(tx, startKey, startHash);
+      if (earlier) return { earlier, replayed: true } as const;
+    }
     if (locked.archived_at) throw conflict('task is archived');
     // B-1: no launch escapes a tree hold. Checked under the task's row lock, which a hold takes too.
     const held = await activeHoldOfTask(tx, locked.id);
     if (held) throw conflict(`task is held by a tree ${held.mode} hold`, { hold_id: held.hold_id, hold_mode: held.mode });
     const primary = !(await hasPrimarySession(tx, locked.id));
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
+    if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
     await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
     if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
     await recordAudit(tx, {
@@ -67,7 +125,7 @@ export async function startSession(
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
     return { task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null };
   });
-  if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null };
+  if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null, ...('replayed' in decided ? { replayed: true } : {}) };
   const { task, session, epoch, previousStatus } = decided;
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
@@ -75,7 +133,7 @@ export async function startSession(
       rt.nc,
       Life.launch,
       {
-        execution_id: randomUUID(),
+        execution_id: executionId,
         task_id: task.id,
         session_id: session.id,
         workspace_id: task.workspace_id,
@@ -95,7 +153,12 @@ export async function startSession(
       // Admission recorded the execution; make sure the owner instance is known too (commands are routed to it).
       if (s.execution_id === execution.execution_id && s.instance_id !== execution.instance_id) await attachExecution(tx, s.id, execution.execution_id, execution.instance_id);
       if (s.state !== 'STARTING') return s; // a stop or a fast first turn got there first
-      return changeSessionState(tx, emit, task, s, turnId ? 'RUNNING' : 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
+      const ready = await changeSessionState(tx, emit, task, s, turnId ? 'RUNNING' : 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
+      // Started without a prompt: what the task's queue holds (left by an earlier session, R-1.6)
+      // goes first. With a prompt it goes after that first turn (the turn end drains it).
+      if (turnId || !ready.execution_id || !ready.instance_id) return ready;
+      const delivered = await drainQueue(rt, call, tx, emit, task, ready);
+      return delivered ? ((await getSession(tx, s.id)) ?? ready) : ready;
     });
     return { session: updated, turn_id: turnId };
   } catch (e) {
@@ -146,12 +209,21 @@ export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: st
  * Operator prompt: under the per-session guard, an idle session starts a turn now. A prompt
  * also resumes a queue an operator cancel paused (R-3.5).
  */
-export async function promptSession(rt: OrchRuntime, call: CallContext, actor: Actor, sessionId: string, prompt: string) {
+export async function promptSession(rt: OrchRuntime, call: CallContext, actor: Actor, sessionId: string, prompt: string, idempotencyKey?: string) {
   const session = await getSession(rt.sql, sessionId);
   if (!session) throw notFound('session not found');
   const task = assertCanAccess(actor, await getTask(rt.sql, session.task_id), 'session');
-  return transact(rt, async (tx, emit) => {
+  const key: IdempotencyRef | null = idempotencyKey ? { scope: `session:${sessionId}`, operation: 'orch.session.prompt', key: idempotencyKey } : null;
+  const hash = requestHash({ prompt });
+  return transact(rt, async (tx, emit): Promise<{ turn_id: string; replayed?: true }> => {
     const s = (await lockSession(tx, sessionId))!;
+    // B-5: a retried prompt (same Idempotency-Key) answers the first one's turn and starts none.
+    // Read under the session's guard, which the first held until its turn and key were committed together.
+    if (key) {
+      const existing = await getKey(tx, key);
+      if (existing && existing.request_hash !== hash) throw conflict('Idempotency-Key was already used for a different request', { idempotency_key: key.key });
+      if (existing) return { turn_id: (existing.result as { turn_id: string }).turn_id, replayed: true };
+    }
     if (!s.execution_id || !s.instance_id || !sessionIsIdle(s.state)) {
       throw conflict(s.state === 'RUNNING' ? 'a turn is already in flight' : `session is ${s.state}; agent not running`, { state: s.state });
     }
@@ -159,6 +231,7 @@ export async function promptSession(rt: OrchRuntime, call: CallContext, actor: A
     await Promise.all([
       setQueuePaused(tx, s.id, false),
       recordAudit(tx, { task_id: task.id, workspace_id: task.workspace_id, action: 'session.prompt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'sent', details: { session_id: s.id, turn_id: turn } }),
+      key ? insertAnsweredKey(tx, key, hash, { turn_id: turn }) : null,
     ]);
     return { turn_id: turn };
   });

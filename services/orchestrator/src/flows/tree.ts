@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  ACTIVE_SESSION_STATES,
   actorLabel,
   conflict,
   Holds,
@@ -8,6 +9,7 @@ import {
   type Actor,
   type Hold,
   type HoldMember,
+  type Execution,
   type HoldMode,
   type TreePreview,
 } from '@kandev/contracts';
@@ -31,7 +33,7 @@ import {
 } from '../store/holds.js';
 import { lockActiveSessionsOfTasks } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
-import { toTask, type TaskRow } from '../store/rows.js';
+import { TASK_COLUMNS, toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
@@ -129,6 +131,9 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const audit = rootAudit(root, `tree.${mode}`, actor, reason, call.requestId);
+  // The members' registry entries (orphans included), listed from the bucket alongside the
+  // transaction's first flights, as a task stop lists its task's (ADR 0011).
+  const registry = new MembersRegistryView(rt, (await subtree(rt.sql, root.id)).map((t) => t.id), log);
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
   const { hold, teardowns } = await auditedFailure(rt, log, audit, () => rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
     await serialiseHoldsOf(tx, root.workspace_id);
@@ -151,7 +156,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
       throw e;
     }
     const sessions = await lockActiveSessionsOfTasks(tx, ids);
-    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason), sessions, root.workspace_id, actor);
+    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason, await registry.of(ids)), sessions, root.workspace_id, actor);
     await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
@@ -167,12 +172,65 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   return { hold };
 }
 
+/**
+ * The registry entries of a hold's members, for its stop to halt orphans (R-2.1 for a tree). Listed
+ * per member in parallel before the members are locked; a member the locked subtree has that the
+ * listing did not (a child created in between) is listed then. A listing that fails does not fail
+ * the hold: its sessions are still cancelled and fenced, and the reconciler stops what the registry
+ * shows live for a held member on its next pass (reconcile.ts). The failure is logged.
+ */
+class MembersRegistryView {
+  private readonly listed: Map<string, Promise<Execution[]>>;
+  constructor(
+    private readonly rt: OrchRuntime,
+    taskIds: readonly string[],
+    private readonly log: Logger,
+  ) {
+    this.listed = new Map(taskIds.map((id) => [id, this.list(id)]));
+  }
+
+  private list(taskId: string): Promise<Execution[]> {
+    const p = this.rt.registry.listForTask(taskId);
+    p.catch(() => undefined); // awaited in `of`, or never (a refused hold)
+    return p;
+  }
+
+  async of(taskIds: readonly string[]): Promise<Execution[]> {
+    try {
+      return (await Promise.all(taskIds.map((id) => this.listed.get(id) ?? this.list(id)))).flat();
+    } catch (e) {
+      this.log.warn({ err: e }, 'registry listing of the members failed; orphans are left to the reconciler');
+      return [];
+    }
+  }
+}
+
 /** Snapshot already taken under the row locks; every status change publishes its task event (R-4.5). */
 async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], actor: Actor) {
   const before = new Map(tasks.map((t) => [t.id, t.status]));
   for (const t of await cancelTasks(tx, tasks.map((x) => x.id))) {
     await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: 'CANCELLED', reason: StopReasons.treeCancel });
   }
+}
+
+/** The member tasks (already locked) with no active session, as they are now. */
+async function tasksWithoutActiveSession(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
+  if (!ids.length) return [];
+  const rows = await tx.unsafe<TaskRow[]>(
+    `SELECT ${TASK_COLUMNS} FROM tasks t WHERE t.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($2)) ORDER BY t.id`,
+    [[...ids], [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
+  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
+}
+
+/** ADR 0025: the audit row and the `task.attention` event of a task a resume or restore left IN_PROGRESS with no session. */
+async function flagReleasedWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId: string, mode: HoldMode, actor: Actor, requestId: string) {
+  const reason = mode === 'pause' ? 'resumed_without_session' : 'restored_without_session';
+  await recordAudits(tx, [
+    { task_id: t.id, workspace_id: t.workspace_id, action: 'task.needs_attention', actor: actorLabel(actor), reason, request_id: requestId, outcome: 'flagged', details: { hold_id: holdId, status: t.status } },
+  ]);
+  await emit('task.attention', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), reason });
 }
 
 /**
@@ -200,6 +258,11 @@ export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Act
         await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: t.status, reason: 'tree_restored' });
       }
     }
+    // ADR 0025: a member the release leaves IN_PROGRESS has nothing running (the hold stopped its
+    // sessions and fenced its launches). It keeps that status (R-4.2, R-4.6) and the reconciler
+    // leaves it be until a session of it moves; the operator is told, not left to guess.
+    const after = await tasksWithoutActiveSession(tx, held.members.filter((m) => m.skip_reason === null).map((m) => m.task_id));
+    for (const t of after) if (t.status === 'IN_PROGRESS') await flagReleasedWithoutSession(tx, emit, t, held.id, mode, actor, call.requestId);
     const released = await releaseHold(tx, held.id, actorLabel(actor), reason);
     await auditMembers(tx, released, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId, 'released');
     await emit('tree_hold.released', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold: released });

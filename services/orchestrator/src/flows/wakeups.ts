@@ -7,7 +7,7 @@ import { startSession } from './sessions.js';
 const DISPATCHER: Actor = { type: 'system', id: 'wakeup-dispatcher' };
 
 /**
- * An admitted wakeup becomes a session (INTERFACES.md POST /wakeups). Keyed by the wakeup id, so
+ * An admitted wakeup becomes a session (POST /wakeups). Keyed by the wakeup id, so
  * an at-least-once dispatcher that retries finds the session it started. A task in an active
  * hold is refused under its row lock (B-1): the dispatcher records the hold's skip reason.
  */

@@ -42,3 +42,19 @@ export async function recordResult(q: Q, ref: IdempotencyRef, result: unknown): 
 export async function releaseKey(q: Q, ref: IdempotencyRef): Promise<void> {
   await q`DELETE FROM idempotency_keys WHERE scope = ${ref.scope} AND operation = ${ref.operation} AND key = ${ref.key} AND result IS NULL`;
 }
+
+/**
+ * Record a key with its answer in the transaction that made the effect (a session, a turn): a
+ * retry finds the key exactly when the effect exists, and a rollback takes both away. A concurrent
+ * retry serialises on the row lock its flow takes first (the task's, the session's), so it reads
+ * this row once committed.
+ */
+export async function insertAnsweredKey(tx: Tx, ref: IdempotencyRef, requestHash: string, result: unknown): Promise<void> {
+  await tx`INSERT INTO idempotency_keys (scope, operation, key, request_hash, result) VALUES (${ref.scope}, ${ref.operation}, ${ref.key}, ${requestHash}, ${tx.json(result as never)})`;
+}
+
+/** Housekeeping: keys older than keepMs (their retries are long over). */
+export async function purgeKeys(q: Q, keepMs: number): Promise<number> {
+  const rows = await q`DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => ${keepMs / 1000}) RETURNING 1`;
+  return rows.length;
+}

@@ -13,15 +13,32 @@ export async function enqueue(tx: Tx, m: { task_id: string; session_id: string; 
   );
   return norm(row!);
 }
-export async function queueSize(q: Q, sessionId: string): Promise<number> {
-  const [row] = await q<{ n: number }[]>`SELECT count(*)::int AS n FROM queued_messages WHERE session_id = ${sessionId}`;
+/** The task's queue length: the queue is the task's (R-1.6), whichever session a message was queued to. */
+export async function queueSize(q: Q, taskId: string): Promise<number> {
+  const [row] = await q<{ n: number }[]>`SELECT count(*)::int AS n FROM queued_messages WHERE task_id = ${taskId}`;
   return row!.n;
-}
-export async function queueOfSession(q: Q, sessionId: string): Promise<QueuedMessage[]> {
-  return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE session_id = $1 ORDER BY position`, [sessionId], { prepare: true })).map(norm);
 }
 export async function queueOfTask(q: Q, taskId: string): Promise<QueuedMessage[]> {
   return (await q.unsafe<QueuedMessage[]>(`SELECT ${COLS} FROM queued_messages WHERE task_id = $1 ORDER BY position`, [taskId], { prepare: true })).map(norm);
+}
+/**
+ * Claim the oldest queued message of the task for delivery in this transaction: its row is locked
+ * (one another transaction is delivering is skipped, never waited on) and deleted, so a rollback
+ * (the agent refused the prompt) puts it back and a commit delivers it exactly once, whichever
+ * replica or session runs this.
+ */
+export async function claimNextMessage(tx: Tx, taskId: string): Promise<QueuedMessage | null> {
+  const [row] = await tx.unsafe<QueuedMessage[]>(
+    `DELETE FROM queued_messages WHERE id = (SELECT id FROM queued_messages WHERE task_id = $1 ORDER BY position LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING ${COLS}`,
+    [taskId],
+    { prepare: true },
+  );
+  return row ? norm(row) : null;
+}
+/** An operator removes one queued message (DELETE /tasks/:id/queue/:message_id); null when it is not (or no longer) queued. */
+export async function deleteQueuedMessage(tx: Tx, taskId: string, id: string): Promise<QueuedMessage | null> {
+  const [row] = await tx.unsafe<QueuedMessage[]>(`DELETE FROM queued_messages WHERE id = $1 AND task_id = $2 RETURNING ${COLS}`, [id, taskId], { prepare: true });
+  return row ? norm(row) : null;
 }
 /** Remove one message being dispatched; false when another path already took it. */
 export async function takeMessage(tx: Tx, id: string): Promise<boolean> {

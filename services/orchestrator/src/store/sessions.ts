@@ -8,7 +8,10 @@ type Q = Sql | Tx;
 
 export async function insertSession(tx: Tx, s: { task_id: string; agent: string; state: SessionState; is_primary: boolean; launch_key?: string | null }): Promise<SessionRow> {
   const [row] = await tx.unsafe<SessionRow[]>(
-    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at, launch_key) VALUES ($1, $2, $3, $4, $5, now(), $6) RETURNING ${SESSION_COLUMNS}`,
+    // R-3.5 across sessions: a queue an operator cancel paused stays paused for the task's next
+    // session (the queue is the task's, R-1.6) until the operator resumes it.
+    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at, launch_key, queue_paused)
+     VALUES ($1, $2, $3, $4, $5, now(), $6, COALESCE((SELECT queue_paused FROM sessions WHERE task_id = $2 ORDER BY created_at DESC LIMIT 1), false)) RETURNING ${SESSION_COLUMNS}`,
     [randomUUID(), s.task_id, s.state, s.is_primary, s.agent, s.launch_key ?? null],
     { prepare: true },
   );
@@ -133,6 +136,11 @@ export async function attachExecution(tx: Tx, id: string, executionId: string, i
 
 export async function setQueuePaused(tx: Tx, id: string, paused: boolean): Promise<void> {
   await tx`UPDATE sessions SET queue_paused = ${paused} WHERE id = ${id}`;
+}
+
+/** R-3.5 resume: every session of the task runs its queue again (the newest one is what a next session inherits). */
+export async function resumeQueueOfTask(tx: Tx, taskId: string): Promise<void> {
+  await tx`UPDATE sessions SET queue_paused = false WHERE task_id = ${taskId} AND queue_paused`;
 }
 
 /** Active sessions of many tasks under their guard (a tree hold stops them all in one transaction). */

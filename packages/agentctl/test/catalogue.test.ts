@@ -1,0 +1,36 @@
+import { describe, expect, it } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadCatalogue, resolveAgent } from '../src/catalogue.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+
+describe('the default agent catalogue', () => {
+  it('lists the scripted agents in a repository checkout, where testkit is installed', () => {
+    const catalogue = loadCatalogue({ PATH: '' });
+    expect([...catalogue.keys()].sort()).toEqual(['scripted-acp', 'scripted-codex']);
+    expect(resolveAgent('scripted-acp', { PATH: '' }).args[0]).toMatch(/testkit[/\\]dist[/\\]agents[/\\]scripted-acp\.js$/);
+  });
+
+  it('loads without testkit (a production image) and lists no scripted agent', () => {
+    // The compiled catalogue, alone in a tree that has its runtime dependencies but no testkit.
+    const tree = mkdtempSync(join(tmpdir(), 'kandev-catalogue-'));
+    try {
+      const dist = join(tree, 'packages', 'agentctl', 'dist');
+      mkdirSync(dist, { recursive: true });
+      copyFileSync(join(root, 'packages', 'agentctl', 'dist', 'catalogue.js'), join(dist, 'catalogue.js'));
+      mkdirSync(join(tree, 'node_modules', '@kandev'), { recursive: true });
+      symlinkSync(join(root, 'node_modules', 'zod'), join(tree, 'node_modules', 'zod'));
+      symlinkSync(join(root, 'packages', 'contracts'), join(tree, 'node_modules', '@kandev', 'contracts'));
+      const script = `import('${join(dist, 'catalogue.js')}').then((m) => { const c = m.loadCatalogue({ PATH: '' }); console.log(JSON.stringify([...c.keys()])); try { m.resolveAgent('scripted-acp', { PATH: '' }); } catch (e) { console.log(e.message); } })`;
+      const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }).trim().split('\n');
+      expect(JSON.parse(out[0]!)).toEqual([]);
+      expect(out[1]).toMatch(/unknown agent "scripted-acp"/);
+    } finally {
+      rmSync(tree, { recursive: true, force: true });
+    }
+  });
+});
