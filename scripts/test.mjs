@@ -12,7 +12,7 @@
 // every failure; the exit code is the first non-zero one. Arguments are passed to turbo.
 import { spawnSync } from 'node:child_process';
 
-const PURE = ['@kandev/contracts', '@kandev/agentctl'];
+const PURE = ['@kandev/contracts', '@kandev/agentctl', '@kandev/deploy'];
 const STACKS = ['@kandev/e2e', '@kandev/bench', '@kandev/agents-e2e'];
 
 const phases = [

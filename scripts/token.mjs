@@ -1,15 +1,21 @@
 #!/usr/bin/env node
 // `npm run token -- operator [--workspace ID]...`
 // `npm run token -- agent --task ID [--session ID] [--mode task|config|office|external]`
-// Prints only the token on stdout. Secret: KANDEV_JWT_SECRET, else ${KANDEV_STATE_DIR:-.kandev}/secret.
-import { readSecret, secretFile, stateDir } from './lib/state.mjs';
+// Prints only the token on stdout. Operator tokens are signed with the operator key, agent tokens
+// with the agent key (ADR 0020): KANDEV_OPERATOR_JWT_SECRET / KANDEV_AGENT_JWT_SECRET, else
+// KANDEV_JWT_SECRET, else the key npm start stored in ${KANDEV_STATE_DIR:-.kandev} (secret / agent-secret).
+import { KEY_VARS, keyFile, readKey, stateDir } from './lib/state.mjs';
 
 const USAGE = `usage:
   npm run token -- operator [--workspace <id>]... [--sub <name>] [--ttl 12h]
   npm run token -- agent --task <task-id> [--session <session-id>] [--mode task|config|office|external] [--ttl 24h]
 
 Without --workspace the operator token covers all workspaces.
-The secret is KANDEV_JWT_SECRET, else the one npm start stored in \${KANDEV_STATE_DIR:-.kandev}/secret.`;
+Operator tokens are signed with the operator key: KANDEV_OPERATOR_JWT_SECRET, else KANDEV_JWT_SECRET,
+else the one npm start stored in \${KANDEV_STATE_DIR:-.kandev}/secret. Agent tokens with the agent key:
+KANDEV_AGENT_JWT_SECRET, else KANDEV_JWT_SECRET, else \${KANDEV_STATE_DIR:-.kandev}/agent-secret.
+An agent token made here names no execution: it is valid until it expires (--ttl), not only while
+some execution lives (docs/security.md).`;
 
 const MODES = ['task', 'config', 'office', 'external'];
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -50,10 +56,10 @@ if (!kind || kind === '-h' || kind === '--help') {
 }
 if (kind !== 'operator' && kind !== 'agent') fail(`unknown token kind "${kind}" (operator or agent)`);
 
-const found = readSecret();
+const found = readKey(kind);
 if (!found) {
   process.stderr.write(
-    `token: no secret. Set KANDEV_JWT_SECRET, or run \`npm start\` once so it stores one in ${secretFile(stateDir())} (same KANDEV_STATE_DIR).\n`,
+    `token: no ${kind} key. Set ${KEY_VARS[kind]} (or KANDEV_JWT_SECRET), or run \`npm start\` once so it stores one in ${keyFile(stateDir(), kind)} (same KANDEV_STATE_DIR).\n`,
   );
   process.exit(1);
 }
@@ -63,6 +69,15 @@ try {
   jwt = await import('@kandev/runtime/jwt');
 } catch (e) {
   process.stderr.write(`token: cannot load @kandev/runtime (${e.message}). Build first: npm run build\n`);
+  process.exit(1);
+}
+
+// The services' own rules (placeholders, length; 32 bytes with NODE_ENV=production): a token
+// signed with a key no service would start with is useless, and a placeholder key is public.
+const { keyProblem, isProduction } = await import('@kandev/runtime/keys');
+const problem = keyProblem(found.secret, isProduction(process.env));
+if (problem) {
+  process.stderr.write(`token: the ${kind} key (${found.source}) ${problem}\n`);
   process.exit(1);
 }
 

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
+import { signAgentToken } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
@@ -165,5 +167,45 @@ describe('create_task_kandev', () => {
     expect(t.status).toBe('IN_PROGRESS');
     expect(t.sessions).toHaveLength(1);
     expect((await f.mcp.callJson('stop_task_kandev', { task_id: res.json.id })).isError).toBe(false);
+  });
+});
+
+describe('agent tokens live as long as their execution (SPEC R-9.3)', () => {
+  /** One MCP request with this token, as an agent's client sends it: the HTTP status. */
+  const mcpStatus = async (token: string) =>
+    (
+      await fetch(w.stack.mcpUrl, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, accept: 'application/json, text/event-stream', 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      })
+    ).status;
+
+  it('the token of an execution is refused once the execution has ended, and never works for another task', async () => {
+    const { task } = await makeTask(w.api, { title: 'token owner' });
+    const { task: other } = await makeTask(w.api, { title: 'another task' });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(60_000) });
+    const { executionId, pid } = await eventually(async () => {
+      const list = (await w.api.get(`/tasks/${task.id}/executions`)).body as Array<{ execution_id: string; status: string; pid: number }>;
+      const e = list.find((x) => x.status === 'RUNNING');
+      return e ? { executionId: e.execution_id, pid: e.pid } : null;
+    });
+    // The agent never inherits a token key (runService withholds them from every service's children).
+    const environ = readFileSync(`/proc/${pid}/environ`, 'utf8');
+    expect(environ).toContain('PATH=');
+    expect(environ).not.toMatch(/KANDEV_(OPERATOR_|AGENT_)?JWT_SECRET/);
+    // The claims lifecycle puts in the token it hands the agent (session/new's MCP server entry).
+    const claims = { task_id: task.id, session_id: session.id, execution_id: executionId, mode: 'task' as const };
+    const token = await signAgentToken(w.stack.agentKey, claims);
+    expect(await mcpStatus(token)).toBe(200);
+    // The same execution named under another task: refused while it runs.
+    expect(await mcpStatus(await signAgentToken(w.stack.agentKey, { ...claims, task_id: other.id }))).toBe(401);
+
+    await w.api.ok('POST', `/tasks/${task.id}/stop`, {});
+    await eventually(async () => ((await w.api.get(`/tasks/${task.id}/executions`)).body as unknown[]).length === 0, 15_000);
+    // Within MCP_EXECUTION_CACHE_MS (2 s) of the registry dropping it.
+    await eventually(async () => (await mcpStatus(token)) === 401, 10_000);
+    // A token naming no execution (npm run token -- agent) is the operator's choice: valid until it expires.
+    expect(await mcpStatus(await w.stack.agentToken(task.id))).toBe(200);
   });
 });

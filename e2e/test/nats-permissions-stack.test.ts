@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
-import { connectNats, type NatsConnection } from '@kandev/runtime';
+import { connectNats, signAgentToken, type NatsConnection } from '@kandev/runtime';
 import { connectMcp, eventually, processAlive, WsClient } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
@@ -32,6 +32,12 @@ it('runs sessions, MCP stop and steer, and live events with no permission violat
     const quick = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: 'hello' });
     await eventually(async () => (await w.api.get(`/sessions/${quick.id}`)).body.state === 'WAITING_FOR_INPUT', 20_000);
     await ws.waitFor((f) => f.action === 'session.state_changed' && f.payload.session_id === quick.id);
+    // A token bound to its execution, as lifecycle mints them: mcp reads the registry entry under
+    // its own NATS user (DIRECT.GET only, ADR 0021).
+    const executionId = await eventually(async () => ((await w.api.get(`/tasks/${child.id}/executions`)).body as Array<{ execution_id: string }>)[0]?.execution_id);
+    const bound = await connectMcp(w.stack.mcpUrl, await signAgentToken(w.stack.agentKey, { task_id: child.id, session_id: quick.id, execution_id: executionId, mode: 'task' }));
+    expect((await bound.listTools()).tools.length).toBeGreaterThan(0);
+    await bound.close();
     // MCP steer and stop through the real mcp service.
     const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(parent.id));
     expect((await mcp.callJson('message_task_kandev', { task_id: child.id, prompt: sleepScript(60_000) })).json.status).toBe('sent');

@@ -103,6 +103,11 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
     ['kandev.evt.task.created', 'denied'],
     ['kandev.orch.task.stop', 'denied'],
+    // One registry entry by key (is a token's execution live); no listing, no writes.
+    ['$JS.API.DIRECT.GET.KV_KANDEV_EXECUTIONS.$KV.KANDEV_EXECUTIONS.x', 'allowed'],
+    ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'denied'],
+    ['$JS.API.STREAM.PURGE.KV_KANDEV_EXECUTIONS', 'denied'],
   ],
   orchestrator: [
     ['$JS.API.INFO', 'allowed'],
@@ -114,6 +119,8 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.orchestrator-lifecycle', 'allowed'],
     ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.someone-else', 'denied'],
     ['$JS.API.CONSUMER.DELETE.KANDEV_EVENTS.orchestrator-lifecycle', 'denied'],
+    ['$JS.API.CONSUMER.DURABLE.CREATE.KANDEV_EVENTS.orchestrator-transcript', 'allowed'],
+    ['$JS.API.CONSUMER.DELETE.KANDEV_EVENTS.orchestrator-transcript', 'denied'],
     // The registry: read (listings, direct gets), never written, purged or deleted.
     ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'allowed'],
     ['$JS.API.DIRECT.GET.KV_KANDEV_EXECUTIONS.$KV.KANDEV_EXECUTIONS.x', 'allowed'],

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
 import { canConnect, firstNatsServer, portFree, stablePort } from './net.mjs';
 import { descendants, isAlive, readStat, reap } from './proc.mjs';
-import { ensureSecret, makeTraversable, stateDir } from './state.mjs';
+import { ensureKeys, makeTraversable, stateDir } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -52,12 +52,13 @@ function serviceNames() {
 
 async function importRuntime() {
   try {
-    const [nats, launch, jwt] = await Promise.all([
+    const [nats, launch, jwt, keys] = await Promise.all([
       import('@kandev/runtime/dev/nats-server'),
       import('@kandev/runtime/dev/launch'),
       import('@kandev/runtime/jwt'),
+      import('@kandev/runtime/keys'),
     ]);
-    return { ...nats, ...launch, ...jwt };
+    return { ...nats, ...launch, ...jwt, keys };
   } catch (e) {
     throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
   }
@@ -329,8 +330,19 @@ async function main() {
     }
   }
 
-  const secret = ensureSecret();
-  if (secret.created) say(`generated a JWT secret in ${secret.source}`);
+  // Two keys (ADR 0020): each service gets only the one it holds (keysFor below).
+  const keys = ensureKeys();
+  for (const kind of ['operator', 'agent']) {
+    const k = keys[kind];
+    if (k.created) say(`generated the ${kind} token key in ${k.source}`);
+    const problem = rt.keys.keyProblem(k.secret, rt.keys.isProduction(env));
+    if (problem) throw new StartError(`the ${kind} token key (${k.source}) ${problem}`);
+  }
+  const keysFor = (name) => {
+    const own = {};
+    for (const kind of rt.keys.SERVICE_KEYS[name] ?? []) own[rt.keys.KEY_ENV[kind]] = keys[kind].secret;
+    return own;
+  };
 
   const nats = await step(() => startNats(rt)).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
@@ -348,7 +360,6 @@ async function main() {
     ...env,
     NATS_URL: nats.url,
     DATABASE_URL: db.url,
-    KANDEV_JWT_SECRET: secret.secret,
     GATEWAY_PORT: gatewayPort,
     MCP_PORT: mcpPort,
     KANDEV_STATE_DIR: state,
@@ -358,9 +369,11 @@ async function main() {
   };
   // Each process names itself for tracing (kandev-<service>), whatever the shell exports.
   delete baseEnv.OTEL_SERVICE_NAME;
+  // No process gets a key it does not hold, whatever the shell exports: keysFor adds its own.
+  for (const v of ['KANDEV_JWT_SECRET', ...Object.values(rt.keys.KEY_ENV)]) delete baseEnv[v];
 
   for (const name of names) {
-    await step(() => startService(rt, name, { ...baseEnv, INSTANCE_ID: `${name}-1` }));
+    await step(() => startService(rt, name, { ...baseEnv, ...keysFor(name), INSTANCE_ID: `${name}-1` }));
   }
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
   // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
@@ -368,7 +381,7 @@ async function main() {
   for (let n = 2; n <= replicas; n++) {
     for (const name of names) {
       const ports = name === 'gateway' ? { GATEWAY_PORT: String(await stablePort()) } : name === 'mcp' ? { MCP_PORT: String(await stablePort()) } : {};
-      await step(() => startService(rt, name, { ...baseEnv, ...ports, INSTANCE_ID: `${name}-${n}` }));
+      await step(() => startService(rt, name, { ...baseEnv, ...keysFor(name), ...ports, INSTANCE_ID: `${name}-${n}` }));
     }
   }
   inflight = null;
@@ -379,7 +392,7 @@ async function main() {
   let ready = null;
   if (gateway) ready = await waitReady(gateway);
   if (stopping) return;
-  const token = await rt.signOperatorToken(secret.secret, { sub: 'local-operator', workspaces: ['*'] });
+  const token = await rt.signOperatorToken(keys.operator.secret, { sub: 'local-operator', workspaces: ['*'] });
 
   const lines = [
     '',

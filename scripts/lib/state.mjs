@@ -1,4 +1,4 @@
-// Where `npm start` keeps what must survive a restart: the JWT secret, the embedded PostgreSQL
+// Where `npm start` keeps what must survive a restart: the two token keys, the embedded PostgreSQL
 // data dir, the NATS store and the logs. Shared by start.mjs and token.mjs so both agree on it.
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -9,12 +9,24 @@ export function stateDir(env = process.env) {
   return resolve(process.cwd(), env.KANDEV_STATE_DIR || '.kandev');
 }
 
-export const secretFile = (dir) => join(dir, 'secret');
+/**
+ * The files of the two token keys (ADR 0020). The operator key keeps the name of the single secret
+ * npm start used to store (`secret`), so operator tokens printed before the split stay valid.
+ */
+export const KEY_FILES = { operator: 'secret', agent: 'agent-secret' };
+export const KEY_VARS = { operator: 'KANDEV_OPERATOR_JWT_SECRET', agent: 'KANDEV_AGENT_JWT_SECRET' };
+export const keyFile = (dir, kind) => join(dir, KEY_FILES[kind]);
+/** The operator key's file (kept for callers of the one-secret era). */
+export const secretFile = (dir) => keyFile(dir, 'operator');
 
-/** The JWT secret: `KANDEV_JWT_SECRET`, else the one stored in the state dir, else null. */
-export function readSecret(env = process.env) {
+/**
+ * A token key: its own variable, else `KANDEV_JWT_SECRET` (both keys, INTERFACES.md), else the one
+ * stored in the state dir, else null.
+ */
+export function readKey(kind, env = process.env) {
+  if (env[KEY_VARS[kind]]) return { secret: env[KEY_VARS[kind]], source: KEY_VARS[kind] };
   if (env.KANDEV_JWT_SECRET) return { secret: env.KANDEV_JWT_SECRET, source: 'KANDEV_JWT_SECRET' };
-  const file = secretFile(stateDir(env));
+  const file = keyFile(stateDir(env), kind);
   if (existsSync(file)) {
     const secret = readFileSync(file, 'utf8').trim();
     if (secret) return { secret, source: file };
@@ -22,22 +34,27 @@ export function readSecret(env = process.env) {
   return null;
 }
 
-/** Like readSecret, but generates and stores a random secret (mode 0600) when there is none. */
-export function ensureSecret(env = process.env) {
-  const found = readSecret(env);
+/** Like readKey, but generates and stores a random key (32 bytes, mode 0600) when there is none. */
+export function ensureKey(kind, env = process.env) {
+  const found = readKey(kind, env);
   if (found) return { ...found, created: false };
   const dir = stateDir(env);
   mkdirSync(dir, { recursive: true });
   const secret = randomBytes(32).toString('base64url');
-  const file = secretFile(dir);
-  // 'wx': never clobber a secret another start wrote in the meantime.
+  const file = keyFile(dir, kind);
+  // 'wx': never clobber a key another start wrote in the meantime.
   try {
     writeFileSync(file, secret + '\n', { mode: 0o600, flag: 'wx' });
   } catch (e) {
     if (e?.code !== 'EEXIST') throw e;
-    return { ...readSecret(env), created: false };
+    return { ...readKey(kind, env), created: false };
   }
   return { secret, source: file, created: true };
+}
+
+/** Both keys, each from its variable, `KANDEV_JWT_SECRET`, its file, or generated. */
+export function ensureKeys(env = process.env) {
+  return { operator: ensureKey('operator', env), agent: ensureKey('agent', env) };
 }
 
 /**

@@ -38,6 +38,16 @@ const TURN_SETTLE_AFTER_EXIT_MS = 1000;
 
 const tracer = trace.getTracer('@kandev/agentctl');
 
+/** A tool call's input or output on stdout is cut here: the transcript keeps 64 KiB of an item anyway. */
+const TOOL_TEXT_MAX_BYTES = 64 * 1024;
+function cutText(s: string, maxBytes: number): string {
+  if (Buffer.byteLength(s, 'utf8') <= maxBytes) return s;
+  let out = Buffer.from(s, 'utf8').subarray(0, maxBytes).toString('utf8');
+  // A code point cut in half decodes as U+FFFD at the end: drop it.
+  if (out.endsWith('\uFFFD')) out = out.slice(0, -1);
+  return out;
+}
+
 export class Execution {
   readonly adapter: AgentAdapter;
   private state: AgentctlState = 'ready';
@@ -51,6 +61,7 @@ export class Execution {
 
   private readonly sink: AdapterSink = {
     agentMessage: (turnId, text) => this.events.emit({ type: 'agent_message', turn_id: turnId, text }),
+    toolCall: (turnId, call) => this.events.emit({ type: 'tool_call', turn_id: turnId, ...call, text: cutText(call.text, TOOL_TEXT_MAX_BYTES) }),
     usage: (turnId, usage) => {
       this.usageSeq += 1;
       this.events.emit({ type: 'usage', turn_id: turnId, usage_event_id: `${this.usageScope}:${turnId}:${this.usageSeq}`, ...usage });

@@ -131,6 +131,20 @@ export function describeProtocol(agent: ScriptedAgent): void {
       expect(again.status).toBe(409);
     });
 
+    it('reports a tool call when it starts and when it ends (transcript, R-8.2)', async () => {
+      const ctl = await startAgentctl(agent);
+      const turnId = randomUUID();
+      await ctl.prompt(script([{ permission: 'push' }]), turnId);
+      const asked = await ctl.waitForEvent('permission_requested', (e) => e.turn_id === turnId);
+      await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, decision: 'allow' });
+      await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId);
+      const calls = ctl.events.filter((e) => e.type === 'tool_call');
+      expect(calls).toEqual([
+        { type: 'tool_call', turn_id: turnId, tool_call_id: expect.any(String), phase: 'started', title: 'push', kind: expect.any(String), text: expect.any(String) },
+        { type: 'tool_call', turn_id: turnId, tool_call_id: calls[0]!.type === 'tool_call' ? calls[0]!.tool_call_id : '', phase: 'completed', title: expect.any(String), kind: expect.any(String), text: expect.any(String) },
+      ]);
+    });
+
     it('answers 504 UNAVAILABLE when the agent ignores the cancel, and keeps the turn in flight', async () => {
       const ctl = await startAgentctl(agent, ['--cancel-timeout-ms', '300']);
       const turnId = randomUUID();

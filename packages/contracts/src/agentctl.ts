@@ -178,6 +178,22 @@ export const AgentctlUsageEvent = z.object({
 });
 export type AgentctlUsageEvent = z.infer<typeof AgentctlUsageEvent>;
 
+/**
+ * One tool call of the agent (ACP `tool_call` / `tool_call_update`, Codex `item/started` /
+ * `item/completed` of a command, file change or MCP tool call): `started` once, then `completed` or
+ * `failed` with the output. `text` is the input (started) or output (ended), cut to 64 KiB.
+ */
+export const AgentctlToolCallEvent = z.object({
+  type: z.literal('tool_call'),
+  turn_id: nonEmpty,
+  tool_call_id: nonEmpty,
+  phase: z.enum(['started', 'completed', 'failed']),
+  title: z.string().nullable(),
+  kind: z.string().nullable(),
+  text: z.string(),
+});
+export type AgentctlToolCallEvent = z.infer<typeof AgentctlToolCallEvent>;
+
 export const AgentctlPermissionRequestedEvent = z.object({
   type: z.literal('permission_requested'),
   turn_id: nonEmpty.nullable(),
@@ -214,6 +230,7 @@ export const AgentctlEvent = z.discriminatedUnion('type', [
   AgentctlTurnCompletedEvent,
   AgentctlAgentMessageEvent,
   AgentctlUsageEvent,
+  AgentctlToolCallEvent,
   AgentctlPermissionRequestedEvent,
   AgentctlPermissionResolvedEvent,
   AgentctlAgentExitedEvent,

@@ -21,13 +21,13 @@ export const QUESTION_LIMITS = { questions: 20, text: 4_000, options: 20, option
 
 /** A question as the agent asks it; `id` defaults to `q<position>`. */
 export const QuestionAsked = z.object({
-  id: z.string().min(1).max(QUESTION_LIMITS.questionId).optional(),
-  text: z.string().min(1).max(QUESTION_LIMITS.text),
-  options: z.array(z.string().min(1).max(QUESTION_LIMITS.option)).max(QUESTION_LIMITS.options).optional(),
+  id: text({ min: 1, max: QUESTION_LIMITS.questionId }).optional(),
+  text: text({ min: 1, max: QUESTION_LIMITS.text }),
+  options: z.array(text({ min: 1, max: QUESTION_LIMITS.option })).max(QUESTION_LIMITS.options).optional(),
 });
 export type QuestionAsked = z.infer<typeof QuestionAsked>;
 
-export const Answer = z.object({ question_id: z.string().min(1).max(QUESTION_LIMITS.questionId), answer: z.string().max(QUESTION_LIMITS.answer) });
+export const Answer = z.object({ question_id: text({ min: 1, max: QUESTION_LIMITS.questionId }), answer: text({ max: QUESTION_LIMITS.answer }) });
 export type Answer = z.infer<typeof Answer>;
 
 /**
@@ -75,12 +75,12 @@ export const OrchClarification = {
         bundle_id: id,
         answers: z.array(Answer).min(1).max(QUESTION_LIMITS.questions).optional(),
         rejected: z.literal(true).optional(),
-        reason: z.string().max(QUESTION_LIMITS.reason).nullable().optional(),
+        reason: text({ max: QUESTION_LIMITS.reason }).nullable().optional(),
       })
       .refine((b) => (b.answers !== undefined) !== (b.rejected === true), { message: 'give either answers or rejected: true', path: ['answers'] }),
     ClarificationBundleView,
   ),
-  cancel: endpoint('orch.clarification.cancel', z.object({ actor: OperatorActor, bundle_id: id, reason: z.string().max(QUESTION_LIMITS.reason).nullable().optional() }), ClarificationBundleView),
+  cancel: endpoint('orch.clarification.cancel', z.object({ actor: OperatorActor, bundle_id: id, reason: text({ max: QUESTION_LIMITS.reason }).nullable().optional() }), ClarificationBundleView),
   ofTask: endpoint('orch.task.clarifications', z.object({ actor: Actor, task_id: id }), TaskClarifications),
 } as const;
 

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { Actor } from './envelope.js';
 import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle } from './entities.js';
 import { SessionState, TaskStatus } from './enums.js';
+import { AgentToolCallData, SessionMessageData } from './read.js';
 
 const id = z.uuid();
 
@@ -14,6 +15,9 @@ export const EventData = {
   'turn.completed': z.object({ execution_id: id, turn_id: id, stop_reason: z.string() }),
   'session.agent.cancelled': z.object({ execution_id: id, turn_id: id, stop_reason: z.string() }),
   'agent.message': z.object({ execution_id: id, turn_id: id.nullable(), text: z.string() }),
+  'agent.tool_call': AgentToolCallData,
+  /** One transcript item, or a chunk appended to one (R-8.2; read.ts). */
+  'session.message': SessionMessageData,
   'execution.registered': z.object({ execution: Execution }),
   'execution.ready': z.object({ execution: Execution }),
   'execution.stopped': z.object({
@@ -79,5 +83,6 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'clarification.requested',
   'clarification.closed',
   'queue.changed',
+  'session.message',
   'task.attention',
 ];

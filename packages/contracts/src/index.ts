@@ -10,3 +10,4 @@ export * from './tree.js';
 export * from './clarifications.js';
 export * from './text.js';
 export * from './pricing.js';
+export * from './read.js';

@@ -3,6 +3,7 @@ import { Actor } from './envelope.js';
 import { CostSummary, Hold, Wakeup } from './entities.js';
 import { HoldMode, TaskStatus } from './enums.js';
 import { endpoint } from './endpoints.js';
+import { Limits, storableObject, text } from './text.js';
 
 /**
  * Task subtree controls (R-4): tree holds (orchestrator), the wakeup queue and cost events
@@ -12,7 +13,7 @@ import { endpoint } from './endpoints.js';
  */
 
 const id = z.uuid();
-const reason = z.string().max(2000).nullable().optional();
+const reason = text({ max: Limits.reason }).nullable().optional();
 
 /** Largest subtree a hold may cover: its event carries every member and must fit one NATS message. */
 export const MAX_HOLD_MEMBERS = 5000;
@@ -51,7 +52,7 @@ export const OrchTree = {
    */
   wakeupLaunch: endpoint(
     'orch.wakeup.launch',
-    z.object({ wakeup_id: id, task_id: id, prompt: z.string().min(1).max(100_000).optional() }),
+    z.object({ wakeup_id: id, task_id: id, prompt: text({ min: 1, max: Limits.prompt }).optional() }),
     z.discriminatedUnion('launched', [
       z.object({ launched: z.literal(true), session_id: id }),
       z.object({ launched: z.literal(false), hold_mode: HoldMode.nullable(), reason: z.string() }),
@@ -63,8 +64,8 @@ export const OrchTree = {
 export const CostEventInput = z.object({
   task_id: id,
   session_id: id.nullable().optional(),
-  usage_event_id: z.string().min(1).max(200),
-  model: z.string().max(200).nullable().optional(),
+  usage_event_id: text({ min: 1, max: 200 }),
+  model: text({ max: 200 }).nullable().optional(),
   cost_cents: z.number().nonnegative().finite(),
   tokens_in: z.number().int().nonnegative(),
   tokens_cached_in: z.number().int().nonnegative(),
@@ -90,9 +91,10 @@ export const Holds = {
     z.object({
       actor: Actor,
       task_id: id,
-      reason: z.string().min(1).max(200),
-      payload: z.record(z.string(), z.unknown()).optional(),
-      idempotency_key: z.string().min(1).max(200).optional(),
+      reason: text({ min: 1, max: 200 }),
+      /** Free-form; every string in it (keys too) is storable text, as everywhere (docs/limits.md). */
+      payload: storableObject({ keyMax: 200 }).optional(),
+      idempotency_key: text({ min: 1, max: Limits.idempotencyKey }).optional(),
       /** Not dispatched before this instant (a scheduled wakeup); default: at once. */
       run_at: z.iso.datetime({ offset: true }).optional(),
     }),

@@ -6,10 +6,8 @@ export const BaseEnv = z.object({
   NATS_USER: z.string().optional(),
   NATS_PASS: z.string().optional(),
   DATABASE_URL: z.string().optional(),
-  /** Required, no default: a known default secret would let anyone mint tokens. */
-  KANDEV_JWT_SECRET: z
-    .string({ error: (i) => (i.input === undefined ? 'is required (at least 16 characters); services refuse to start without it' : 'must be a string') })
-    .min(16, { error: 'must be at least 16 characters' }),
+  // The token keys (KANDEV_JWT_SECRET, KANDEV_OPERATOR_JWT_SECRET, KANDEV_AGENT_JWT_SECRET) are not
+  // here: each service names the keys it holds (ServiceDefinition.keys) and keys.ts checks them.
   INSTANCE_ID: z.string().regex(/^[A-Za-z0-9_-]+$/).optional(),
   /** Port of the /healthz, /readyz and /metrics server; 0 = any free port. */
   HEALTH_PORT: z.coerce.number().int().min(0).max(65535).default(0),

@@ -113,6 +113,8 @@ export interface ConsumerOptions {
   durable: string;
   /** Event types to receive; NATS 2.9 allows one filter subject per consumer, so several types = `kandev.evt.>` filtered here. */
   types: readonly EventType[];
+  /** The consumer's filter subject when the types share a narrower one than `kandev.evt.>` (e.g. `kandev.evt.agent.>`). */
+  filterSubject?: string;
   log: Logger;
   /** Redelivery delay after a failed handler. */
   retryDelayMs?: number;
@@ -129,7 +131,7 @@ export interface RunningConsumer {
  */
 export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, handler: (ev: EventEnvelope) => Promise<void>): Promise<RunningConsumer> {
   const jsm = await jetstreamManager(nc);
-  const filter = opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>';
+  const filter = opts.filterSubject ?? (opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>');
   const cfg = {
     durable_name: opts.durable,
     ack_policy: AckPolicy.Explicit,
@@ -170,6 +172,7 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
       m.ack();
       return;
     }
+    if (m.info.deliveryCount > 1) metrics.eventsRedelivered.inc({ consumer: opts.durable });
     const parent = extractTrace(m.headers);
     try {
       await inSpan(`process ${eventSubject(ev.type)}`, { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable } }, () =>

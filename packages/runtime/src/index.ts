@@ -10,6 +10,7 @@ export * from './housekeeping.js';
 export * from './repeat.js';
 export * from './health.js';
 export * from './jwt.js';
+export * from './keys.js';
 export * from './metrics.js';
 export * from './service.js';
 export * from './registry.js';

@@ -4,6 +4,7 @@ import { buildEvent } from './events.js';
 import type { Sql, Tx } from './db.js';
 import type { Logger } from './log.js';
 import { repeatEvery } from './repeat.js';
+import { readOnScrape } from './metrics.js';
 import { traceHeaders } from './tracing.js';
 
 /**
@@ -69,6 +70,14 @@ export class Outbox {
       await this.sql`UPDATE outbox SET published_at = now() WHERE id = ${r.id}`;
     }
     return rows.length;
+  }
+
+  /** Serve the age of the oldest unpublished event as `kandev_outbox_oldest_age_seconds`, read at scrape time. */
+  exportAge(): void {
+    readOnScrape('kandev_outbox_oldest_age_seconds', async () => {
+      const [row] = await this.sql<{ age: number | null }[]>`SELECT extract(epoch FROM now() - min(created_at))::float8 AS age FROM outbox WHERE published_at IS NULL`;
+      return Math.max(0, row?.age ?? 0);
+    });
   }
 
   startRelay(intervalMs = 1_000): void {

@@ -1,4 +1,4 @@
-import { createInbox, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
+import { createInbox, errors as natsErrors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { Headers } from '@kandev/contracts';
 
 /**
@@ -84,29 +84,42 @@ export class InFlightReplies {
 export interface ReplyCall {
   /** The reply subject to send the request with (the same for every resend). */
   readonly subject: string;
-  /** The next message, or null if none arrives within `withinMs`. */
+  /**
+   * The next message, or null if none arrives within `withinMs`. Rejects with the server's
+   * permission error when it refuses this connection the request's subject or the inbox.
+   */
   next(withinMs: number): Promise<Msg | null>;
   close(): void;
 }
 
 class Call implements ReplyCall {
   private readonly queued: Msg[] = [];
-  private waiter: ((m: Msg | null) => void) | undefined;
+  private waiter: { resolve: (m: Msg | null) => void; reject: (e: Error) => void } | undefined;
   private timer: NodeJS.Timeout | undefined;
+  private failure: Error | undefined;
   constructor(
     readonly subject: string,
+    readonly requestSubject: string,
     private readonly onClose: () => void,
   ) {}
   push(msg: Msg): void {
     if (this.waiter) this.settle(msg);
     else this.queued.push(msg);
   }
+  fail(e: Error): void {
+    this.failure = e;
+    const w = this.waiter;
+    this.waiter = undefined;
+    clearTimeout(this.timer);
+    w?.reject(e);
+  }
   next(withinMs: number): Promise<Msg | null> {
+    if (this.failure) return Promise.reject(this.failure);
     const msg = this.queued.shift();
     if (msg) return Promise.resolve(msg);
     if (withinMs <= 0) return Promise.resolve(null);
-    return new Promise((resolve) => {
-      this.waiter = resolve;
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
       this.timer = setTimeout(() => this.settle(null), withinMs);
     });
   }
@@ -114,7 +127,7 @@ class Call implements ReplyCall {
     const w = this.waiter;
     this.waiter = undefined;
     clearTimeout(this.timer);
-    w?.(m);
+    w?.resolve(m);
   }
   close(): void {
     this.settle(null);
@@ -138,10 +151,25 @@ class ReplyInbox {
         this.calls.get(msg.subject.slice(this.prefix.length + 1))?.push(msg);
       },
     });
+    void this.followPermissionErrors(nc);
   }
-  open(): ReplyCall {
+  /**
+   * The server refuses a publish or a subscription it does not permit with an asynchronous error,
+   * not a reply: the calls it concerns fail with it (as the client's own request does), instead of
+   * resending into the refusal until their deadline.
+   */
+  private async followPermissionErrors(nc: NatsConnection): Promise<void> {
+    for await (const s of nc.status()) {
+      if (s.type !== 'error' || !(s.error instanceof natsErrors.PermissionViolationError)) continue;
+      const pe = s.error;
+      for (const call of this.calls.values()) {
+        if (pe.operation === 'subscription' ? pe.subject.startsWith(this.prefix) : pe.subject === call.requestSubject) call.fail(pe);
+      }
+    }
+  }
+  open(requestSubject: string): ReplyCall {
     const token = (++this.seq).toString(36);
-    const call = new Call(`${this.prefix}.${token}`, () => this.calls.delete(token));
+    const call = new Call(`${this.prefix}.${token}`, requestSubject, () => this.calls.delete(token));
     this.calls.set(token, call);
     return call;
   }
@@ -150,7 +178,7 @@ class ReplyInbox {
 const inboxes = new WeakMap<NatsConnection, ReplyInbox>();
 
 /** The connection's shared reply inbox (made on first use). */
-export function replyInboxOf(nc: NatsConnection): { open(): ReplyCall } {
+export function replyInboxOf(nc: NatsConnection): { open(requestSubject: string): ReplyCall } {
   let inbox = inboxes.get(nc);
   if (!inbox) inboxes.set(nc, (inbox = new ReplyInbox(nc)));
   return inbox;

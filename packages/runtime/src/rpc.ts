@@ -1,4 +1,4 @@
-import { headers as natsHeaders, RequestError, TimeoutError, NoRespondersError, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
+import { errors as natsErrors, headers as natsHeaders, RequestError, TimeoutError, NoRespondersError, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { Svcm, type Service } from '@nats-io/services';
 import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, type Endpoint, type Reply } from '@kandev/contracts';
 import { AsyncLocalStorage } from 'node:async_hooks';
@@ -363,7 +363,7 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
   const sendBy = performance.now() + timeout;
   const leftNow = () => Math.floor(sendBy - performance.now());
   const timedOut = () => unavailable(`${endpoint.name} timed out after ${timeout} ms`);
-  const call = replyInboxOf(nc).open();
+  const call = replyInboxOf(nc).open(endpoint.subject);
   h.set(Headers.receipt, String(HEARTBEAT_MS));
   try {
     let first = true;
@@ -415,6 +415,9 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
       }
       return msg;
     }
+  } catch (e) {
+    if (e instanceof natsErrors.PermissionViolationError) throw unavailable(`${endpoint.name} refused by NATS: ${e.message}`, e);
+    throw e;
   } finally {
     call.close();
   }

@@ -11,6 +11,7 @@ import { startHousekeeping } from './housekeeping.js';
 import { createLogger, type Logger } from './log.js';
 import { connectNats, type NatsConnection } from './nats.js';
 import { Outbox } from './outbox.js';
+import { resolveKeys, withholdKeys, type KeyKind } from './keys.js';
 import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
 import { initTracing, shutdownTracing } from './tracing.js';
 
@@ -27,6 +28,11 @@ export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
    * deploy/nats/permissions.conf have, no JetStream API rights.
    */
   publishesEvents?: boolean;
+  /**
+   * The token keys it holds (keys.ts, ADR 0020): checked at start-up, before anything connects; a
+   * missing, placeholder or short key refuses the start. Keys not named here are never read.
+   */
+  keys?: readonly KeyKind[];
   /** Wire up endpoints, consumers and timers. Runs after connections are up. May return URLs it serves. */
   start(rt: ServiceRuntime<z.infer<S>>): Promise<void | { urls?: Record<string, string> }>;
 }
@@ -47,6 +53,8 @@ export interface ServiceRuntime<E = BaseEnv> {
   onStop(fn: () => Promise<void> | void): void;
   /** Extra readiness condition for /readyz. */
   addReadinessCheck(fn: () => Promise<boolean>): void;
+  /** A token key the definition names in `keys` (throws for any other: a service holds only its own). */
+  key(kind: KeyKind): string;
   /** A fact /readyz reports under `details` (and the service's ping answers with, for the gateway's /readyz). */
   addReadinessDetail(name: string, value: () => string | number | boolean): void;
 }
@@ -66,6 +74,7 @@ export interface RunningService {
  */
 export async function startService<S extends z.ZodObject>(def: ServiceDefinition<S>, source: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
   const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
+  const keys = resolveKeys(source, def.keys ?? []);
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
   initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
@@ -107,12 +116,20 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
     },
     onStop: (fn) => void stoppers.push(fn),
     addReadinessCheck: (fn) => void checks.push(fn),
+    key(kind) {
+      const k = keys[kind];
+      if (!k) throw new Error(`${def.name} does not hold the ${kind} key (ServiceDefinition.keys)`);
+      return k;
+    },
     addReadinessDetail: (name, fn) => void details.set(name, fn),
   };
 
   await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) }))]);
   const started = (await def.start(runtime)) || {};
-  if (sql) outbox.startRelay();
+  if (sql) {
+    outbox.startRelay();
+    outbox.exportAge();
+  }
   const stopHousekeeping = sql && def.publishesEvents !== false ? startHousekeeping(sql, nc, log) : () => undefined;
 
   const health = await startHealthServer({
@@ -177,8 +194,13 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
   };
   process.once('SIGTERM', () => onSignal('SIGTERM'));
   process.once('SIGINT', () => onSignal('SIGINT'));
+  // The environment is read once, from a copy; the token keys then leave process.env, so no child
+  // process (lifecycle's agentctl and agents inherit its environment) can inherit them, whatever
+  // its own denylist names. The service holds its key in memory only (rt.key).
+  const source = { ...process.env };
+  withholdKeys(process.env);
   try {
-    running = await startService(def);
+    running = await startService(def, source);
   } catch (e) {
     console.error(JSON.stringify({ level: 'fatal', service: def.name, msg: 'start failed', err: String((e as Error)?.stack ?? e) }));
     process.exit(1);

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 // Relative, not @kandev/testkit: testkit depends on runtime, and the token table needs nothing else.
 import { hostileTokens } from '../../testkit/src/tokens.js';
 import { BaseEnv, parseEnv } from '../src/env.js';
+import { resolveKeys } from '../src/keys.js';
 import { signAgentToken, signOperatorToken, verifyAgentToken, verifyOperatorToken } from '../src/jwt.js';
 
 const SECRET = 'unit-secret-0123456789abcdef';
@@ -33,21 +34,27 @@ describe('tokens (INTERFACES.md, Tokens)', () => {
   });
 });
 
-describe('KANDEV_JWT_SECRET', () => {
-  it('has no default: a service refuses to start without it', () => {
-    expect(() => parseEnv(BaseEnv, {})).toThrow(/KANDEV_JWT_SECRET: is required \(at least 16 characters\)/);
+describe('KANDEV_JWT_SECRET (INTERFACES.md: at least 16 characters, required)', () => {
+  it('has no default: a service holding a key refuses to start without one', () => {
+    expect(() => resolveKeys({}, ['operator'])).toThrow(/KANDEV_OPERATOR_JWT_SECRET \(or KANDEV_JWT_SECRET\): is required \(at least 16 characters\)/);
+    expect(() => resolveKeys({}, ['agent'])).toThrow(/KANDEV_AGENT_JWT_SECRET \(or KANDEV_JWT_SECRET\): is required/);
   });
   it('states the rule for a short one, without echoing the value', () => {
     let message = '';
     try {
-      parseEnv(BaseEnv, { KANDEV_JWT_SECRET: 'short-pw' });
+      resolveKeys({ KANDEV_JWT_SECRET: 'short-pw' }, ['operator', 'agent']);
     } catch (e) {
       message = (e as Error).message;
     }
     expect(message).toMatch(/KANDEV_JWT_SECRET: must be at least 16 characters/);
+    // One variable standing for both keys is reported once.
+    expect(message.match(/KANDEV_JWT_SECRET:/g)).toHaveLength(1);
     expect(message).not.toContain('short-pw');
   });
-  it('accepts 16 characters', () => {
-    expect(parseEnv(BaseEnv, { KANDEV_JWT_SECRET: '0123456789abcdef' }).KANDEV_JWT_SECRET).toBe('0123456789abcdef');
+  it('accepts 16 characters, as both keys', () => {
+    expect(resolveKeys({ KANDEV_JWT_SECRET: '0123456789abcdef' }, ['operator', 'agent'])).toEqual({ operator: '0123456789abcdef', agent: '0123456789abcdef' });
+  });
+  it('BaseEnv no longer carries a key: each service names the keys it holds', () => {
+    expect(parseEnv(BaseEnv, {})).not.toHaveProperty('KANDEV_JWT_SECRET');
   });
 });

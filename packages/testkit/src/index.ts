@@ -8,4 +8,5 @@ export * from './model-stub/index.js';
 export * from './procs.js';
 export * from './invariants.js';
 export * from './control-requests.js';
+export * from './poison.js';
 export * from './nats-cluster.js';

@@ -1,7 +1,7 @@
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signAgentToken, signOperatorToken } from '@kandev/runtime';
+import { KEY_ENV, SERVICE_KEYS, signAgentToken, signOperatorToken, type KeyKind } from '@kandev/runtime';
 import { spawnServiceProcess, type ServiceProcess } from '@kandev/runtime/dev/launch';
 import type { McpMode } from '@kandev/contracts';
 import { readAgentEvents, type AgentEvent } from './agents/events.js';
@@ -24,7 +24,12 @@ export interface Stack {
   nats: TestNats;
   db: TestDatabase;
   stateDir: string;
+  /** The operator key (the name of the one-key era; same as operatorKey). */
   secret: string;
+  /** Signs operator tokens; only the gateway holds it (ADR 0020). */
+  operatorKey: string;
+  /** Signs agent tokens; mcp, orchestrator and lifecycle hold it. */
+  agentKey: string;
   services: Map<StackService, ServiceProcess>;
   operatorToken(workspaces?: string[]): Promise<string>;
   agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
@@ -71,12 +76,16 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     createTestDatabase(),
   ]);
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
-  const secret = 'stack-test-secret-0123456789abcdef';
+  // Two keys, each process holding only its own, as npm start and deploy/ run it (ADR 0020).
+  const operatorKey = opts.env?.KANDEV_OPERATOR_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-operator-key-0123456789abcdef';
+  const agentKey = opts.env?.KANDEV_AGENT_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-agent-key-0123456789abcdef';
+  const secret = operatorKey;
+  const inherited = { ...process.env };
+  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET']) delete inherited[v];
   const baseEnv: NodeJS.ProcessEnv = {
-    ...process.env,
+    ...inherited,
     NATS_URL: nats.url,
     DATABASE_URL: db.url,
-    KANDEV_JWT_SECRET: secret,
     KANDEV_STATE_DIR: stateDir,
     GATEWAY_PORT: '0',
     MCP_PORT: '0',
@@ -85,6 +94,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
     ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
+  };
+  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET']) delete baseEnv[v];
+  const keysFor = (name: StackService): NodeJS.ProcessEnv => {
+    const out: NodeJS.ProcessEnv = {};
+    for (const kind of SERVICE_KEYS[name] as readonly KeyKind[]) out[KEY_ENV[kind]] = kind === 'operator' ? operatorKey : agentKey;
+    return out;
   };
   const services = new Map<StackService, ServiceProcess>();
   const tails = new Map<StackService, string[]>();
@@ -95,6 +110,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   };
   const envFor = (name: StackService): NodeJS.ProcessEnv => ({
     ...baseEnv,
+    ...keysFor(name),
     ...pinnedPorts(name),
     INSTANCE_ID: `${name}-1`,
     ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
@@ -146,9 +162,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     db,
     stateDir,
     secret,
+    operatorKey,
+    agentKey,
     services,
-    operatorToken: (workspaces = ['*']) => signOperatorToken(secret, { sub: 'test-operator', workspaces }),
-    agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(secret, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+    operatorToken: (workspaces = ['*']) => signOperatorToken(operatorKey, { sub: 'test-operator', workspaces }),
+    agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
     logTail: (name) => [...(tails.get(name) ?? [])],
     async restart(name) {
       await services.get(name)?.stop();

@@ -48,7 +48,7 @@ async function startStack(how: 'npm' | 'launcher', extraEnv: Record<string, stri
   mkdirSync(state);
   cleanups.push(() => rmSync(base, { recursive: true, force: true }));
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
+  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
   Object.assign(env, { KANDEV_STATE_DIR: state, GATEWAY_PORT: '0', MCP_PORT: '0', NATS_URL: `nats://127.0.0.1:${await deadPort()}`, LOG_LEVEL: 'info' }, extraEnv);
   const [cmd, args] = how === 'npm' ? ['npm', ['start', '--silent']] : [process.execPath, ['scripts/start.mjs', '--no-build']];
   // detached: its own process group, as a terminal's foreground job is.

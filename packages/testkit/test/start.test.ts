@@ -36,7 +36,7 @@ function tempStateDir(): string {
 
 function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
+  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
   return { ...env, ...extra };
 }
 
@@ -162,9 +162,12 @@ describe('npm run token', () => {
   it('signs operator and agent tokens with the secret npm start stored', async () => {
     const state = tempStateDir();
     cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
+    // Two keys (ADR 0020): the operator key in `secret`, the agent key in `agent-secret`.
     const secret = 'a-secret-of-at-least-sixteen-chars';
+    const agentKey = 'an-agent-key-of-at-least-sixteen-chars';
     mkdirSync(state, { recursive: true });
     writeFileSync(join(state, 'secret'), secret + '\n');
+    writeFileSync(join(state, 'agent-secret'), agentKey + '\n');
 
     const all = run(['operator'], { KANDEV_STATE_DIR: state });
     expect(all.status, all.stderr).toBe(0);
@@ -178,11 +181,17 @@ describe('npm run token', () => {
     const session = '9b2d4c6e-5678-4def-9abc-abcdef012345';
     const agent = run(['agent', '--task', task, '--session', session, '--mode', 'office'], { KANDEV_STATE_DIR: state });
     expect(agent.status, agent.stderr).toBe(0);
-    expect(await verifyAgentToken(secret, agent.stdout.trim())).toMatchObject({ task_id: task, session_id: session, mode: 'office' });
+    expect(await verifyAgentToken(agentKey, agent.stdout.trim())).toMatchObject({ task_id: task, session_id: session, mode: 'office' });
+    // Each kind with its own key only.
+    await expect(verifyAgentToken(secret, agent.stdout.trim())).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
+    await expect(verifyOperatorToken(agentKey, all.stdout.trim())).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
 
     // KANDEV_JWT_SECRET wins over the stored secret.
     const fromEnv = run(['operator'], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'another-secret-sixteen-plus' });
     expect(await verifyOperatorToken('another-secret-sixteen-plus', fromEnv.stdout.trim())).toMatchObject({ sub: 'local-operator' });
+    // A key's own variable wins over KANDEV_JWT_SECRET.
+    const own = run(['agent', '--task', task], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'another-secret-sixteen-plus', KANDEV_AGENT_JWT_SECRET: 'the-agent-key-sixteen-plus' });
+    expect(await verifyAgentToken('the-agent-key-sixteen-plus', own.stdout.trim())).toMatchObject({ task_id: task });
   });
 
   it('fails clearly without a secret or with bad arguments', () => {
@@ -191,12 +200,16 @@ describe('npm run token', () => {
     const none = run(['operator'], { KANDEV_STATE_DIR: state });
     expect(none.status).toBe(1);
     expect(none.stdout).toBe('');
-    expect(none.stderr).toMatch(/KANDEV_JWT_SECRET/);
+    expect(none.stderr).toMatch(/KANDEV_OPERATOR_JWT_SECRET \(or KANDEV_JWT_SECRET\)/);
 
     const secretEnv = { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'a-secret-of-at-least-sixteen-chars' };
     expect(run(['agent'], secretEnv).stderr).toMatch(/--task/);
     expect(run(['agent', '--task', 'not-a-uuid'], secretEnv).status).toBe(2);
     expect(run(['agent', '--task', '3f1c2a7e-1234-4abc-8def-0123456789ab', '--mode', 'boss'], secretEnv).stderr).toMatch(/--mode/);
     expect(run(['admin'], secretEnv).status).toBe(2);
+    // A key no service would start with is refused here too (packages/runtime/src/keys.ts).
+    const placeholder = run(['operator'], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'change-me-at-least-32-random-bytes' });
+    expect([placeholder.status, placeholder.stdout]).toEqual([1, '']);
+    expect(placeholder.stderr).toMatch(/placeholder/);
   });
 });

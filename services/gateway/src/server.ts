@@ -1,10 +1,12 @@
 import fastifyWebsocket from '@fastify/websocket';
 import type { Logger, NatsConnection } from '@kandev/runtime';
 import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
+import { decodeJsonBody } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerConsoleRoutes } from './routes/console.js';
+import { registerReadRoutes } from './routes/read.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
 
@@ -45,11 +47,14 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   });
 
   // JSON only. An empty body with a JSON content type counts as no body (POST /tasks/:id/stop from
-  // clients that always set the header); anything else that is not JSON is BAD_REQUEST.
+  // clients that always set the header); anything else that is not JSON is BAD_REQUEST, and so is
+  // a body that is not UTF-8 or declares another charset (docs/limits.md): bytes are never
+  // decoded into U+FFFD and stored as if the caller had sent that.
   app.removeAllContentTypeParsers();
   const parseJson = app.getDefaultJsonParser('error', 'error');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    const text = typeof body === 'string' ? body : body.toString('utf8');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
+    const text = decodeJsonBody(req.headers['content-type'], body);
+    if (typeof text !== 'string') return done(text, undefined);
     if (text.trim() === '') return done(null, undefined);
     parseJson(req, text, done);
   });
@@ -73,6 +78,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub };

@@ -1,4 +1,4 @@
-import type { ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,8 @@ export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
   name: 'gateway',
   env: GatewayEnv,
   publishesEvents: false,
+  // Operator tokens only (ADR 0020): it can neither mint nor accept agent tokens.
+  keys: SERVICE_KEYS.gateway,
   async start(rt) {
     const consoleDir = resolveConsoleDir(rt.env.CONSOLE_DIR);
     if (rt.env.CONSOLE_DIR && !consoleDir) rt.log.warn({ console_dir: rt.env.CONSOLE_DIR }, 'CONSOLE_DIR is not a directory; /ui/ answers 404');
@@ -21,7 +23,7 @@ export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
     const { app } = await buildGatewayServer({
       nc: rt.nc,
       log: rt.log,
-      jwtSecret: rt.env.KANDEV_JWT_SECRET,
+      jwtSecret: rt.key('operator'),
       timeoutMs: rt.env.GATEWAY_REQUEST_TIMEOUT_MS,
       consoleDir,
       isStopping: () => stopping,

@@ -4,7 +4,7 @@ import { KandevError, type EventEnvelope } from '@kandev/contracts';
 import { guardAction, isMcpAction } from '../src/domain/action-guard.js';
 import { parseClientFrame } from '../src/domain/frames.js';
 import { errorResponseOf } from '../src/domain/http-errors.js';
-import { notificationTargets, toNotification } from '../src/domain/notifications.js';
+import { notificationTargets, toNotification, workspaceKey } from '../src/domain/notifications.js';
 import { readinessReport } from '../src/domain/readiness.js';
 import { requestIdFrom } from '../src/domain/request-id.js';
 import { SubscriptionRegistry } from '../src/ws/subscriptions.js';
@@ -56,16 +56,18 @@ describe('notifications', () => {
   const ev = (type: string, data: unknown, extra: Partial<EventEnvelope> = {}): EventEnvelope =>
     ({ id: 'ev-1', type, version: 1, occurred_at: '2026-01-01T00:00:00.000Z', workspace_id: ws, task_id: task, session_id: session, actor: null, data, ...extra }) as EventEnvelope;
 
-  it('targets the event task for pushed types only', () => {
-    expect(notificationTargets(ev('session.agent.cancelled', {}))).toEqual([task]);
+  it('targets the event task and its workspace for pushed types only', () => {
+    expect(notificationTargets(ev('session.agent.cancelled', {}))).toEqual([task, workspaceKey(ws)]);
+    expect(notificationTargets(ev('session.message', {}))).toEqual([task, workspaceKey(ws)]);
     expect(notificationTargets(ev('turn.started', {}))).toEqual([]);
     expect(notificationTargets(ev('task.created', {}))).toEqual([]);
-    expect(notificationTargets(ev('queue.changed', {}, { task_id: null }))).toEqual([]);
+    expect(notificationTargets(ev('agent.message', {}))).toEqual([]);
+    expect(notificationTargets(ev('queue.changed', {}, { task_id: null }))).toEqual([workspaceKey(ws)]);
   });
   it('targets every member of a hold, once', () => {
     const child = randomUUID();
     const hold = { root_task_id: task, members: [{ task_id: task }, { task_id: child }] };
-    expect(notificationTargets(ev('tree_hold.created', { hold })).sort()).toEqual([task, child].sort());
+    expect(notificationTargets(ev('tree_hold.created', { hold })).sort()).toEqual([task, child, workspaceKey(ws)].sort());
   });
   it('builds the payload from data plus the envelope ids', () => {
     expect(toNotification(ev('session.agent.cancelled', { stop_reason: 'cancelled' }))).toEqual({

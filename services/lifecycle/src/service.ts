@@ -1,4 +1,4 @@
-import { workDirRoot, type ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, workDirRoot, type ServiceDefinition } from '@kandev/runtime';
 import { dirname } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { launchEndpoints } from './endpoints/launch.js';
@@ -19,6 +19,8 @@ import { ExecutionSupervisor } from './supervisor.js';
 export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   name: 'lifecycle',
   env: LifecycleEnv,
+  // Mints the agent token of each execution (flows/launch.ts); never sees the operator key.
+  keys: SERVICE_KEYS.lifecycle,
   async start(rt) {
     const { env, instanceId, log } = rt;
     const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
@@ -43,6 +45,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       registry,
       stateFile,
       agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
+      agentKey: rt.key('agent'),
       isolation,
     });
     supervisor.startRefreshing();

@@ -11,5 +11,18 @@ export const McpEnv = BaseEnv.extend({
    * interrupt waits for the agent's cancel acknowledgement, message/create may launch an agent.
    */
   MCP_TOOL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+  /**
+   * Origins allowed to call /mcp (comma list of exact `scheme://host[:port]`; empty = none). Unset:
+   * the loopback origins of MCP_PORT only. A request with any other `Origin` is refused (403): DNS
+   * rebinding, SPEC R-9.4 (src/domain/origin.ts).
+   */
+  MCP_ALLOWED_ORIGINS: z.string().optional(),
+  /** `Host` values allowed (comma list; `name` = any port, `name:port`). Unset: loopback names when MCP_HOST is loopback, else unchecked. */
+  MCP_ALLOWED_HOSTS: z.string().optional(),
+  /**
+   * How long a token's execution, once seen live in the registry, is trusted without looking again:
+   * the most a token outlives its execution (SPEC R-9.3, src/execution-liveness.ts).
+   */
+  MCP_EXECUTION_CACHE_MS: z.coerce.number().int().nonnegative().default(2_000),
 });
 export type McpEnv = z.infer<typeof McpEnv>;

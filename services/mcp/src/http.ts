@@ -1,9 +1,18 @@
+/**
+ * The MCP transport, hand-written: Streamable HTTP of the MCP specification revision 2025-11-25
+ * (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#streamable-http), in
+ * its stateless, JSON-answer form; older revisions the SDK lists (SUPPORTED_PROTOCOL_VERSIONS) are
+ * accepted in `mcp-protocol-version`. Conformance: test/conformance.test.ts (the official suite
+ * needs Node 22; the test mirrors its server scenarios on Node 20).
+ */
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
 import { agentTokenVerifier, bearer, context, propagation, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
 import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { originPolicy, originRefusal, type OriginPolicy } from './domain/origin.js';
+import type { ExecutionLiveness } from './execution-liveness.js';
 import { answerRequest, type JsonRpcAnswer } from './protocol.js';
 import type { CallScope } from './tool-call.js';
 
@@ -14,6 +23,12 @@ export interface McpHttpOptions {
   requestTimeoutMs: number;
   nc: NatsConnection;
   log: Logger;
+  /** `MCP_ALLOWED_ORIGINS` (unset: the loopback origins of this port), domain/origin.ts. */
+  allowedOrigins?: string | undefined;
+  /** `MCP_ALLOWED_HOSTS` (unset: loopback names when bound to loopback, else unchecked). */
+  allowedHosts?: string | undefined;
+  /** Refuses tokens whose execution has ended (SPEC R-9.3); absent: tokens are checked by signature and expiry only. */
+  liveness?: ExecutionLiveness;
 }
 
 export interface McpHttp {
@@ -34,7 +49,7 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
 }
 
-type Auth = { ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean };
+type Auth = { ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean; unavailable?: boolean };
 
 async function authenticate(req: IncomingMessage, verify: (token: string) => Promise<AgentClaims>): Promise<Auth> {
   const token = bearer(req.headers.authorization);
@@ -42,6 +57,8 @@ async function authenticate(req: IncomingMessage, verify: (token: string) => Pro
   try {
     return { ok: true, claims: await verify(token), token };
   } catch (e) {
+    // The registry could not say whether the execution lives: not the token's fault (503, retry).
+    if (isKandevError(e) && e.code === 'UNAVAILABLE') return { ok: false, message: e.message, presented: true, unavailable: true };
     return { ok: false, message: isKandevError(e) ? e.message : 'invalid token', presented: true };
   }
 }
@@ -49,9 +66,16 @@ async function authenticate(req: IncomingMessage, verify: (token: string) => Pro
 const first = (h: string | string[] | undefined) => (Array.isArray(h) ? h[0] : h);
 /** `application/json`, with or without parameters (`; charset=utf-8`). */
 const isJson = (contentType: string | undefined) => !!contentType && contentType.split(';', 1)[0]!.trim().toLowerCase() === 'application/json';
+/** JSON is UTF-8 (RFC 8259 §8.1): a declared charset must say so; none means UTF-8. */
+function charsetIsUtf8(contentType: string): boolean {
+  const m = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType);
+  return !m || /^utf-?8$/i.test(m[1]!);
+}
+/** Refuses bytes that are not UTF-8 instead of storing U+FFFD in their place (docs/limits.md). */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** The body as text, or null once it passes `limit` bytes (reading stops; the caller answers and closes). */
-function readBody(req: IncomingMessage, limit: number): Promise<string | null> {
+/** The body as bytes, or null once it passes `limit` bytes (reading stops; the caller answers and closes). */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   if (Number(req.headers['content-length']) > limit) return Promise.resolve(null);
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -64,7 +88,7 @@ function readBody(req: IncomingMessage, limit: number): Promise<string | null> {
       resolve(null);
     };
     req.on('data', onData);
-    req.on('end', () => resolve(Buffer.concat(chunks, size).toString('utf8')));
+    req.on('end', () => resolve(Buffer.concat(chunks, size)));
     req.on('error', reject);
   });
 }
@@ -114,12 +138,20 @@ class InFlight {
  */
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
-  const verify = agentTokenVerifier(opts.jwtSecret);
+  const verifySignature = agentTokenVerifier(opts.jwtSecret);
+  // Signature and expiry (remembered per token), then whether its execution still lives.
+  const verify = async (token: string) => {
+    const claims = await verifySignature(token);
+    await opts.liveness?.check(claims);
+    return claims;
+  };
   const inFlight = new InFlight();
+  let policy: OriginPolicy | undefined;
 
   async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const auth = await authenticate(req, verify);
     if (!auth.ok) {
+      if (auth.unavailable) return jsonRpcError(res, 503, JSONRPC_SERVER_ERROR, `Service Unavailable: ${auth.message}`, { 'retry-after': '1' });
       log.info({ reason: auth.message, method: req.method }, 'mcp request rejected: unauthorized');
       const challenge = auth.presented ? 'Bearer realm="kandev-mcp", error="invalid_token"' : 'Bearer realm="kandev-mcp"';
       return jsonRpcError(res, 401, JSONRPC_UNAUTHORIZED, `Unauthorized: ${auth.message}`, { 'www-authenticate': challenge });
@@ -130,13 +162,21 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
       return jsonRpcError(res, 406, JSONRPC_SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream');
     }
-    if (!isJson(first(req.headers['content-type']))) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
+    const contentType = first(req.headers['content-type']);
+    if (!isJson(contentType)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
+    if (!charsetIsUtf8(contentType!)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: the charset must be utf-8');
 
-    const text = await readBody(req, MAX_BODY_BYTES);
-    if (text === null) {
+    const bytes = await readBody(req, MAX_BODY_BYTES);
+    if (bytes === null) {
       // The rest of the body is never read: answer, then drop the connection.
       res.on('finish', () => req.destroy());
       return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`, { connection: 'close' });
+    }
+    let text: string;
+    try {
+      text = utf8.decode(bytes);
+    } catch {
+      return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: the body is not valid UTF-8');
     }
     let raw: unknown;
     try {
@@ -199,6 +239,12 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
     }
     if (path !== '/mcp') return void res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"code":"NOT_FOUND","message":"not found"}}');
+    // DNS rebinding (SPEC R-9.4): before the token, the body or anything else is looked at.
+    const refused = originRefusal(policy!, req.headers);
+    if (refused) {
+      log.info({ reason: refused, origin: req.headers.origin, host: req.headers.host }, 'mcp request rejected: forbidden');
+      return jsonRpcError(res, 403, JSONRPC_SERVER_ERROR, `Forbidden: ${refused}`);
+    }
     serveMcp(req, res).catch((err: unknown) => {
       log.error({ err }, 'mcp request failed');
       jsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
@@ -213,6 +259,7 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     });
   });
   const { port } = http.address() as AddressInfo;
+  policy = originPolicy({ allowedOrigins: opts.allowedOrigins, allowedHosts: opts.allowedHosts, bindHost: opts.host, port });
   const url = `http://${opts.host}:${port}/mcp`;
 
   return {

@@ -1,5 +1,6 @@
-import type { ServiceDefinition } from '@kandev/runtime';
+import { RegistryReader, SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
 import { McpEnv } from './env.js';
+import { ExecutionLiveness } from './execution-liveness.js';
 import { startMcpHttp } from './http.js';
 
 /**
@@ -11,14 +12,25 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
   name: 'mcp',
   env: McpEnv,
   publishesEvents: false,
+  // Agent tokens only (ADR 0020): an operator token is not a credential here.
+  keys: SERVICE_KEYS.mcp,
   async start(rt) {
+    // Bound on first use, and again after a failure: lifecycle creates the bucket, and may start after mcp.
+    let registry: Promise<RegistryReader> | undefined;
+    const bindRegistry = () => (registry ??= RegistryReader.bind(rt.nc, rt.log).catch((e: unknown) => {
+      registry = undefined;
+      throw e;
+    }));
     const http = await startMcpHttp({
       host: rt.env.MCP_HOST,
       port: rt.env.MCP_PORT,
-      jwtSecret: rt.env.KANDEV_JWT_SECRET,
+      jwtSecret: rt.key('agent'),
       requestTimeoutMs: rt.env.MCP_TOOL_TIMEOUT_MS,
       nc: rt.nc,
       log: rt.log,
+      allowedOrigins: rt.env.MCP_ALLOWED_ORIGINS,
+      allowedHosts: rt.env.MCP_ALLOWED_HOSTS,
+      liveness: new ExecutionLiveness(bindRegistry, rt.env.MCP_EXECUTION_CACHE_MS),
     });
     rt.onStop(() => http.close());
     return { urls: { mcp: http.url } };

@@ -57,6 +57,10 @@ export const OrchestratorEnv = BaseEnv.extend({
    * bound between CANCELLED and the process's SIGTERM; 0 sends every teardown at once.
    */
   TEARDOWN_YIELD_MS: z.coerce.number().int().nonnegative().max(2_000).default(500),
+  /** Transcript caps (R-8.2, docs/limits.md): bytes of one item's text, of a session's items, and items per session. */
+  TRANSCRIPT_ITEM_BYTES: z.coerce.number().int().min(1_024).default(64 * 1024),
+  TRANSCRIPT_SESSION_BYTES: z.coerce.number().int().min(1_024).default(5 * 1024 * 1024),
+  TRANSCRIPT_SESSION_ITEMS: z.coerce.number().int().min(2).default(10_000),
   /** Root of the agents' task directories (R-9.1), to check a task's `working_dir` against; unset = `<KANDEV_STATE_DIR>/work` (as lifecycle). */
   KANDEV_WORK_DIR: z.string().min(1).optional(),
   KANDEV_STATE_DIR: z.string().min(1).default('.kandev'),

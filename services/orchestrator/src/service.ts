@@ -1,14 +1,16 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEvents, RegistryReader, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { consumeEvents, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { operatorEndpoints } from './endpoints/operator.js';
+import { readEndpoints } from './endpoints/read.js';
 import { treeEndpoints } from './endpoints/tree.js';
 import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
 import { LIFECYCLE_CONSUMER, LIFECYCLE_EVENT_TYPES, onLifecycleEvent } from './flows/lifecycle-events.js';
 import { startReconciler } from './flows/reconcile.js';
+import { onAgentEvent, TRANSCRIPT_CONSUMER, TRANSCRIPT_EVENT_TYPES, TRANSCRIPT_FILTER_SUBJECT } from './flows/transcript.js';
 import { TeardownYield } from './flows/teardown-yield.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
@@ -16,6 +18,8 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   name: 'orchestrator',
   env: OrchestratorEnv,
   schema: 'orchestrator',
+  // Verifies the agent token mcp forwards with every kandev.orch.mcp.> request (flows/caller.ts).
+  keys: SERVICE_KEYS.orchestrator,
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),
   async start(runtime) {
     const rt: OrchRuntime = Object.assign(runtime as ServiceRuntime<OrchestratorEnv>, {
@@ -23,9 +27,12 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
       teardownYield: new TeardownYield(runtime.env.TEARDOWN_YIELD_MS),
     });
     rt.onStop(() => rt.teardownYield.close());
-    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt)]);
+    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt), ...readEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
+    // Transcripts have their own durable consumer: a chatty agent never delays turn ends.
+    const transcript = await consumeEvents(rt.nc, { durable: TRANSCRIPT_CONSUMER, types: TRANSCRIPT_EVENT_TYPES, filterSubject: TRANSCRIPT_FILTER_SUBJECT, log: rt.log }, (ev) => onAgentEvent(rt, ev));
+    rt.onStop(() => transcript.stop());
     rt.onStop(startReconciler(rt));
   },
 };

@@ -35,6 +35,20 @@ const PromptQuotaMeta = z.looseObject({
   }),
 });
 
+/** A tool call's content as text for the transcript: its text blocks, else its raw input/output as JSON. */
+function toolText(content: unknown, raw: unknown): string {
+  const texts: string[] = [];
+  if (Array.isArray(content)) {
+    for (const c of content as Array<{ type?: string; content?: { type?: string; text?: unknown }; path?: unknown; newText?: unknown }>) {
+      if (c?.type === 'content' && c.content?.type === 'text' && typeof c.content.text === 'string') texts.push(c.content.text);
+      else if (c?.type === 'diff' && typeof c.path === 'string') texts.push(`diff ${c.path}`);
+    }
+  }
+  if (texts.length) return texts.join('\n');
+  if (raw === undefined || raw === null) return '';
+  return typeof raw === 'string' ? raw : JSON.stringify(raw);
+}
+
 type ToolCallState = 'pending' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
 
 export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> implements AgentAdapter {
@@ -45,6 +59,8 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
   /** Usage that arrives between turns is charged to the turn that just ended. */
   private lastTurnId: string | undefined;
   private readonly toolCalls = new Map<string, ToolCallState>();
+  /** Title and kind of each tool call since its start, for its end's report. */
+  private readonly toolNames = new Map<string, { title: string | null; kind: string | null }>();
   private cumulativeCostUsd = 0;
 
 
@@ -96,6 +112,7 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     this.turnId = turnId;
     this.lastTurnId = turnId;
     this.toolCalls.clear();
+    this.toolNames.clear();
     try {
       const response = await unlessAgentExits(
         connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...(context ? [{ type: 'text' as const, text: context }] : []), { type: 'text', text }] }),
@@ -172,10 +189,17 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
         break;
       case 'tool_call':
         this.toolCalls.set(update.toolCallId, update.status ?? 'pending');
+        this.toolNames.set(update.toolCallId, { title: update.title ?? null, kind: update.kind ?? null });
+        if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: 'started', title: update.title ?? null, kind: update.kind ?? null, text: toolText(update.content, update.rawInput) });
         break;
       case 'tool_call_update':
-        if (update.status === 'completed' || update.status === 'failed') this.toolCalls.delete(update.toolCallId);
-        else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
+        if (update.status === 'completed' || update.status === 'failed') {
+          this.toolCalls.delete(update.toolCallId);
+          // An update carries only what changed: the title and kind are the start's unless it renames them.
+          const named = this.toolNames.get(update.toolCallId);
+          this.toolNames.delete(update.toolCallId);
+          if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: update.status, title: update.title ?? named?.title ?? null, kind: update.kind ?? named?.kind ?? null, text: toolText(update.content, update.rawOutput) });
+        } else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
         break;
       case 'usage_update':
         this.onUsage(update);

@@ -18,11 +18,21 @@ export interface UsageReport {
   priced?: boolean;
 }
 
+export interface ToolCallReport {
+  tool_call_id: string;
+  phase: 'started' | 'completed' | 'failed';
+  title: string | null;
+  kind: string | null;
+  text: string;
+}
+
 export type PermissionRequest = Omit<AgentctlPermissionRequestedEvent, 'type'>;
 
 /** What an adapter reports while a turn runs; the execution turns these into stdout events. */
 export interface AdapterSink {
   agentMessage(turnId: string, text: string): void;
+  /** A tool call started or ended (its input or output as text). */
+  toolCall(turnId: string, call: ToolCallReport): void;
   usage(turnId: string, usage: UsageReport): void;
   permissionRequested(request: PermissionRequest): void;
   permissionResolved(permissionId: string, turnId: string | null, outcome: AgentctlPermissionOutcome): void;

@@ -23,6 +23,26 @@ const TurnCompleted = z.looseObject({
   }),
 });
 const AgentMessageDelta = z.looseObject({ threadId: z.string().optional(), turnId: z.string().optional(), delta: z.string() });
+/**
+ * `item/started` / `item/completed` of the app-server: the items that are tool calls (a command, a
+ * file change, an MCP tool call) become transcript tool calls; agent messages and reasoning do not
+ * (their text arrives as deltas).
+ */
+const ItemNotification = z.looseObject({
+  item: z.looseObject({
+    id: z.string().min(1),
+    type: z.string().optional(),
+    status: z.string().optional(),
+    command: z.union([z.string(), z.array(z.string())]).optional(),
+    aggregatedOutput: z.string().nullable().optional(),
+    server: z.string().optional(),
+    tool: z.string().optional(),
+    arguments: z.unknown().optional(),
+    result: z.unknown().optional(),
+    changes: z.array(z.looseObject({ path: z.string() })).optional(),
+  }),
+});
+const TOOL_ITEM_TYPES = new Set(['commandExecution', 'fileChange', 'mcpToolCall']);
 const TokenBreakdown = z.looseObject({
   inputTokens: z.number().int().nonnegative(),
   cachedInputTokens: z.number().int().nonnegative().default(0),
@@ -94,6 +114,8 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
   /** The thread's model (thread/start answer): what token usage is priced at. */
   private model: string | undefined;
   /** turn/completed can outrun the turn/start answer; it waits here until the id is known. */
+  /** Tool items started and not yet completed: their title and type, for a completion that names only the id. */
+  private readonly toolItems = new Map<string, { title: string; kind: string }>();
   private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
 
 
@@ -188,6 +210,29 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
         const parsed = AgentMessageDelta.safeParse(params);
         const turnId = this.turn?.turnId;
         if (parsed.success && turnId) this.sink.agentMessage(turnId, parsed.data.delta);
+        return;
+      }
+      case 'item/started':
+      case 'item/completed': {
+        const parsed = ItemNotification.safeParse(params);
+        const turnId = this.turn?.turnId;
+        if (!parsed.success || !turnId) return;
+        const item = parsed.data.item;
+        // A completion may repeat the item whole or name it by id only: what the start said is kept.
+        const known = this.toolItems.get(item.id);
+        const type = item.type ?? known?.kind;
+        if (!type || !TOOL_ITEM_TYPES.has(type)) return;
+        const command = Array.isArray(item.command) ? item.command.join(' ') : item.command;
+        const title = command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? known?.title ?? type;
+        const json = (v: unknown) => (v === undefined || v === null ? '' : typeof v === 'string' ? v : JSON.stringify(v));
+        if (method === 'item/started') {
+          this.toolItems.set(item.id, { title, kind: type });
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: 'started', title, kind: type, text: json(item.arguments) });
+        } else {
+          this.toolItems.delete(item.id);
+          const failed = item.status === 'failed' || item.status === 'declined';
+          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: failed ? 'failed' : 'completed', title, kind: type, text: item.aggregatedOutput ?? json(item.result) });
+        }
         return;
       }
       case 'thread/tokenUsage/updated': {

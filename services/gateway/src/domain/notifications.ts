@@ -5,8 +5,11 @@ const pushed = new Set<string>(PUSHED_EVENT_TYPES);
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** The subscription key of a whole workspace (`subscribe {workspace_id}`); task subscriptions are keyed by the task id. */
+export const workspaceKey = (workspaceId: string): string => `workspace:${workspaceId}`;
+
 /**
- * Task ids whose subscribers should see this event: the event's own task and, for tree-hold events,
+ * Task ids (and the workspace's key) whose subscribers should see this event: the event's own task and, for tree-hold events,
  * every member of the hold (an operator watching a child sees its tree being paused, R-4.9).
  * Empty for events the gateway does not push.
  */
@@ -20,6 +23,8 @@ export function notificationTargets(ev: EventEnvelope): string[] {
   if (hold && Array.isArray(hold.members)) {
     for (const m of hold.members) if (isRecord(m) && typeof m.task_id === 'string') targets.add(m.task_id);
   }
+  // Workspace subscribers (the board) see every pushed event of the workspace.
+  targets.add(workspaceKey(ev.workspace_id));
   return [...targets];
 }
 

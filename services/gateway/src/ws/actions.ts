@@ -3,6 +3,7 @@ import { request, type NatsConnection } from '@kandev/runtime';
 import { z } from 'zod';
 import type { WsClient } from './client.js';
 import type { SubscriptionRegistry } from './subscriptions.js';
+import { subscribeWorkspace, unsubscribeWorkspace, workspaceRefOf } from './workspace-subscription.js';
 
 export interface ActionContext {
   actor: OperatorActor;
@@ -41,19 +42,27 @@ export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, Actio
   [
     'subscribe',
     async (payload, ctx) => {
+      const workspaceId = workspaceRefOf(payload);
+      if (workspaceId) return subscribeWorkspace(workspaceId, ctx, MAX_SUBSCRIPTIONS_PER_SOCKET);
       const taskId = taskRef(payload);
-      if (ctx.subscriptions.countOf(ctx.client) >= MAX_SUBSCRIPTIONS_PER_SOCKET) {
-        throw conflict('too many subscriptions on this socket', { limit: MAX_SUBSCRIPTIONS_PER_SOCKET });
+      // The place is taken before the lookup is awaited: 1,500 frames at once still make 500 at most.
+      const release = ctx.subscriptions.reserve(ctx.client, MAX_SUBSCRIPTIONS_PER_SOCKET);
+      if (!release) throw conflict('too many subscriptions on this socket', { limit: MAX_SUBSCRIPTIONS_PER_SOCKET });
+      try {
+        // The orchestrator decides visibility: FORBIDDEN / NOT_FOUND reach the client unchanged.
+        await request(ctx.nc, Orch.taskGet, { actor: ctx.actor, task_id: taskId }, opts(ctx));
+        if (ctx.client.open) ctx.subscriptions.add(ctx.client, taskId);
+      } finally {
+        release();
       }
-      // The orchestrator decides visibility: FORBIDDEN / NOT_FOUND reach the client unchanged.
-      await request(ctx.nc, Orch.taskGet, { actor: ctx.actor, task_id: taskId }, opts(ctx));
-      if (ctx.client.open) ctx.subscriptions.add(ctx.client, taskId);
       return { subscribed: true, task_id: taskId };
     },
   ],
   [
     'unsubscribe',
     async (payload, ctx) => {
+      const workspaceId = workspaceRefOf(payload);
+      if (workspaceId) return unsubscribeWorkspace(workspaceId, ctx);
       const taskId = taskRef(payload);
       ctx.subscriptions.remove(ctx.client, taskId);
       return { subscribed: false, task_id: taskId };

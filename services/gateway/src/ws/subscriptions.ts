@@ -6,6 +6,28 @@
 export class SubscriptionRegistry<C> {
   readonly #byTask = new Map<string, Set<C>>();
   readonly #byClient = new Map<C, Set<string>>();
+  /** Places held by subscribes still being checked, per client (reserve). */
+  readonly #reserved = new Map<C, number>();
+
+  /**
+   * Holds one of the client's `limit` places while a subscribe is checked. Synchronous, so frames
+   * that arrive together cannot all pass the count before any of them is added (the check awaits
+   * the orchestrator). Returns the release (call it once the subscribe is added or refused), or
+   * null when subscriptions and held places already reach `limit`.
+   */
+  reserve(client: C, limit: number): (() => void) | null {
+    const held = this.#reserved.get(client) ?? 0;
+    if (this.countOf(client) + held >= limit) return null;
+    this.#reserved.set(client, held + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.#reserved.get(client) ?? 1) - 1;
+      if (n <= 0) this.#reserved.delete(client);
+      else this.#reserved.set(client, n);
+    };
+  }
 
   /** True when this is a new subscription. */
   add(client: C, taskId: string): boolean {

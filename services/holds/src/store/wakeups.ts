@@ -102,3 +102,11 @@ export const toWakeup = (r: WakeupRow): Wakeup => ({
   claimed_at: r.claimed_at,
   finished_at: r.finished_at,
 });
+
+/** The due, unclaimed wakeups: how many, and how long the oldest has waited (metrics, read at scrape time). */
+export async function wakeupBacklog(q: Sql): Promise<{ queued: number; oldestAgeS: number }> {
+  const [row] = await q<{ queued: number; oldest: number | null }[]>`
+    SELECT count(*)::int AS queued, extract(epoch FROM now() - min(COALESCE(run_at, requested_at)))::float8 AS oldest
+      FROM wakeups WHERE status = 'queued' AND COALESCE(run_at, requested_at) <= now()`;
+  return { queued: row?.queued ?? 0, oldestAgeS: Math.max(0, row?.oldest ?? 0) };
+}

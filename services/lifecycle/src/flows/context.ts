@@ -17,6 +17,8 @@ export interface LifecycleDeps {
   registry: ExecutionRegistry;
   stateFile: StateFile;
   agentctlBin: string;
+  /** Signs the agent token of each execution (ADR 0020). */
+  agentKey: string;
   /** Uid and directory of each execution. */
   isolation: AgentIsolation;
 }

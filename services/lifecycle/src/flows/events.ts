@@ -41,6 +41,16 @@ export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine)
       return finishTurn(journal, x, ev.turn_id, ev.stop_reason);
     case 'agent_message':
       return queue(journal, x, 'agent.message', { execution_id: x.id, turn_id: UUID.test(ev.turn_id) ? ev.turn_id : null, text: ev.text });
+    case 'tool_call':
+      return queue(journal, x, 'agent.tool_call', {
+        execution_id: x.id,
+        turn_id: UUID.test(ev.turn_id) ? ev.turn_id : null,
+        tool_call_id: ev.tool_call_id,
+        phase: ev.phase,
+        title: ev.title,
+        kind: ev.kind,
+        text: ev.text,
+      });
     case 'usage':
       return queue(journal, x, 'usage.recorded', {
         execution_id: x.id,

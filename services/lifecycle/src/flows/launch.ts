@@ -81,7 +81,7 @@ function alreadyHere(ctx: Executions, req: LaunchRequest): Execution | null {
 
 /** Everything that can refuse the launch before a process exists. */
 async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol: Execution['protocol']; token: string }> {
-  const { registry, env } = ctx.deps;
+  const { registry, env, agentKey } = ctx.deps;
   const elsewhere = await registry.get(req.execution_id, req.task_id);
   if (elsewhere) throw conflict(`execution is already registered by ${elsewhere.instance_id}`, { execution_id: req.execution_id });
   let protocol: Execution['protocol'];
@@ -91,7 +91,7 @@ async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol:
     if (e instanceof CatalogueError) throw validationError(e.message, { agent: req.agent });
     throw e;
   }
-  const token = await signAgentToken(env.KANDEV_JWT_SECRET, { task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id, mode: req.mcp_mode ?? env.AGENT_MCP_MODE });
+  const token = await signAgentToken(agentKey, { task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id, mode: req.mcp_mode ?? env.AGENT_MCP_MODE });
   return { protocol, token };
 }
 

@@ -16,7 +16,7 @@ import type { OrchRuntime } from './context.js';
 const verifiers = new WeakMap<OrchRuntime, (token: string) => Promise<AgentClaims>>();
 function verifierOf(rt: OrchRuntime) {
   let verify = verifiers.get(rt);
-  if (!verify) verifiers.set(rt, (verify = agentTokenVerifier(rt.env.KANDEV_JWT_SECRET)));
+  if (!verify) verifiers.set(rt, (verify = agentTokenVerifier(rt.key('agent'))));
   return verify;
 }
 

@@ -41,6 +41,7 @@ import {
 import { lockSessionAskingFor, lockSessionWithOpenTurn } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { recordTranscript } from './transcript.js';
 
 type McpReq<K extends keyof typeof OrchMcpClarification> = RequestOf<(typeof OrchMcpClarification)[K]>;
 type OpReq<K extends keyof typeof OrchClarification> = RequestOf<(typeof OrchClarification)[K]>;
@@ -99,6 +100,14 @@ export async function askQuestions(rt: OrchRuntime, call: CallContext, req: McpR
     });
     const b = (await getBundle(tx, id))!;
     await emit('clarification.requested', scopeOf(b, { type: 'agent', task_id: task.id, session_id: s.id }), { bundle: pinnedOf(viewOf(b)) });
+    // the questions belong to the session's transcript too (the bundle keeps their answers).
+    await recordTranscript(rt, tx, emit, { ...scopeOf(b, null), session_id: s.id }, {
+      turn_id: s.open_turn_id,
+      role: 'agent',
+      kind: 'question',
+      text: questions.map((q) => q.text).join('\n'),
+      meta: { bundle_id: id, question_ids: questions.map((q) => q.id) },
+    });
     return b;
   });
   rt.log.info({ task_id: task.id, session_id: bundle.session_id, turn_id: bundle.turn_id, bundle_id: bundle.id, request_id: call.requestId, questions: questions.length }, 'clarification requested');

@@ -17,6 +17,7 @@ import { drainQueue } from './message.js';
 import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { recordTranscript } from './transcript.js';
 
 export interface StartedSession {
   session: SessionRow;
@@ -110,7 +111,10 @@ export async function startSession(
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
     await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
-    if (turnId) await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
+    if (turnId) {
+      await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
+      await recordTranscript(rt, tx, emit, { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, promptItem(turnId, opts.prompt!, opts.sender_task_id ?? null));
+    }
     await recordAudit(tx, {
       task_id: locked.id,
       workspace_id: locked.workspace_id,
@@ -253,6 +257,7 @@ export async function dispatchTurn(
   senderTaskId: string | null,
 ): Promise<string> {
   const turn = await insertTurn(tx, { session_id: s.id, execution_id: s.execution_id, prompt, sender_task_id: senderTaskId });
+  await recordTranscript(rt, tx, emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, promptItem(turn.id, prompt, senderTaskId));
   await changeSessionState(tx, emit, task, s, 'RUNNING', { reason: 'turn_started' });
   const context = await contextFor(tx, senderTaskId);
   await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_PROMPT_WAIT_MS });
@@ -265,3 +270,7 @@ async function contextFor(q: Parameters<typeof getTask>[0], senderTaskId: string
   const sender = await getTask(q, senderTaskId);
   return sender ? senderContext(sender) : undefined;
 }
+
+/** A turn's prompt as a transcript item: the operator's, or another task's message (its sender in meta). */
+const promptItem = (turnId: string, prompt: string, senderTaskId: string | null) =>
+  ({ turn_id: turnId, role: 'user', kind: 'prompt', text: prompt, meta: senderTaskId ? { sender_task_id: senderTaskId } : {} }) as const;

@@ -1,0 +1,222 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import type { z } from 'zod';
+import { GatewayEnv } from '@kandev/gateway/dist/env.js';
+import { HoldsEnv } from '@kandev/holds/dist/env.js';
+import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
+import { McpEnv } from '@kandev/mcp/dist/env.js';
+import { OrchestratorEnv } from '@kandev/orchestrator/dist/env.js';
+import { registry } from '@kandev/runtime';
+import * as externalSecrets from '@kubernetes-models/external-secrets/external-secrets.io/v1';
+import * as monitoring from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import * as core from 'kubernetes-models/v1';
+import * as apps from 'kubernetes-models/apps/v1';
+import * as autoscaling from 'kubernetes-models/autoscaling/v2';
+import * as networking from 'kubernetes-models/networking.k8s.io/v1';
+import * as policy from 'kubernetes-models/policy/v1';
+
+/**
+ * Every overlay renders, every object is valid against the Kubernetes schemas (kubernetes-models:
+ * the OpenAPI schemas of the Kubernetes release it is generated from) or its operator's CRD
+ * schema, and the manifests keep the rules operators rely on: probes, requests and limits, a
+ * non-root security context, env that the services really read, alerts on metrics that exist.
+ */
+const DEPLOY = join(dirname(fileURLToPath(import.meta.url)), '..');
+const OVERLAYS = ['base', 'overlays/dev', 'overlays/prod', 'observability'] as const;
+
+type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; labels?: Record<string, string> }; [k: string]: any };
+
+function render(overlay: string): K8sObject[] {
+  let out: string;
+  try {
+    out = execFileSync('kubectl', ['kustomize', join(DEPLOY, overlay)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  } catch (e) {
+    throw new Error(`kubectl kustomize ${overlay} failed (kubectl with kustomize must be on PATH): ${(e as Error).message}`);
+  }
+  return parseAllDocuments(out)
+    .map((d) => d.toJS() as K8sObject)
+    .filter(Boolean);
+}
+
+type Model = new (data: unknown) => { validate(): void };
+/**
+ * The schemas by apiVersion: core and built-in groups from kubernetes-models (generated from the
+ * Kubernetes OpenAPI schemas), CRDs from their operator's models. An apiVersion missing here fails
+ * the test: add its models.
+ */
+const MODELS: Record<string, Record<string, unknown>> = {
+  v1: core,
+  'apps/v1': apps,
+  'autoscaling/v2': autoscaling,
+  'networking.k8s.io/v1': networking,
+  'policy/v1': policy,
+  'monitoring.coreos.com/v1': monitoring,
+  'external-secrets.io/v1': externalSecrets,
+};
+
+function modelOf(o: K8sObject): Model {
+  const model = MODELS[o.apiVersion]?.[o.kind] as Model | undefined;
+  if (!model) throw new Error(`no schema for ${o.apiVersion} ${o.kind}`);
+  return model;
+}
+
+/**
+ * kustomize wraps long base64 Secret values over lines, which the API server accepts (Go's base64
+ * decoder skips newlines) and the schema's strict `byte` format does not: joined before validating.
+ */
+function withoutBase64Breaks(o: K8sObject): K8sObject {
+  if (o.kind !== 'Secret' || !o.data) return o;
+  return { ...o, data: Object.fromEntries(Object.entries(o.data as Record<string, string>).map(([k, v]) => [k, v.replace(/\s+/g, '')])) };
+}
+
+const rendered = Object.fromEntries(OVERLAYS.map((o) => [o, render(o)])) as Record<(typeof OVERLAYS)[number], K8sObject[]>;
+const workloads = (objs: K8sObject[]) => objs.filter((o) => o.kind === 'Deployment' || o.kind === 'StatefulSet');
+
+/** Each service's env schema, by container name. */
+const ENV_SCHEMAS: Record<string, z.ZodObject> = {
+  gateway: GatewayEnv as unknown as z.ZodObject,
+  mcp: McpEnv as unknown as z.ZodObject,
+  orchestrator: OrchestratorEnv as unknown as z.ZodObject,
+  lifecycle: LifecycleEnv as unknown as z.ZodObject,
+  holds: HoldsEnv as unknown as z.ZodObject,
+};
+/** Read by libraries the services load, not by their env schemas (OpenTelemetry's SDK, Node itself). */
+const STANDARD_ENV = /^(OTEL_[A-Z_]+|NODE_ENV|NODE_OPTIONS|HOME)$/;
+
+describe.each(OVERLAYS)('deploy/%s', (overlay) => {
+  const objs = rendered[overlay];
+
+  it('renders and every object validates against its schema', () => {
+    expect(objs.length).toBeGreaterThan(0);
+    const errors: string[] = [];
+    for (const o of objs) {
+      try {
+        new (modelOf(o))(withoutBase64Breaks(o)).validate();
+      } catch (e) {
+        errors.push(`${o.kind}/${o.metadata.name}: ${(e as Error).message}`);
+      }
+    }
+    expect(errors).toEqual([]);
+  });
+
+  it('every workload has probes, resource requests and limits, and a locked-down security context', () => {
+    const problems: string[] = [];
+    for (const w of workloads(objs)) {
+      const pod = w.spec.template.spec;
+      for (const c of pod.containers) {
+        const where = `${w.kind}/${w.metadata.name}/${c.name}`;
+        if (!c.readinessProbe || !c.livenessProbe) problems.push(`${where}: readiness and liveness probes`);
+        if (!c.resources?.requests?.cpu || !c.resources?.requests?.memory) problems.push(`${where}: cpu and memory requests`);
+        if (!c.resources?.limits?.memory) problems.push(`${where}: a memory limit`);
+        if (c.securityContext?.allowPrivilegeEscalation !== false) problems.push(`${where}: allowPrivilegeEscalation false`);
+        const root = c.securityContext?.runAsNonRoot === false || pod.securityContext?.runAsNonRoot !== true;
+        // lifecycle alone runs as root, to give each execution a uid of its own (docs/security.md);
+        // it keeps only the capabilities that needs.
+        if (root && c.name !== 'lifecycle') problems.push(`${where}: runAsNonRoot`);
+        if (!(c.securityContext?.capabilities?.drop ?? []).includes('ALL')) problems.push(`${where}: drop ALL capabilities`);
+      }
+    }
+    expect(problems).toEqual([]);
+  });
+
+  it('sets only env variables the services read, and every one they require', () => {
+    const configMaps = new Map(objs.filter((o) => o.kind === 'ConfigMap').map((o) => [o.metadata.name, Object.keys(o.data ?? {})]));
+    const secrets = new Map([
+      ...objs.filter((o) => o.kind === 'Secret').map((o) => [o.metadata.name, Object.keys({ ...o.data, ...o.stringData })] as const),
+      ...objs.filter((o) => o.kind === 'ExternalSecret').map((o) => [o.spec.target?.name ?? o.metadata.name, (o.spec.data ?? []).map((d: { secretKey: string }) => d.secretKey)] as const),
+    ]);
+    const problems: string[] = [];
+    for (const w of workloads(objs)) {
+      for (const c of w.spec.template.spec.containers) {
+        const schema = ENV_SCHEMAS[c.name];
+        if (!schema) continue; // not one of ours (nats)
+        const known = new Set(Object.keys(schema.shape));
+        const fromRefs = (c.envFrom ?? []).flatMap((r: any) => (r.configMapRef ? configMaps.get(r.configMapRef.name) ?? [] : secrets.get(r.secretRef?.name) ?? []));
+        const own: string[] = (c.env ?? []).map((e: { name: string }) => e.name);
+        // The shared ConfigMap carries every service's settings; a name no service reads is a typo.
+        const anyService = new Set(Object.values(ENV_SCHEMAS).flatMap((s) => Object.keys(s.shape)));
+        for (const name of fromRefs) if (!anyService.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
+        for (const name of own) if (!known.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} is not read by ${c.name}`);
+        const set = new Set([...fromRefs, ...own]);
+        for (const [name, field] of Object.entries(schema.shape)) {
+          if (!(field as z.ZodType).safeParse(undefined).success && !set.has(name)) problems.push(`${w.metadata.name}: required ${name} is not set`);
+        }
+      }
+    }
+    // Overlays whose secrets come from outside (ExternalSecret, or none at all) cannot be checked for required secrets.
+    expect(problems.filter((p) => !(overlay === 'observability'))).toEqual([]);
+  });
+});
+
+describe('deploy/overlays/prod', () => {
+  const objs = rendered['overlays/prod'];
+
+  it('holds no secret values and pins the image to a version', () => {
+    expect(objs.filter((o) => o.kind === 'Secret')).toEqual([]);
+    for (const w of workloads(objs)) for (const c of w.spec.template.spec.containers) expect(c.image, `${w.metadata.name}/${c.name}`).toMatch(/(:\d[\w.-]*|@sha256:[0-9a-f]{64})$/);
+  });
+
+  it('autoscales the stateless services, spreads every one, and starts from default-deny', () => {
+    expect(objs.filter((o) => o.kind === 'HorizontalPodAutoscaler').map((o) => o.spec.scaleTargetRef.name).sort()).toEqual(['gateway', 'holds', 'mcp', 'orchestrator']);
+    for (const w of objs.filter((o) => o.kind === 'Deployment')) expect(w.spec.template.spec.topologySpreadConstraints?.length, w.metadata.name).toBeGreaterThan(0);
+    const deny = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name === 'default-deny');
+    expect(deny?.spec).toEqual({ podSelector: {}, policyTypes: ['Ingress', 'Egress'] });
+    expect(objs.filter((o) => o.kind === 'PodDisruptionBudget').length).toBeGreaterThanOrEqual(5);
+  });
+
+  it('every alert names a metric the services export, and every expression parses as PromQL we can read', async () => {
+    const rule = objs.find((o) => o.kind === 'PrometheusRule')!;
+    const exported = new Set((await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_sum`, `${m.name}_bucket`]));
+    // Synthesised by Prometheus for every target, not exported.
+    exported.add('up');
+    const alerts = rule.spec.groups.flatMap((g: { rules: { alert: string; expr: string }[] }) => g.rules);
+    expect(alerts.length).toBeGreaterThan(5);
+    const missing: string[] = [];
+    for (const a of alerts) {
+      expect(balanced(a.expr), `${a.alert}: unbalanced brackets`).toBe(true);
+      for (const name of metricNames(a.expr)) if (!exported.has(name)) missing.push(`${a.alert}: ${name}`);
+    }
+    expect(missing).toEqual([]);
+  });
+
+  it('the Grafana dashboard is valid JSON whose queries use exported metrics', async () => {
+    const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod/kandev-dashboard.json'), 'utf8')) as { panels: { title: string; targets: { expr: string }[] }[] };
+    const exported = new Set((await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]));
+    const missing = dash.panels.flatMap((p) => p.targets.flatMap((t) => metricNames(t.expr).filter((n) => !exported.has(n)).map((n) => `${p.title}: ${n}`)));
+    expect(missing).toEqual([]);
+  });
+});
+
+/** PromQL function and keyword names, which look like metric names to the scan below. */
+const PROMQL_WORDS = new Set(['sum', 'by', 'without', 'rate', 'increase', 'max', 'min', 'avg', 'histogram_quantile', 'count', 'and', 'or', 'unless', 'on', 'ignoring', 'group_left', 'group_right', 'offset', 'bool', 'le', 'irate', 'delta']);
+
+/** The metric names an expression reads: identifiers not inside braces or brackets, not functions, not label names. */
+function metricNames(expr: string): string[] {
+  const stripped = expr.replace(/\{[^}]*\}/g, '{}').replace(/\[[^\]]*\]/g, '[]').replace(/"[^"]*"/g, '""');
+  const names = new Set<string>();
+  for (const m of stripped.matchAll(/[a-zA-Z_:][a-zA-Z0-9_:]*/g)) {
+    const word = m[0];
+    const after = stripped.slice(m.index! + word.length).trimStart();
+    if (PROMQL_WORDS.has(word) || after.startsWith('(')) continue;
+    // A label list: `by (endpoint, code)`.
+    const before = stripped.slice(0, m.index).trimEnd();
+    if (/\b(by|without|on|ignoring)\s*\([^)]*$/.test(before)) continue;
+    if (/^\d/.test(word)) continue;
+    names.add(word);
+  }
+  return [...names].filter((n) => n.includes('_'));
+}
+
+function balanced(expr: string): boolean {
+  const pairs: Record<string, string> = { ')': '(', ']': '[', '}': '{' };
+  const stack: string[] = [];
+  for (const ch of expr.replace(/"[^"]*"/g, '')) {
+    if ('([{'.includes(ch)) stack.push(ch);
+    else if (ch in pairs && stack.pop() !== pairs[ch]) return false;
+  }
+  return stack.length === 0;
+}

@@ -1,0 +1,98 @@
+import type { SessionMessageData, TranscriptItem } from '@kandev/contracts';
+import type { Sql, Tx } from '@kandev/runtime';
+import { DEFAULT_TRANSCRIPT_CAPS, planTranscriptAppend, type TranscriptCaps, type TranscriptInput, type TranscriptState } from '../domain/transcript.js';
+
+type Q = Sql | Tx;
+
+export type { TranscriptInput };
+
+interface StateRow {
+  next_seq: string;
+  bytes: string;
+  items: number;
+  truncated: boolean;
+  open_seq: string | null;
+  open_turn_id: string | null;
+  open_bytes: number;
+}
+
+const toState = (r: StateRow): TranscriptState => ({
+  next_seq: Number(r.next_seq),
+  bytes: Number(r.bytes),
+  items: r.items,
+  truncated: r.truncated,
+  open: r.open_seq === null ? null : { seq: Number(r.open_seq), turn_id: r.open_turn_id, bytes: r.open_bytes },
+});
+
+const isSql = (q: Q): q is Sql => typeof (q as Sql).begin === 'function';
+
+/**
+ * Append one piece to a session's transcript (R-8.2): a prompt, a chunk of agent text (coalesced
+ * into the open item of its turn), a tool call or result, a permission request, a question. Runs
+ * in the caller's transaction when given one (so the item commits with what it records), or in its
+ * own. Appends of one session serialise on its transcript_state row, which numbers the items.
+ *
+ * Returns what was written, as `session.message` payloads: the caller stages them as events (see
+ * flows/transcript.ts `recordTranscript`, which does both). Nothing is written for a session that
+ * does not exist, or past the session's cap (one `truncated` marker, then nothing).
+ *
+ * `kind` values: prompt, agent_text, tool_call, tool_result, permission_request, question
+ * (`truncated` is the store's own marker); see TranscriptKind in @kandev/contracts (read.ts).
+ */
+export async function appendTranscriptItem(
+  q: Q,
+  input: TranscriptInput & { session_id: string },
+  caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS,
+): Promise<SessionMessageData[]> {
+  if (isSql(q)) return q.begin((tx) => appendIn(tx, input, caps)) as Promise<SessionMessageData[]>;
+  return appendIn(q, input, caps);
+}
+
+async function appendIn(tx: Tx, input: TranscriptInput & { session_id: string }, caps: TranscriptCaps): Promise<SessionMessageData[]> {
+  // Creates the session's state row on its first item and locks it either way, in one statement.
+  const [row] = await tx.unsafe<StateRow[]>(
+    `INSERT INTO transcript_state (session_id) SELECT id FROM sessions WHERE id = $1
+     ON CONFLICT (session_id) DO UPDATE SET session_id = EXCLUDED.session_id
+     RETURNING next_seq, bytes, items, truncated, open_seq, open_turn_id, open_bytes`,
+    [input.session_id],
+    { prepare: true },
+  );
+  if (!row) return [];
+  const before = toState(row);
+  const { writes, state } = planTranscriptAppend(before, input, caps);
+  if (!writes.length) return [];
+  const out: SessionMessageData[] = [];
+  for (const w of writes) {
+    if (w.op === 'created') {
+      const [r] = await tx.unsafe<{ created_at: string }[]>(
+        `INSERT INTO transcript_items (session_id, seq, turn_id, role, kind, text, meta) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at`,
+        [input.session_id, w.seq, w.turn_id, w.role, w.kind, w.text, tx.json(w.meta as never) as never],
+        { prepare: true },
+      );
+      out.push({ op: 'created', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
+    } else {
+      const [r] = await tx.unsafe<{ created_at: string }[]>(
+        `UPDATE transcript_items SET text = text || $3, updated_at = now() WHERE session_id = $1 AND seq = $2 RETURNING created_at`,
+        [input.session_id, w.seq, w.text],
+        { prepare: true },
+      );
+      out.push({ op: 'appended', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
+    }
+  }
+  await tx.unsafe(
+    `UPDATE transcript_state SET next_seq = $2, bytes = $3, items = $4, truncated = $5, open_seq = $6, open_turn_id = $7, open_bytes = $8 WHERE session_id = $1`,
+    [input.session_id, state.next_seq, state.bytes, state.items, state.truncated, state.open?.seq ?? null, state.open?.turn_id ?? null, state.open?.bytes ?? 0],
+    { prepare: true },
+  );
+  return out;
+}
+
+/** A page of a session's transcript, oldest first, after `afterSeq`. */
+export async function transcriptPage(q: Q, sessionId: string, afterSeq: number, limit: number): Promise<TranscriptItem[]> {
+  const rows = await q.unsafe<Array<{ seq: string; turn_id: string | null; role: TranscriptItem['role']; kind: TranscriptItem['kind']; text: string; meta: Record<string, unknown>; created_at: string }>>(
+    `SELECT seq, turn_id, role, kind, text, meta, created_at FROM transcript_items WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+    [sessionId, afterSeq, limit],
+    { prepare: true },
+  );
+  return rows.map((r) => ({ seq: Number(r.seq), turn_id: r.turn_id, role: r.role, kind: r.kind, text: r.text, meta: r.meta, created_at: r.created_at }));
+}

@@ -1,0 +1,291 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jetstream } from '@nats-io/jetstream';
+import { eventSubject, KandevError, Orch, OrchRead, type EventEnvelope, type OperatorActor, type SessionMessageData } from '@kandev/contracts';
+import { buildEvent, EventPublisher, request } from '@kandev/runtime';
+import { eventually } from '@kandev/testkit';
+import { operator, startHarness, type Harness } from './harness.js';
+
+/** The operator's read surface at the orchestrator (R-8.1, R-8.2): listings, paging, the transcript. */
+describe('read surface', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    // Small transcript caps so the bounds are reached by a test, not by megabytes.
+    h = await startHarness({ TRANSCRIPT_ITEM_BYTES: '2048', TRANSCRIPT_SESSION_BYTES: '8192', TRANSCRIPT_SESSION_ITEMS: '50' });
+  }, 60_000);
+  afterAll(async () => h?.stop());
+
+  const scoped = (...workspaces: string[]): OperatorActor => ({ type: 'operator', id: 'op-scoped', workspaces });
+  const refusal = (p: Promise<unknown>) =>
+    p.then(
+      () => null,
+      (e: unknown) => (e instanceof KandevError ? e.code : String(e)),
+    );
+  const listTasks = (workspace_id: string, extra: Record<string, unknown> = {}, actor: OperatorActor = operator) => request(h.nc, OrchRead.taskList, { actor, workspace_id, ...extra });
+
+  /** `n` tasks of a workspace inserted in one statement, with one created_at (ties broken by id). */
+  async function bulkTasks(workspaceId: string, n: number, opts: { parent?: string; at?: string; title?: string } = {}) {
+    await h.sql`
+      INSERT INTO orchestrator.tasks (id, workspace_id, parent_id, title, created_at)
+      SELECT gen_random_uuid(), ${workspaceId}, ${opts.parent ?? null}, ${opts.title ?? 'bulk'} || ' ' || g, coalesce(${opts.at ?? null}::timestamptz, now())
+      FROM generate_series(1, ${n}) g`;
+  }
+
+  /** Every id of a listing, page by page, running `between` after each page. */
+  async function pageAll(workspace_id: string, limit: number, between: (page: number) => Promise<void> = async () => undefined) {
+    const ids: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 1_000; page++) {
+      const p = await listTasks(workspace_id, { limit, ...(cursor ? { cursor } : {}) });
+      ids.push(...p.items.map((t) => t.id));
+      await between(page);
+      if (!p.next_cursor) return ids;
+      cursor = p.next_cursor;
+    }
+    throw new Error('paging did not end');
+  }
+
+  describe('GET /workspaces', () => {
+    it('lists only the workspaces of the token, newest first, in stable pages', async () => {
+      const a = await h.workspace('a');
+      const b = await h.workspace('b');
+      const c = await h.workspace('c');
+      const mine = await request(h.nc, OrchRead.workspaceList, { actor: scoped(a.id, c.id, 'not-a-uuid') });
+      expect(mine.items.map((w) => w.id)).toEqual([c.id, a.id]);
+      expect(mine.items[0]).toEqual({ id: c.id, name: 'c', created_at: expect.any(String) });
+      expect(mine.next_cursor).toBeNull();
+      const first = await request(h.nc, OrchRead.workspaceList, { actor: operator, limit: 2 });
+      expect(first.items.map((w) => w.id)).toEqual([c.id, b.id]);
+      const second = await request(h.nc, OrchRead.workspaceList, { actor: operator, limit: 2, cursor: first.next_cursor! });
+      expect(second.items[0]!.id).toBe(a.id);
+      expect(await request(h.nc, OrchRead.workspaceList, { actor: scoped('nothing-here') })).toEqual({ items: [], next_cursor: null });
+    });
+
+    it('refuses a cursor it did not make', async () => {
+      for (const cursor of ['garbage', Buffer.from('["x","y"]').toString('base64url'), Buffer.from("[\"2020-01-01 00:00:00+00'; --\",\"" + randomUUID() + '"]').toString('base64url')]) {
+        expect(await refusal(request(h.nc, OrchRead.workspaceList, { actor: operator, cursor }))).toBe('VALIDATION_ERROR');
+      }
+    });
+  });
+
+  describe('GET /tasks', () => {
+    it('filters by parent, roots, status (one or several) and title, with child, session and hold badges', async () => {
+      const ws = await h.workspace();
+      const root = await h.task(ws.id, 'Root of 100% things');
+      const child = await h.task(ws.id, 'child_one', root.id);
+      const other = await h.task(ws.id, 'another ROOT');
+      await request(h.nc, Orch.taskUpdate, { actor: operator, task_id: other.id, status: 'REVIEW' });
+      await h.startSession(child.id, 'hello');
+      await request(h.nc, Orch.taskUpdate, { actor: operator, task_id: other.id, archived: true });
+
+      const all = await listTasks(ws.id);
+      expect(all.items.map((t) => t.id)).toEqual([other.id, child.id, root.id]);
+      const r = all.items.find((t) => t.id === root.id)!;
+      expect(r).toMatchObject({ id: root.id, workspace_id: ws.id, parent_id: null, title: 'Root of 100% things', status: 'TODO', child_count: 1, active_session_count: 0, hold: null });
+      expect(all.items.find((t) => t.id === child.id)).toMatchObject({ status: 'IN_PROGRESS', child_count: 0, active_session_count: 1 });
+
+      expect((await listTasks(ws.id, { roots: true })).items.map((t) => t.id)).toEqual([other.id, root.id]);
+      expect((await listTasks(ws.id, { parent_id: root.id })).items.map((t) => t.id)).toEqual([child.id]);
+      expect((await listTasks(ws.id, { status: ['REVIEW'] })).items.map((t) => t.id)).toEqual([other.id]);
+      expect((await listTasks(ws.id, { status: ['REVIEW', 'TODO'] })).items.map((t) => t.id)).toEqual([other.id, root.id]);
+      expect((await listTasks(ws.id, { q: 'root' })).items.map((t) => t.id)).toEqual([other.id, root.id]);
+      // LIKE's own wildcards match themselves.
+      expect((await listTasks(ws.id, { q: '100%' })).items.map((t) => t.id)).toEqual([root.id]);
+      expect((await listTasks(ws.id, { q: 'd_o' })).items.map((t) => t.id)).toEqual([child.id]);
+      expect((await listTasks(ws.id, { q: '%' })).items.map((t) => t.id)).toEqual([root.id]);
+      expect((await listTasks(ws.id, { archived: false })).items.map((t) => t.id)).toEqual([child.id, root.id]);
+      expect((await listTasks(ws.id, { archived: true })).items.map((t) => t.id)).toEqual([other.id]);
+
+      const hold = await h.sql<{ id: string }[]>`
+        INSERT INTO orchestrator.tree_holds (id, workspace_id, root_task_id, mode, created_by) VALUES (gen_random_uuid(), ${ws.id}, ${root.id}, 'pause', 'test') RETURNING id`;
+      await h.sql`INSERT INTO orchestrator.tree_hold_members (hold_id, task_id, depth, task_status) VALUES (${hold[0]!.id}, ${root.id}, 0, 'TODO')`;
+      expect((await listTasks(ws.id, { roots: true })).items.find((t) => t.id === root.id)!.hold).toEqual({ id: hold[0]!.id, mode: 'pause' });
+    });
+
+    it('refuses bad combinations, bad values and other workspaces', async () => {
+      const ws = await h.workspace();
+      const elsewhere = await h.workspace();
+      const t = await h.task(ws.id, 't');
+      expect(await refusal(listTasks(ws.id, { parent_id: t.id, roots: true }))).toBe('VALIDATION_ERROR');
+      expect(await refusal(listTasks(ws.id, { status: ['NOPE'] }))).toBe('VALIDATION_ERROR');
+      expect(await refusal(listTasks(ws.id, { limit: 0 }))).toBe('VALIDATION_ERROR');
+      expect(await refusal(listTasks(ws.id, { cursor: 'nope' }))).toBe('VALIDATION_ERROR');
+      expect(await refusal(request(h.nc, OrchRead.taskList, { actor: operator } as never))).toBe('VALIDATION_ERROR');
+      expect(await refusal(listTasks(ws.id, {}, scoped(elsewhere.id)))).toBe('FORBIDDEN');
+      expect(await refusal(listTasks(randomUUID()))).toBe('NOT_FOUND');
+      expect(await refusal(request(h.nc, OrchRead.workspaceGet, { actor: scoped(elsewhere.id), workspace_id: ws.id }))).toBe('FORBIDDEN');
+      expect(await request(h.nc, OrchRead.workspaceGet, { actor: scoped(ws.id), workspace_id: ws.id })).toMatchObject({ id: ws.id });
+    });
+
+    it('clamps a page to 200', async () => {
+      const ws = await h.workspace();
+      await bulkTasks(ws.id, 205);
+      const p = await listTasks(ws.id, { limit: 5_000 });
+      expect(p.items).toHaveLength(200);
+      expect(p.next_cursor).not.toBeNull();
+      expect((await listTasks(ws.id)).items).toHaveLength(50);
+    });
+
+    it('pages every task once while tasks are inserted between pages (ties on created_at broken by id)', async () => {
+      const ws = await h.workspace();
+      const past = new Date(Date.now() - 60_000).toISOString();
+      await bulkTasks(ws.id, 60, { at: past }); // 60 rows with one created_at
+      await bulkTasks(ws.id, 57);
+      const before = (await h.sql<{ id: string }[]>`SELECT id FROM orchestrator.tasks WHERE workspace_id = ${ws.id}`).map((r) => r.id);
+      // Between pages: new tasks (newer than every cursor), and rows committed late with an old created_at (older than the cursor).
+      const seen = await pageAll(ws.id, 7, async (page) => {
+        await h.task(ws.id, `new ${page}`);
+        await bulkTasks(ws.id, 2, { at: past });
+      });
+      expect(new Set(seen).size).toBe(seen.length); // no duplicates
+      const missing = before.filter((id) => !seen.includes(id));
+      expect(missing).toEqual([]); // nothing that existed when paging began was skipped
+    });
+
+    it('reads a page through the keyset indexes (EXPLAIN)', async () => {
+      const ws = await h.workspace();
+      await bulkTasks(ws.id, 20_000);
+      const parent = (await h.sql<{ id: string }[]>`SELECT id FROM orchestrator.tasks WHERE workspace_id = ${ws.id} LIMIT 1`)[0]!.id;
+      await bulkTasks(ws.id, 2_000, { parent });
+      await h.sql`ANALYZE orchestrator.tasks`;
+      const plan = async (where: string) =>
+        (
+          await h.sql.unsafe<{ 'QUERY PLAN': string }[]>(
+            `EXPLAIN SELECT id FROM orchestrator.tasks t WHERE t.workspace_id = $1 ${where} AND (t.created_at, t.id) < (now(), '${randomUUID()}'::uuid) ORDER BY t.created_at DESC, t.id DESC LIMIT 51`,
+            [ws.id],
+          )
+        )
+          .map((r) => r['QUERY PLAN'])
+          .join('\n');
+      const all = await plan('');
+      expect(all).toMatch(/Index (Only )?Scan using tasks_workspace_page/);
+      expect(all).not.toMatch(/Sort/);
+      expect(await plan('AND t.parent_id IS NULL')).toMatch(/Index (Only )?Scan using tasks_workspace_roots_page/);
+      expect(await plan(`AND t.parent_id = '${parent}'`)).toMatch(/Index (Only )?Scan using tasks_parent_page/);
+      expect(await plan(`AND t.status = 'TODO'`)).toMatch(/Index (Only )?Scan using tasks_workspace_(status_)?page/);
+    }, 60_000);
+  });
+
+  describe('transcript', () => {
+    async function liveSession(prompt = 'first prompt') {
+      const ws = await h.workspace();
+      const task = await h.task(ws.id, 'talker');
+      const s = await h.startSession(task.id, prompt);
+      const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+      return { ws, task, s, e, scope: { workspace_id: ws.id, task_id: task.id, session_id: s.id } };
+    }
+    const messages = (session_id: string, extra: { after_seq?: number; limit?: number } = {}, actor: OperatorActor = operator) =>
+      request(h.nc, OrchRead.sessionMessages, { actor, session_id, ...extra });
+    const consumed = (eventId: string) => eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ${eventId}`).length > 0, 10_000, 20);
+    function watch(sessionId: string) {
+      const seen: SessionMessageData[] = [];
+      const sub = h.nc.subscribe(eventSubject('session.message'), {
+        callback: (_e, m) => {
+          const ev = JSON.parse(new TextDecoder().decode(m.data)) as EventEnvelope<'session.message'>;
+          if (ev.session_id === sessionId) seen.push(ev.data);
+        },
+      });
+      return { seen, stop: () => sub.unsubscribe() };
+    }
+
+    it('keeps the prompt, coalesces a turn’s chunks into one item, pushes each chunk with the item’s seq', async () => {
+      const { s, e, scope } = await liveSession();
+      const w = watch(s.id);
+      const pub = new EventPublisher(h.nc);
+      const turn = e.turn_id!;
+      let last = '';
+      for (const text of ['hel', 'lo', ' world']) last = (await pub.emit('agent.message', scope, { execution_id: e.execution_id, turn_id: turn, text })).id;
+      await consumed(last);
+      const page = await messages(s.id);
+      expect(page.items).toEqual([
+        { seq: 1, turn_id: turn, role: 'user', kind: 'prompt', text: 'first prompt', meta: {}, created_at: expect.any(String) },
+        { seq: 2, turn_id: turn, role: 'agent', kind: 'agent_text', text: 'hello world', meta: {}, created_at: expect.any(String) },
+      ]);
+      expect(page.next_cursor).toBeNull();
+      await eventually(async () => w.seen.length >= 3);
+      w.stop();
+      expect(w.seen.map((m) => [m.op, m.seq, m.text])).toEqual([
+        ['created', 2, 'hel'],
+        ['appended', 2, 'lo'],
+        ['appended', 2, ' world'],
+      ]);
+
+      // A tool call closes the item; text after it is a new item; a new turn's prompt and text are new items.
+      const t1 = (await pub.emit('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: turn, tool_call_id: 'tc1', phase: 'started', title: 'ls', kind: 'execute', text: '{"path":"."}' })).id;
+      const t2 = (await pub.emit('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: turn, tool_call_id: 'tc1', phase: 'completed', title: null, kind: null, text: 'a b c' })).id;
+      const after = (await pub.emit('agent.message', scope, { execution_id: e.execution_id, turn_id: turn, text: 'done' })).id;
+      await Promise.all([consumed(t1), consumed(t2), consumed(after)]);
+      // The turn ends (the agent is idle again); the next prompt opens another.
+      e.status = 'READY';
+      await pub.emit('turn.completed', scope, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' });
+      await eventually(async () => (await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id })).state === 'WAITING_FOR_INPUT');
+      const second = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'again' });
+      const more = (await pub.emit('agent.message', scope, { execution_id: e.execution_id, turn_id: second.turn_id, text: 'more' })).id;
+      await consumed(more);
+      const items = (await messages(s.id, { after_seq: 2 })).items;
+      expect(items.map((i) => [i.seq, i.kind, i.text])).toEqual([
+        [3, 'tool_call', 'ls\n{"path":"."}'],
+        [4, 'tool_result', 'a b c'],
+        [5, 'agent_text', 'done'],
+        [6, 'prompt', 'again'],
+        [7, 'agent_text', 'more'],
+      ]);
+      expect(items[1]!.meta).toMatchObject({ tool_call_id: 'tc1', status: 'completed' });
+      // Paging: after_seq + limit, next_cursor = the last seq read.
+      const p1 = await messages(s.id, { limit: 2 });
+      expect(p1.items.map((i) => i.seq)).toEqual([1, 2]);
+      expect(p1.next_cursor).toBe('2');
+    });
+
+    it('a redelivered chunk does not repeat its text (B-5)', async () => {
+      const { s, e, scope } = await liveSession();
+      const ev = buildEvent('agent.message', scope, { execution_id: e.execution_id, turn_id: e.turn_id!, text: 'once' });
+      const js = jetstream(h.nc);
+      const bytes = new TextEncoder().encode(JSON.stringify(ev));
+      // The same event twice, past JetStream's dedupe (another Nats-Msg-Id): what a redelivery looks like to the consumer.
+      await js.publish(eventSubject('agent.message'), bytes, { msgID: randomUUID() });
+      await js.publish(eventSubject('agent.message'), bytes, { msgID: randomUUID() });
+      const marker = await new EventPublisher(h.nc).emit('agent.message', scope, { execution_id: e.execution_id, turn_id: e.turn_id!, text: '!' });
+      await consumed(marker.id);
+      const items = (await messages(s.id)).items;
+      expect(items.map((i) => [i.kind, i.text])).toEqual([
+        ['prompt', 'first prompt'],
+        ['agent_text', 'once!'],
+      ]);
+    });
+
+    it('bounds an item and a session: long text continues in new items, past the session cap one truncated marker', async () => {
+      const { s, e, scope } = await liveSession('p');
+      const pub = new EventPublisher(h.nc);
+      const send = (text: string) => pub.emit('agent.message', scope, { execution_id: e.execution_id, turn_id: e.turn_id!, text });
+      // 3,000 bytes with a 2,048-byte item cap: one full item, the rest in the next.
+      let last = await send('x'.repeat(3_000));
+      await consumed(last.id);
+      let items = (await messages(s.id)).items;
+      expect(items.map((i) => [i.kind, i.text.length])).toEqual([
+        ['prompt', 1],
+        ['agent_text', 2_048],
+        ['agent_text', 952],
+      ]);
+      // 8,192 bytes per session: 3,001 used; 6,000 more cross it.
+      for (let i = 0; i < 3; i++) last = await send('y'.repeat(2_000));
+      last = await send('z'.repeat(10));
+      await consumed(last.id);
+      items = (await messages(s.id)).items;
+      const total = items.filter((i) => i.kind !== 'truncated').reduce((n, i) => n + Buffer.byteLength(i.text), 0);
+      expect(total).toBeLessThanOrEqual(8_192);
+      expect(items.at(-1)).toMatchObject({ kind: 'truncated', role: 'system' });
+      expect(items.filter((i) => i.kind === 'truncated')).toHaveLength(1);
+      expect(items.map((i) => i.seq)).toEqual(items.map((_, i) => i + 1));
+      const [state] = await h.sql<{ truncated: boolean }[]>`SELECT truncated FROM orchestrator.transcript_state WHERE session_id = ${s.id}`;
+      expect(state!.truncated).toBe(true);
+    });
+
+    it('refuses another workspace’s session and an unknown one', async () => {
+      const { s } = await liveSession();
+      const other = await h.workspace();
+      expect(await refusal(messages(s.id, {}, scoped(other.id)))).toBe('FORBIDDEN');
+      expect(await refusal(messages(randomUUID()))).toBe('NOT_FOUND');
+    });
+  });
+});
