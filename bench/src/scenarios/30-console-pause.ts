@@ -44,13 +44,14 @@ const scenario: Scenario = {
     await page.addInitScript((t) => (globalThis as any).sessionStorage.setItem('kandev.operatorToken', t), b.token);
     await page.goto(`${b.stack.gatewayUrl}/ui/#/w/${ws}/t/${root}`);
     await page.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
-    // Read every page of children so all 1,000 rows exist in the tree (only those in view are rendered).
-    for (;;) {
-      const more = page.getByRole('button', { name: 'Load more subtasks' });
+    // Read every page of children (200 a page) so all rows exist in the tree (only those in view are rendered).
+    const count = page.getByTestId('tree-count');
+    await count.filter({ hasText: `${Math.min(SIZE, 201)} shown` }).waitFor();
+    for (let shown = Math.min(SIZE, 201); shown < SIZE; ) {
       await page.getByTestId('tree-scroll').evaluate((el) => (el.scrollTop = el.scrollHeight));
-      if ((await more.count()) === 0) break;
-      await more.click();
-      await page.waitForFunction(() => !(globalThis as any).document.querySelector('.tree-row .spinner'));
+      await page.getByRole('button', { name: 'Load more subtasks' }).click();
+      shown = Math.min(SIZE, shown + 200);
+      await count.filter({ hasText: `${shown} shown` }).waitFor();
     }
     await page.getByTestId('tree-scroll').evaluate((el) => (el.scrollTop = 0));
     const shown = await page.getByTestId('tree-count').textContent();
