@@ -20,6 +20,9 @@ afterAll(async () => {
   await w?.stop();
 });
 
+/** Wait for what the page shows (a loaded machine may take seconds to settle a control). */
+const poll = <T>(fn: () => Promise<T>) => expect.poll(fn, { timeout: 30_000, interval: 100 });
+
 const ui = (workspace?: string, task?: string) => `${w.stack.gatewayUrl}/ui/${workspace ? `#/w/${workspace}${task ? `/t/${task}` : ''}` : ''}`;
 const script = (steps: unknown[], extra: Record<string, unknown> = {}) => JSON.stringify({ script: steps, ...extra });
 const session = (taskId: string, prompt: string) => w.api.ok('POST', `/tasks/${taskId}/sessions`, { agent: 'scripted-acp', prompt });
@@ -50,7 +53,7 @@ describe('operator console', () => {
     await page.getByTestId('column-review').getByText('Review the parser').waitFor();
     await shot(page, 'board');
     await page.getByTestId('board-search').fill('parser');
-    await expect.poll(() => page.getByTestId('task-card').count()).toBe(1);
+    await poll(() => page.getByTestId('task-card').count()).toBe(1);
     await page.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
     // A status change pushed on /ws moves the card without a reload.
     await page.getByTestId('board-search').fill('');
@@ -128,16 +131,16 @@ describe('operator console', () => {
     const sessions = await Promise.all(kids.slice(0, 2).map((k) => session(k.id, script([{ sleep_ms: 60_000 }]))));
     await eventually(async () => (await Promise.all(sessions.map((s) => sessionState(s.id)))).every((s) => s.execution?.status === 'RUNNING'));
     const page = await openTask(workspace_id, root.id);
-    await expect.poll(() => page.getByTestId('tree-row').count()).toBe(4);
-    await expect.poll(() => page.getByTestId('running').count()).toBe(2);
+    await poll(() => page.getByTestId('tree-row').count()).toBe(4);
+    await poll(() => page.getByTestId('running').count()).toBe(2);
     await page.getByTestId('pause-tree').click();
-    await expect.poll(() => page.getByTestId('hold-badge').filter({ hasText: 'Paused' }).count()).toBe(4);
-    await expect.poll(() => page.getByTestId('running').count()).toBe(0);
+    await poll(() => page.getByTestId('hold-badge').filter({ hasText: 'Paused' }).count()).toBe(4);
+    await poll(() => page.getByTestId('running').count()).toBe(0);
     for (const s of sessions) expect((await sessionState(s.id)).state).toBe('CANCELLED');
     await page.getByTestId('resume-tree').waitFor();
     await shot(page, 'tree-paused');
     await page.getByTestId('resume-tree').click();
-    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(0);
+    await poll(() => page.getByTestId('hold-badge').count()).toBe(0);
     await page.getByTestId('pause-tree').waitFor();
     await page.close();
   });
@@ -151,7 +154,7 @@ describe('operator console', () => {
     // Open the child's subtree from the keyboard.
     await page.getByRole('button', { name: 'Expand Child' }).focus();
     await page.keyboard.press('Enter');
-    await expect.poll(() => page.getByTestId('tree-row').count()).toBe(3);
+    await poll(() => page.getByTestId('tree-row').count()).toBe(3);
     await page.getByTestId('cancel-tree').click();
     const dialog = page.getByRole('dialog');
     await dialog.getByTestId('cancel-dialog-counts').filter({ hasText: /cancels 3 tasks.*0 active wakeups/ }).waitFor();
@@ -163,10 +166,10 @@ describe('operator console', () => {
     await page.getByTestId('cancel-tree').click();
     await page.getByTestId('confirm-cancel-tree').click();
     await dialog.waitFor({ state: 'detached' });
-    await expect.poll(() => page.getByTestId('hold-badge').filter({ hasText: 'Cancelled (tree)' }).count()).toBe(3);
+    await poll(() => page.getByTestId('hold-badge').filter({ hasText: 'Cancelled (tree)' }).count()).toBe(3);
     expect((await w.api.get(`/tasks/${child.id}`)).body.status).toBe('CANCELLED');
     await page.getByTestId('restore-tree').click();
-    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(0);
+    await poll(() => page.getByTestId('hold-badge').count()).toBe(0);
     expect((await w.api.get(`/tasks/${child.id}`)).body.status).toBe('REVIEW');
     await page.getByTestId('task-status').filter({ hasText: 'To do' }).waitFor();
     await page.close();
@@ -214,9 +217,9 @@ describe('operator console', () => {
     // Scrolled to the end, the last leaves are on screen, and only a window of rows is in the DOM.
     expect(await page.getByTestId('tree-row').count()).toBeLessThan(80);
     await page.getByTestId('pause-tree').click();
-    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(await page.getByTestId('tree-row').count());
+    await poll(() => page.getByTestId('hold-badge').count()).toBe(await page.getByTestId('tree-row').count());
     await page.getByTestId('resume-tree').click();
-    await expect.poll(() => page.getByTestId('hold-badge').count()).toBe(0);
+    await poll(() => page.getByTestId('hold-badge').count()).toBe(0);
     await page.close();
   });
 
