@@ -10,7 +10,7 @@ import { HoldsEnv } from '@kandev/holds/dist/env.js';
 import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
 import { McpEnv } from '@kandev/mcp/dist/env.js';
 import { OrchestratorEnv } from '@kandev/orchestrator/dist/env.js';
-import { registry } from '@kandev/runtime';
+import { KEY_ENV, registry, SERVICE_KEYS, SHARED_KEY_ENV } from '@kandev/runtime';
 import * as externalSecrets from '@kubernetes-models/external-secrets/external-secrets.io/v1';
 import * as monitoring from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import * as core from 'kubernetes-models/v1';
@@ -134,14 +134,19 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
       for (const c of w.spec.template.spec.containers) {
         const schema = ENV_SCHEMAS[c.name];
         if (!schema) continue; // not one of ours (nats)
-        const known = new Set(Object.keys(schema.shape));
+        // A service reads the token keys it holds outside its env schema (packages/runtime/src/keys.ts).
+        const keys = (SERVICE_KEYS[c.name as keyof typeof SERVICE_KEYS] ?? []).map((k) => KEY_ENV[k]);
+        const known = new Set([...Object.keys(schema.shape), ...keys]);
         const fromRefs = (c.envFrom ?? []).flatMap((r: any) => (r.configMapRef ? configMaps.get(r.configMapRef.name) ?? [] : secrets.get(r.secretRef?.name) ?? []));
         const own: string[] = (c.env ?? []).map((e: { name: string }) => e.name);
         // The shared ConfigMap carries every service's settings; a name no service reads is a typo.
-        const anyService = new Set(Object.values(ENV_SCHEMAS).flatMap((s) => Object.keys(s.shape)));
+        const anyService = new Set([...Object.values(ENV_SCHEMAS).flatMap((s) => Object.keys(s.shape)), ...Object.values(KEY_ENV), SHARED_KEY_ENV]);
         for (const name of fromRefs) if (!anyService.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
         for (const name of own) if (!known.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} is not read by ${c.name}`);
         const set = new Set([...fromRefs, ...own]);
+        // A key the service does not hold must not reach it (an agent-signing key in the gateway, say).
+        for (const name of [...Object.values(KEY_ENV), SHARED_KEY_ENV]) if (set.has(name) && !keys.includes(name)) problems.push(`${w.metadata.name}: holds ${name}, a key ${c.name} must not have`);
+        for (const name of keys) if (!set.has(name)) problems.push(`${w.metadata.name}: its key ${name} is not set`);
         for (const [name, field] of Object.entries(schema.shape)) {
           if (!(field as z.ZodType).safeParse(undefined).success && !set.has(name)) problems.push(`${w.metadata.name}: required ${name} is not set`);
         }

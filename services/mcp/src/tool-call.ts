@@ -1,5 +1,5 @@
 import { KandevError, validationError } from '@kandev/contracts';
-import { inSpan, SpanKind, type AgentClaims, type Context, type Logger, type NatsConnection } from '@kandev/runtime';
+import { inSpan, metrics, SpanKind, type AgentClaims, type Context, type Logger, type NatsConnection } from '@kandev/runtime';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { toolFailure, toolSuccess } from './domain/tool-result.js';
@@ -39,6 +39,8 @@ export async function callTool(tool: Tool | undefined, requested: string, args: 
       span.setAttribute('kandev.error_code', code);
       if (code === 'INTERNAL_ERROR' || code === 'UNAVAILABLE') span.setStatus({ code: SpanStatusCode.ERROR, message: code });
     }
+    // Label by the tool's own name, never the caller's text (an unknown name is `unknown`).
+    metrics.mcpToolDuration.observe({ tool: tool ? tool.name : 'unknown', code }, (performance.now() - started) / 1000);
     const line = {
       task_id: scope.caller.task_id,
       session_id: scope.caller.session_id,

@@ -1,5 +1,5 @@
 import { ROOT_CONTEXT, SpanStatusCode, type Context, type Span } from '@opentelemetry/api';
-import { bearer, context, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
+import { bearer, context, metrics, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
 import { unavailable, type OperatorActor } from '@kandev/contracts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator } from '../auth.js';
@@ -111,6 +111,8 @@ export function finishRequest(req: FastifyRequest, status: number): void {
     traceId = k.span.spanContext().traceId;
     k.span.end();
   }
+  // Untraced routes (probes, /metrics, console files) are not the API: RED metrics are for the API.
+  if (k.span) metrics.httpRequestDuration.observe({ route: k.route, method: req.method, code: String(status) }, durationMs / 1000);
   const line = { method: req.method, route: k.route, status, duration_ms: durationMs, ...(k.errorCode ? { code: k.errorCode } : {}), ...(traceId ? { trace_id: traceId } : {}) };
   // Probes and scrapes are untraced and would drown the log at info.
   if (k.span) k.log.info(line, 'http request');

@@ -1,6 +1,6 @@
 import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { badRequest, isKandevError, type ErrorBody } from '@kandev/contracts';
-import { inSpan, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
+import { inSpan, metrics, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import type { RawData, WebSocket } from 'ws';
@@ -100,9 +100,11 @@ export class WsHub {
         () => handler(frame.payload, { actor: client.actor, client, requestId, nc: this.deps.nc, timeoutMs: this.deps.timeoutMs, subscriptions: this.subscriptions }),
       );
       log.info({ outcome: 'ok', duration_ms: elapsed(started) }, 'websocket request');
+      metrics.wsActionDuration.observe({ action: frame.action, code: 'OK' }, (performance.now() - started) / 1000);
       client.send(responseFrame(frame.id, frame.action, result));
     } catch (e) {
       const body: ErrorBody = isKandevError(e) ? e.toBody() : { code: 'INTERNAL_ERROR', message: 'internal error' };
+      metrics.wsActionDuration.observe({ action: frame.action, code: body.code }, (performance.now() - started) / 1000);
       if (!isKandevError(e)) log.error({ err: e }, 'websocket action failed');
       else log.info({ outcome: body.code, duration_ms: elapsed(started) }, 'websocket request');
       client.send(errorFrame(frame.id, frame.action, body));

@@ -13,7 +13,7 @@ import {
   type HoldMode,
   type TreePreview,
 } from '@kandev/contracts';
-import { request, type Logger } from '@kandev/runtime';
+import { metrics, request, type Logger } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { StopReasons, planTreeStop } from '../domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../domain/tree.js';
@@ -160,6 +160,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
     await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
     await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
     log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
+    metrics.holdMembers.observe({ mode }, members.length);
     return { hold, teardowns: accepted.teardowns };
   })));
   const propagation = Promise.all([
