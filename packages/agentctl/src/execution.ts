@@ -67,8 +67,8 @@ export class Execution {
       this.events.emit({ type: 'usage', turn_id: turnId, usage_event_id: `${this.usageScope}:${turnId}:${this.usageSeq}`, ...usage });
     },
     permissionRequested: (request) => this.events.emit({ type: 'permission_requested', ...request }),
-    permissionResolved: (permissionId, turnId, outcome) =>
-      this.events.emit({ type: 'permission_resolved', permission_id: permissionId, turn_id: turnId, outcome }),
+    permissionResolved: (permissionId, turnId, outcome, optionId) =>
+      this.events.emit({ type: 'permission_resolved', permission_id: permissionId, turn_id: turnId, outcome, ...(optionId !== null ? { option_id: optionId } : {}) }),
   };
 
   constructor(
@@ -142,9 +142,19 @@ export class Execution {
   }
 
   answerPermission(request: AgentctlPermissionAnswerRequest): AgentctlPermissionAnswerResponse {
-    const outcome = this.adapter.answerPermission(request.permission_id, request.decision);
-    if (!outcome) throw new AgentctlError('CONFLICT', `no pending permission request ${request.permission_id}`);
-    return { permission_id: request.permission_id, outcome };
+    const { permission_id: id } = request;
+    const choice = request.option_id !== undefined ? { option_id: request.option_id } : request.cancel ? { cancel: true as const } : { decision: request.decision ?? 'deny' };
+    const result = this.adapter.answerPermission(id, choice);
+    switch (result.kind) {
+      case 'settled':
+        return { permission_id: id, ...result.settlement };
+      case 'already_settled':
+        throw new AgentctlError('CONFLICT', `permission request ${id} was already ${result.settlement.outcome}`, { details: { permission_id: id, ...result.settlement } });
+      case 'unknown_option':
+        throw new AgentctlError('VALIDATION_ERROR', `the agent offered no option ${request.option_id ?? ''}`, { details: { permission_id: id } });
+      case 'not_found':
+        throw new AgentctlError('NOT_FOUND', `no permission request ${id}`, { details: { permission_id: id } });
+    }
   }
 
   /** Cancel the turn (waiting no longer than the grace period), SIGTERM, and SIGKILL after graceMs. Idempotent. */

@@ -124,11 +124,40 @@ export function describeProtocol(agent: ScriptedAgent): void {
       await ctl.prompt(script([{ permission: 'push' }]), turnId);
       const asked = await ctl.waitForEvent('permission_requested', (e) => e.turn_id === turnId);
       const reply = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, decision: 'allow' });
-      expect(reply).toEqual({ status: 200, body: { permission_id: asked.permission_id, outcome: 'allowed' } });
+      const allowOption = protocol === 'acp' ? 'allow' : 'accept';
+      expect(reply).toEqual({ status: 200, body: { permission_id: asked.permission_id, outcome: 'allowed', option_id: allowOption } });
+      expect(await ctl.waitForEvent('permission_resolved', (e) => e.turn_id === turnId)).toEqual({ type: 'permission_resolved', turn_id: turnId, permission_id: asked.permission_id, outcome: 'allowed', option_id: allowOption });
       expect((await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId)).stop_reason).toBe('end_turn');
       expect(ctl.events).toContainEqual({ type: 'agent_message', turn_id: turnId, text: `permission: ${protocol === 'acp' ? 'allow' : 'accept'}` });
       const again = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, decision: 'deny' });
       expect(again.status).toBe(409);
+      // A retry of the answer that settled it is answered the same; an id never issued is NOT_FOUND.
+      const retry = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, option_id: allowOption });
+      expect(retry).toEqual({ status: 200, body: { permission_id: asked.permission_id, outcome: 'allowed', option_id: allowOption } });
+      expect((await ctl.http('POST', '/api/v1/acp/permission', { permission_id: 'never-issued', cancel: true })).status).toBe(404);
+    });
+
+    it('answers a permission request with a chosen option, refuses an option the agent did not offer, and tells a late answer that a cancel won', async () => {
+      const ctl = await startAgentctl(agent);
+      const turnId = randomUUID();
+      await ctl.prompt(script([{ permission: 'rm build' }]), turnId);
+      const asked = await ctl.waitForEvent('permission_requested', (e) => e.turn_id === turnId);
+      const rejectOption = protocol === 'acp' ? 'reject' : 'decline';
+      expect(asked.options.map((o) => o.id)).toContain(rejectOption);
+      const unknown = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, option_id: 'nope' });
+      expect(unknown.status).toBe(400);
+      const reply = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, option_id: rejectOption });
+      expect(reply.body).toEqual({ permission_id: asked.permission_id, outcome: 'denied', option_id: rejectOption });
+      await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId);
+      expect(ctl.events).toContainEqual({ type: 'agent_message', turn_id: turnId, text: `permission: ${rejectOption}` });
+
+      const next = randomUUID();
+      await ctl.prompt(script([{ permission: 'push' }]), next);
+      const second = await ctl.waitForEvent('permission_requested', (e) => e.turn_id === next);
+      await ctl.http('POST', '/api/v1/acp/cancel', { turn_id: next });
+      const late = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: second.permission_id, option_id: rejectOption });
+      expect(late.status).toBe(409);
+      expect(AgentctlErrorResponse.parse(late.body).error.details).toEqual({ permission_id: second.permission_id, outcome: 'cancelled', option_id: null });
     });
 
     it('reports a tool call when it starts and when it ends (transcript, R-8.2)', async () => {

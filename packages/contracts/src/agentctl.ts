@@ -83,11 +83,24 @@ export type AgentctlCancelResponse = z.infer<typeof AgentctlCancelResponse>;
 export const AgentctlPermissionDecision = z.enum(['allow', 'deny']);
 export type AgentctlPermissionDecision = z.infer<typeof AgentctlPermissionDecision>;
 
-/** Answers a pending permission request (ACP `session/request_permission`, Codex approval). */
-export const AgentctlPermissionAnswerRequest = z.object({
-  permission_id: nonEmpty,
-  decision: AgentctlPermissionDecision,
-});
+/**
+ * Answers a pending permission request (ACP `session/request_permission`, Codex approval): with one
+ * of the options the agent offered (`option_id`), the first allowing or rejecting one (`decision`),
+ * or the protocol's cancelled outcome (`cancel: true`). Exactly one of the three. A request is
+ * settled once: the same answer again is answered the same (a retry), any other is CONFLICT with
+ * `details: {outcome, option_id}` saying how it ended; an id agentctl never issued is NOT_FOUND.
+ */
+export const AgentctlPermissionAnswerRequest = z
+  .object({
+    permission_id: nonEmpty,
+    decision: AgentctlPermissionDecision.optional(),
+    option_id: nonEmpty.optional(),
+    cancel: z.literal(true).optional(),
+  })
+  .refine((b) => [b.decision !== undefined, b.option_id !== undefined, b.cancel === true].filter(Boolean).length === 1, {
+    message: 'give exactly one of decision, option_id, cancel: true',
+    path: ['decision'],
+  });
 export type AgentctlPermissionAnswerRequest = z.infer<typeof AgentctlPermissionAnswerRequest>;
 
 export const AgentctlPermissionOutcome = z.enum(['allowed', 'denied', 'cancelled']);
@@ -96,6 +109,8 @@ export type AgentctlPermissionOutcome = z.infer<typeof AgentctlPermissionOutcome
 export const AgentctlPermissionAnswerResponse = z.object({
   permission_id: nonEmpty,
   outcome: AgentctlPermissionOutcome,
+  /** The option the agent was given; null for the cancelled outcome. */
+  option_id: z.string().nullable().optional(),
 });
 export type AgentctlPermissionAnswerResponse = z.infer<typeof AgentctlPermissionAnswerResponse>;
 
@@ -208,6 +223,8 @@ export const AgentctlPermissionResolvedEvent = z.object({
   turn_id: nonEmpty.nullable(),
   permission_id: nonEmpty,
   outcome: AgentctlPermissionOutcome,
+  /** The option the agent was given, when one was (absent for the cancelled outcome). */
+  option_id: z.string().optional(),
 });
 export type AgentctlPermissionResolvedEvent = z.infer<typeof AgentctlPermissionResolvedEvent>;
 

@@ -37,7 +37,7 @@ export const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: str
   request,
   result,
 });
-const instanceEndpoint = <Req extends z.ZodType, Res extends z.ZodType>(
+export const instanceEndpoint = <Req extends z.ZodType, Res extends z.ZodType>(
   service: string,
   name: string,
   request: Req,

@@ -3,6 +3,7 @@ import { Actor } from './envelope.js';
 import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle } from './entities.js';
 import { SessionState, TaskStatus } from './enums.js';
 import { AgentToolCallData, SessionMessageData } from './read.js';
+import { AgentPermissionEventData, PermissionEventData } from './permissions.js';
 
 const id = z.uuid();
 
@@ -52,6 +53,9 @@ export const EventData = {
    */
   'task.attention': z.object({ task: Task, reason: z.string() }),
   'control.recorded': z.object({ action: z.string(), outcome: z.string(), details: z.record(z.string(), z.unknown()) }),
+  ...AgentPermissionEventData,
+  'permission.requested': PermissionEventData,
+  'permission.closed': PermissionEventData,
 } as const;
 export type EventType = keyof typeof EventData;
 export type EventDataOf<T extends EventType> = z.infer<(typeof EventData)[T]>;
@@ -85,4 +89,6 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'queue.changed',
   'session.message',
   'task.attention',
+  'permission.requested',
+  'permission.closed',
 ];

@@ -11,3 +11,4 @@ export * from './clarifications.js';
 export * from './text.js';
 export * from './pricing.js';
 export * from './read.js';
+export * from './permissions.js';

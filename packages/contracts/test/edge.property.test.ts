@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { isStorableText, Life, Limits, Orch, OrchMcp, text, type Endpoint } from '../src/index.js';
+import { isStorableText, Life, LifePermission, Limits, Orch, OrchMcp, OrchPermission, text, type Endpoint } from '../src/index.js';
 
 /**
  * Issue 10, property-based: no request the contracts accept carries text PostgreSQL cannot store
@@ -35,6 +35,8 @@ const EXAMPLES: Array<[Endpoint, Record<string, unknown>]> = [
   [Life.prompt.at('i'), { execution_id: U, turn_id: U, prompt: 'p', context: 'c' }],
   [Life.stop.at('i'), { execution_id: U, reason: 'r', grace_ms: 1, orphaned: false }],
   [Life.cancel.at('i'), { execution_id: U, turn_id: U, escalate: true }],
+  [OrchPermission.respond, { actor: operator, permission_request_id: U, option_id: 'allow', reason: 'r' }],
+  [LifePermission.respond.at('i'), { execution_id: U, permission_id: 'p', option_id: 'allow' }],
 ];
 
 /** Every string reachable in a value, with its path. */

@@ -1,9 +1,10 @@
-import { conflict, notFound, unavailable, type Execution, type LaunchRequest, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
+import { conflict, notFound, unavailable, type Execution, type LaunchRequest, type Life, type LifePermission, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import type { Executions, LifecycleDeps } from './flows/context.js';
 import { launch } from './flows/launch.js';
+import { answerPermission } from './flows/permissions.js';
 import { TeardownExecutor } from './flows/teardown.js';
 import { cancelTurn, sendPrompt } from './flows/turns.js';
 import { LaunchGate } from './launch-gate.js';
@@ -64,6 +65,11 @@ export class ExecutionSupervisor {
 
   async cancel(req: RequestOf<typeof Life.cancel>): Promise<ResultOf<typeof Life.cancel>> {
     return cancelTurn(this.ctx, this.owned(req.execution_id), req);
+  }
+
+  /** the operator's answer to a permission request, to this execution's agentctl. */
+  async respondPermission(req: RequestOf<typeof LifePermission.respond>): Promise<ResultOf<typeof LifePermission.respond>> {
+    return answerPermission(this.owned(req.execution_id), req);
   }
 
   /** accepted at once; the teardown runs on (single flight per execution). */

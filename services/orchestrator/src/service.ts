@@ -5,6 +5,7 @@ import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { operatorEndpoints } from './endpoints/operator.js';
 import { readEndpoints } from './endpoints/read.js';
+import { permissionEndpoints } from './endpoints/permissions.js';
 import { treeEndpoints } from './endpoints/tree.js';
 import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
@@ -27,7 +28,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
       teardownYield: new TeardownYield(runtime.env.TEARDOWN_YIELD_MS),
     });
     rt.onStop(() => rt.teardownYield.close());
-    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt), ...readEndpoints(rt)]);
+    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt), ...readEndpoints(rt), ...permissionEndpoints(rt)]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     // Transcripts have their own durable consumer: a chatty agent never delays turn ends.

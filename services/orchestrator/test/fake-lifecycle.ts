@@ -35,6 +35,8 @@ export class FakeLifecycle {
   cancelBehaviour: 'cancel' | 'timeout' | 'hang' = 'cancel';
   /** `hang`: the owner never answers a prompt hand-off (it died after answering a cancel) until `releaseHung()`. */
   promptBehaviour: 'accept' | 'hang' = 'accept';
+  /** Runs as a cancel reaches this owner, before it answers (an agentctl releasing what the agent waits on). */
+  onCancel: ((req: { execution_id: string }) => Promise<void>) | null = null;
   /** Answer every stop request with this error (an owner that takes the request and fails it). */
   stopFails: KandevError | null = null;
   /** Stopped (SIGSTOP): registry requests and stops wait until `releaseHung()`, then are answered. */
@@ -90,6 +92,7 @@ export class FakeLifecycle {
       }),
       on(Life.cancel.at(this.instanceId), async (req) => {
         this.cancels.push(req);
+        if (this.onCancel) await this.onCancel(req);
         const e = this.registry.get(req.execution_id);
         if (!e || e.status !== 'RUNNING') return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
         if (this.cancelBehaviour === 'timeout') throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');

@@ -2,12 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { Readable, Writable } from 'node:stream';
 import * as acp from '@agentclientprotocol/sdk';
 import { costOf } from '@kandev/contracts/pricing';
-import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
+import type { AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
 import { AgentProcess, type Termination } from '../agent-process.js';
 import { AGENTCTL_VERSION } from '../version.js';
 import { unlessAgentExits, withinDeadline, type AgentAdapter } from './adapter.js';
-import { type PermissionAnswers } from './permissions.js';
+import { type PermissionAnswers, type PermissionChoice } from './permissions.js';
 import { ProcessAdapter } from './process-adapter.js';
 
 /**
@@ -142,10 +142,6 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     this.log.info('sent session/cancel', { session_id: sessionId, turn_id: this.turnId, tool_calls_cancelled: marked, permissions_cancelled: released });
   }
 
-  answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined {
-    return this.permissions.answer(permissionId, decision);
-  }
-
   async stop(graceMs: number): Promise<Termination> {
     const result = await this.agent.terminate(graceMs);
     this.connection?.close();
@@ -155,20 +151,16 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
   private onPermissionRequest(params: acp.RequestPermissionRequest): Promise<acp.RequestPermissionResponse> {
     const cancelled: acp.RequestPermissionResponse = { outcome: { outcome: 'cancelled' } };
     if (this.turnId === undefined || params.sessionId !== this.sessionId) return Promise.resolve(cancelled);
-    const pick = (...kinds: acp.PermissionOptionKind[]) => {
-      for (const kind of kinds) {
-        const option = params.options.find((o) => o.kind === kind);
-        if (option) return option;
-      }
-      return undefined;
-    };
-    const selected = (option: acp.PermissionOption | undefined, outcome: AgentctlPermissionOutcome) =>
-      option ? { answer: { outcome: { outcome: 'selected' as const, optionId: option.optionId } }, outcome } : { answer: cancelled, outcome: 'cancelled' as const };
-    const answers: PermissionAnswers<acp.RequestPermissionResponse> = {
-      allow: selected(pick('allow_once', 'allow_always'), 'allowed'),
-      deny: selected(pick('reject_once', 'reject_always'), 'denied'),
-      cancel: cancelled,
-    };
+    // Once before always, so an operator's plain "allow" or "deny" grants or refuses no more than this call.
+    const rank: Record<acp.PermissionOptionKind, number> = { allow_once: 0, allow_always: 1, reject_once: 2, reject_always: 3 };
+    const choices: PermissionChoice<acp.RequestPermissionResponse>[] = [...params.options]
+      .sort((a, b) => rank[a.kind] - rank[b.kind])
+      .map((o) => ({
+        optionId: o.optionId,
+        answer: { outcome: { outcome: 'selected' as const, optionId: o.optionId } },
+        outcome: o.kind === 'allow_once' || o.kind === 'allow_always' ? ('allowed' as const) : ('denied' as const),
+      }));
+    const answers: PermissionAnswers<acp.RequestPermissionResponse> = { choices, cancel: cancelled };
     return this.permissions.open(
       {
         turn_id: this.turnId,

@@ -1,11 +1,11 @@
 import type {
-  AgentctlPermissionDecision,
   AgentctlPermissionOutcome,
   AgentctlPermissionRequestedEvent,
   AgentctlProtocol,
   AgentctlStopReason,
 } from '@kandev/contracts/agentctl';
 import type { AgentExit, Termination } from '../agent-process.js';
+import type { PermissionAnswerChoice, PermissionAnswerResult } from './permissions.js';
 
 /** One usage report as a delta, before agentctl gives it an id. */
 export interface UsageReport {
@@ -35,7 +35,7 @@ export interface AdapterSink {
   toolCall(turnId: string, call: ToolCallReport): void;
   usage(turnId: string, usage: UsageReport): void;
   permissionRequested(request: PermissionRequest): void;
-  permissionResolved(permissionId: string, turnId: string | null, outcome: AgentctlPermissionOutcome): void;
+  permissionResolved(permissionId: string, turnId: string | null, outcome: AgentctlPermissionOutcome, optionId: string | null): void;
 }
 
 /** The protocol side of one execution: an agent process and the session/thread on it. */
@@ -51,8 +51,8 @@ export interface AgentAdapter {
   prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason>;
   /** Asks the agent to end the in-flight turn and releases pending permission requests; does not wait for the turn. */
   cancel(): Promise<void>;
-  /** Answers a pending permission request; undefined when there is no such request. */
-  answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined;
+  /** Answers a permission request the agent is waiting on (or says how it already ended). */
+  answerPermission(permissionId: string, choice: PermissionAnswerChoice): PermissionAnswerResult;
   /** SIGTERM, then SIGKILL after graceMs, to the agent's whole process tree. */
   stop(graceMs: number): Promise<Termination>;
   /** SIGKILL to the agent's whole process tree, synchronously (agentctl is crashing). */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { costOf } from '@kandev/contracts/pricing';
-import type { AgentctlPermissionDecision, AgentctlPermissionOutcome, AgentctlStopReason } from '@kandev/contracts/agentctl';
+import type { AgentctlStopReason } from '@kandev/contracts/agentctl';
 import { z } from 'zod';
 import { AgentProcess, type Termination } from '../agent-process.js';
 import { errorMessage } from '../log.js';
@@ -72,9 +72,18 @@ const ApprovalRequest = z.looseObject({
   itemId: z.string().optional(),
   command: z.union([z.string(), z.array(z.string())]).nullish(),
   reason: z.string().nullish(),
+  /** Codex 0.169 lists what it accepts here; object-valued decisions (an execpolicy amendment) are not offered to operators. */
+  availableDecisions: z.array(z.unknown()).nullish(),
 });
 
-type ApprovalDecision = 'accept' | 'decline' | 'cancel';
+type ApprovalDecision = 'accept' | 'acceptForSession' | 'decline' | 'cancel';
+
+/** The approval decisions an operator can pick, as permission options (ACP's kinds, so both protocols read alike). */
+const APPROVAL_OPTIONS: ReadonlyArray<{ id: 'accept' | 'acceptForSession' | 'decline'; name: string; kind: string; outcome: 'allowed' | 'denied' }> = [
+  { id: 'accept', name: 'Accept', kind: 'allow_once', outcome: 'allowed' },
+  { id: 'acceptForSession', name: 'Accept for this session', kind: 'allow_always', outcome: 'allowed' },
+  { id: 'decline', name: 'Decline', kind: 'reject_once', outcome: 'denied' },
+];
 
 const APPROVAL_METHODS = new Set(['item/commandExecution/requestApproval', 'item/fileChange/requestApproval']);
 
@@ -179,10 +188,6 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     this.log.info('interrupt requested', { turn_id: turn?.turnId, codex_turn_id: turn?.codexTurnId, permissions_cancelled: released });
   }
 
-  answerPermission(permissionId: string, decision: AgentctlPermissionDecision): AgentctlPermissionOutcome | undefined {
-    return this.permissions.answer(permissionId, decision);
-  }
-
   async stop(graceMs: number): Promise<Termination> {
     return this.agent.terminate(graceMs);
   }
@@ -264,21 +269,12 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     if (!turnId) return { decision: 'cancel' };
     const command = parsed.data.command;
     const title = (Array.isArray(command) ? command.join(' ') : command) ?? parsed.data.reason ?? method;
+    // Without a list (older Codex, the scripted agent) accept and decline are always understood.
+    const offered = parsed.data.availableDecisions;
+    const options = APPROVAL_OPTIONS.filter((o) => (offered ? offered.includes(o.id) : o.id !== 'acceptForSession'));
     return this.permissions.open(
-      {
-        turn_id: turnId,
-        permission_id: randomUUID(),
-        title,
-        options: [
-          { id: 'accept', name: 'Accept', kind: 'allow_once' },
-          { id: 'decline', name: 'Decline', kind: 'reject_once' },
-        ],
-      },
-      {
-        allow: { answer: { decision: 'accept' }, outcome: 'allowed' },
-        deny: { answer: { decision: 'decline' }, outcome: 'denied' },
-        cancel: { decision: 'cancel' },
-      },
+      { turn_id: turnId, permission_id: randomUUID(), title, options: options.map((o) => ({ id: o.id, name: o.name, kind: o.kind })) },
+      { choices: options.map((o) => ({ optionId: o.id, answer: { decision: o.id }, outcome: o.outcome })), cancel: { decision: 'cancel' } },
     );
   }
 }

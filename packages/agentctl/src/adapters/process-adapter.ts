@@ -2,7 +2,7 @@ import type { AgentExit, AgentProcess } from '../agent-process.js';
 import type { AgentSpec } from '../catalogue.js';
 import type { Logger } from '../log.js';
 import type { AdapterOptions, AdapterSink } from './adapter.js';
-import { PendingPermissions } from './permissions.js';
+import { PendingPermissions, type PermissionAnswerChoice, type PermissionAnswerResult } from './permissions.js';
 
 /**
  * What both protocol adapters share: the agent process they talk to (spawned in `start`) and the
@@ -27,6 +27,10 @@ export abstract class ProcessAdapter<PermissionAnswer> {
 
   get exited(): Promise<AgentExit> {
     return this.agent.exited;
+  }
+
+  answerPermission(permissionId: string, choice: PermissionAnswerChoice): PermissionAnswerResult {
+    return this.permissions.answer(permissionId, choice);
   }
 
   kill(): void {

@@ -66,7 +66,7 @@ export const API_ROUTES: readonly ApiRoute[] = [
 const Uuid = z.uuid();
 
 /** A path id that is not a UUID is the caller's mistake: VALIDATION_ERROR (400), not NOT_FOUND. */
-function pathId(req: FastifyRequest): string {
+export function pathId(req: FastifyRequest): string {
   const id = (req.params as Record<string, string | undefined>).id;
   if (!Uuid.safeParse(id).success) throw validationError('path parameter id must be a UUID', { param: 'id' });
   return id as string;
@@ -91,7 +91,7 @@ function idempotencyField(req: FastifyRequest, fields: Record<string, unknown>):
   return { idempotency_key: key };
 }
 
-function bodyFields(body: unknown): Record<string, unknown> {
+export function bodyFields(body: unknown): Record<string, unknown> {
   if (body === undefined || body === null) return {};
   if (typeof body !== 'object' || Array.isArray(body)) throw validationError('request body must be a JSON object');
   return body as Record<string, unknown>;

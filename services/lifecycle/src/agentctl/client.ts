@@ -2,7 +2,9 @@ import {
   AgentctlCancelResponse,
   AgentctlErrorResponse,
   AgentctlPaths,
+  AgentctlPermissionAnswerResponse,
   AgentctlPromptResponse,
+  type AgentctlPermissionAnswerRequest,
   AgentctlStopResponse,
 } from '@kandev/contracts';
 import { SpanKind, inSpan, traceHeaders } from '@kandev/runtime';
@@ -48,6 +50,8 @@ export class AgentctlHttpError extends Error {
     readonly status: number,
     readonly code: string | null,
     message: string,
+    /** The error body's `details` (how a permission request already ended, say). */
+    readonly details?: Record<string, unknown>,
   ) {
     super(message);
     this.name = 'AgentctlHttpError';
@@ -81,6 +85,11 @@ export class AgentctlClient {
     return this.post(AgentctlPaths.cancel, turnId ? { turn_id: turnId } : {}, AgentctlCancelResponse, timeoutMs);
   }
 
+  /** Answers a permission request the agent waits on (flows/permissions.ts). */
+  answerPermission(answer: AgentctlPermissionAnswerRequest, timeoutMs: number) {
+    return this.post(AgentctlPaths.permission, answer, AgentctlPermissionAnswerResponse, timeoutMs);
+  }
+
   stop(graceMs: number, timeoutMs: number) {
     return this.post(AgentctlPaths.stop, { grace_ms: graceMs }, AgentctlStopResponse, timeoutMs);
   }
@@ -106,7 +115,7 @@ export class AgentctlClient {
         }
         if (!res.ok) {
           const err = AgentctlErrorResponse.safeParse(json);
-          throw new AgentctlHttpError(res.status, err.success ? err.data.error.code : null, err.success ? err.data.error.message : `agentctl ${path} answered ${res.status}`);
+          throw new AgentctlHttpError(res.status, err.success ? err.data.error.code : null, err.success ? err.data.error.message : `agentctl ${path} answered ${res.status}`, err.success ? err.data.error.details : undefined);
         }
         const parsed = schema.safeParse(json);
         if (!parsed.success) throw new AgentctlHttpError(res.status, 'INVALID_REPLY', `agentctl ${path} reply breaks its contract`);

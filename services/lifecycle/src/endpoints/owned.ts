@@ -1,4 +1,4 @@
-import { Life } from '@kandev/contracts';
+import { Life, LifePermission } from '@kandev/contracts';
 import { on, type Registration } from '@kandev/runtime';
 import type { ExecutionSupervisor } from '../supervisor.js';
 
@@ -11,4 +11,5 @@ export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanc
   on(Life.prompt.at(instanceId), (req) => supervisor.prompt(req)),
   on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req)),
   on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
+  on(LifePermission.respond.at(instanceId), (req) => supervisor.respondPermission(req)),
 ];

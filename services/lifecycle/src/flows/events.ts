@@ -5,6 +5,7 @@ import { turnCompleted, turnStarted } from '../domain/turns.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { Executions } from './context.js';
+import { permissionAsked, permissionResolved } from './permissions.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -63,9 +64,11 @@ export async function relay(ctx: Executions, x: LiveExecution, ev: AgentctlLine)
         ...(ev.priced === undefined ? {} : { priced: ev.priced }),
       });
     case 'permission_requested':
+      x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type, title: ev.title }, 'agent permission');
+      return queue(journal, x, 'agent.permission_requested', permissionAsked(x, ev));
     case 'permission_resolved':
-      x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type, ...(ev.type === 'permission_resolved' ? { outcome: ev.outcome } : { title: ev.title }) }, 'agent permission');
-      return;
+      x.log.info({ permission_id: ev.permission_id, turn_id: ev.turn_id, event: ev.type, outcome: ev.outcome }, 'agent permission');
+      return queue(journal, x, 'agent.permission_resolved', permissionResolved(x, ev));
     case 'agent_exited':
       x.agentExit = { code: ev.code, signal: ev.signal };
       if (!x.teardown) {

@@ -10,12 +10,13 @@ import type { Emit } from './context.js';
 import type { OrchRuntime } from './context.js';
 import { changeSessionState, emitAgentCancelled, reviewTaskIfNothingActive } from './changes.js';
 import { drainQueue } from './message.js';
+import { AGENT_PERMISSION_EVENT_TYPES, cancelPermissionsOfStoppedExecution, isAgentPermissionEvent, onAgentPermissionEvent } from './permissions.js';
 
 export const LIFECYCLE_CONSUMER = 'orchestrator-lifecycle';
 /** What the orchestrator consumes from lifecycle: the end of a turn and the end of an execution. */
-export const LIFECYCLE_EVENT_TYPES = ['turn.completed', 'execution.stopped'] as const;
+export const LIFECYCLE_EVENT_TYPES = ['turn.completed', 'execution.stopped', ...AGENT_PERMISSION_EVENT_TYPES] as const;
 type LifecycleEvent = EventEnvelope<'turn.completed'> | EventEnvelope<'execution.stopped'>;
-const isLifecycleEvent = (ev: EventEnvelope): ev is LifecycleEvent => (LIFECYCLE_EVENT_TYPES as readonly string[]).includes(ev.type);
+const isLifecycleEvent = (ev: EventEnvelope): ev is LifecycleEvent => ev.type === 'turn.completed' || ev.type === 'execution.stopped';
 
 /**
  * Reacts to what the lifecycle service reports about executions. Each event is applied once
@@ -23,6 +24,7 @@ const isLifecycleEvent = (ev: EventEnvelope): ev is LifecycleEvent => (LIFECYCLE
  * holds: a late report about a replaced execution changes nothing.
  */
 export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Promise<void> {
+  if (isAgentPermissionEvent(ev)) return onAgentPermissionEvent(rt, LIFECYCLE_CONSUMER, ev);
   if (!isLifecycleEvent(ev)) return;
   const { session_id: sessionId, task_id: taskId } = ev;
   if (!sessionId || !taskId) return;
@@ -33,6 +35,8 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
     const s = await lockSession(tx, sessionId);
     const task = await getTask(tx, taskId);
     if (!s || !task) return;
+    // Whatever the stopped execution's agent still asked is cancelled, whichever execution the session holds now.
+    if (ev.type === 'execution.stopped') await cancelPermissionsOfStoppedExecution(tx, emit, ev);
     if (s.execution_id && s.execution_id !== ev.data.execution_id) return;
     switch (ev.type) {
       case 'turn.completed': {
