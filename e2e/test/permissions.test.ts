@@ -37,6 +37,9 @@ describe.each(AGENTS)('permission requests of %s', (agent) => {
       for (const o of pending.options) expect(Object.keys(o).sort()).toEqual(['kind', 'name', 'option_id']);
       const note = await ws.waitFor((f) => f.action === 'permission.requested' && f.payload.id === pending.id);
       expect(note.payload).toMatchObject({ task_id: task.id, session_id: session.id, status: 'pending', title: 'run ls?' });
+      // The operator reads it in the session's transcript too, where the agent asked it.
+      const asked = await eventually(async () => ((await w.api.get(`/sessions/${session.id}/messages`)).body.items as Array<Record<string, unknown>>).find((m) => m.kind === 'permission_request'), 20_000);
+      expect(asked).toMatchObject({ role: 'agent', text: 'run ls?', turn_id: pending.turn_id });
 
       const allow = pending.options.find((o: { kind: string }) => o.kind === 'allow_once');
       const answered = await w.api.post(`/permissions/${pending.id}/respond`, { option_id: allow.option_id });

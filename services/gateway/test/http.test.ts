@@ -179,7 +179,7 @@ describe('errors', () => {
   });
 
   it('answers unknown routes and methods with 404 NOT_FOUND in the same shape', async () => {
-    for (const [method, path] of [['GET', '/nope'], ['DELETE', `/tasks/${TASK}`], ['GET', '/tasks']]) {
+    for (const [method, path] of [['GET', '/nope'], ['DELETE', `/tasks/${TASK}`], ['PUT', '/tasks']]) {
       const res = await api(path!, { method: method! });
       expect(res.status).toBe(404);
       expect(await res.json()).toEqual({ error: { code: 'NOT_FOUND', message: expect.any(String) } });

@@ -19,6 +19,7 @@ import { cancelPendingOfExecution, closePermission, insertPermission, lockPermis
 import { getSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { recordTranscript } from './transcript.js';
 
 /*
  * Permission requests (R-8.3). Rows come from the lifecycle's `agent.permission_requested` /
@@ -160,8 +161,14 @@ export async function onAgentPermissionEvent(rt: OrchRuntime, consumer: string, 
       const created = await insertPermission(tx, { ...base, title: ev.data.title, options: ev.data.options });
       if (!created) return;
       await emit('permission.requested', { ...scopeOf(created), actor: { type: 'agent', task_id: task.id, session_id: sessionId } }, permissionEventData(created));
-      // TODO(read): also record the request in the session's transcript, kind `permission_request`:
-      // await appendTranscriptItem(tx, { session_id: sessionId, turn_id: created.turn_id, role: 'agent', kind: 'permission_request', text: created.title });
+      // In the transcript too, where the operator reads what the agent was doing when it asked (R-8.2).
+      await recordTranscript(rt, tx, emit, scopeOf(created), {
+        turn_id: created.turn_id,
+        role: 'agent',
+        kind: 'permission_request',
+        text: created.title,
+        meta: { permission_request_id: created.id, options: created.options },
+      });
       rt.log.info({ task_id: task.id, session_id: sessionId, permission_request_id: created.id, execution_id: created.execution_id }, 'permission requested');
       return;
     }
