@@ -125,7 +125,9 @@ for (const ws of workspaces) {
   const allowed = NOT_IMPORTED[ws] ?? {};
   const undeclared = NOT_DECLARED[ws] ?? {};
   const hasSrc = existsSync(join(dir, 'src'));
-  const testPaths = ['test', 'faults', ...readdirSync(dir).filter((n) => /^vitest.*\.config\.[cm]?[jt]s$/.test(n))];
+  // console/: the gateway's operator console, bundled at build time (ADR 0028), so its imports are
+  // devDependencies like the tests' (the image keeps only the built files).
+  const testPaths = ['test', 'faults', 'console', ...readdirSync(dir).filter((n) => /^vitest.*\.config\.[cm]?[jt]s$/.test(n))];
   const srcImports = hasSrc ? importsUnder(dir, ['src']) : new Set();
   const testImports = importsUnder(dir, testPaths);
   const srcTypeOnly = hasSrc ? typeOnlyUnder(dir, ['src']) : new Set();

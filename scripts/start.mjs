@@ -19,7 +19,7 @@ const args = process.argv.slice(2);
 const build = !args.includes('--no-build') && process.env.KANDEV_NO_BUILD !== '1';
 const stackArgs = args.filter((a) => a !== '--no-build');
 
-/** The child running now: the build (`tsc -b`), then the stack. */
+/** The child running now: the build (`tsc -b`, the console), then the stack. */
 let child = null;
 let stopRequested = false;
 
@@ -33,17 +33,19 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   });
 }
 
-function runBuild() {
-  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+function runBuild(args) {
   return new Promise((resolve) => {
-    child = spawn(process.execPath, [tsc, '-b'], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+    child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
     child.once('error', (e) => resolve({ ok: false, why: e.message }));
     child.once('exit', (code, signal) => resolve({ ok: code === 0, why: signal ?? `exit code ${code}` }));
   });
 }
 
 if (build) {
-  const result = await runBuild();
+  // `tsc -b`, then the operator console's bundle (scripts/build-console.mjs; a no-op when up to date).
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  let result = await runBuild([tsc, '-b']);
+  if (result.ok && !stopRequested) result = await runBuild([fileURLToPath(new URL('./build-console.mjs', import.meta.url))]);
   child = null;
   if (stopRequested) process.exit(0);
   if (!result.ok) {

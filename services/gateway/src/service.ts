@@ -5,7 +5,9 @@ import { fileURLToPath } from 'node:url';
 import { GatewayEnv } from './env.js';
 import { buildGatewayServer } from './server.js';
 
-const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../console', import.meta.url));
+// The console's Vite build output (services/gateway/console → dist/console, scripts/build-console.mjs).
+// `../dist/console` resolves to the same directory from dist/service.js and from src/service.ts (tests).
+const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../dist/console', import.meta.url));
 
 /** The operator edge: HTTP API, /ws and the console's static files (R-3.1, R-7.1, R-7.3). */
 export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {

@@ -10,7 +10,7 @@ export async function registerConsoleRoutes(app: FastifyInstance, consoleDir: st
     return;
   }
   const missing = async () => {
-    throw notFound('the operator console is not installed (set CONSOLE_DIR)');
+    throw notFound('the operator console is not built (run npm run build) or CONSOLE_DIR names no directory');
   };
   app.get('/ui', missing);
   app.get('/ui/*', missing);

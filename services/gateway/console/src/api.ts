@@ -1,0 +1,73 @@
+import { plainWords } from './model';
+
+/** Fastify's (and the gateway's) answer for a path it has no route for. */
+export const ROUTE_MISSING = /^(no route|Route) /i;
+
+/** An API failure in the SPEC's error shape, plus the words an operator reads. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    readonly serverMessage: string,
+    readonly path: string,
+  ) {
+    super(plainWords(status, code, serverMessage, path));
+  }
+  /** The route itself is missing on this gateway (older server), not the thing asked for. */
+  get routeMissing(): boolean {
+    return this.status === 404 && ROUTE_MISSING.test(this.serverMessage);
+  }
+}
+
+const TOKEN_KEY = 'kandev.operatorToken';
+export const token = {
+  get: (): string | null => sessionStorage.getItem(TOKEN_KEY),
+  set: (t: string) => sessionStorage.setItem(TOKEN_KEY, t),
+  clear: () => sessionStorage.removeItem(TOKEN_KEY),
+};
+
+/** Listeners told when the gateway refuses the token (the console then asks for a new one). */
+const unauthorized = new Set<() => void>();
+export const onUnauthorized = (fn: () => void) => (unauthorized.add(fn), () => unauthorized.delete(fn));
+/** The token stopped working (a 401, or /ws closed with 4401 when it expired). */
+export const tokenRefused = () => {
+  token.clear();
+  unauthorized.forEach((fn) => fn());
+};
+
+/** The gateway is the page's own origin: the console is served by it at /ui/. */
+export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = {};
+  const t = token.get();
+  if (t) headers.authorization = `Bearer ${t}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  let res: Response;
+  try {
+    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch {
+    throw new ApiError(0, 'NETWORK', 'network error', path);
+  }
+  const text = await res.text();
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) {
+    const err = json?.error ?? {};
+    if (res.status === 401) tokenRefused();
+    throw new ApiError(res.status, String(err.code ?? `HTTP_${res.status}`), String(err.message ?? res.statusText), path);
+  }
+  return json as T;
+}
+
+export const get = <T>(path: string) => api<T>('GET', path);
+export const post = <T>(path: string, body: unknown = {}) => api<T>('POST', path, body);
+
+export const qs = (params: Record<string, string | number | boolean | null | undefined>) => {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') u.set(k, String(v));
+  const s = u.toString();
+  return s ? `?${s}` : '';
+};

@@ -1,0 +1,118 @@
+import { useEffect, useState } from 'preact/hooks';
+import { get, qs } from './api';
+import { hrefOf, useLive, useResync } from './app';
+import { COLUMNS, STATUS_WORDS, columnOf, holdBadge } from './model';
+import { store, useStore } from './store';
+import type { Page, TaskItem } from './types';
+import { Badge, ErrorNote, Spinner } from './ui';
+
+/** Subscribe the console's socket to a whole workspace (every task's pushes) while mounted. */
+export function useWorkspaceLive(workspace: string): boolean {
+  const live = useLive();
+  const [refused, setRefused] = useState(false);
+  useEffect(() => {
+    const off = live.subscribe({ workspace_id: workspace });
+    const offState = live.onState(() => setRefused(live.refused.has(`w:${workspace}`)));
+    return () => (off(), offState());
+  }, [workspace]);
+  return refused;
+}
+
+export function Board({ workspace }: { workspace: string }) {
+  useStore();
+  const resync = useResync();
+  const refused = useWorkspaceLive(workspace);
+  const [q, setQ] = useState('');
+  const [query, setQuery] = useState('');
+  const [ids, setIds] = useState<string[]>([]);
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [loading, setLoading] = useState(true);
+
+  // Search as the operator types, without a request per key.
+  useEffect(() => {
+    const t = setTimeout(() => setQuery(q.trim()), 250);
+    return () => clearTimeout(t);
+  }, [q]);
+
+  const load = async (after: string | null) => {
+    setLoading(true);
+    try {
+      const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, roots: true, q: query, limit: 100, cursor: after })}`);
+      store.upsert(page.items);
+      setIds((have) => (after ? [...have, ...page.items.map((t) => t.id)] : page.items.map((t) => t.id)));
+      setCursor(page.next_cursor);
+      setError(null);
+    } catch (e) {
+      setError(e);
+    } finally {
+      setLoading(false);
+    }
+  };
+  useEffect(() => void load(null), [workspace, query, resync]);
+
+  // Roots that appeared through pushes after the page was read.
+  const shown = new Set(ids);
+  const needle = query.toLowerCase();
+  for (const id of store.newRoots) {
+    const t = store.tasks.get(id);
+    if (t && t.workspace_id === workspace && !shown.has(id) && t.title.toLowerCase().includes(needle)) shown.add(id);
+  }
+  const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskItem => !!t && !t.archived_at);
+
+  return (
+    <main class="page board-page">
+      <div class="toolbar">
+        <h1>Board</h1>
+        <label for="board-q" class="sr-only">
+          Search task titles
+        </label>
+        <input id="board-q" type="search" placeholder="Search task titles" value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} data-testid="board-search" />
+        {loading ? <Spinner label="Loading tasks" /> : null}
+        {refused ? <span class="note">Live updates for the whole workspace are not offered by this gateway; reload to refresh.</span> : null}
+      </div>
+      <ErrorNote error={error} what="Tasks" />
+      {!error && !loading && tasks.length === 0 ? <p class="empty">{query ? `No root task matches “${query}”.` : 'No tasks in this workspace yet.'}</p> : null}
+      <div class="columns">
+        {COLUMNS.map((col) => {
+          const inCol = tasks.filter((t) => columnOf(t.status) === col.key);
+          return (
+            <section class="column" aria-label={col.title} data-testid={`column-${col.key}`}>
+              <h2>
+                {col.title} <span class="count">{inCol.length}</span>
+              </h2>
+              <ul>
+                {inCol.map((t) => (
+                  <li>
+                    <TaskCard task={t} workspace={workspace} />
+                  </li>
+                ))}
+              </ul>
+            </section>
+          );
+        })}
+      </div>
+      {cursor ? (
+        <button type="button" class="btn plain" onClick={() => load(cursor)} disabled={loading}>
+          Load more tasks
+        </button>
+      ) : null}
+    </main>
+  );
+}
+
+function TaskCard({ task, workspace }: { task: TaskItem; workspace: string }) {
+  const badge = holdBadge(store.holdOf(task.id));
+  const s = store.sessionInfo(task.id);
+  return (
+    <a class="task-card" href={hrefOf(workspace, task.id)} data-testid="task-card">
+      <span class="title">{task.title}</span>
+      <span class="meta">
+        <Badge kind={`status-${task.status.toLowerCase()}`}>{STATUS_WORDS[task.status]}</Badge>
+        {badge ? <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>{badge}</Badge> : null}
+        {s.working ? <Badge kind="running">Running</Badge> : s.active ? <Badge kind="active">Session open</Badge> : null}
+        {task.child_count > 0 ? <span class="children">{task.child_count} subtasks</span> : null}
+      </span>
+    </a>
+  );
+}

@@ -1,0 +1,99 @@
+import { describe, expect, it } from 'vitest';
+import { applyPush, backoffMs, kindWords, columnOf, COLUMNS, flattenTree, formatCost, hasGap, holdBadge, mergeMessages, plainWords, visibleWindow, type TreeNodeState } from '../console/src/model.js';
+import type { Message, TaskItem, TaskStatus } from '../console/src/types.js';
+
+const task = (id: string, parent_id: string | null = null): TaskItem => ({
+  id,
+  workspace_id: 'w',
+  parent_id,
+  title: id,
+  status: 'TODO',
+  office: false,
+  agent: null,
+  archived_at: null,
+  cancelled_at: null,
+  created_at: '',
+  updated_at: '',
+  child_count: 0,
+  active_session_count: 0,
+  hold: null,
+});
+const msg = (seq: number, text = `m${seq}`): Message => ({ seq, turn_id: null, role: 'agent', kind: 'text', text, created_at: '' });
+
+describe('console model', () => {
+  it('puts every task status in exactly one board column', () => {
+    const all: TaskStatus[] = ['TODO', 'SCHEDULING', 'IN_PROGRESS', 'REVIEW', 'BLOCKED', 'WAITING_FOR_INPUT', 'COMPLETED', 'FAILED', 'CANCELLED'];
+    for (const s of all) expect(COLUMNS.filter((c) => c.statuses.includes(s))).toHaveLength(1);
+    expect(columnOf('SCHEDULING')).toBe('todo');
+    expect(columnOf('CANCELLED')).toBe('stopped');
+  });
+
+  it('names the hold badges as the seeds do', () => {
+    expect(holdBadge({ mode: 'pause' })).toBe('Paused');
+    expect(holdBadge({ mode: 'cancel' })).toBe('Cancelled (tree)');
+    expect(holdBadge(null)).toBeNull();
+  });
+
+  it('turns API errors into plain words, and says when a route is missing rather than a thing', () => {
+    expect(plainWords(404, 'NOT_FOUND', 'no route GET /tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions', '/tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions')).toBe(
+      'This gateway does not offer /tasks/:id/permissions yet (404), so this part of the console is unavailable.',
+    );
+    expect(plainWords(404, 'NOT_FOUND', 'task not found', '/tasks/x')).toBe('Not found: task not found.');
+    expect(plainWords(409, 'CONFLICT', 'no active pause hold', '/tasks/x/tree/resume')).toBe('This cannot be done in the current state: no active pause hold.');
+    expect(plainWords(401, 'UNAUTHORIZED', 'missing token', '/tasks')).toMatch(/Sign in again/);
+    expect(plainWords(0, 'NETWORK', 'network error', '/tasks')).toMatch(/Cannot reach the gateway/);
+    expect(plainWords(418, 'TEAPOT', 'short and stout', '/x')).toBe('The request failed (418 TEAPOT): short and stout.');
+  });
+
+  it('formats the cost in US dollars, keeping sub-cent totals visible', () => {
+    expect(formatCost(4200)).toBe('$42.00');
+    expect(formatCost(0)).toBe('$0.00');
+    expect(formatCost(0.0375)).toBe('$0.0004');
+    expect(formatCost(123456)).toBe('$1,234.56');
+  });
+
+  it('backs off exponentially up to 15 s with bounded jitter', () => {
+    expect(backoffMs(0, 0)).toBe(500);
+    expect(backoffMs(3, 0)).toBe(4000);
+    expect(backoffMs(20, 0)).toBe(15_000);
+    expect(backoffMs(20, 1)).toBe(10_500);
+  });
+
+  it('merges transcript pages and pushes by seq and detects holes', () => {
+    const have = [msg(1), msg(2)];
+    expect(mergeMessages(have, [msg(2, 'again'), msg(3)]).map((m) => [m.seq, m.text])).toEqual([
+      [1, 'm1'],
+      [2, 'again'],
+      [3, 'm3'],
+    ]);
+    expect(hasGap(have, msg(3))).toBe(false);
+    expect(hasGap(have, msg(5))).toBe(true);
+    expect(hasGap([], msg(7))).toBe(false); // nothing held yet: the first page is being read
+  });
+
+  it('flattens only expanded nodes, depth first, with a load-more row for paged children', () => {
+    const tasks = new Map(['r', 'a', 'b', 'a1'].map((id) => [id, task(id)]));
+    const nodes = new Map<string, TreeNodeState>([
+      ['r', { children: ['a', 'b'], cursor: 'next', loaded: true, loading: false }],
+      ['a', { children: ['a1'], cursor: null, loaded: true, loading: false }],
+    ]);
+    const rows = flattenTree('r', tasks, nodes, new Set(['r', 'a']));
+    expect(rows.map((r) => (r.kind === 'task' ? `${r.task.id}@${r.depth}` : `more:${r.parentId}@${r.depth}`))).toEqual(['r@0', 'a@1', 'a1@2', 'b@1', 'more:r@1']);
+    expect(flattenTree('r', tasks, nodes, new Set(['r'])).map((r) => (r.kind === 'task' ? r.task.id : 'more'))).toEqual(['r', 'a', 'b', 'more']);
+  });
+
+  it('renders a window of rows around the viewport, not the whole list', () => {
+    expect(visibleWindow(2000, 32, 0, 640)).toEqual({ start: 0, end: 28 });
+    expect(visibleWindow(2000, 32, 32_000, 640)).toEqual({ start: 992, end: 1028 });
+    expect(visibleWindow(10, 32, 0, 640)).toEqual({ start: 0, end: 10 });
+  });
+
+  it('applies session.message pushes: created replaces by seq, appended extends the held item', () => {
+    const have = [msg(1, 'hello'), msg(2, 'wor')];
+    expect(applyPush(have, { ...msg(2, 'ld'), op: 'appended' })!.map((m) => m.text)).toEqual(['hello', 'world']);
+    expect(applyPush(have, { ...msg(3, 'new'), op: 'created' })!.map((m) => m.seq)).toEqual([1, 2, 3]);
+    expect(applyPush(have, { ...msg(4, 'lost chunk'), op: 'appended' })).toBeNull();
+    expect(kindWords('agent', 'agent_text')).toBe('agent');
+    expect(kindWords('agent', 'tool_call')).toBe('agent · tool call');
+  });
+});
