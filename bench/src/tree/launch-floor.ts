@@ -66,6 +66,6 @@ export async function launchFloor(count: number): Promise<LaunchFloor> {
         /* gone */
       }
     }
-    await Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? null : new Promise((r) => c.once('exit', r)))));
+    await Promise.all(children.filter((c) => c.exitCode === null && c.signalCode === null).map((c) => new Promise((r) => c.once('exit', r))));
   }
 }

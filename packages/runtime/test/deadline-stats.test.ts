@@ -29,7 +29,7 @@ beforeAll(async () => {
     on(failing, async () => {
       throw new KandevError('CONFLICT', 'no way');
     }),
-    on(front, async (_req, ctx) => {
+    on(front, async () => {
       const peek = { name: 'test.peek', subject: 'kandev.test.peek', request: z.object({}), result: z.object({ header: z.string().nullable(), rid: z.string().nullable() }) };
       const seen = await request(nc, peek, {});
       const remaining = remainingMs() ?? null;

@@ -74,7 +74,7 @@ export async function startNatsCluster(size = 3): Promise<TestNatsCluster> {
       await spawnNode(i);
     },
   }));
-  const stopAll = () => Promise.all(handles.map((h) => h?.stop()));
+  const stopAll = () => Promise.all(handles.flatMap((h) => (h ? [h.stop()] : [])));
   const first = handles[0]!;
   return {
     url,

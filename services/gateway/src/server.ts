@@ -57,7 +57,8 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     const text = decodeJsonBody(req.headers['content-type'], body);
     if (typeof text !== 'string') return done(text, undefined);
     if (text.trim() === '') return done(null, undefined);
-    parseJson(req, text, done);
+    // Fastify's JSON parser answers through `done` (its type also allows a promise, which it never returns).
+    void parseJson(req, text, done);
   });
 
   const hub = new WsHub({ nc: opts.nc, log: opts.log, timeoutMs: opts.timeoutMs });

@@ -1,4 +1,4 @@
-import { createTestDatabase, eventually, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
+import { createTestDatabase, eventually, startNats } from '@kandev/testkit';
 import { connectNats, request, signAgentToken, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { Orch, OrchMcp, type McpMode, type OperatorActor } from '@kandev/contracts';
 import postgres from 'postgres';

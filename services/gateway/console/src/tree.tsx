@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useResync } from './app';
 import { STATUS_WORDS, flattenTree, holdBadge, visibleWindow, type TreeNodeState } from './model';

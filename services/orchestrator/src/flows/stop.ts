@@ -388,7 +388,7 @@ export class TaskRegistryView {
     if (!ids.length) return [];
     return this.read(async () => {
       const listed = new Map((await this.listing).map((e) => [e.execution_id, e]));
-      const found = await Promise.all(ids.map((id) => listed.get(id) ?? this.registry.get(id, this.taskId)));
+      const found = await Promise.all(ids.map(async (id) => listed.get(id) ?? this.registry.get(id, this.taskId)));
       return found.filter((e): e is Execution => e !== null);
     });
   }
