@@ -22,7 +22,10 @@ function scrapedGauge(name: string, help: string): Gauge {
 }
 
 /** Give a scraped gauge its reader (the service owning the data calls this once at start). */
-export function readOnScrape(name: 'kandev_outbox_oldest_age_seconds' | 'kandev_wakeup_backlog' | 'kandev_wakeup_oldest_age_seconds', read: ScrapeReader): void {
+export function readOnScrape(
+  name: 'kandev_outbox_oldest_age_seconds' | 'kandev_wakeup_backlog' | 'kandev_wakeup_oldest_age_seconds' | 'kandev_live_executions' | 'kandev_launch_queue_depth',
+  read: ScrapeReader,
+): void {
   scrapeReaders.set(name, read);
 }
 
@@ -73,8 +76,8 @@ export const metrics = {
   wakeupBacklog: scrapedGauge('kandev_wakeup_backlog', 'Wakeups queued and due, not yet claimed'),
   wakeupOldestAge: scrapedGauge('kandev_wakeup_oldest_age_seconds', 'How long the oldest due wakeup has waited (0 when none)'),
   /** lifecycle. */
-  liveExecutions: new Gauge({ name: 'kandev_live_executions', help: 'Executions (agentctl + agent) this lifecycle instance runs', registers: [registry] }),
-  launchQueueDepth: new Gauge({ name: 'kandev_launch_queue_depth', help: 'Launches waiting in this lifecycle instance\'s queue', registers: [registry] }),
+  liveExecutions: scrapedGauge('kandev_live_executions', 'Executions (agentctl + agent) this lifecycle instance runs'),
+  launchQueueDepth: scrapedGauge('kandev_launch_queue_depth', "Launches waiting in this lifecycle instance's queue"),
   launchWait: new Histogram({
     name: 'kandev_launch_wait_seconds',
     help: 'Time a launch waited in the queue before it started',
@@ -82,10 +85,11 @@ export const metrics = {
     registers: [registry],
   }),
   launchRefusals: new Counter({ name: 'kandev_launch_refusals_total', help: 'Launches refused for capacity (503 + Retry-After)', registers: [registry] }),
-  stopToSigterm: new Histogram({
-    name: 'kandev_stop_to_sigterm_seconds',
-    help: 'From a stop request reaching lifecycle to SIGTERM of the agent',
-    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  teardownDuration: new Histogram({
+    name: 'kandev_teardown_duration_seconds',
+    help: 'From a teardown starting in lifecycle (its stop accepted) until every process of the execution is gone, by how it ended (graceful, exited, killed)',
+    labelNames: ['how'],
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30],
     registers: [registry],
   }),
   teardownEscalations: new Counter({ name: 'kandev_teardown_escalations_total', help: 'Agents that outlived the SIGTERM grace and were SIGKILLed', registers: [registry] }),

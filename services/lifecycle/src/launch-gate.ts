@@ -1,4 +1,5 @@
 import { overloaded } from '@kandev/contracts';
+import { metrics } from '@kandev/runtime';
 import { admitLaunch, admitReservedLaunch, nextTypicalLaunchMs, type GateLimits } from './domain/admission.js';
 
 interface Waiter {
@@ -25,6 +26,7 @@ export class LaunchGate {
   }
 
   private refusal(retryAfterMs: number) {
+    metrics.launchRefusals.inc();
     return overloaded(`lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting, ${this.reservations.size} reserved`, retryAfterMs / 1000, {
       running: this.running,
       waiting: this.waiters.length,
@@ -54,15 +56,23 @@ export class LaunchGate {
       this.reservations.delete(executionId!);
     }
     const d = reservation ? admitReservedLaunch(this.state, this.limits) : admitLaunch(this.state, this.limits);
-    if (d.kind === 'start') return Promise.resolve(this.slot());
+    if (d.kind === 'start') {
+      metrics.launchWait.observe(0);
+      return Promise.resolve(this.slot());
+    }
     if (d.kind === 'refuse') return Promise.reject(this.refusal(d.retryAfterMs));
+    const queuedAt = performance.now();
     return new Promise((resolve, reject) => {
       const w: Waiter = {
-        resolve,
+        resolve: (release) => {
+          metrics.launchWait.observe((performance.now() - queuedAt) / 1000);
+          resolve(release);
+        },
         reject,
         timer: setTimeout(() => {
           const i = this.waiters.indexOf(w);
           if (i >= 0) this.waiters.splice(i, 1);
+          metrics.launchRefusals.inc();
           reject(overloaded(`lifecycle is busy: the launch could not start within ${this.limits.maxWaitMs} ms`, this.typicalLaunchMs / 1000));
         }, this.limits.maxWaitMs),
       };

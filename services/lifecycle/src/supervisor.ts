@@ -1,5 +1,6 @@
 import { conflict, isKandevError, notFound, unavailable, type Execution, type LaunchRequest, type Life, type LifePermission, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { readOnScrape } from '@kandev/runtime';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import type { Executions, LifecycleDeps } from './flows/context.js';
@@ -35,6 +36,8 @@ export class ExecutionSupervisor {
       abandoning: () => this.shuttingDown,
     });
     this.ctx = { deps, live: this.live, teardowns: this.teardowns, shuttingDown: () => this.shuttingDown };
+    readOnScrape('kandev_live_executions', () => this.live.size);
+    readOnScrape('kandev_launch_queue_depth', () => this.gate.state.waiting);
   }
 
   /** The registry record of an execution this instance owns and still has registered, else null. */

@@ -1,5 +1,5 @@
 import { Orch } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { metrics, request } from '@kandev/runtime';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { LiveExecution } from '../live-execution.js';
 import type { Executions } from './context.js';
@@ -16,6 +16,7 @@ export async function readmit(ctx: Executions, x: LiveExecution, gapMs: number):
   const { deps } = ctx;
   const { env } = deps;
   if (x.teardown || x.record.status === 'STARTING') return;
+  metrics.registryLapses.inc();
   x.log.warn({ gap_ms: gapMs, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'registry entry may have lapsed (refresh gap above the TTL); re-registered, asking the launch fence again');
   for (let attempt = 0; !x.teardown && !ctx.shuttingDown(); attempt++) {
     let verdict: { admitted: boolean; reason: string | null };

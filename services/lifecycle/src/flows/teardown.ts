@@ -1,6 +1,6 @@
 import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
-import { SpanKind, buildEvent, inSpan, type Logger } from '@kandev/runtime';
+import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
@@ -41,6 +41,7 @@ export class TeardownExecutor {
 
   private async run(x: LiveExecution, req: TeardownRequest): Promise<void> {
     const log = x.log.child({ reason: req.reason, grace_ms: req.graceMs });
+    const started = performance.now();
     log.info('tearing execution down');
     x.update({ status: 'STOPPING' });
     void x.persist();
@@ -70,6 +71,8 @@ export class TeardownExecutor {
     if (x.agentExit && exit.code === null && exit.signal === null) exit = x.agentExit;
 
     const how = stopHow(obs);
+    metrics.teardownDuration.observe({ how }, (performance.now() - started) / 1000);
+    if (how === 'killed' && !obs.agentctlDied) metrics.teardownEscalations.inc();
     const data = stoppedEvent(x.record, how, { reason: req.reason, graceMs: how === 'exited' ? null : req.graceMs, orphaned: req.orphaned }, exit);
     if (!confirmed) {
       // Shutdown cut the reconcile short: the state file keeps the entry, so the next start kills what is left.
