@@ -2,6 +2,7 @@ import postgres from 'postgres';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from './log.js';
+import { transaction } from './transaction.js';
 
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -137,10 +138,10 @@ export const purgeInbox = (sql: Sql, olderThanMs: number, opts?: { batch?: numbe
  * records the event id for this consumer; a redelivered event finds its id and does nothing.
  */
 export async function processOnce(sql: Sql, consumer: string, eventId: string, effect: (tx: Tx) => Promise<void>): Promise<boolean> {
-  return sql.begin(async (tx) => {
+  return transaction(sql, async (tx) => {
     const rows = await tx`INSERT INTO inbox (consumer, event_id) VALUES (${consumer}, ${eventId}) ON CONFLICT DO NOTHING RETURNING event_id`;
     if (rows.length === 0) return false;
     await effect(tx);
     return true;
-  }) as Promise<boolean>;
+  });
 }

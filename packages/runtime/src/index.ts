@@ -15,3 +15,4 @@ export * from './metrics.js';
 export * from './service.js';
 export * from './registry.js';
 export * from './workdir.js';
+export * from './transaction.js';

@@ -1,3 +1,4 @@
+import { transaction } from '@kandev/runtime';
 import type { Actor, Holds, RequestOf } from '@kandev/contracts';
 import { conflict } from '@kandev/contracts';
 import { recordCost, treeCost, type CostRow } from '../store/costs.js';
@@ -24,7 +25,7 @@ type CostInput = Omit<RequestOf<typeof Holds.costRecord>, 'actor'>;
 /** POST /cost-events and lifecycle's usage events: idempotent by usage_event_id, folded into the task's rollup. */
 export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor: Actor, e: CostInput) {
   const task = await knownTask(rt, call, actor, e.task_id);
-  const { row, duplicate } = (await rt.sql.begin((tx) =>
+  const { row, duplicate } = (await transaction(rt.sql, (tx) =>
     recordCost(tx, {
       task_id: task.id,
       session_id: e.session_id ?? null,

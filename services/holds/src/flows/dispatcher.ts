@@ -1,5 +1,5 @@
 import { isKandevError, OrchTree } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { transaction, request } from '@kandev/runtime';
 import { outcomeOf, promptOf, type LaunchVerdict } from '../domain/wakeups.js';
 import { claimWakeups, finishWakeup, requeueStaleClaims, requeueWakeup, type WakeupRow } from '../store/wakeups.js';
 import type { HoldsRuntime } from './context.js';
@@ -49,7 +49,7 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
     // Claim no more than there is room to launch; the rest waits in the queue (it is durable).
     const room = Math.max(0, rt.env.WAKEUP_BATCH * 4 - launching.size);
     if (room === 0) return 0;
-    const claimed = (await rt.sql.begin((tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room)))) as Array<WakeupRow & { gate_mode: string | null }>;
+    const claimed = (await transaction(rt.sql, (tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room)))) as Array<WakeupRow & { gate_mode: string | null }>;
     for (const w of claimed.filter((x) => x.gate_mode)) log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
     for (const w of claimed.filter((x) => !x.gate_mode)) {
       const p: Promise<void> = launch(w)

@@ -1,3 +1,4 @@
+import { transaction } from '@kandev/runtime';
 import { canAccessWorkspace, notFound, skipReasonOf, type Actor, type Hold, type Holds, type RequestOf } from '@kandev/contracts';
 import { cancelWakeupsOf, countActiveWakeups, getWakeup, insertWakeup, toWakeup } from '../store/wakeups.js';
 import { gateHold, ungateHold } from '../store/gates.js';
@@ -35,7 +36,7 @@ export async function activeWakeups(rt: HoldsRuntime, taskIds: readonly string[]
  * both by the orchestrator's call and by the tree_hold.created event.
  */
 export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancelled_wakeups: number }> {
-  return rt.sql.begin(async (tx) => {
+  return transaction(rt.sql, async (tx) => {
     if (!(await gateHold(tx, hold))) return { cancelled_wakeups: 0 };
     return { cancelled_wakeups: await cancelWakeupsOf(tx, hold.members.map((m) => m.task_id), skipReasonOf(hold.mode)) };
   }) as Promise<{ cancelled_wakeups: number }>;
@@ -43,5 +44,5 @@ export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancell
 
 /** A released hold: its members are no longer gated; nothing is replayed. Idempotent. */
 export async function releaseHold(rt: HoldsRuntime, hold: Hold): Promise<{ released: boolean }> {
-  return rt.sql.begin(async (tx) => ({ released: await ungateHold(tx, hold) })) as Promise<{ released: boolean }>;
+  return transaction(rt.sql, async (tx) => ({ released: await ungateHold(tx, hold) }));
 }

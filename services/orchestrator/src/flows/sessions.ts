@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
 import { recordAudit } from '../store/audit.js';
-import { request } from '@kandev/runtime';
+import { transaction, request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusAfterFailedLaunch, statusOnSessionStart } from '../domain/transitions.js';
@@ -194,12 +194,12 @@ async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: st
 
 export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: string) {
   // One snapshot for the session and its turns: a turn never shows as finished while its session still says RUNNING.
-  const snapshot = await rt.sql.begin('isolation level repeatable read read only', async (tx) => {
+  const snapshot = await transaction(rt.sql, async (tx) => {
     const session = await getSession(tx, sessionId);
     if (!session) throw notFound('session not found');
     assertCanAccess(actor, await getTask(tx, session.task_id), 'session');
     return { session, turns: await turnsOfSession(tx, sessionId) };
-  });
+  }, { mode: 'isolation level repeatable read read only' });
   const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
   const execution = session.execution_id ? await request(rt.nc, Life.get, { execution_id: session.execution_id, task_id: session.task_id }).catch(() => null) : null;
   return {

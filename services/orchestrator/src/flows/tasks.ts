@@ -9,7 +9,7 @@ import { changeTaskStatus } from './changes.js';
 import { assertKnownAgent } from './agents.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once } from './idempotency.js';
-import { checkWorkingDir, workDirRoot } from '@kandev/runtime';
+import { transaction, checkWorkingDir, workDirRoot } from '@kandev/runtime';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
 
@@ -65,11 +65,11 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
 
 export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string) {
   // One snapshot, so the task's status and its sessions' states agree.
-  return rt.sql.begin('isolation level repeatable read read only', async (tx) => {
+  return transaction(rt.sql, async (tx) => {
     const task = assertCanAccess(actor, await getTask(tx, taskId));
     const sessions = await sessionsOfTask(tx, taskId);
     return { ...toTask(task), sessions: sessions.map(toSession) };
-  }) as Promise<TaskWithSessions>;
+  }, { mode: 'isolation level repeatable read read only' }) as Promise<TaskWithSessions>;
 }
 
 export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'taskUpdate'>) {
