@@ -1,5 +1,5 @@
 import type { SessionMessageData, TranscriptItem } from '@kandev/contracts';
-import type { Sql, Tx } from '@kandev/runtime';
+import { transaction, type Sql, type Tx } from '@kandev/runtime';
 import { DEFAULT_TRANSCRIPT_CAPS, planTranscriptAppend, type TranscriptCaps, type TranscriptInput, type TranscriptState } from '../domain/transcript.js';
 
 type Q = Sql | Tx;
@@ -44,7 +44,7 @@ export async function appendTranscriptItem(
   input: TranscriptInput & { session_id: string },
   caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS,
 ): Promise<SessionMessageData[]> {
-  if (isSql(q)) return q.begin((tx) => appendIn(tx, input, caps)) as Promise<SessionMessageData[]>;
+  if (isSql(q)) return transaction(q, (tx) => appendIn(tx, input, caps));
   return appendIn(q, input, caps);
 }
 
