@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, processAlive, stubPrompt } from '@kandev/testkit';
@@ -22,7 +23,8 @@ const permissionLog = (sessionId: string) =>
 
 describe.each(REAL_AGENTS)('a permission request of the published %s agent', (agent) => {
   it('is answered cancelled when the turn is cancelled, and the command does not run', async () => {
-    const marker = join(w.home, `approved-${agent}-${Date.now()}`);
+    // Somewhere the agent's uid could write, so the check below would see the command had run.
+    const marker = join(tmpdir(), `kandev-approved-${agent}-${Date.now()}`);
     const { task } = await makeTask(w.api, { agent: asking(agent) });
     const extra = agent === 'codex' ? { sandbox_permissions: 'require_escalated', justification: 'the test asks for approval' } : {};
     const { tool, args } = shellTool(agent, `touch ${marker}`, extra);

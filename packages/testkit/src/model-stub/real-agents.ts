@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -54,49 +54,80 @@ export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[
  * `codex-unpriced` names a model without a price.
  */
 export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, dir: string): string {
-  // A home of the agents' own: their shells do not run the machine's profile scripts.
-  const home = join(dir, 'home');
-  const codexHome = join(dir, 'codex-home');
+  // Each execution's agent gets a home of its own inside its task's directory, seeded with the
+  // test's settings (agent-home.sh): where lifecycle is root, every execution runs under a uid of
+  // its own (R-9.1), so a home shared by executions would hold files one uid wrote and the next
+  // cannot read, and a home of the machine's would run its profile scripts.
+  const seeds = join(dir, 'seeds');
+  const seed = (name: string, files: Record<string, unknown>) => {
+    const root = join(seeds, name);
+    mkdirSync(root, { recursive: true });
+    for (const [path, content] of Object.entries(files)) {
+      mkdirSync(dirname(join(root, path)), { recursive: true });
+      writeFileSync(join(root, path), JSON.stringify(content));
+    }
+    return root;
+  };
   // Claude Code reads settings.json in CLAUDE_CONFIG_DIR. kandev's MCP tools are allowed in both (else
   // Claude Code asks before each call); one config lets Bash run unasked, the other asks.
-  const claudeAllow = join(dir, 'claude-allow');
-  const claudeAsk = join(dir, 'claude-ask');
-  for (const d of [home, codexHome, claudeAllow, claudeAsk]) mkdirSync(d, { recursive: true });
-  writeFileSync(join(claudeAllow, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev', 'Bash'] } }));
-  writeFileSync(join(claudeAsk, 'settings.json'), JSON.stringify({ permissions: { allow: ['mcp__kandev'] } }));
-  const claudeEnv = (configDir: string) => ({
-    HOME: home,
+  const claudeAllow = seed('claude-allow', { '.claude-config/settings.json': { permissions: { allow: ['mcp__kandev', 'Bash'] } } });
+  const claudeAsk = seed('claude-ask', { '.claude-config/settings.json': { permissions: { allow: ['mcp__kandev'] } } });
+  // Gemini CLI keeps its settings in HOME/.gemini: without folder trust settled, it treats the
+  // workspace as untrusted and falls back from --approval-mode yolo to "default" (every shell command then asks).
+  const gemini = seed('gemini', { '.gemini/settings.json': { security: { folderTrust: { enabled: false } } } });
+  const codex = seed('codex', {});
+  const wrapper = join(dir, 'agent-home.sh');
+  writeFileSync(
+    wrapper,
+    [
+      '#!/bin/sh',
+      '# Usage: agent-home.sh <agent binary> [args...]; AGENT_HOME_SEED names the settings to copy in.',
+      'set -e',
+      'HOME="$(pwd -P)/.agent-home"',
+      'export HOME CODEX_HOME="$HOME/.codex" CLAUDE_CONFIG_DIR="$HOME/.claude-config"',
+      'mkdir -p "$HOME" "$CODEX_HOME" "$CLAUDE_CONFIG_DIR"',
+      'cp -R "$AGENT_HOME_SEED/." "$HOME/"',
+      'exec "$@"',
+      '',
+    ].join('\n'),
+  );
+  const claudeEnv = (configSeed: string) => ({
+    AGENT_HOME_SEED: configSeed,
     ANTHROPIC_BASE_URL: stubUrl,
     ANTHROPIC_API_KEY: 'stub-key',
-    CLAUDE_CONFIG_DIR: configDir,
     // As root: claude-code-acp offers bypass mode when IS_SANDBOX has any value, and the Claude Code
     // CLI then refuses to start as root unless it is exactly "1" (an inherited "yes" breaks session/new).
     IS_SANDBOX: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
     DISABLE_AUTOUPDATER: '1',
   });
-  const codexEnv = { HOME: home, CODEX_HOME: codexHome };
-  // Gemini CLI: an API key and GOOGLE_GEMINI_BASE_URL, no Google sign-in. Its settings live in
-  // HOME/.gemini: without folder trust settled, it treats the workspace as untrusted and falls back
-  // from --approval-mode yolo to "default" (every shell command then asks).
-  const geminiEnv = { HOME: home, GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
-  mkdirSync(join(home, '.gemini'), { recursive: true });
-  writeFileSync(join(home, '.gemini', 'settings.json'), JSON.stringify({ security: { folderTrust: { enabled: false } } }));
+  const codexEnv = { AGENT_HOME_SEED: codex };
+  // Gemini CLI: an API key and GOOGLE_GEMINI_BASE_URL, no Google sign-in.
+  const geminiEnv = { AGENT_HOME_SEED: gemini, GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
+  const run = (bin: string, args: string[]) => ({ command: wrapper, args: [bin, ...args] });
   const catalogue = {
-    codex: { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"'], env: codexEnv },
-    'codex-asks': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"'], env: codexEnv },
-    'codex-unpriced': { protocol: 'codex', command: bins.codex, args: ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"'], env: codexEnv },
-    'claude-code': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAllow) },
-    'claude-code-asks': { protocol: 'acp', command: bins.claudeCodeAcp, args: [], env: claudeEnv(claudeAsk) },
-    gemini: { protocol: 'acp', command: bins.gemini, args: ['--acp', '--approval-mode', 'yolo'], env: geminiEnv },
-    'gemini-asks': { protocol: 'acp', command: bins.gemini, args: ['--acp', '--approval-mode', 'default'], env: geminiEnv },
+    codex: { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"']), env: codexEnv },
+    'codex-asks': { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"']), env: codexEnv },
+    'codex-unpriced': { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"']), env: codexEnv },
+    'claude-code': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAllow) },
+    'claude-code-asks': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAsk) },
+    gemini: { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'yolo']), env: geminiEnv },
+    'gemini-asks': { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'default']), env: geminiEnv },
   };
   const file = join(dir, 'catalogue.json');
   writeFileSync(file, JSON.stringify(catalogue, null, 2));
-  // Where lifecycle is root, agentctl and the agents run under uids of their own (R-9.1): they read
-  // the catalogue and settings and write into these shared homes, which belong to the test.
+  // Agents under uids of their own read the catalogue, the wrapper and the seeds, and write nothing here.
   chmodSync(dir, 0o711);
-  for (const d of [home, codexHome, claudeAllow, claudeAsk, join(home, '.gemini')]) chmodSync(d, 0o777);
-  for (const f of [file, join(claudeAllow, 'settings.json'), join(claudeAsk, 'settings.json'), join(home, '.gemini', 'settings.json')]) chmodSync(f, 0o644);
+  chmodSync(wrapper, 0o755);
+  chmodSync(file, 0o644);
+  const open = (p: string) => {
+    for (const e of readdirSync(p, { withFileTypes: true })) {
+      const q = join(p, e.name);
+      if (e.isDirectory()) open(q);
+      chmodSync(q, e.isDirectory() ? 0o755 : 0o644);
+    }
+  };
+  chmodSync(seeds, 0o755);
+  open(seeds);
   return file;
 }
