@@ -161,27 +161,6 @@ export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, caller
   );
 }
 
-/** The row cancelSessions writes, as of the transaction's now(): what its event carries before the write returns. */
-export const cancelledRow = (row: SessionRow, cancelReason: string, now: string): SessionRow => ({
-  ...row,
-  state: 'CANCELLED',
-  cancel_reason: cancelReason,
-  completed_at: row.completed_at ?? now,
-  updated_at: now,
-});
-
-/** The row setSessionState writes for a non-terminal state with no message, as of the transaction's now(). */
-export const movedRow = (row: SessionRow, state: SessionState, now: string): SessionRow => ({ ...row, state, updated_at: now });
-
-/** The row setSessionState writes for a terminal state with an error message, as of the transaction's now(). */
-export const endedRow = (row: SessionRow, state: SessionState, errorMessage: string | null, now: string): SessionRow => ({
-  ...row,
-  state,
-  error_message: errorMessage,
-  completed_at: row.completed_at ?? now,
-  updated_at: now,
-});
-
 /** Write CANCELLED with a fixed reason on sessions already locked and checked active, in one statement. */
 export async function cancelSessions(tx: Tx, ids: readonly string[], cancelReason: string): Promise<SessionRow[]> {
   if (!ids.length) return [];
