@@ -339,7 +339,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
 /**
  * A stop's view of the registry (ADR 0011): the target task's entries, listed from the bucket
  * itself as the stop arrives, so the listing (two round trips to nats-server) runs alongside the
- * transaction's first flight, holds nothing and asks no lifecycle instance (a stalled one cannot
+ * transaction's first statements, holds nothing and asks no lifecycle instance (a stalled one cannot
  * hold a stop's locks). An execution a locked session names that the listing did not see (a launch
  * admitted in between, or an entry gone meanwhile) is read then by its exact key. A failed read is
  * an error, never "gone" (R-1.7).
@@ -468,7 +468,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
  * (halted; their session keeps its terminal state and error message).
  */
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
-  // Listed from the bucket beside the access check and the first flight, never inside the
+  // Listed from the bucket beside the access check and the first statements, never inside the
   // transaction through a lifecycle instance: a stalled one held the task's and its sessions'
   // locks for as long as it stalled (the stall fault test: 12 s), and with them every repair.
   const registry = new TaskRegistryView(rt.registry, taskId);
