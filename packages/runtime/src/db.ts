@@ -8,11 +8,15 @@ export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
 export type { postgres };
 
+/** postgres.js's `debug` hook: called with each statement as it is written to its connection (tests record the order statements go out in). */
+export type DbDebug = (connection: number, query: string, parameters: unknown[]) => void;
+
 /** One pool per service, confined to the service's own schema through search_path. */
-export function connectDb(url: string, schema: string, opts: { max?: number } = {}): Sql {
+export function connectDb(url: string, schema: string, opts: { max?: number; debug?: DbDebug } = {}): Sql {
   assertIdent(schema);
   return postgres(url, {
     max: opts.max ?? 10,
+    ...(opts.debug ? { debug: opts.debug as never } : {}),
     idle_timeout: 30,
     connect_timeout: 10,
     onnotice: () => undefined,

@@ -27,6 +27,12 @@ export interface HandlerContext {
    * see `remainingMs()` for other waits.
    */
   deadline?: number | undefined;
+  /**
+   * Run `fn` once the reply to this request has been handed to NATS (or failed to be): follow-ups
+   * of a decision already durable (events, teardowns) that must not delay the answer. Callbacks run
+   * in registration order, each once, whatever the reply was; one that throws or rejects is logged.
+   */
+  afterReply(fn: () => unknown): void;
 }
 export type Handler<E extends Endpoint> = (req: z.infer<E['request']>, ctx: HandlerContext) => Promise<z.infer<E['result']>>;
 
@@ -230,22 +236,28 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
   await serving.run(context, () =>
     inSpan(`process ${endpoint.subject.replace(/\.[0-9a-f-]{8,}\./i, '.*.')}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name, 'kandev.request_id': requestId } }, async (span) => {
       const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
+      const after: Array<() => unknown> = [];
+      const afterReply = (fn: () => unknown) => void after.push(fn);
       let reply: Reply<unknown>;
       try {
-        reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline });
+        try {
+          reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline, afterReply });
+        } finally {
+          context.active = false;
+          progress.stop();
+        }
+        if (!reply.ok) {
+          error = reply.error;
+          span.setAttribute('kandev.error_code', reply.error.code);
+        }
+        // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
+        // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
+        if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : (link.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS));
+        // No headers: nothing reads them (the caller knows its request id), and building them cost every reply CPU.
+        msg.respond(enc.encode(JSON.stringify(reply)));
       } finally {
-        context.active = false;
-        progress.stop();
+        runAfterReply(after, log);
       }
-      if (!reply.ok) {
-        error = reply.error;
-        span.setAttribute('kandev.error_code', reply.error.code);
-      }
-      // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
-      // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
-      if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : (link.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS));
-      // No headers: nothing reads them (the caller knows its request id), and building them cost every reply CPU.
-      msg.respond(enc.encode(JSON.stringify(reply)));
     }),
   ).catch((e: unknown) => {
     progress.stop();
@@ -255,6 +267,18 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
   const ms = performance.now() - started;
   stats.record(ms, error);
   metrics.requestDuration.observe({ endpoint: endpoint.name, code: error?.code ?? 'OK' }, ms / 1000);
+}
+
+/** The handler's `afterReply` callbacks, in order; a failure of one is logged and does not stop the others. */
+function runAfterReply(fns: ReadonlyArray<() => unknown>, log: Logger): void {
+  for (const fn of fns) {
+    try {
+      const out = fn();
+      if (out instanceof Promise) out.catch((err: unknown) => log.error({ err }, 'an after-reply step failed'));
+    } catch (err) {
+      log.error({ err }, 'an after-reply step failed');
+    }
+  }
 }
 
 /** Parse, validate, run the handler, validate its reply: the envelope to send back. */

@@ -3,7 +3,7 @@ import type { Service } from '@nats-io/services';
 import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
 import { z } from 'zod';
-import { connectDb, migrate, type Sql } from './db.js';
+import { connectDb, migrate, type DbDebug, type Sql } from './db.js';
 import { BaseEnv, parseEnv } from './env.js';
 import { EventPublisher, ensureEventStream } from './events.js';
 import { startHealthServer } from './health.js';
@@ -72,7 +72,12 @@ export interface RunningService {
  * readiness off, endpoint subscriptions drained, in-flight requests awaited, the service's own
  * stoppers, NATS drained, servers closed; bounded by SHUTDOWN_TIMEOUT_MS.
  */
-export async function startService<S extends z.ZodObject>(def: ServiceDefinition<S>, source: NodeJS.ProcessEnv = process.env): Promise<RunningService> {
+export async function startService<S extends z.ZodObject>(
+  def: ServiceDefinition<S>,
+  source: NodeJS.ProcessEnv = process.env,
+  /** For tests: `dbDebug` sees every statement the service's pool sends, in the order it sends them. */
+  opts: { dbDebug?: DbDebug } = {},
+): Promise<RunningService> {
   const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
   const keys = resolveKeys(source, def.keys ?? []);
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
@@ -83,7 +88,7 @@ export async function startService<S extends z.ZodObject>(def: ServiceDefinition
   let sql: Sql | undefined;
   if (def.schema) {
     if (!env.DATABASE_URL) throw new Error(`${def.name} needs DATABASE_URL`);
-    sql = connectDb(env.DATABASE_URL, def.schema);
+    sql = connectDb(env.DATABASE_URL, def.schema, opts.dbDebug ? { debug: opts.dbDebug } : {});
     await migrate(sql, def.schema, def.migrationsDir ?? null, log);
   }
   const publisher = new EventPublisher(nc);

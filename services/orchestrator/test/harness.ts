@@ -1,5 +1,5 @@
 import { createTestDatabase, eventually, startNats } from '@kandev/testkit';
-import { connectNats, request, signAgentToken, startService, type NatsConnection, type RunningService } from '@kandev/runtime';
+import { connectNats, request, signAgentToken, startService, type DbDebug, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { Orch, OrchMcp, type McpMode, type OperatorActor } from '@kandev/contracts';
 import postgres from 'postgres';
 import { orchestratorService } from '../src/service.js';
@@ -15,10 +15,13 @@ export const agentToken = (task_id: string, mode: McpMode = 'task', ttl = '1h') 
 export const LIFECYCLE_CANCEL_WAIT_MS = 1_500;
 export const LIFECYCLE_PROMPT_WAIT_MS = 1_500;
 
-/** A real orchestrator (in-process) on a real nats-server and a fresh database, with a fake lifecycle. */
-export async function startHarness(env: Record<string, string> = {}) {
+/**
+ * A real orchestrator (in-process) on a real nats-server and a fresh database, with a fake lifecycle.
+ * `dbDebug` sees every statement the orchestrator's pool sends, in the order it sends them.
+ */
+export async function startHarness(env: Record<string, string> = {}, opts: { dbDebug?: DbDebug } = {}) {
   const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
-  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, KANDEV_JWT_SECRET: SECRET, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000', AGENT_CATALOGUE_TTL_MS: '200', LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS), LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_PROMPT_WAIT_MS), ...env });
+  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, KANDEV_JWT_SECRET: SECRET, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000', AGENT_CATALOGUE_TTL_MS: '200', LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS), LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_PROMPT_WAIT_MS), ...env }, opts);
   const nc: NatsConnection = await connectNats({ url: nats.url, name: 'orch-test-client' });
   const life = new FakeLifecycle(nc);
   await life.start();

@@ -5,11 +5,11 @@ import { sessionStateAfterTurn } from '../domain/transitions.js';
 import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { lockSessionWithOpenTurn, movedRow, setQueuePaused, setSessionState } from '../store/sessions.js';
-import { sameSessionOnTheWire, toSession } from '../store/rows.js';
+import { lockSessionWithOpenTurn, setQueuePaused, setSessionState } from '../store/sessions.js';
+import { toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { emitAgentCancelled } from './changes.js';
-import { mark, transactInFlights, type CallContext, type OrchRuntime } from './context.js';
+import { afterReply, mark, transactPublishLater, type CallContext, type OrchRuntime } from './context.js';
 
 /**
  * R-3: cancel the in-flight turn without killing the agent. Runs under the per-session guard,
@@ -22,13 +22,10 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
   let task: { id: string; workspace_id: string } | null = null;
   const audit = (outcome: string) => ({ task_id: task!.id, workspace_id: task!.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
   try {
-    // Two flights: BEGIN with the lookup, access check and guard (and the transaction's now());
-    // after the owner's answer, the writes with the outbox rows and COMMIT. The session's event is
-    // staged from the row the write will return (the row is locked), so it can travel with COMMIT.
-    // The answer goes at commit, the events right after it. A cancel is latency-critical (R-3).
-    const { result, publish } = await transactInFlights(rt, async (tx, emit, flight) => {
-      const now = flight.now();
-      now.catch(() => undefined); // awaited below unless a refusal comes first
+    // One plain transaction, each step awaited in turn (ADR 0033): BEGIN; lookup, access check and
+    // guard; the owner's answer; the writes; the outbox rows; COMMIT. The answer goes at commit, the
+    // events once it is sent. A cancel is latency-critical (R-3).
+    const { result, publish } = await transactPublishLater(rt, async (tx, emit) => {
       const s = await lockSessionWithOpenTurn(tx, sessionId);
       mark('cancel.locked');
       if (!s) throw notFound('session not found');
@@ -42,36 +39,29 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       );
       mark('cancel.answered');
       if (!res.cancelled) {
-        flight.last(recordAudit(tx, audit('no_active_turn')));
+        await recordAudit(tx, audit('no_active_turn'));
         return null;
       }
       const next = sessionStateAfterTurn(s.state);
-      const predicted = next ? movedRow(s, next, await now) : null;
-      const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
-      if (predicted) {
-        await emit('session.state_changed', { ...scope, actor }, { session: toSession(predicted), from: s.state, to: predicted.state, reason: 'turn_cancelled' });
-      }
-      if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
       // R-3.5: what is queued waits for the operator after a user cancel. Set while we still hold
       // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
-      const written = Promise.all([
-        setQueuePaused(tx, s.id, true),
+      // Awaited before the state write, which writes the same row and returns it for the event.
+      await setQueuePaused(tx, s.id, true);
+      const [, after] = await Promise.all([
         res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
         next ? setSessionState(tx, s.id, next) : null,
         recordAudit(tx, audit('cancelled')),
         // R-5.3: the cancelled turn's questions have nobody waiting on them any more.
         detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
       ]);
-      flight.last(written);
-      return { s, res, predicted, written };
+      const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
+      if (after) await emit('session.state_changed', { ...scope, actor }, { session: toSession(after), from: s.state, to: after.state, reason: 'turn_cancelled' });
+      if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
+      return { s, res };
     });
-    if (result) {
-      const [, , after] = await result.written; // settled with the COMMIT
-      if (after && result.predicted && !sameSessionOnTheWire(after, result.predicted)) log.error({ task_id: result.s.task_id }, 'a cancel wrote a session row other than the one its event carries');
-      log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
-    }
-    // Committed: the reply goes first (the handler returns now, setImmediate runs once it is sent).
-    setImmediate(() => void publish());
+    if (result) log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
+    // Committed: the reply goes first, the events once it is sent.
+    afterReply(call, publish);
   } catch (e) {
     const refusedBeforeLookup = task === null || (isKandevError(e) && (e.code === 'NOT_FOUND' || e.code === 'FORBIDDEN'));
     if (!refusedBeforeLookup) await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));

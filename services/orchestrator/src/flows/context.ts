@@ -1,5 +1,5 @@
 import { eventSubject, type EventDataOf, type EventEnvelope, type EventType } from '@kandev/contracts';
-import { buildEvent, trace, traceHeaders, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
+import { buildEvent, trace, traceHeaders, transaction, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
 import type { OrchestratorEnv } from '../env.js';
 import type { OutboxRow } from '../store/rows.js';
 import type { TeardownYield } from './teardown-yield.js';
@@ -19,7 +19,7 @@ export type Emit = <T extends EventType>(type: T, scope: EventScope, data: Event
  */
 export async function transact<T>(rt: OrchRuntime, fn: (tx: Tx, emit: Emit) => Promise<T>): Promise<T> {
   let staged: EventEnvelope[] = [];
-  const result = (await rt.sql.begin(async (tx) => {
+  const result = (await transaction(rt.sql, async (tx) => {
     staged = [];
     // Built (and validated) when emitted, written in one statement just before commit.
     const emit: Emit = async (type, scope, data) => void staged.push(buildEvent(type, scope, data) as EventEnvelope);
@@ -41,83 +41,47 @@ export const mark = (step: string) => void trace.getActiveSpan()?.addEvent(step)
 /** An event as a row of the outbox table, for a statement of this service that stages it itself (Outbox.addMany writes the same). */
 export const outboxRow = (ev: EventEnvelope): OutboxRow => ({ id: ev.id, subject: eventSubject(ev.type), payload: ev, trace: traceHeaders() });
 
-/** What `transactInFlights` offers the function it runs. */
-export interface Flight {
-  /**
-   * The transaction's now(), what now() writes in every statement of it: read by a statement sent
-   * with whatever `fn` sends at the time of the call (call it before the first await, and it rides
-   * with BEGIN).
-   */
-  now(): Promise<string>;
-  /**
-   * End the transaction with these writes, issued and not awaited: the outbox rows and COMMIT go
-   * out right behind them, one round trip for all. Their events must already be emitted (built
-   * from the rows the writes will return, see store/sessions.ts cancelledRow). A failed write
-   * turns that COMMIT into a rollback and fails the transaction.
-   */
-  last(writes: Promise<unknown>): void;
-}
-
 /**
- * A transaction whose statements travel in flights, for the hot control paths (a stop): on a
- * reserved connection, BEGIN goes out with the first statements `fn` issues and COMMIT with its
- * last writes and the outbox rows, so each dependent step of `fn` costs one round trip and the
- * commit none of its own. (postgres.js's `sql.begin` awaits BEGIN alone and sends COMMIT alone, two
- * round trips more; and it fails the whole transaction for any statement that failed, even one
- * rolled back to a savepoint.)
+ * `transact` for a control path that chooses when its events go out (a stop and a cancel publish
+ * them after their reply, `afterReply`): a plain transaction on one connection (`transaction`, bounded by the request's deadline, ADR 0034), every
+ * statement sent in the order `fn` awaits it: BEGIN (awaited), `fn`'s statements, then the outbox
+ * rows, then COMMIT. Nothing depends on how postgres.js queues statements: a statement whose order
+ * matters is awaited before the next is issued (ADR 0033). A failed statement fails the transaction
+ * (postgres.js rolls it back; it does so even for one rolled back to a savepoint).
  *
- * Statements go out in the order postgres.js is handed them (a microtask after each is first
- * awaited, so statements awaited inside helpers can overtake plain ones listed beside them: order
- * that matters is made by awaiting, or by `last`); a failed one aborts the transaction, so the
- * ones after it fail too. A COMMIT sent behind a failed statement only rolls back, and the failure
- * is reported. The caller publishes the events after commit, when it chooses (`publish`, which
- * never rejects: failures are left to the outbox relay), with any `extra` events a statement of
- * its own staged in the outbox.
+ * `publish` (which never rejects: failures are left to the outbox relay) sends the staged events,
+ * with any `extra` a statement of the caller staged in the outbox itself.
  */
-export async function transactInFlights<T>(
+export async function transactPublishLater<T>(
   rt: OrchRuntime,
-  fn: (tx: Tx, emit: Emit, flight: Flight) => Promise<T>,
+  fn: (tx: Tx, emit: Emit) => Promise<T>,
 ): Promise<{ result: T; publish: (extra?: readonly EventEnvelope[]) => Promise<void> }> {
-  const staged: EventEnvelope[] = [];
-  const emit: Emit = async (type, scope, data) => void staged.push(buildEvent(type, scope, data) as EventEnvelope);
-  const conn = await rt.sql.reserve();
-  trace.getActiveSpan()?.addEvent('transaction.reserved');
-  // The statements `fn` issues share BEGIN's transaction: one connection runs them in order.
-  const tx = conn as unknown as Tx;
-  let open = true;
-  let last: Promise<unknown> | null = null;
-  let now: Promise<string> | null = null;
-  const flight: Flight = {
-    now: () => (now ??= conn<{ now: string }[]>`SELECT now() AS now`.then(([row]) => row!.now)),
-    last(writes) {
-      last = writes;
-      writes.catch(() => undefined); // awaited with COMMIT below, unless fn throws first
-    },
-  };
-  try {
-    const begin = conn`BEGIN`;
-    begin.catch(() => undefined); // awaited below; a refusal thrown by fn must not leave it unhandled
-    const result = await fn(tx, emit, flight);
-    // By the time setImmediate runs, every statement fn issued has been handed to the connection
-    // (a query is sent from a microtask of its first await), so the outbox rows and COMMIT queue
-    // behind them on the wire.
-    if (last) await new Promise((resolve) => setImmediate(resolve));
-    trace.getActiveSpan()?.addEvent('transaction.commit_sent');
-    await Promise.all([begin, last, rt.outbox.addMany(tx, staged), conn`COMMIT`]);
-    trace.getActiveSpan()?.addEvent('transaction.committed');
-    open = false;
-    const publish = (extra: readonly EventEnvelope[] = []) =>
-      rt.outbox.flush([...staged, ...extra]).catch((e: unknown) => rt.log.warn({ err: e }, 'publishing events failed; the relay will retry'));
-    return { result, publish };
-  } catch (e) {
-    // Outside a transaction (a COMMIT that rolled back) ROLLBACK is only a warning.
-    if (open) await conn`ROLLBACK`.catch(() => undefined);
-    throw e;
-  } finally {
-    conn.release();
-  }
+  let staged: EventEnvelope[] = [];
+  const result = (await transaction(rt.sql, async (tx) => {
+    staged = [];
+    // Step marks for the bench's per-step split (bench/src/scenarios/10, 12): BEGIN done, fn done, committed.
+    mark('transaction.reserved');
+    const emit: Emit = async (type, scope, data) => void staged.push(buildEvent(type, scope, data) as EventEnvelope);
+    const out = await fn(tx, emit);
+    mark('transaction.commit_sent');
+    await rt.outbox.addMany(tx, staged);
+    return out;
+  })) as T;
+  mark('transaction.committed');
+  const events = staged;
+  const publish = (extra: readonly EventEnvelope[] = []) =>
+    rt.outbox.flush([...events, ...extra]).catch((e: unknown) => rt.log.warn({ err: e }, 'publishing events failed; the relay will retry'));
+  return { result, publish };
 }
 
 export interface CallContext {
   requestId: string;
+  /** The handler's `afterReply` (packages/runtime rpc.ts): run once the reply is sent. Absent outside a handler. */
+  afterReply?: (fn: () => unknown) => void;
+}
+
+/** Run `fn` once the current request's reply is out (HandlerContext.afterReply), or now when there is no request to reply to. */
+export function afterReply(call: CallContext, fn: () => unknown): void {
+  if (call.afterReply) call.afterReply(fn);
+  else void fn(); // fn handles its own failures (the stop's and cancel's do)
 }

@@ -5,11 +5,11 @@ import { decideStops, decisionStops, planChildStop, planIsEmpty, planTaskStop, t
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { cancelledRow, cancelSessions, endedRow, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
+import { cancelSessions, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
 import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds, type BumpedTask } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
-import { sameSessionOnTheWire, toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
-import { mark, outboxRow, transactInFlights, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
+import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
@@ -38,8 +38,9 @@ interface StopRows {
 
 /**
  * The writes of a decided stop, on session rows the caller holds locked (the per-session guard).
- * They are independent and issued together: postgres.js pipelines them on the transaction's
- * connection, one round trip for all (and for whatever the caller issues beside them).
+ * They are independent of one another (each touches its own rows and none reads what another
+ * writes), so they go out together, in any order, one round trip for all; whatever must follow
+ * them (REVIEW, which reads the sessions) is issued once this resolves.
  */
 function stopWrites(tx: Tx, decision: StopDecision, reason: StopReason): Promise<StopRows> {
   return Promise.all([
@@ -68,25 +69,6 @@ async function emitStops(emit: Emit, rows: StopRows, before: ReadonlyMap<string,
       { session: toSession(after), from: before.get(after.id)!.state, to: GONE.state, reason: GONE.reason },
     );
   }
-}
-
-/**
- * The rows a stop's writes will return, as of the transaction's now() (`at`): the session rows
- * are locked, so nothing else changes them before the writes land. Their events can then be
- * staged before the writes go out, and the writes travel with COMMIT.
- */
-function predictStops(decision: StopDecision, before: ReadonlyMap<string, SessionRow>, reason: StopReason, at: string): StopRows {
-  return {
-    cancelled: decision.cancel.map((id) => cancelledRow(before.get(id)!, reason, at)),
-    gone: decision.gone.map((id) => endedRow(before.get(id)!, GONE.state, GONE.message, at)),
-  };
-}
-
-/** Rows written that differ from their prediction (their events were staged from the prediction): never expected. */
-function mispredicted(written: StopRows, predicted: StopRows): string[] {
-  const byId = (rows: SessionRow[]) => new Map(rows.map((r) => [r.id, r]));
-  const [w, p] = [byId([...written.cancelled, ...written.gone]), byId([...predicted.cancelled, ...predicted.gone])];
-  return [...new Set([...w.keys(), ...p.keys()])].filter((id) => !w.has(id) || !p.has(id) || !sameSessionOnTheWire(w.get(id)!, p.get(id)!));
 }
 
 /** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, write, then stage the events from what was written. */
@@ -253,25 +235,26 @@ interface StopRun {
 }
 
 /**
- * B-1 and the per-session guard, as the first statements of a stop's transaction (they travel
- * with its BEGIN): bump the task's launch fence (which takes its row lock), then lock its active
- * sessions. Pipelined, the server runs them in order, and the second statement's snapshot is taken
- * after the first holds the lock: an admission that committed before is visible (its execution is
- * on the session), one that comes later waits for this transaction and then meets the new epoch
- * (ADR 0001). Tasks are locked before sessions, the order launches, admissions and holds use.
+ * B-1 and the per-session guard, as the first statements of a stop's transaction: bump the task's
+ * launch fence (which takes its row lock), and only once it is done lock its active sessions. The
+ * lock's snapshot is taken after the bump holds the task's lock: an admission that committed before
+ * is visible (its execution is on the session), one that comes later waits for this transaction and
+ * then meets the new epoch (ADR 0001). Tasks are locked before sessions, the order launches,
+ * admissions and holds use. Each statement is awaited before the next is issued (ADR 0033).
  */
 async function fenceAndLockCandidates(tx: Tx, taskId: string): Promise<BumpedTask & { sessions: SessionRow[] }> {
-  const [bumped, sessions] = await Promise.all([bumpFenceLocked(tx, taskId), lockActiveSessionsOfTasks(tx, [taskId])]);
+  const bumped = await bumpFenceLocked(tx, taskId);
   if (!bumped) throw notFound('task not found');
+  const sessions = await lockActiveSessionsOfTasks(tx, [taskId]);
   return { ...bumped, sessions };
 }
 
 /**
- * Run a child or task stop: plan, decision, REVIEW and audit in one transaction of two round trips
- * (BEGIN + the fence bump, which reads now() + the locks; then the writes, the audit row, REVIEW,
- * the outbox rows and COMMIT), plus whatever the planner waits for in between (the registry);
- * then the teardowns. A persistence failure cancels nothing (so nothing is torn down and a retry
- * makes progress).
+ * Run a child or task stop: plan, decision, REVIEW and audit in one plain transaction, each step
+ * awaited before the next (ADR 0033): BEGIN; the fence bump (which reads now()); the session locks;
+ * whatever the planner waits for (the registry); the writes with the audit row; REVIEW, which reads
+ * the sessions the writes changed; the outbox rows; COMMIT. Then the teardowns. A persistence
+ * failure cancels nothing (so nothing is torn down and a retry makes progress).
  */
 async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promise<{ accepted: number; outcomes: TeardownOutcome[]; plan: StopPlan }> {
   const { actor } = run;
@@ -291,62 +274,52 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   let done;
   try {
     // Counted as a decision in flight until it commits or fails: teardowns yield to it (ADR 0012).
-    done = await rt.teardownYield.decision(() => transactInFlights(rt, async (tx, emit, flight) => {
-      const planned = await run.planner(tx);
-      const { plan } = planned;
-      task = planned.task;
-      if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
-      const decision = decideStops(plan, planned.sessions);
-      const stopped = decisionStops(plan, decision);
-      const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
-      const { at } = planned;
-      const before = new Map(planned.sessions.map((x) => [x.id, x]));
-      const predicted = predictStops(decision, before, plan.reason, at);
-      await emitStops(emit, predicted, before, plan.reason, planned.task.workspace_id, actor);
-      // Staged by review_after_stop itself, only if the transition is written (R-1.4).
-      const reviewEvent = review
-        ? buildEvent('task.state_changed', { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor }, { task: toTask(reviewedRow(planned.task, at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' })
-        : null;
-      // The last flight: the stop's writes, its audit row (B-3, same transaction), REVIEW (which
-      // cannot abort the others), then the outbox rows and COMMIT.
-      const written = Promise.all([
-        stopWrites(tx, decision, plan.reason),
-        recordAudit(
-          tx,
-          audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
-            sessions: decision.cancel,
-            executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
-          }),
-        ),
-        reviewEvent ? reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null,
-      ]);
-      flight.last(written);
-      return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, written, predicted, reviewEvent };
-    }));
+    done = await rt.teardownYield.decision(() =>
+      transactPublishLater(rt, async (tx, emit) => {
+        const planned = await run.planner(tx);
+        const { plan } = planned;
+        task = planned.task;
+        if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
+        const decision = decideStops(plan, planned.sessions);
+        const stopped = decisionStops(plan, decision);
+        const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
+        // The stop's writes and its audit row (B-3, same transaction): independent, one round trip.
+        const [written] = await Promise.all([
+          stopWrites(tx, decision, plan.reason),
+          recordAudit(
+            tx,
+            audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
+              sessions: decision.cancel,
+              executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
+            }),
+          ),
+        ]);
+        await emitStops(emit, written, new Map(planned.sessions.map((x) => [x.id, x])), plan.reason, planned.task.workspace_id, actor);
+        // REVIEW after the writes it reads (R-1.4): review_after_stop stages its event itself, only if
+        // it writes the transition, and its own exception block keeps a failure from aborting the stop.
+        const reviewEvent = review
+          ? buildEvent('task.state_changed', { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor }, { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' })
+          : null;
+        const reviewed = reviewEvent ? await reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null;
+        return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, reviewEvent, reviewed };
+      }),
+    );
   } catch (e) {
     // Nothing was cancelled, so nothing is torn down: a retry makes progress (R-1.3).
     throw await failedDecision(rt, log, e, task ? audit('error:INTERNAL_ERROR', null, { stage: 'accept' }) : null, 'stopping the task failed');
   }
   const { result, publish } = done;
-  const { accepted, teardowns, plan, predicted, reviewEvent } = result;
-  const [written, , reviewed] = await result.written; // settled with the COMMIT
-  // A check of this code, not of the stop: a child stop runs it once its answer is out (an
-  // operator's stop answers after its teardowns anyway).
-  const checkPredicted = () => {
-    const wrong = mispredicted(written, predicted);
-    if (wrong.length) log.error({ session_ids: wrong }, 'a stop wrote session rows other than the ones its events carry');
-  };
+  const { accepted, teardowns, plan, reviewEvent, reviewed } = result;
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
   if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
   const extra = reviewedNow ? [reviewEvent] : [];
   const dispatch = () => dispatchTeardowns(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
   if (!run.answerAfterTeardown) {
-    // Decided and durable: the reply goes first (the handler returns now and setImmediate runs once
-    // it is sent); the events follow it, and the teardowns once this instance's other stop decisions
-    // are taken (bounded, ADR 0012). Failures are logged, audited and retried.
-    setImmediate(() => {
+    // Decided and durable: the reply goes first; once it is sent the events follow, and the
+    // teardowns once this instance's other stop decisions are taken (bounded, ADR 0012). Failures
+    // are logged, audited and retried.
+    afterReply(call, () => {
       void publish(extra);
-      checkPredicted();
       void rt.teardownYield
         .turn()
         .then(dispatch)
@@ -355,7 +328,6 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     return { accepted, outcomes: [], plan };
   }
   const [outcomes] = await Promise.all([dispatch(), publish(extra)]);
-  checkPredicted();
   const failed = outcomes.find((o) => o.error);
   if (failed) {
     const first = failed.error;
@@ -367,7 +339,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
 /**
  * A stop's view of the registry (ADR 0011): the target task's entries, listed from the bucket
  * itself as the stop arrives, so the listing (two round trips to nats-server) runs alongside the
- * transaction's first flight, holds nothing and asks no lifecycle instance (a stalled one cannot
+ * transaction's first statements, holds nothing and asks no lifecycle instance (a stalled one cannot
  * hold a stop's locks). An execution a locked session names that the listing did not see (a launch
  * admitted in between, or an entry gone meanwhile) is read then by its exact key. A failed read is
  * an error, never "gone" (R-1.7).
@@ -470,9 +442,11 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
         // recorded its execution on its session; one admitted after it is refused (B-1, ADR 0001).
         // So each candidate's own execution is all there is to check. Both statements carry R-1.2
         // in their SQL: a bump that returns the row is the check passed.
-        const [bumped, sessions] = await Promise.all([bumpFenceOfChild(tx, targetTaskId, callerTaskId), lockActiveSessionsOfChild(tx, targetTaskId, callerTaskId)]);
-        mark('stop.locked');
+        // The bump first, awaited, then the locks (ADR 0001's order, ADR 0033).
+        const bumped = await bumpFenceOfChild(tx, targetTaskId, callerTaskId);
         if (!bumped) throw await whyNotStoppable(tx);
+        const sessions = await lockActiveSessionsOfChild(tx, targetTaskId, callerTaskId);
+        mark('stop.locked');
         const executions = await registry.executionsOf(sessions);
         return { ...bumped, sessions, plan: planChildStop(sessions, executions) };
       },
@@ -494,7 +468,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
  * (halted; their session keeps its terminal state and error message).
  */
 export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, reason: string | null) {
-  // Listed from the bucket beside the access check and the first flight, never inside the
+  // Listed from the bucket beside the access check and the first statements, never inside the
   // transaction through a lifecycle instance: a stalled one held the task's and its sessions'
   // locks for as long as it stalled (the stall fault test: 12 s), and with them every repair.
   const registry = new TaskRegistryView(rt.registry, taskId);

@@ -132,7 +132,7 @@ export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor,
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const audit = rootAudit(root, `tree.${mode}`, actor, reason, call.requestId);
   // The members' registry entries (orphans included), listed from the bucket alongside the
-  // transaction's first flights, as a task stop lists its task's (ADR 0011).
+  // transaction's first statements, as a task stop lists its task's (ADR 0011).
   const registry = new MembersRegistryView(rt, (await subtree(rt.sql, root.id)).map((t) => t.id), log);
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
   const { hold, teardowns } = await auditedFailure(rt, log, audit, () => rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {

@@ -53,7 +53,4 @@ export const toSession = (r: SessionRow): Session => ({
   updated_at: r.updated_at,
 });
 
-/** Whether two rows of a session would read the same in an event (a row predicted before its write against the written one). */
-export const sameSessionOnTheWire = (a: SessionRow, b: SessionRow): boolean => JSON.stringify(toSession(a)) === JSON.stringify(toSession(b));
-
 export type { Turn, QueuedMessage, AuditEntry, Workspace };

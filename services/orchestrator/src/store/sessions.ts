@@ -48,23 +48,22 @@ type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string 
 
 /**
  * The per-session guard plus the session's workspace and open turn (the hot path of a cancel and of
- * an agent's question). Two statements, pipelined in one round trip: under READ COMMITTED a statement
- * reads a snapshot taken when it starts, so a turn read by the locking statement itself would miss a
- * turn whose prompt committed while we waited for the lock (a prompt dispatch holds this lock while
- * the agent already runs the new turn). The read runs after the lock is granted and sees it.
+ * an agent's question). Two statements, the read issued only once the lock is granted (ADR 0033):
+ * under READ COMMITTED a statement reads a snapshot taken when it starts, so a turn read by the
+ * locking statement itself would miss a turn whose prompt committed while we waited for the lock (a
+ * prompt dispatch holds this lock while the agent already runs the new turn). The read sees it.
  */
 export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<GuardedSession | null> {
-  const [locked, [extra]] = await Promise.all([
-    lockSession(tx, id),
-    tx.unsafe<{ workspace_id: string; open_turn_id: string | null }[]>(
-      `SELECT t.workspace_id,
-         (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
-       FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`,
-      [id],
-      { prepare: true },
-    ),
-  ]);
-  return locked && extra ? { ...locked, ...extra } : null;
+  const locked = await lockSession(tx, id);
+  if (!locked) return null;
+  const [extra] = await tx.unsafe<{ workspace_id: string; open_turn_id: string | null }[]>(
+    `SELECT t.workspace_id,
+       (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
+     FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`,
+    [id],
+    { prepare: true },
+  );
+  return extra ? { ...locked, ...extra } : null;
 }
 
 /**
@@ -76,16 +75,15 @@ export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<Guard
 export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
   const active = [...ACTIVE_SESSION_STATES];
   const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
-  const [, [row]] = await Promise.all([
-    tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true }),
-    tx.unsafe<GuardedSession[]>(
-      `SELECT ${cols}, t.workspace_id, tu.id AS open_turn_id
-       FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
-       WHERE s.task_id = $1 AND s.state = ANY($2) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`,
-      [taskId, active],
-      { prepare: true },
-    ),
-  ]);
+  // The locks awaited before the read is issued (ADR 0033).
+  await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true });
+  const [row] = await tx.unsafe<GuardedSession[]>(
+    `SELECT ${cols}, t.workspace_id, tu.id AS open_turn_id
+     FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
+     WHERE s.task_id = $1 AND s.state = ANY($2) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`,
+    [taskId, active],
+    { prepare: true },
+  );
   return row ?? null;
 }
 
@@ -160,27 +158,6 @@ export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, caller
     { prepare: true },
   );
 }
-
-/** The row cancelSessions writes, as of the transaction's now(): what its event carries before the write returns. */
-export const cancelledRow = (row: SessionRow, cancelReason: string, now: string): SessionRow => ({
-  ...row,
-  state: 'CANCELLED',
-  cancel_reason: cancelReason,
-  completed_at: row.completed_at ?? now,
-  updated_at: now,
-});
-
-/** The row setSessionState writes for a non-terminal state with no message, as of the transaction's now(). */
-export const movedRow = (row: SessionRow, state: SessionState, now: string): SessionRow => ({ ...row, state, updated_at: now });
-
-/** The row setSessionState writes for a terminal state with an error message, as of the transaction's now(). */
-export const endedRow = (row: SessionRow, state: SessionState, errorMessage: string | null, now: string): SessionRow => ({
-  ...row,
-  state,
-  error_message: errorMessage,
-  completed_at: row.completed_at ?? now,
-  updated_at: now,
-});
 
 /** Write CANCELLED with a fixed reason on sessions already locked and checked active, in one statement. */
 export async function cancelSessions(tx: Tx, ids: readonly string[], cancelReason: string): Promise<SessionRow[]> {
