@@ -57,7 +57,14 @@ export async function processViolations(sql: postgres.Sql, nc: NatsConnection, a
   const tasks = await sql<{ id: string; age_ms: number }[]>`
     SELECT t.id, (extract(epoch FROM now() - t.updated_at) * 1000)::int AS age_ms FROM orchestrator.tasks t
     WHERE t.status = 'IN_PROGRESS' AND NOT EXISTS (
-      SELECT 1 FROM orchestrator.sessions s WHERE s.task_id = t.id AND s.state = ANY(${[...ACTIVE]}))`;
+      SELECT 1 FROM orchestrator.sessions s WHERE s.task_id = t.id AND s.state = ANY(${[...ACTIVE]}))
+      -- A paused tree keeps its statuses (R-4.2) ...
+      AND NOT EXISTS (SELECT 1 FROM orchestrator.tree_hold_members m WHERE m.task_id = t.id AND m.active)
+      -- ... and a resume or restore that left it IN_PROGRESS with nothing running told the operator
+      -- so (ADR 0025: audited task.needs_attention since its last session activity): not silent.
+      AND NOT EXISTS (
+        SELECT 1 FROM orchestrator.audit_log a WHERE a.task_id = t.id AND a.action = 'task.needs_attention'
+          AND a.created_at >= COALESCE((SELECT max(s.updated_at) FROM orchestrator.sessions s WHERE s.task_id = t.id), '-infinity'::timestamptz))`;
   for (const t of tasks) {
     const lastSession = sessions.filter((s) => s.task_id === t.id).reduce((min, s) => Math.min(min, s.age_ms), Infinity);
     const quietFor = Math.min(t.age_ms, lastSession);
