@@ -1,9 +1,8 @@
 import postgres from 'postgres';
-import { spawnSync } from 'node:child_process';
 import { readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { eventually, processAlive, procStat } from '@kandev/testkit';
+import { eventually, probeAs, processAlive, procStat } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /*
@@ -14,23 +13,6 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
-/** What a process running as `uid` can do: each probe answers `ok` or its errno code. */
-function probeAs(uid: number, probes: Array<{ op: 'read' | 'readdir' | 'signal'; target: string | number }>): string[] {
-  const code = `
-    const fs = require('node:fs');
-    const out = ${JSON.stringify(probes)}.map((p) => {
-      try {
-        if (p.op === 'read') fs.readFileSync(p.target);
-        else if (p.op === 'readdir') fs.readdirSync(p.target);
-        else process.kill(p.target, 0);
-        return 'ok';
-      } catch (e) { return e.code; }
-    });
-    process.stdout.write(JSON.stringify(out));`;
-  const r = spawnSync(process.execPath, ['-e', code], { uid, gid: uid, encoding: 'utf8', cwd: '/' });
-  if (r.status !== 0) throw new Error(`probe failed: ${r.stderr}`);
-  return JSON.parse(r.stdout) as string[];
-}
 
 let w: World;
 beforeAll(async () => {

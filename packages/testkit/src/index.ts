@@ -10,3 +10,4 @@ export * from './invariants.js';
 export * from './control-requests.js';
 export * from './poison.js';
 export * from './nats-cluster.js';
+export * from './probe.js';

@@ -1,7 +1,7 @@
 import { AgentctlRoutes, type Execution } from '@kandev/contracts';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
-import { startNats, type TestNats } from '@kandev/testkit';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { probeAs, startNats, type TestNats } from '@kandev/testkit';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -24,24 +24,6 @@ const environOf = (pid: number): Record<string, string> =>
       .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
   );
 
-/** What a process running as `uid` can do to these targets: each probe answers `ok` or its errno code. */
-function probeAs(uid: number, probes: Array<{ op: 'read' | 'readdir' | 'signal'; target: string | number }>): string[] {
-  const code = `
-    const fs = require('node:fs');
-    const probes = ${JSON.stringify(probes)};
-    const out = probes.map((p) => {
-      try {
-        if (p.op === 'read') fs.readFileSync(p.target);
-        else if (p.op === 'readdir') fs.readdirSync(p.target);
-        else process.kill(p.target, 0);
-        return 'ok';
-      } catch (e) { return e.code; }
-    });
-    process.stdout.write(JSON.stringify(out));`;
-  const r = spawnSync(process.execPath, ['-e', code], { uid, gid: uid, encoding: 'utf8', cwd: '/' });
-  if (r.status !== 0) throw new Error(`probe failed: ${r.stderr}`);
-  return JSON.parse(r.stdout) as string[];
-}
 
 describe('agents are untrusted: a uid, a directory and a secret per execution (R-9.1, R-9.2)', { timeout: 120_000 }, () => {
   let nats: TestNats;
