@@ -1,5 +1,5 @@
 import type { ComponentChildren } from 'preact';
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api';
 
 export function errorText(e: unknown): string {
@@ -63,7 +63,9 @@ const FOCUSABLE = 'button:not([disabled]), [href], input:not([disabled]), select
 /** A modal dialog: focus moves in, Tab cycles inside it, Escape closes, focus returns where it was. */
 export function Dialog(props: { title: string; onClose: () => void; children: ComponentChildren }) {
   const ref = useRef<HTMLDivElement>(null);
-  useEffect(() => {
+  // A layout effect, not useEffect: Preact runs plain effects after the next paint, so a key pressed as soon as the
+  // dialog shows (Escape on a busy machine) would reach a page with no handler yet and the dialog would stay open.
+  useLayoutEffect(() => {
     const before = document.activeElement as HTMLElement | null;
     const box = ref.current!;
     (box.querySelector<HTMLElement>('[data-autofocus]') ?? box.querySelector<HTMLElement>(FOCUSABLE) ?? box).focus();
