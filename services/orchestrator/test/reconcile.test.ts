@@ -107,3 +107,40 @@ it('closes a turn whose turn.completed never arrived once lifecycle reports the 
   expect(turn).toMatchObject({ stop_reason: 'lost', completed_at: expect.any(Date) });
   expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
 });
+
+it('fails a STARTING session that never got an execution (its start died mid-launch), and the task leaves IN_PROGRESS', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 't');
+  const s = await h.startSession(task.id, 'work');
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  await h.life.forget(e.execution_id);
+  // As if the orchestrator had died after recording the start and before its launch reached lifecycle.
+  await h.sql`UPDATE orchestrator.sessions SET state = 'STARTING', execution_id = NULL, instance_id = NULL WHERE id = ${s.id}`;
+  expect((await reconcileOnce(rt())).launchesLost).toBe(0); // a launch may still be under way
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '2 minutes' WHERE id = ${s.id}`;
+  expect((await reconcileOnce(rt())).launchesLost).toBe(1);
+  const t = await h.getTask(task.id);
+  expect(t.sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/launch was lost/) });
+  expect(t.status).toBe('REVIEW');
+  const audit = await h.sql<{ action: string }[]>`SELECT action FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'reconcile.launch_lost'`;
+  expect(audit).toHaveLength(1);
+  expect((await reconcileOnce(rt())).launchesLost).toBe(0);
+});
+
+it('settles a STARTING session whose admitted execution is idle with no turn (the start never recorded its launch)', async () => {
+  const ws = await h.workspace();
+  const task = await h.task(ws.id, 't');
+  const s = await h.startSession(task.id);
+  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+  await h.sql`UPDATE orchestrator.sessions SET state = 'STARTING', updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
+  e.status = 'READY';
+  e.turn_id = null;
+  e.updated_at = new Date().toISOString();
+  await h.life.save(e);
+  expect((await reconcileOnce(rt())).startsSettled).toBe(0); // within the grace the start may still record it
+  e.updated_at = new Date(Date.now() - 60_000).toISOString();
+  await h.life.save(e);
+  expect((await reconcileOnce(rt())).startsSettled).toBe(1);
+  expect((await h.getTask(task.id)).sessions[0]!.state).toBe('WAITING_FOR_INPUT');
+  expect((await reconcileOnce(rt())).startsSettled).toBe(0);
+});

@@ -34,16 +34,21 @@ interface Suspect {
  * - a RUNNING session whose execution lifecycle reports idle (no turn in flight) for longer than
  *   TURN_OUTCOME_GRACE_MS, while the orchestrator still has a turn open that began before that,
  *   gets the turn closed (stop_reason `lost`) and moves on as on turn.completed: the report of
- *   the turn's end never arrived.
+ *   the turn's end never arrived;
+ * - a start whose orchestrator died mid-launch: a STARTING session that never got an execution
+ *   within STALLED_TASK_AFTER_MS is FAILED (`launch_lost`; a launch still under way is refused by
+ *   admission, which wants an active session), and one whose execution was admitted and is idle
+ *   without a turn (a start without a prompt) becomes WAITING_FOR_INPUT, as the start would have
+ *   made it.
  * One replica at a time (advisory lock); every step is idempotent.
  */
-export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; turnsClosed: number; repaired: number }> {
+export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; turnsClosed: number; repaired: number; startsSettled: number; launchesLost: number }> {
   // A session-level advisory lock lives on one connection: reserve it, so lock and unlock meet.
   const conn = await rt.sql.reserve();
   const [row] = await conn<{ locked: boolean }[]>`SELECT pg_try_advisory_lock(hashtext('kandev-orchestrator-reconcile')) AS locked`;
   if (!row?.locked) {
     conn.release();
-    return { lost: 0, restopped: 0, turnsClosed: 0, repaired: 0 };
+    return { lost: 0, restopped: 0, turnsClosed: 0, repaired: 0, startsSettled: 0, launchesLost: 0 };
   }
   try {
     // Settled rows only: a launch being admitted or a stop in progress is not a disagreement yet.
@@ -57,6 +62,7 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     let restopped = 0;
     const restoppedIds = new Set<string>();
     let turnsClosed = 0;
+    let startsSettled = 0;
     for (const s of suspects) {
       let execution: Execution | null;
       try {
@@ -80,19 +86,66 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
           rt.log.warn({ err: e }, 'audit write failed'),
         );
         restopped++;
+      } else if (s.state === 'STARTING' && live && execution!.status === 'READY' && execution!.turn_id === null) {
+        if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await settleAdmittedStart(rt, s))) startsSettled++;
       } else if (s.state === 'RUNNING' && live && execution!.status === 'READY' && execution!.turn_id === null) {
         if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await closeLostTurn(rt, s, execution!))) turnsClosed++;
       }
     }
     restopped += await restopHeldMembers(rt, restoppedIds);
+    const launchesLost = await failLostLaunches(rt);
     const repaired = await repairStalledTasks(rt);
     const purged = await purgeKeys(rt.sql, rt.env.IDEMPOTENCY_KEEP_MS);
     if (purged) rt.log.debug({ purged }, 'idempotency keys past their retention purged');
-    return { lost, restopped, turnsClosed, repaired };
+    return { lost, restopped, turnsClosed, repaired, startsSettled, launchesLost };
   } finally {
     await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
     conn.release();
   }
+}
+
+/**
+ * STARTING sessions with no execution for longer than any launch can take: the start that made them
+ * died (its orchestrator with it) before its launch reached a lifecycle instance, or the launch
+ * was lost. Such a session counts as active, so without this the task would look busy forever and
+ * the stalled-task repair would never see it. Held tasks keep their status (R-4.2).
+ */
+async function failLostLaunches(rt: OrchRuntime): Promise<number> {
+  const bound = rt.env.STALLED_TASK_AFTER_MS;
+  const stale = await rt.sql<{ id: string }[]>`
+    SELECT id FROM sessions
+    WHERE state = 'STARTING' AND execution_id IS NULL AND updated_at < now() - make_interval(secs => ${bound / 1000})
+    ORDER BY updated_at LIMIT 500`;
+  let failed = 0;
+  for (const { id } of stale) {
+    const done = await transact(rt, async (tx, emit) => {
+      const s = await lockSessionIfFree(tx, id);
+      // Re-check under the guard: an admission may have attached an execution since the listing.
+      if (!s || s.state !== 'STARTING' || s.execution_id !== null) return false;
+      const task = (await getTask(tx, s.task_id))!;
+      await completeOpenTurns(tx, s.id, 'error');
+      await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: 'the launch was lost before an agent started', reason: 'launch_lost' });
+      if (!(await activeHoldOfTask(tx, task.id))) await reviewTaskIfNothingActive(tx, emit, task.id, 'launch_lost');
+      await reconcilerAudit(tx, task, 'reconcile.launch_lost', { session_id: s.id, after_ms: bound });
+      rt.log.warn({ task_id: s.task_id, session_id: s.id, after_ms: bound }, 'session reconciled: STARTING with no execution; its launch was lost');
+      return true;
+    });
+    if (done) failed++;
+  }
+  return failed;
+}
+
+/** An admitted execution, idle with no turn, under a session still STARTING: the start that launched it never recorded the launch. */
+async function settleAdmittedStart(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
+  return transact(rt, async (tx, emit) => {
+    const s = await lockSessionIfFree(tx, suspect.id);
+    if (!s || s.execution_id !== suspect.execution_id || s.state !== 'STARTING') return false;
+    const task = (await getTask(tx, s.task_id))!;
+    await changeSessionState(tx, emit, task, s, 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
+    await reconcilerAudit(tx, task, 'reconcile.launch_settled', { session_id: s.id, execution_id: s.execution_id });
+    rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is ready but the start never recorded it');
+    return true;
+  });
 }
 
 async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
