@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { connectNats, type NatsConnection } from '@kandev/runtime';
-import { eventually, procAlive, procStat, startAgentStack, type AgentStack } from '@kandev/testkit';
+import { eventually, procAlive, procStat, startAgentStack, type AgentStack, type StackOptions } from '@kandev/testkit';
 import { monotonicNow, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
@@ -17,8 +17,8 @@ export interface BenchStack extends AgentStack {
 }
 
 /** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
-export async function startBenchStack(env: NodeJS.ProcessEnv = {}): Promise<BenchStack> {
-  const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env });
+export async function startBenchStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<BenchStack> {
+  const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env }, opts);
   const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client' });
   let stopped: Promise<void> | undefined;
   return {

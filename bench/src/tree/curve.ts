@@ -50,14 +50,14 @@ export interface CurvePoint {
 
 export const LAUNCH_WORKERS = Number(process.env.BENCH_LAUNCH_WORKERS ?? 8);
 
-interface Live {
+export interface Live {
   session: string;
   agent: AgentProcess;
   agentctl: AgentProcess;
 }
 
 /** Start `count` long-running sessions on distinct tasks, LAUNCH_WORKERS at a time, and wait until each agent runs. */
-async function launchSessions(b: BenchStack, taskIds: string[], count: number): Promise<{ live: Live[]; ms: number; refused: number }> {
+export async function launchSessions(b: BenchStack, taskIds: string[], count: number): Promise<{ live: Live[]; ms: number; refused: number }> {
   const out: Live[] = [];
   let refused = 0;
   const queue = taskIds.slice(1, count + 1);
@@ -96,7 +96,7 @@ async function launchSessions(b: BenchStack, taskIds: string[], count: number): 
  * pass stops at the first process still there (one /proc read per pass, mostly): a poll of all of
  * them every few ms would itself take a share of the cores the teardown needs.
  */
-async function allGone(procs: readonly AgentProcess[], timeoutMs: number): Promise<number> {
+export async function allGone(procs: readonly AgentProcess[], timeoutMs: number): Promise<number> {
   const left = [...procs];
   const end = Date.now() + timeoutMs;
   for (;;) {
