@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
+import type { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { LAUNCH_WORKERS } from './curve.js';
 
@@ -33,9 +34,12 @@ function startPair(): Promise<ChildProcess> {
     '--cancel-timeout-ms', '5000',
     '--handshake-timeout-ms', '60000',
     '--agent-nice', '10',
+    '--secret-fd', '3',
   ];
-  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'floor', LOG_LEVEL: 'warn' } });
+  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'floor', LOG_LEVEL: 'warn' } });
   child.stderr!.resume();
+  // agentctl refuses to start without its execution secret (R-9.2), read from fd 3 as lifecycle hands it over.
+  (child.stdio[3] as Writable).end(`${randomBytes(32).toString('base64url')}\n`);
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: child.stdout! });
     lines.on('line', (l) => {
