@@ -201,7 +201,15 @@ export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: st
     return { session, turns: await turnsOfSession(tx, sessionId) };
   }, { mode: 'isolation level repeatable read read only' });
   const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
-  const execution = session.execution_id ? await request(rt.nc, Life.get, { execution_id: session.execution_id, task_id: session.task_id }).catch(() => null) : null;
+  // From the registry bucket, as stops read it (ADR 0011), not through the owner lifecycle instance: a read
+  // must not queue behind an instance busy tearing down a hundred agents (the console polls this during a tree
+  // pause). The entry is what lifecycle last put, which is what any other lifecycle instance would answer.
+  const execution = session.execution_id
+    ? await rt.registry.get(session.execution_id, session.task_id).catch((e: unknown) => {
+        rt.log.warn({ err: e, session_id: sessionId }, 'registry unreachable; the session is read without its execution');
+        return null;
+      })
+    : null;
   return {
     ...toSession(session),
     execution: execution ? { execution_id: execution.execution_id, status: execution.status, pid: execution.pid, protocol: execution.protocol } : null,
