@@ -78,7 +78,7 @@ async function main(): Promise<void> {
     await execution.adapter.start();
   } catch (err) {
     log.error('agent handshake failed', { agent: spec.name, err: errorMessage(err) });
-    await execution.adapter.stop(500).catch(() => undefined);
+    await execution.adapter.stop(500).catch((e: unknown) => log.warn('agent stop after a failed handshake failed', { err: errorMessage(e) })); // exiting with 1 either way
     process.exit(1);
   }
 
@@ -104,7 +104,7 @@ async function main(): Promise<void> {
     server.closeAllConnections();
     log.info('agentctl exiting');
     // Export what is buffered (the stop's spans, with the signal) before leaving.
-    await stopTracing().catch(() => undefined);
+    await stopTracing().catch(() => undefined); // spans that cannot be exported now are lost either way; the exit must not wait on them
     process.exit(0);
   }
 

@@ -143,6 +143,7 @@ function wakeOn(exits: readonly Promise<unknown>[]): (ms: number) => Promise<voi
   return async (ms) => {
     const ac = new AbortController();
     try {
+      // The sleep rejects only when aborted in `finally`, after the race is decided.
       await Promise.race([sleep(ms, undefined, { signal: ac.signal }).catch(() => undefined), ...pending]);
     } finally {
       ac.abort();

@@ -30,6 +30,7 @@ export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: n
     max_age: EVENT_RETENTION_MS * 1_000_000,
     num_replicas: replicas,
   };
+  // Any failure to read it (not found, or not reachable yet) leads to the add below, whose error is the one thrown.
   const existing = await jsm.streams.info(cfg.name).catch(() => null);
   if (!existing) {
     try {
@@ -197,6 +198,7 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
   }
   return {
     async stop() {
+      // Stopping: a consumer already closed by the server, or a loop that ended on an error it logged, changes nothing.
       await messages.close().catch(() => undefined);
       await loop.catch(() => undefined);
     },

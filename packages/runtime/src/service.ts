@@ -156,12 +156,12 @@ export async function startService<S extends z.ZodObject>(
       }, env.SHUTDOWN_TIMEOUT_MS);
       timer.unref();
       try {
-        for (const s of services) await s.stop().catch(() => undefined);
+        for (const s of services) await s.stop().catch((e: unknown) => log.warn({ err: e }, 'endpoint subscription stop failed'));
         await inFlight.settled();
         for (const fn of stoppers.reverse()) await Promise.resolve(fn()).catch((e) => log.warn({ err: e }, 'stopper failed'));
         outbox.stopRelay();
         stopHousekeeping();
-        await nc.drain().catch(() => undefined);
+        await nc.drain().catch((e: unknown) => log.warn({ err: e }, 'NATS drain failed; closing')); // exiting either way
         await sql?.end({ timeout: 2 });
         await new Promise<void>((r) => closeServer(health.server, r));
         await shutdownTracing();

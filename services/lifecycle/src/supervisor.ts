@@ -79,7 +79,11 @@ export class ExecutionSupervisor {
   async stop(req: RequestOf<typeof Life.stop>): Promise<ResultOf<typeof Life.stop>> {
     const x = this.live.get(req.execution_id);
     if (!x) {
-      const entry = await this.deps.registry.get(req.execution_id).catch(() => null);
+      // Unreadable registry: treated as "not registered" (answered below as already stopped); the reconciler re-sends a stop that mattered.
+      const entry = await this.deps.registry.get(req.execution_id).catch((e: unknown) => {
+        this.deps.log.warn({ err: e, execution_id: req.execution_id }, 'registry unreachable while routing a stop');
+        return null;
+      });
       if (entry && entry.instance_id !== this.deps.instanceId) {
         throw conflict(`execution is owned by ${entry.instance_id}`, { execution_id: req.execution_id, instance_id: entry.instance_id });
       }
@@ -143,6 +147,7 @@ export class ExecutionSupervisor {
     const all = [...this.live.values()].map((x) => this.teardowns.teardown(x, { reason: 'lifecycle_shutdown', graceMs, orphaned: false }));
     if (all.length) this.deps.log.info({ executions: all.length, grace_ms: graceMs }, 'tearing down executions before shutdown');
     const budget = new AbortController();
+    // The sleep rejects only when aborted below, after the race is decided; teardowns log their own failures.
     await Promise.race([Promise.all(all), sleep(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.7), undefined, { signal: budget.signal }).catch(() => undefined)]);
     budget.abort();
   }

@@ -81,13 +81,13 @@ export function withinDeadline<T>(work: Promise<T>, ms: number, message: string,
     timer = setTimeout(() => reject(new Error(message)), ms);
   });
   const gone = exited.then((exit) => Promise.reject(new AgentGoneError(exit)));
-  gone.catch(() => {});
+  gone.catch(() => {}); // reported through the race below; once the work wins, the agent's later exit is not this call's error
   return Promise.race([work, timeout, gone]).finally(() => clearTimeout(timer));
 }
 
 /** Resolves when `work` settles or rejects with AgentGoneError when the agent exits first. */
 export function unlessAgentExits<T>(work: Promise<T>, exited: Promise<AgentExit>): Promise<T> {
   const gone = exited.then((exit) => Promise.reject(new AgentGoneError(exit)));
-  gone.catch(() => {});
+  gone.catch(() => {}); // reported through the race below; once the work wins, the agent's later exit is not this call's error
   return Promise.race([work, gone]);
 }

@@ -112,7 +112,7 @@ export class AgentctlProcess {
       resolveReady = res;
       rejectReady = rej;
     });
-    this.ready.catch(() => undefined);
+    this.ready.catch(() => undefined); // a handshake failure is reported to whoever awaits `ready`; unawaited, it must not crash the service
     const timer = setTimeout(() => rejectReady(new Error(`agentctl not ready within ${readyTimeoutMs} ms`)), readyTimeoutMs);
     void this.exited.then((x) => {
       clearTimeout(timer);

@@ -125,6 +125,7 @@ export class TeardownExecutor {
     // agentctl is gone: let every line it wrote be handled first (its agent_exited line has the
     // agent's real exit status). Bounded, should something else hold its stdout open.
     const bound = new AbortController();
+    // The sleep rejects only when aborted below, after the race is decided.
     await Promise.race([x.agentctl.closed, sleep(AGENTCTL_EXIT_WAIT_MS, undefined, { signal: bound.signal }).catch(() => undefined)]);
     bound.abort();
     await x.inOrder(async () => undefined);

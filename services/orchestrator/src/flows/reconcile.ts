@@ -99,7 +99,8 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     if (purged) rt.log.debug({ purged }, 'idempotency keys past their retention purged');
     return { lost, restopped, turnsClosed, repaired, startsSettled, launchesLost };
   } finally {
-    await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch(() => undefined);
+    // A failed unlock means the connection is broken: the server drops its session locks with it.
+    await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch((e: unknown) => rt.log.warn({ err: e }, 'reconcile lock release failed'));
     conn.release();
   }
 }

@@ -456,7 +456,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     const r = refused as { caller: TaskRow; target: TaskRow } | undefined; // assigned in the planner's closure
     // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
     if (r && r.caller.workspace_id === r.target.workspace_id) {
-      await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch(() => undefined);
+      await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch((err: unknown) => rt.log.warn({ err, task_id: r.target.id }, 'could not audit a refused stop_task')); // the refusal is the answer either way
     }
     throw e;
   }
