@@ -59,6 +59,9 @@ describe('operator console', () => {
     await page.getByTestId('board-search').fill('');
     await w.api.ok('PATCH', `/tasks/${review.id}`, { status: 'COMPLETED' });
     await page.getByTestId('column-done').getByText('Review the parser').waitFor();
+    // A root task created meanwhile shows at once (task.created), before any status change.
+    await w.api.ok('POST', '/tasks', { workspace_id: ws.id, title: 'Triage the new bug' });
+    await page.getByTestId('column-todo').getByText('Triage the new bug').waitFor();
     await page.close();
   });
 

@@ -78,6 +78,7 @@ export type EventEnvelope<T extends EventType = EventType> = Omit<z.infer<typeof
 
 /** Events the gateway pushes to subscribed WebSocket clients (a pinned public surface). */
 export const PUSHED_EVENT_TYPES: readonly EventType[] = [
+  'task.created',
   'task.state_changed',
   'session.state_changed',
   'session.agent.cancelled',

@@ -148,6 +148,9 @@ describe('/ws subscribe {workspace_id}', () => {
     });
     await publisher.emit('task.state_changed', { workspace_id: WS1, task_id: TASK }, { task: fixtures.task(TASK, WS1), from: 'TODO', to: 'IN_PROGRESS', reason: null });
     expect((await c.next('notification')).action).toBe('task.state_changed');
+    // A new task reaches the board at once, not only at its first status change.
+    await publisher.emit('task.created', { workspace_id: WS1, task_id: OTHER_TASK }, { task: fixtures.task(OTHER_TASK, WS1) });
+    expect(await c.next('notification')).toMatchObject({ action: 'task.created', payload: { task: { id: OTHER_TASK }, workspace_id: WS1 } });
     expect(await c.call('unsubscribe', { workspace_id: WS1 })).toMatchObject({ type: 'response', payload: { subscribed: false, workspace_id: WS1 } });
     // A task subscription on the same socket still works, and proves the workspace one is gone.
     await c.call('subscribe', { task_id: TASK });

@@ -63,6 +63,7 @@ export class Store {
   apply(n: Notification): void {
     const p = n.payload;
     switch (n.action) {
+      case 'task.created':
       case 'task.state_changed': {
         const task = p.task as Task | undefined;
         if (!task) return;

@@ -213,6 +213,8 @@ function Transcript({ sessionId }: { sessionId: string }) {
   const box = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
   const paging = useRef(false);
+  /** A catch-up asked for while one was paging: run once more when it ends, from just before the newest item. */
+  const again = useRef(false);
 
   const set = (next: Message[]) => {
     itemsRef.current = next;
@@ -220,9 +222,14 @@ function Transcript({ sessionId }: { sessionId: string }) {
   };
   // Page from the last seq held until the server says there is no more. A pushed chunk for an item
   // not held yet makes `from` the seq before it.
-  const catchUp = async (from?: number) => {
-    if (paging.current) return;
+  const catchUp = async (from?: number): Promise<void> => {
+    if (paging.current) {
+      // The page in flight may have been read before what this push announced: read again after it.
+      again.current = true;
+      return;
+    }
     paging.current = true;
+    again.current = false;
     try {
       for (let i = 0; i < 50; i++) {
         const last = itemsRef.current.length ? itemsRef.current[itemsRef.current.length - 1]!.seq : undefined;
@@ -237,6 +244,10 @@ function Transcript({ sessionId }: { sessionId: string }) {
     } finally {
       paging.current = false;
       setLoading(false);
+    }
+    if (again.current) {
+      const last = itemsRef.current[itemsRef.current.length - 1];
+      await catchUp(last ? Math.max(0, last.seq - 1) : undefined);
     }
   };
   useEffect(() => void catchUp(), [sessionId, resync]);
@@ -264,6 +275,8 @@ function Transcript({ sessionId }: { sessionId: string }) {
           return;
         }
         if (hasGap(itemsRef.current, raw)) void catchUp();
+        // A page in flight may have been read before this push and would put the older text back: read again after it.
+        else if (paging.current) again.current = true;
         set(next);
       }),
     [sessionId],
