@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { randomUUID } from 'node:crypto';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Streams, type EventEnvelope } from '@kandev/contracts';
 import { createTestDatabase, eventually, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
 import {
@@ -126,4 +127,30 @@ it('consumeEventBatches: one call per session run in delivery order, acked after
   // Each event once, and each session's events in the order they were published.
   expect(rows).toHaveLength(evs.length);
   for (const s of sessions) expect(rows.filter((r) => r.session_id === s).map((r) => r.event_id)).toEqual(evs.filter((e) => e.session_id === s).map((e) => e.id));
+});
+
+it('consumeEventBatches: two replicas on one durable, duplicates delivered to either, every event applied once', async () => {
+  await sql`CREATE TABLE replica_effects (replica int, event_id text)`;
+  const session = '00000000-0000-4000-8000-00000000000c';
+  const handler = (replica: number) => async (evs: EventEnvelope[]) => {
+    await transaction(sql, async (tx) => {
+      const fresh = await recordOnce(tx, 'test-replicas', evs.map((e) => e.id));
+      for (const id of fresh) await tx`INSERT INTO replica_effects VALUES (${replica}, ${id})`;
+    });
+  };
+  const opts = { durable: 'test-replicas', types: ['turn.started'] as const, log, maxBatch: 10, groupBy: (ev: EventEnvelope) => ev.session_id ?? ev.id };
+  const replicas = [await consumeEventBatches(nc, opts, handler(1)), await consumeEventBatches(nc, opts, handler(2))];
+  const evs = Array.from({ length: 200 }, () => buildEvent('turn.started', { workspace_id: WS, session_id: session }, { execution_id: EXEC, turn_id: TURN }) as EventEnvelope);
+  // Each event published twice under different Nats-Msg-Ids (what a redelivery looks like): the copies may reach either replica.
+  const js = jetstream(nc);
+  const enc = new TextEncoder();
+  await Promise.all(evs.flatMap((ev) => [0, 1].map(() => js.publish('kandev.evt.turn.started', enc.encode(JSON.stringify(ev)), { msgID: randomUUID() }))));
+  const ids = evs.map((e) => e.id);
+  await eventually(async () => (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM replica_effects WHERE event_id = ANY(${ids})`)[0]!.n === ids.length, 10_000, 20);
+  // Both queues drained (every copy handled), then nothing more was applied.
+  await eventually(async () => (await jetstreamManager(nc).then((m) => m.consumers.info(Streams.events.name, 'test-replicas'))).num_ack_pending === 0, 10_000, 20);
+  await Promise.all(replicas.map((r) => r.stop()));
+  const rows = await sql<{ event_id: string; n: number }[]>`SELECT event_id, count(*)::int AS n FROM replica_effects GROUP BY event_id`;
+  expect(rows).toHaveLength(ids.length);
+  expect(rows.every((r) => r.n === 1)).toBe(true);
 });
