@@ -10,7 +10,8 @@ import type { Stats } from '../stats.js';
  * R-8.1 and R-8.2 at scale: a page of 50 of a 100,000-task workspace (seeded by one bulk insert, as
  * the orchestrator stores tasks), first page and deep in the listing, through the gateway and over
  * NATS; and the transcript write path of one chatty agent (agent.message chunks on JetStream →
- * the orchestrator's transcript consumer → coalesced item), as chunks per second.
+ * the orchestrator's transcript consumer → coalesced item), as chunks per second. The transcript
+ * path alone, with a concurrent stop's latency beside it, is 24-transcript-write.ts.
  */
 const TASKS = Number(process.env.BENCH_READ_TASKS ?? 100_000);
 const CHUNKS = Number(process.env.BENCH_TRANSCRIPT_CHUNKS ?? 5_000);

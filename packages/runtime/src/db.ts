@@ -138,6 +138,21 @@ export const purgeOutbox = (sql: Sql, olderThanMs: number, opts?: { batch?: numb
 export const purgeInbox = (sql: Sql, olderThanMs: number, opts?: { batch?: number; maxRows?: number }) => purgeOlderThan(sql, 'inbox', olderThanMs, opts);
 
 /**
+ * The ids of `eventIds` this consumer had not recorded, recorded now inside `tx` (one statement,
+ * repeats within `eventIds` counted once): the batch form of processOnce, for a handler that
+ * applies a run of events in one transaction. Rows are inserted in id order, so two transactions
+ * whose runs share ids (a redelivery reaching the other replica) wait on each other, never deadlock.
+ */
+export async function recordOnce(tx: Tx, consumer: string, eventIds: readonly string[]): Promise<Set<string>> {
+  if (!eventIds.length) return new Set();
+  const rows = await tx<{ event_id: string }[]>`
+    INSERT INTO inbox (consumer, event_id)
+    SELECT ${consumer}, id FROM (SELECT DISTINCT unnest(${eventIds as string[]}::text[]) AS id) ids ORDER BY id
+    ON CONFLICT DO NOTHING RETURNING event_id`;
+  return new Set(rows.map((r) => r.event_id));
+}
+
+/**
  * Exactly-once effects over at-least-once delivery: run `effect` in the same transaction that
  * records the event id for this consumer; a redelivered event finds its id and does nothing.
  */

@@ -126,11 +126,8 @@ export interface RunningConsumer {
   stop(): Promise<void>;
 }
 
-/**
- * A durable pull consumer. The handler must commit its effect (idempotently: see Inbox) before it
- * returns; the message is then acked with ackAck(). A failing handler naks with a delay.
- */
-export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, handler: (ev: EventEnvelope) => Promise<void>): Promise<RunningConsumer> {
+/** Creates the durable consumer when missing (a replica that loses the race uses the one that won). */
+async function ensureConsumer(nc: NatsConnection, opts: ConsumerOptions) {
   const jsm = await jetstreamManager(nc);
   const filter = opts.filterSubject ?? (opts.types.length === 1 ? eventSubject(opts.types[0]!) : 'kandev.evt.>');
   const cfg = {
@@ -151,13 +148,46 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
       });
     });
   }
-  const js = jetstream(nc);
-  const consumer = await js.consumers.get(Streams.events.name, opts.durable);
-  const wanted = new Set<string>(opts.types);
+  return jetstream(nc).consumers.get(Streams.events.name, opts.durable);
+}
+
+/**
+ * The event a message carries when the consumer wants it, or null once the message is settled
+ * unread: acked when it is of a type not wanted, terminated when it is malformed.
+ */
+function eventOf(m: JsMsg, opts: ConsumerOptions, wantedSubjects: ReadonlySet<string>, wanted: ReadonlySet<string>): EventEnvelope | null {
   // Several types share the `kandev.evt.>` filter: every other event of the stream arrives too. Its
   // subject names its type (`publish`), so it is acked unread: validating each one against its
   // schema first cost every consumer a parse of every event (a tree pause with a hundred live
   // sessions publishes several hundred it does not want).
+  if (!wantedSubjects.has(m.subject)) {
+    m.ack();
+    return null;
+  }
+  let ev: EventEnvelope;
+  try {
+    ev = parseEvent(m.data);
+  } catch (e) {
+    opts.log.error({ err: e, subject: m.subject }, 'dropping malformed event');
+    metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'malformed' });
+    m.term();
+    return null;
+  }
+  if (!wanted.has(ev.type)) {
+    m.ack();
+    return null;
+  }
+  if (m.info.deliveryCount > 1) metrics.eventsRedelivered.inc({ consumer: opts.durable });
+  return ev;
+}
+
+/**
+ * A durable pull consumer. The handler must commit its effect (idempotently: see Inbox) before it
+ * returns; the message is then acked with ackAck(). A failing handler naks with a delay.
+ */
+export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, handler: (ev: EventEnvelope) => Promise<void>): Promise<RunningConsumer> {
+  const consumer = await ensureConsumer(nc, opts);
+  const wanted = new Set<string>(opts.types);
   const wantedSubjects = new Set<string>(opts.types.map((t) => eventSubject(t)));
   const messages = await consumer.consume({ max_messages: 256, expires: 5_000 });
   const loop = (async () => {
@@ -165,24 +195,8 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
   })();
 
   async function handleOne(m: JsMsg): Promise<void> {
-    if (!wantedSubjects.has(m.subject)) {
-      m.ack();
-      return;
-    }
-    let ev: EventEnvelope;
-    try {
-      ev = parseEvent(m.data);
-    } catch (e) {
-      opts.log.error({ err: e, subject: m.subject }, 'dropping malformed event');
-      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'malformed' });
-      m.term();
-      return;
-    }
-    if (!wanted.has(ev.type)) {
-      m.ack();
-      return;
-    }
-    if (m.info.deliveryCount > 1) metrics.eventsRedelivered.inc({ consumer: opts.durable });
+    const ev = eventOf(m, opts, wantedSubjects, wanted);
+    if (!ev) return;
     const parent = extractTrace(m.headers);
     try {
       await inSpan(`process ${eventSubject(ev.type)}`, { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable } }, () =>
@@ -201,6 +215,95 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
       // Stopping: a consumer already closed by the server, or a loop that ended on an error it logged, changes nothing.
       await messages.close().catch(() => undefined);
       await loop.catch(() => undefined);
+    },
+  };
+}
+
+export interface BatchConsumerOptions extends ConsumerOptions {
+  /** The most messages taken from the consumer for one round of handler calls. */
+  maxBatch?: number;
+  /** Events with the same key go to one handler call, in delivery order; events of different keys never share one. */
+  groupBy: (ev: EventEnvelope) => string;
+}
+
+/**
+ * A durable pull consumer that hands its handler runs of events instead of one event at a time:
+ * whatever has arrived (up to `maxBatch`) is split by `groupBy`, keeping each group's delivery
+ * order, and each group is one handler call. Nothing waits to fill a batch: a lone event is a group
+ * of one. A group's messages are acked after its handler returns (its effect committed), every one
+ * of them nakked when it throws; the groups of a round run one after another.
+ *
+ * What it is for: a handler whose per-event cost is mostly its transaction (the transcript: one
+ * agent's chunks, ADR 0035). Exactly-once per event id stays the handler's (recordOnce).
+ */
+export async function consumeEventBatches(nc: NatsConnection, opts: BatchConsumerOptions, handler: (evs: EventEnvelope[]) => Promise<void>): Promise<RunningConsumer> {
+  const consumer = await ensureConsumer(nc, opts);
+  const wanted = new Set<string>(opts.types);
+  const wantedSubjects = new Set<string>(opts.types.map((t) => eventSubject(t)));
+  const maxBatch = opts.maxBatch ?? 100;
+  // The client's callback cannot wait: it queues, and the loop below takes what has queued. What
+  // the queue can hold is bounded by the consumer's max_ack_pending (nothing queued is acked yet).
+  const queue: JsMsg[] = [];
+  let wake: (() => void) | null = null;
+  let stopping = false;
+  const messages = await consumer.consume({
+    max_messages: 256,
+    expires: 5_000,
+    callback: (m) => {
+      queue.push(m);
+      wake?.();
+    },
+  });
+  const loop = (async () => {
+    while (!stopping) {
+      if (!queue.length) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = null;
+        continue;
+      }
+      await handleRound(queue.splice(0, maxBatch));
+    }
+  })();
+
+  async function handleRound(batch: JsMsg[]): Promise<void> {
+    const groups = new Map<string, Array<{ m: JsMsg; ev: EventEnvelope }>>();
+    for (const m of batch) {
+      const ev = eventOf(m, opts, wantedSubjects, wanted);
+      if (!ev) continue;
+      const key = opts.groupBy(ev);
+      const g = groups.get(key);
+      if (g) g.push({ m, ev });
+      else groups.set(key, [{ m, ev }]);
+    }
+    for (const group of groups.values()) await handleGroup(group);
+  }
+
+  async function handleGroup(group: Array<{ m: JsMsg; ev: EventEnvelope }>): Promise<void> {
+    const first = group[0]!;
+    const parent = extractTrace(first.m.headers);
+    try {
+      await inSpan(
+        `process ${eventSubject(first.ev.type)}`,
+        { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable, 'messaging.batch.message_count': group.length } },
+        () => handler(group.map((x) => x.ev)),
+      );
+      // Acked together after the commit; one lost ack only means a redelivery the handler absorbs.
+      await Promise.all(group.map(({ m }) => m.ackAck().catch(() => m.ack())));
+      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' }, group.length);
+    } catch (e) {
+      opts.log.warn({ err: e, event_ids: group.map((x) => x.ev.id), type: first.ev.type, task_id: first.ev.task_id, delivery: first.m.info.deliveryCount }, 'event handler failed; will retry');
+      metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'retry' }, group.length);
+      for (const { m } of group) m.nak(opts.retryDelayMs ?? 500);
+    }
+  }
+  return {
+    async stop() {
+      stopping = true;
+      await messages.close().catch(() => undefined);
+      wake?.();
+      await loop.catch(() => undefined);
+      // Queued but not handled: handed back now rather than after the ack wait, to a replica still consuming.
+      for (const m of queue.splice(0)) m.nak();
     },
   };
 }

@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEvents, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { consumeEventBatches, consumeEvents, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -11,7 +11,7 @@ import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
 import { LIFECYCLE_CONSUMER, LIFECYCLE_EVENT_TYPES, onLifecycleEvent } from './flows/lifecycle-events.js';
 import { startReconciler } from './flows/reconcile.js';
-import { onAgentEvent, TRANSCRIPT_CONSUMER, TRANSCRIPT_EVENT_TYPES, TRANSCRIPT_FILTER_SUBJECT } from './flows/transcript.js';
+import { onAgentEvents, TRANSCRIPT_BATCH, TRANSCRIPT_CONSUMER, TRANSCRIPT_EVENT_TYPES, TRANSCRIPT_FILTER_SUBJECT, transcriptGroup } from './flows/transcript.js';
 import { TeardownYield } from './flows/teardown-yield.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
@@ -32,7 +32,11 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     // Transcripts have their own durable consumer: a chatty agent never delays turn ends.
-    const transcript = await consumeEvents(rt.nc, { durable: TRANSCRIPT_CONSUMER, types: TRANSCRIPT_EVENT_TYPES, filterSubject: TRANSCRIPT_FILTER_SUBJECT, log: rt.log }, (ev) => onAgentEvent(rt, ev));
+    const transcript = await consumeEventBatches(
+      rt.nc,
+      { durable: TRANSCRIPT_CONSUMER, types: TRANSCRIPT_EVENT_TYPES, filterSubject: TRANSCRIPT_FILTER_SUBJECT, log: rt.log, maxBatch: TRANSCRIPT_BATCH, groupBy: transcriptGroup },
+      (evs) => onAgentEvents(rt, evs),
+    );
     rt.onStop(() => transcript.stop());
     rt.onStop(startReconciler(rt));
   },

@@ -4,6 +4,8 @@ import { jetstream } from '@nats-io/jetstream';
 import { eventSubject, KandevError, Orch, OrchRead, type EventEnvelope, type OperatorActor, type SessionMessageData } from '@kandev/contracts';
 import { buildEvent, EventPublisher, request } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
+import { EMPTY_TRANSCRIPT, planTranscriptAppend, type TranscriptState } from '../src/domain/transcript.js';
+import { transcriptInputOf } from '../src/flows/transcript.js';
 import { operator, startHarness, type Harness } from './harness.js';
 
 /** The operator's read surface at the orchestrator (R-8.1, R-8.2): listings, paging, the transcript. */
@@ -187,6 +189,26 @@ describe('read surface', () => {
       });
       return { seen, stop: () => sub.unsubscribe() };
     }
+    /** Item texts by seq, from pushes applied as the console applies them (console/src/model.ts applyPush). */
+    function rebuilt(seen: readonly SessionMessageData[]): Map<number, string> {
+      const texts = new Map<number, string>();
+      for (const m of seen) {
+        if (m.op === 'appended') {
+          if (!texts.has(m.seq)) throw new Error(`appended to item ${m.seq} before it was created`);
+          texts.set(m.seq, texts.get(m.seq)! + m.text);
+        } else texts.set(m.seq, m.text);
+      }
+      return texts;
+    }
+    const raw = new TextEncoder();
+    /** Publish an envelope as it is (its id kept), under a fresh Nats-Msg-Id: to the consumer, a redelivery when the id was seen. */
+    const republish = (ev: EventEnvelope) => jetstream(h.nc).publish(eventSubject(ev.type), raw.encode(JSON.stringify(ev)), { msgID: randomUUID() });
+    /** A burst: every event published without waiting for the one before (JetStream keeps one connection's order). */
+    const burst = (evs: readonly EventEnvelope[]) => Promise.all(evs.map((ev) => republish(ev)));
+    const chunkEv = (scope: { workspace_id: string; task_id: string; session_id: string }, execution_id: string, turn_id: string, text: string) =>
+      buildEvent('agent.message', scope, { execution_id, turn_id, text }) as EventEnvelope;
+    /** The session's items as [kind, text], and the inbox rows of the transcript consumer for these ids. */
+    const itemsOf = async (session_id: string) => (await messages(session_id, { limit: 200 })).items.map((i) => [i.kind, i.text]);
 
     it('keeps the prompt, coalesces a turn’s chunks into one item, pushes each chunk with the item’s seq', async () => {
       const { s, e, scope } = await liveSession();
@@ -202,13 +224,12 @@ describe('read surface', () => {
         { seq: 2, turn_id: turn, role: 'agent', kind: 'agent_text', text: 'hello world', meta: {}, created_at: expect.any(String) },
       ]);
       expect(page.next_cursor).toBeNull();
-      await eventually(async () => w.seen.length >= 3);
+      // Chunks that arrive together are one write and one push (ADR 0035): the pushes, applied as a
+      // console does (created = the text so far, appended = text added), rebuild the item.
+      await eventually(async () => rebuilt(w.seen).get(2) === 'hello world');
       w.stop();
-      expect(w.seen.map((m) => [m.op, m.seq, m.text])).toEqual([
-        ['created', 2, 'hel'],
-        ['appended', 2, 'lo'],
-        ['appended', 2, ' world'],
-      ]);
+      expect(w.seen[0]).toMatchObject({ op: 'created', seq: 2 });
+      expect(w.seen.every((m) => m.seq === 2)).toBe(true);
 
       // A tool call closes the item; text after it is a new item; a new turn's prompt and text are new items.
       const t1 = (await pub.emit('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: turn, tool_call_id: 'tc1', phase: 'started', title: 'ls', kind: 'execute', text: '{"path":"."}' })).id;
@@ -279,6 +300,80 @@ describe('read surface', () => {
       expect(items.map((i) => i.seq)).toEqual(items.map((_, i) => i + 1));
       const [state] = await h.sql<{ truncated: boolean }[]>`SELECT truncated FROM orchestrator.transcript_state WHERE session_id = ${s.id}`;
       expect(state!.truncated).toBe(true);
+    });
+
+    it('a burst is written in runs (fewer writes than chunks), in order, each chunk once; the pushes rebuild the text', async () => {
+      const { s, e, scope } = await liveSession('p');
+      const w = watch(s.id);
+      const chunks = Array.from({ length: 300 }, (_, i) => chunkEv(scope, e.execution_id, e.turn_id!, `${i},`));
+      // Every 7th chunk delivered twice in the burst (within a run, or in the next one).
+      const delivered = chunks.flatMap((c, i) => (i % 7 === 0 ? [c, c] : [c]));
+      await burst(delivered);
+      await consumed(chunks.at(-1)!.id);
+      // Chunks of the first burst delivered again after their runs committed, then one new chunk.
+      const tail = chunkEv(scope, e.execution_id, e.turn_id!, 'end');
+      await burst([chunks[0]!, chunks[150]!, chunks[299]!, tail]);
+      await consumed(tail.id);
+      const text = chunks.map((c) => (c.data as { text: string }).text).join('') + 'end';
+      expect(await itemsOf(s.id)).toEqual([
+        ['prompt', 'p'],
+        ['agent_text', text],
+      ]);
+      await eventually(async () => rebuilt(w.seen).get(2) === text);
+      w.stop();
+      // Batched: one push per run, not per chunk.
+      expect(w.seen.length).toBeLessThan(chunks.length);
+      const [n] = await h.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ANY(${[...chunks, tail].map((c) => c.id)})`;
+      expect(n!.n).toBe(chunks.length + 1);
+    });
+
+    it('keeps each session’s order when the bursts of two sessions interleave', async () => {
+      const a = await liveSession('a');
+      const b = await liveSession('b');
+      const ca = Array.from({ length: 120 }, (_, i) => chunkEv(a.scope, a.e.execution_id, a.e.turn_id!, `a${i} `));
+      const cb = Array.from({ length: 120 }, (_, i) => chunkEv(b.scope, b.e.execution_id, b.e.turn_id!, `b${i} `));
+      await burst(ca.flatMap((x, i) => [x, cb[i]!]));
+      await Promise.all([consumed(ca.at(-1)!.id), consumed(cb.at(-1)!.id)]);
+      const joined = (cs: EventEnvelope[]) => cs.map((c) => (c.data as { text: string }).text).join('');
+      expect(await itemsOf(a.s.id)).toEqual([
+        ['prompt', 'a'],
+        ['agent_text', joined(ca)],
+      ]);
+      expect(await itemsOf(b.s.id)).toEqual([
+        ['prompt', 'b'],
+        ['agent_text', joined(cb)],
+      ]);
+    });
+
+    it('caps reached inside a run: the same items as one chunk at a time, one marker, nothing after', async () => {
+      const { s, e, scope } = await liveSession('p');
+      const caps = { itemBytes: 2048, sessionBytes: 8192, sessionItems: 50 };
+      // 100 chunks of 100 bytes, with a tool call in the middle: crosses the item cap and then the session's.
+      const evs: EventEnvelope[] = Array.from({ length: 100 }, (_, i) =>
+        i === 40
+          ? (buildEvent('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: e.turn_id!, tool_call_id: 'tc', phase: 'started', title: 'ls', kind: 'execute', text: 'x'.repeat(3000) }) as EventEnvelope)
+          : chunkEv(scope, e.execution_id, e.turn_id!, String(i).padStart(3, '0').repeat(33) + '|'),
+      );
+      const w = watch(s.id);
+      await burst(evs);
+      await consumed(evs.at(-1)!.id);
+      // The reference: the prompt, then each event planned alone (what the one-at-a-time consumer wrote).
+      let state: TranscriptState = EMPTY_TRANSCRIPT;
+      const expected = new Map<number, [string, string]>();
+      for (const input of [{ turn_id: e.turn_id!, role: 'user' as const, kind: 'prompt' as const, text: 'p' }, ...evs.map((ev) => transcriptInputOf(ev)!)]) {
+        const r = planTranscriptAppend(state, input, caps);
+        for (const x of r.writes) expected.set(x.seq, [x.kind, (x.op === 'appended' ? expected.get(x.seq)![1] : '') + x.text]);
+        state = r.state;
+      }
+      expect(state.truncated).toBe(true);
+      expect(await itemsOf(s.id)).toEqual([...expected.values()]);
+      const late = chunkEv(scope, e.execution_id, e.turn_id!, 'late');
+      await burst([late]);
+      await consumed(late.id);
+      expect(await itemsOf(s.id)).toEqual([...expected.values()]);
+      await eventually(async () => rebuilt(w.seen).size === expected.size - 1);
+      w.stop();
+      expect([...rebuilt(w.seen).values()]).toEqual([...expected.values()].slice(1).map(([, t]) => t));
     });
 
     it('refuses another workspace’s session and an unknown one', async () => {

@@ -122,3 +122,50 @@ export function planTranscriptAppend(state: TranscriptState, input: TranscriptIn
   }
   return { writes, state: s };
 }
+
+/** One event's piece of a run: its id (the inbox key) and what it adds. */
+export interface TranscriptPiece {
+  id: string;
+  input: TranscriptInput;
+}
+
+/**
+ * Merge consecutive writes to the same item into one: a chunk appended to the item just created is
+ * part of its `created` text, chunks appended one after another are one `appended` chunk. What a
+ * reader rebuilds from the result (created = the item's text, appended = text added to it) equals
+ * what it rebuilds from the writes one by one; only the number of writes, and of pushes, changes.
+ */
+export function coalesceWrites(writes: readonly TranscriptWrite[]): TranscriptWrite[] {
+  const out: TranscriptWrite[] = [];
+  for (const w of writes) {
+    const prev = out[out.length - 1];
+    if (prev && w.op === 'appended' && prev.seq === w.seq) out[out.length - 1] = { ...prev, text: prev.text + w.text };
+    else out.push(w);
+  }
+  return out;
+}
+
+/**
+ * Plan a run of one session's pieces (consecutive events of one consumer batch, ADR 0035): exactly
+ * what planning them one after another would write, coalesced. A piece whose id is not in `fresh`
+ * (the inbox already held it: a redelivery) or repeats an id earlier in the run adds nothing, so
+ * any split of a stream into runs, redeliveries included, ends in the same transcript and state.
+ */
+export function planTranscriptRun(
+  state: TranscriptState,
+  pieces: readonly TranscriptPiece[],
+  fresh: ReadonlySet<string>,
+  caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS,
+): { writes: TranscriptWrite[]; state: TranscriptState } {
+  const writes: TranscriptWrite[] = [];
+  const used = new Set<string>();
+  let s = state;
+  for (const p of pieces) {
+    if (!fresh.has(p.id) || used.has(p.id)) continue;
+    used.add(p.id);
+    const r = planTranscriptAppend(s, p.input, caps);
+    writes.push(...r.writes);
+    s = r.state;
+  }
+  return { writes: coalesceWrites(writes), state: s };
+}

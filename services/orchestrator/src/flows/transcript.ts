@@ -1,14 +1,18 @@
 import type { EventEnvelope } from '@kandev/contracts';
-import { processOnce, type EventScope, type Tx } from '@kandev/runtime';
-import type { TranscriptCaps, TranscriptInput } from '../domain/transcript.js';
-import { appendTranscriptItem } from '../store/transcript.js';
-import type { Emit, OrchRuntime } from './context.js';
+import { recordOnce, type EventScope, type Tx } from '@kandev/runtime';
+import type { TranscriptCaps, TranscriptInput, TranscriptPiece } from '../domain/transcript.js';
+import { appendTranscriptItem, appendTranscriptRun } from '../store/transcript.js';
+import { transact, type Emit, type OrchRuntime } from './context.js';
 
 /** The durable consumer that writes what agents say into transcripts (one per service; replicas share it). */
 export const TRANSCRIPT_CONSUMER = 'orchestrator-transcript';
 /** What it consumes: every `kandev.evt.agent.*` event lifecycle relays from agentctl. */
 export const TRANSCRIPT_EVENT_TYPES = ['agent.message', 'agent.tool_call'] as const;
 export const TRANSCRIPT_FILTER_SUBJECT = 'kandev.evt.agent.>';
+/** The most events the consumer takes at once; one session's share of them is one transaction (ADR 0035). */
+export const TRANSCRIPT_BATCH = 100;
+/** What the consumer groups its batch by: one session's events are one run, in delivery order. */
+export const transcriptGroup = (ev: EventEnvelope): string => ev.session_id ?? ev.id;
 
 export const transcriptCaps = (rt: OrchRuntime): TranscriptCaps => ({
   itemBytes: rt.env.TRANSCRIPT_ITEM_BYTES,
@@ -51,18 +55,28 @@ export function transcriptInputOf(ev: EventEnvelope): TranscriptInput | null {
 }
 
 /**
- * One agent event into its session's transcript, exactly once (B-5): the append and the event's
- * inbox row commit together, so a redelivered chunk finds its id and appends nothing (a chunk
- * appended twice would repeat text inside a coalesced item, where no later read could tell).
+ * A run of agent events into their sessions' transcripts, exactly once per event (B-5, ADR 0035):
+ * per session one transaction records the run's ids in the inbox, appends what the new ones add
+ * (consecutive chunks of a turn as one write) and stages the `session.message` events. A
+ * redelivered chunk finds its id and appends nothing (a chunk appended twice would repeat text
+ * inside a coalesced item, where no later read could tell). The consumer hands one session's run
+ * at a time (transcriptGroup); events of several sessions are still kept apart here.
  */
-export async function onAgentEvent(rt: OrchRuntime, ev: EventEnvelope): Promise<void> {
-  const input = transcriptInputOf(ev);
-  if (!input || !ev.session_id) return;
-  const scope = { workspace_id: ev.workspace_id, task_id: ev.task_id ?? null, session_id: ev.session_id };
-  const staged: EventEnvelope[] = [];
-  await processOnce(rt.sql, TRANSCRIPT_CONSUMER, ev.id, async (tx) => {
-    const writes = await appendTranscriptItem(tx, { ...input, session_id: scope.session_id }, transcriptCaps(rt));
-    for (const w of writes) staged.push(await rt.outbox.add(tx, 'session.message', scope, w));
-  });
-  await rt.outbox.flush(staged);
+export async function onAgentEvents(rt: OrchRuntime, evs: readonly EventEnvelope[]): Promise<void> {
+  const runs = new Map<string, { scope: EventScope & { session_id: string }; pieces: TranscriptPiece[] }>();
+  for (const ev of evs) {
+    const input = transcriptInputOf(ev);
+    if (!input || !ev.session_id) continue;
+    let run = runs.get(ev.session_id);
+    if (!run) runs.set(ev.session_id, (run = { scope: { workspace_id: ev.workspace_id, task_id: ev.task_id ?? null, session_id: ev.session_id }, pieces: [] }));
+    run.pieces.push({ id: ev.id, input });
+  }
+  for (const { scope, pieces } of runs.values()) {
+    await transact(rt, async (tx, emit) => {
+      const fresh = await recordOnce(tx, TRANSCRIPT_CONSUMER, pieces.map((p) => p.id));
+      if (!fresh.size) return;
+      const writes = await appendTranscriptRun(tx, scope.session_id, pieces, fresh, transcriptCaps(rt));
+      for (const w of writes) await emit('session.message', scope, w);
+    });
+  }
 }

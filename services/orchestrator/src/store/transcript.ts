@@ -1,6 +1,6 @@
 import type { SessionMessageData, TranscriptItem } from '@kandev/contracts';
 import { transaction, type Sql, type Tx } from '@kandev/runtime';
-import { DEFAULT_TRANSCRIPT_CAPS, planTranscriptAppend, type TranscriptCaps, type TranscriptInput, type TranscriptState } from '../domain/transcript.js';
+import { DEFAULT_TRANSCRIPT_CAPS, planTranscriptAppend, planTranscriptRun, type TranscriptCaps, type TranscriptInput, type TranscriptPiece, type TranscriptState, type TranscriptWrite } from '../domain/transcript.js';
 
 type Q = Sql | Tx;
 
@@ -48,32 +48,43 @@ export async function appendTranscriptItem(
   return appendIn(q, input, caps);
 }
 
-async function appendIn(tx: Tx, input: TranscriptInput & { session_id: string }, caps: TranscriptCaps): Promise<SessionMessageData[]> {
+const appendIn = (tx: Tx, input: TranscriptInput & { session_id: string }, caps: TranscriptCaps) =>
+  writePlanned(tx, input.session_id, (state) => planTranscriptAppend(state, input, caps));
+
+/**
+ * Append a run of one session's pieces in the caller's transaction (the transcript consumer's
+ * batch, ADR 0035): one lock of the session's state row, one write per item touched. Pieces whose
+ * id is not in `fresh` (what the inbox did not already hold) add nothing; see planTranscriptRun.
+ */
+export function appendTranscriptRun(tx: Tx, sessionId: string, pieces: readonly TranscriptPiece[], fresh: ReadonlySet<string>, caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS): Promise<SessionMessageData[]> {
+  return writePlanned(tx, sessionId, (state) => planTranscriptRun(state, pieces, fresh, caps));
+}
+
+async function writePlanned(tx: Tx, sessionId: string, plan: (state: TranscriptState) => { writes: TranscriptWrite[]; state: TranscriptState }): Promise<SessionMessageData[]> {
   // Creates the session's state row on its first item and locks it either way, in one statement.
   const [row] = await tx.unsafe<StateRow[]>(
     `INSERT INTO transcript_state (session_id) SELECT id FROM sessions WHERE id = $1
      ON CONFLICT (session_id) DO UPDATE SET session_id = EXCLUDED.session_id
      RETURNING next_seq, bytes, items, truncated, open_seq, open_turn_id, open_bytes`,
-    [input.session_id],
+    [sessionId],
     { prepare: true },
   );
   if (!row) return [];
-  const before = toState(row);
-  const { writes, state } = planTranscriptAppend(before, input, caps);
+  const { writes, state } = plan(toState(row));
   if (!writes.length) return [];
   const out: SessionMessageData[] = [];
   for (const w of writes) {
     if (w.op === 'created') {
       const [r] = await tx.unsafe<{ created_at: string }[]>(
         `INSERT INTO transcript_items (session_id, seq, turn_id, role, kind, text, meta) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at`,
-        [input.session_id, w.seq, w.turn_id, w.role, w.kind, w.text, tx.json(w.meta as never) as never],
+        [sessionId, w.seq, w.turn_id, w.role, w.kind, w.text, tx.json(w.meta as never) as never],
         { prepare: true },
       );
       out.push({ op: 'created', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
     } else {
       const [r] = await tx.unsafe<{ created_at: string }[]>(
         `UPDATE transcript_items SET text = text || $3, updated_at = now() WHERE session_id = $1 AND seq = $2 RETURNING created_at`,
-        [input.session_id, w.seq, w.text],
+        [sessionId, w.seq, w.text],
         { prepare: true },
       );
       out.push({ op: 'appended', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
@@ -81,7 +92,7 @@ async function appendIn(tx: Tx, input: TranscriptInput & { session_id: string },
   }
   await tx.unsafe(
     `UPDATE transcript_state SET next_seq = $2, bytes = $3, items = $4, truncated = $5, open_seq = $6, open_turn_id = $7, open_bytes = $8 WHERE session_id = $1`,
-    [input.session_id, state.next_seq, state.bytes, state.items, state.truncated, state.open?.seq ?? null, state.open?.turn_id ?? null, state.open?.bytes ?? 0],
+    [sessionId, state.next_seq, state.bytes, state.items, state.truncated, state.open?.seq ?? null, state.open?.turn_id ?? null, state.open?.bytes ?? 0],
     { prepare: true },
   );
   return out;
