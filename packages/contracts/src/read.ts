@@ -101,8 +101,11 @@ export type MessagePage = z.infer<typeof MessagePage>;
  * The `session.message` event (pushed on /ws): one transcript item. `op: "created"` carries the
  * item's whole text so far; `op: "appended"` carries only the chunk added to the item with that
  * `seq` (an agent's streamed text), so a console appends `text` to what it shows for `seq`.
+ * `offset` (appended only): the item's size in UTF-8 bytes before this chunk, so a client that read
+ * the item from the API can tell a chunk it already has (a page read after the append) from one it
+ * lacks, and a chunk it missed from a gap.
  */
-export const SessionMessageData = TranscriptItem.extend({ op: z.enum(['created', 'appended']) });
+export const SessionMessageData = TranscriptItem.extend({ op: z.enum(['created', 'appended']), offset: z.number().int().nonnegative().optional() });
 export type SessionMessageData = z.infer<typeof SessionMessageData>;
 
 /** One tool call report of an agent (ACP `tool_call` / `tool_call_update`, Codex item events), relayed by lifecycle. */

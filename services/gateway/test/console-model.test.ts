@@ -93,6 +93,14 @@ describe('console model', () => {
     expect(applyPush(have, { ...msg(2, 'ld'), op: 'appended' })!.map((m) => m.text)).toEqual(['hello', 'world']);
     expect(applyPush(have, { ...msg(3, 'new'), op: 'created' })!.map((m) => m.seq)).toEqual([1, 2, 3]);
     expect(applyPush(have, { ...msg(4, 'lost chunk'), op: 'appended' })).toBeNull();
+    // With the item's size before the chunk (UTF-8 bytes): a chunk already held changes nothing, a missed one asks for a read.
+    const streamed = [msg(1, 'hello'), msg(2, 'wör')]; // 'wör' is 4 bytes
+    expect(applyPush(streamed, { ...msg(2, 'ld'), op: 'appended', offset: 4 })!.map((m) => m.text)).toEqual(['hello', 'wörld']);
+    expect(applyPush(streamed, { ...msg(2, 'ör'), op: 'appended', offset: 1 })).toBe(streamed); // a page read after it already has it
+    expect(applyPush(streamed, { ...msg(2, 'ld'), op: 'appended', offset: 6 })).toBeNull(); // a chunk before it was missed
+    // A page read before chunks the console applied does not take them back; a newer one replaces.
+    expect(mergeMessages([msg(2, 'world')], [msg(2, 'wor')]).map((m) => m.text)).toEqual(['world']);
+    expect(mergeMessages([msg(2, 'wor')], [msg(2, 'world')]).map((m) => m.text)).toEqual(['world']);
     expect(kindWords('agent', 'agent_text')).toBe('agent');
     expect(kindWords('agent', 'tool_call')).toBe('agent · tool call');
   });

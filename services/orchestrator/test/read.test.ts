@@ -195,6 +195,8 @@ describe('read surface', () => {
       for (const m of seen) {
         if (m.op === 'appended') {
           if (!texts.has(m.seq)) throw new Error(`appended to item ${m.seq} before it was created`);
+          // The offset is the item's size in UTF-8 bytes before this chunk (what a console checks it against).
+          if (m.offset !== raw.encode(texts.get(m.seq)!).length) throw new Error(`appended to item ${m.seq} at offset ${m.offset}, held ${raw.encode(texts.get(m.seq)!).length} bytes`);
           texts.set(m.seq, texts.get(m.seq)! + m.text);
         } else texts.set(m.seq, m.text);
       }

@@ -67,24 +67,39 @@ export function mergeMessages(have: Message[], more: Message[]): Message[] {
   if (more.length === 0) return have;
   const bySeq = new Map<number, Message>();
   for (const m of have) bySeq.set(m.seq, m);
-  for (const m of more) bySeq.set(m.seq, m);
+  for (const m of more) {
+    // Items only grow: a copy read before chunks this console already applied must not take them back.
+    const held = bySeq.get(m.seq);
+    bySeq.set(m.seq, held && held.text.length > m.text.length && held.text.startsWith(m.text) ? held : m);
+  }
   return [...bySeq.values()].sort((a, b) => a.seq - b.seq);
 }
 
 /**
  * Apply one `session.message` push: `created` carries the item's whole text so far (replace by seq),
- * `appended` only the chunk added to the item with that seq (an agent's streamed text). null: an
- * appended chunk for an item not held, so the caller must read the item from the API.
+ * `appended` only the chunk added to the item with that seq (an agent's streamed text), placed by its
+ * `offset` when it has one: a chunk the held text already contains changes nothing. null: the item is
+ * not held, or a chunk before this one is missing, so the caller must read the item from the API.
  */
-export function applyPush(have: Message[], push: Message & { op?: 'created' | 'appended' }): Message[] | null {
-  const { op, ...item } = push;
+export function applyPush(have: Message[], push: Message & { op?: 'created' | 'appended'; offset?: number }): Message[] | null {
+  const { op, offset, ...item } = push;
   if (op !== 'appended') return mergeMessages(have, [item]);
   const i = have.findIndex((m) => m.seq === item.seq);
   if (i < 0) return null;
+  const held = have[i]!.text;
+  if (offset !== undefined) {
+    // The item's size says where the chunk goes: already held (a page read after the append), next, or after a miss.
+    const size = utf8Bytes(held);
+    if (size >= offset + utf8Bytes(item.text)) return have;
+    if (size !== offset) return null;
+  }
   const next = have.slice();
-  next[i] = { ...have[i]!, text: have[i]!.text + item.text };
+  next[i] = { ...have[i]!, text: held + item.text };
   return next;
 }
+
+const utf8 = new TextEncoder();
+const utf8Bytes = (s: string) => utf8.encode(s).length;
 
 const KIND_WORDS: Record<string, string> = {
   prompt: 'prompt',

@@ -270,8 +270,8 @@ function Transcript({ sessionId }: { sessionId: string }) {
         if (typeof raw.seq !== 'number') return;
         const next = applyPush(itemsRef.current, raw);
         if (next === null) {
-          // A chunk of an item this page has not read yet: read from just before it (the page has its whole text).
-          void catchUp();
+          // A chunk of an item not held, or after a chunk missed: read the item whole (from just before it).
+          void catchUp(raw.seq - 1);
           return;
         }
         if (hasGap(itemsRef.current, raw)) void catchUp();

@@ -82,12 +82,13 @@ async function writePlanned(tx: Tx, sessionId: string, plan: (state: TranscriptS
       );
       out.push({ op: 'created', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
     } else {
-      const [r] = await tx.unsafe<{ created_at: string }[]>(
-        `UPDATE transcript_items SET text = text || $3, updated_at = now() WHERE session_id = $1 AND seq = $2 RETURNING created_at`,
+      const [r] = await tx.unsafe<{ created_at: string; offset: number }[]>(
+        `UPDATE transcript_items SET text = text || $3, updated_at = now() WHERE session_id = $1 AND seq = $2
+         RETURNING created_at, octet_length(text) - octet_length($3::text) AS "offset"`,
         [sessionId, w.seq, w.text],
         { prepare: true },
       );
-      out.push({ op: 'appended', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
+      out.push({ op: 'appended', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at, offset: Number(r!.offset) });
     }
   }
   await tx.unsafe(
