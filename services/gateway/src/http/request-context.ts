@@ -30,7 +30,7 @@ declare module 'fastify' {
     auth?: boolean;
     /** Also accept the token as `?token=` (WebSocket upgrades, where browsers cannot set headers). */
     queryToken?: boolean;
-    /** Open a server span `HTTP <METHOD> <route template>` for the request. */
+    /** Open a server span `<METHOD> <route template>` (the HTTP conventions' name) for the request. */
     traced?: boolean;
   }
 }
