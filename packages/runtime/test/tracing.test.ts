@@ -58,8 +58,8 @@ afterAll(async () => {
 it('carries W3C trace context across two NATS hops', async () => {
   exporter.reset();
   await request(nc, first, {});
-  await new Promise((r) => setTimeout(r, 50));
-  const spans = exporter.getFinishedSpans();
+  // The first handler's span ends just after its reply is sent: wait for it.
+  const spans = await eventually(async () => (exporter.getFinishedSpans().some((s) => s.name === 'process kandev.test.first') ? exporter.getFinishedSpans() : null), 5_000, 10);
   const byName = (n: string) => spans.find((s) => s.name === n)!;
   const send1 = byName('send kandev.test.first');
   const proc1 = byName('process kandev.test.first');
