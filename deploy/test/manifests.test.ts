@@ -18,6 +18,7 @@ import * as apps from 'kubernetes-models/apps/v1';
 import * as autoscaling from 'kubernetes-models/autoscaling/v2';
 import * as networking from 'kubernetes-models/networking.k8s.io/v1';
 import * as policy from 'kubernetes-models/policy/v1';
+import * as rbac from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 
 /**
  * Every overlay renders, every object is valid against the Kubernetes schemas (kubernetes-models:
@@ -54,6 +55,7 @@ const MODELS: Record<string, Record<string, unknown>> = {
   'autoscaling/v2': autoscaling,
   'networking.k8s.io/v1': networking,
   'policy/v1': policy,
+  'rbac.authorization.k8s.io/v1': rbac,
   'monitoring.coreos.com/v1': monitoring,
   'external-secrets.io/v1': externalSecrets,
 };

@@ -31,7 +31,7 @@ const SEGMENTS: Array<[string, string]> = [
 function breakdown(collector: SpanCollector, clientSamples: readonly number[]): Map<string, number[]> {
   const out = new Map<string, number[]>(SEGMENTS.map(([k]) => [k, []]));
   const stops = traces(collector.spans())
-    .map((t) => ({ t, root: t.find('mcp tool stop_task_kandev') }))
+    .map((t) => ({ t, root: t.find('tools/call stop_task_kandev') }))
     // A running child's stop reads its executions (a not_running one has none to read).
     .filter((x) => x.root && Number.isFinite(eventTime(x.t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read')))
     .sort((a, b) => a.root!.start - b.root!.start);
@@ -59,7 +59,7 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
 
 /** Spans leave the services in batches (OTEL_BSP_SCHEDULE_DELAY): wait until every stop's trace is in. */
 async function collected(collector: SpanCollector, stops: number): Promise<void> {
-  await eventually(async () => traces(collector.spans()).filter((t) => t.find('mcp tool stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
+  await eventually(async () => traces(collector.spans()).filter((t) => t.find('tools/call stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
 }
 
 function breakdownRows(collector: SpanCollector, clientSamples: readonly number[], callers: number): ScenarioResult[] {

@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, context, propagation, trace } from '@opentelemetry/api';
+import type { ATTR_ERROR_TYPE, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_URL_PATH } from '@opentelemetry/semantic-conventions';
 import {
   AgentctlCancelRequest,
   AgentctlCancelResponse,
@@ -26,6 +27,15 @@ import { errorMessage, type Logger } from './log.js';
 
 const MAX_BODY_BYTES = 1024 * 1024;
 const tracer = trace.getTracer('@kandev/agentctl');
+
+// The HTTP conventions' names, checked against the installed @opentelemetry/semantic-conventions by
+// their types only: loading the package at run time would add ~6 ms to every agent launch, for
+// names that are constants.
+const HTTP_REQUEST_METHOD: typeof ATTR_HTTP_REQUEST_METHOD = 'http.request.method';
+const HTTP_ROUTE: typeof ATTR_HTTP_ROUTE = 'http.route';
+const HTTP_RESPONSE_STATUS_CODE: typeof ATTR_HTTP_RESPONSE_STATUS_CODE = 'http.response.status_code';
+const URL_PATH: typeof ATTR_URL_PATH = 'url.path';
+const ERROR_TYPE: typeof ATTR_ERROR_TYPE = 'error.type';
 
 interface Reply {
   status: number;
@@ -83,7 +93,13 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
     // nothing (not even which paths exist) and changes nothing.
     const handler = route === `GET ${AgentctlPaths.health}` || authorized(req.headers.authorization, options.secret) ? routes[route] : unauthorized;
     const parent = propagation.extract(ROOT_CONTEXT, req.headers);
-    const span = tracer.startSpan(route, { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? 'GET', 'url.path': path } }, parent);
+    // `METHOD /route` for a route agentctl has, the bare method for any other path (the
+    // conventions' fallback: span names never carry a caller's arbitrary path).
+    const known = Object.hasOwn(routes, route);
+    const span = tracer.startSpan(known ? route : (req.method ?? 'GET'), { kind: SpanKind.SERVER }, parent);
+    if (span.isRecording()) {
+      span.setAttributes({ [HTTP_REQUEST_METHOD]: req.method ?? 'GET', [URL_PATH]: path, ...(known ? { [HTTP_ROUTE]: path } : {}) });
+    }
     void context.with(trace.setSpan(parent, span), async () => {
       let reply: Reply;
       try {
@@ -92,8 +108,11 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
         reply = errorReply(err);
         if (reply.status >= 500) log.warn('request failed', { route, status: reply.status, err: errorMessage(err) });
       }
-      span.setAttribute('http.response.status_code', reply.status);
-      if (reply.status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.setAttribute(HTTP_RESPONSE_STATUS_CODE, reply.status);
+      if (reply.status >= 500) {
+        span.setAttribute(ERROR_TYPE, String(reply.status));
+        span.setStatus({ code: SpanStatusCode.ERROR });
+      }
       span.end();
       send(res, reply);
     });

@@ -22,7 +22,6 @@ import { startTracing } from './tracing.js';
 const SIGNAL_GRACE_MS = 2000;
 
 async function main(): Promise<void> {
-  const stopTracing = await startTracing();
   let config: AgentctlConfig;
   let secret: string;
   try {
@@ -34,6 +33,9 @@ async function main(): Promise<void> {
     process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'error', msg: 'invalid configuration', err: err.message })}\n`);
     process.exit(2);
   }
+  // After the configuration: the execution id is the resource's service.instance.id. Nothing is
+  // traced before it (a configuration error exits at once).
+  const stopTracing = await startTracing(config.executionId);
 
   const logOutput = new DivertableOutput();
   const log = createLogger(

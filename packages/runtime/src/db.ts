@@ -3,6 +3,8 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from './log.js';
 import { transaction } from './transaction.js';
+import { connectionAttributes, tracedSql } from './db-tracing.js';
+import { tracingRecords } from './tracing.js';
 
 export type Sql = postgres.Sql<Record<string, never>>;
 export type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -14,7 +16,7 @@ export type DbDebug = (connection: number, query: string, parameters: unknown[])
 /** One pool per service, confined to the service's own schema through search_path. */
 export function connectDb(url: string, schema: string, opts: { max?: number; debug?: DbDebug } = {}): Sql {
   assertIdent(schema);
-  return postgres(url, {
+  const sql = postgres(url, {
     max: opts.max ?? 10,
     ...(opts.debug ? { debug: opts.debug as never } : {}),
     idle_timeout: 30,
@@ -27,6 +29,9 @@ export function connectDb(url: string, schema: string, opts: { max?: number; deb
       timestamptz: { to: 1184, from: [1184, 1114], serialize: (x: string | Date) => (x instanceof Date ? x.toISOString() : x), parse: (x: string) => new Date(x).toISOString() },
     } as never,
   }) as unknown as Sql;
+  // A span per statement where spans are recorded (docs/operations.md, "Traces"); otherwise the
+  // driver's own pool, with nothing in the way of a statement.
+  return tracingRecords() ? tracedSql(sql, connectionAttributes(url, schema)) : sql;
 }
 
 function assertIdent(name: string) {

@@ -23,6 +23,8 @@ export const BaseEnv = z.object({
   KANDEV_JS_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().optional(),
   OTEL_SERVICE_NAME: z.string().optional(),
+  /** Resource attributes of every exported span (the OTel SDK environment specification's format). */
+  OTEL_RESOURCE_ATTRIBUTES: z.string().optional(),
 });
 export type BaseEnv = z.infer<typeof BaseEnv>;
 

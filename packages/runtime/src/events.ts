@@ -6,6 +6,7 @@ import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
 import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
+import { ATTR_MESSAGING_CONSUMER_GROUP_NAME, messagingSpan } from './semconv.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -199,9 +200,9 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
     if (!ev) return;
     const parent = extractTrace(m.headers);
     try {
-      await inSpan(`process ${eventSubject(ev.type)}`, { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable } }, () =>
-        handler(ev),
-      );
+      const subject = eventSubject(ev.type);
+      const span = messagingSpan('process', subject, subject, { [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable });
+      await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(ev));
       await m.ackAck().catch(() => m.ack());
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' });
     } catch (e) {

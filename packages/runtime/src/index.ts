@@ -1,10 +1,13 @@
 export * from './env.js';
 export * from './log.js';
 export * from './tracing.js';
+export * from './semconv.js';
+export * from './resource.js';
 export * from './nats.js';
 export * from './rpc.js';
 export * from './events.js';
 export * from './db.js';
+export { summarizeStatement, type StatementSummary } from './db-tracing.js';
 export * from './outbox.js';
 export * from './housekeeping.js';
 export * from './repeat.js';

@@ -1,11 +1,12 @@
 import { errors as natsErrors, headers as natsHeaders, RequestError, TimeoutError, NoRespondersError, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
 import { Svcm, type Service } from '@nats-io/services';
-import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, type Endpoint, type Reply } from '@kandev/contracts';
+import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, SUBJECT_PREFIX, type Endpoint, type Reply } from '@kandev/contracts';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import type { Logger } from './log.js';
 import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
+import { messagingSpanOf } from './semconv.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
 import { acknowledge, InFlightReplies, HEARTBEAT_MS, progressOf, RECEIPT_WAIT_MS, replyInboxOf, SILENCE_MS } from './replies.js';
@@ -157,6 +158,12 @@ export function remainingMs(): number | undefined {
 }
 
 /**
+ * The low-cardinality form of an endpoint's subject, for span names: an instance endpoint
+ * (`kandev.life.<instance>.exec.stop`) is named by its template (`kandev.life.*.exec.stop`).
+ */
+export const subjectTemplate = (endpoint: Endpoint): string => (endpoint.name.includes('*') ? `${SUBJECT_PREFIX}.${endpoint.name}` : endpoint.subject);
+
+/**
  * Register endpoints as one @nats-io/services service (so $SRV.PING/INFO/STATS work), each in the
  * service's queue group. Requests and replies are validated against the contracts on the way in
  * and out; a handler throwing KandevError answers with its code, anything else INTERNAL_ERROR.
@@ -231,10 +238,12 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
   const deadline = budget > 0 ? started + budget : undefined;
   const waitsEndBy = budget > 0 ? started + budget - replyReserveMs(budget) : undefined;
   const parent = extractTrace(msg.headers);
+  const processSpan = messagingSpanOf('process', msg.subject, subjectTemplate(endpoint));
   let error: { code: string; message: string } | undefined;
   const context: Serving = { requestId, waitsEndBy, active: true };
   await serving.run(context, () =>
-    inSpan(`process ${endpoint.subject.replace(/\.[0-9a-f-]{8,}\./i, '.*.')}`, { kind: SpanKind.SERVER, parent, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name, 'kandev.request_id': requestId } }, async (span) => {
+    inSpan(processSpan.name, { kind: SpanKind.SERVER, parent, attributes: processSpan.attributes }, async (span) => {
+      if (span.isRecording()) span.setAttribute('kandev.request_id', requestId);
       const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
       const after: Array<() => unknown> = [];
       const afterReply = (fn: () => unknown) => void after.push(fn);
@@ -344,7 +353,8 @@ export async function request<E extends Endpoint>(
   const timeout = Math.floor(Math.min(opts.timeoutMs ?? left ?? defaultRequestTimeoutMs(nc), left ?? Number.POSITIVE_INFINITY));
   if (timeout <= 0) throw unavailable(`${endpoint.name} not sent: the caller's deadline has passed`);
   const requestId = opts.requestId ?? outer?.requestId;
-  return inSpan(`send ${endpoint.subject}`, { kind: SpanKind.CLIENT, attributes: { 'messaging.system': 'nats', 'messaging.destination.name': endpoint.name } }, async () => {
+  const sendSpan = messagingSpanOf('send', endpoint.subject, subjectTemplate(endpoint));
+  return inSpan(sendSpan.name, { kind: SpanKind.CLIENT, attributes: sendSpan.attributes }, async () => {
     const h: MsgHdrs = natsHeaders();
     if (requestId) h.set(Headers.requestId, requestId);
     injectTrace(h);

@@ -17,6 +17,8 @@ import { initTracing, shutdownTracing } from './tracing.js';
 
 export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
   name: ServiceName;
+  /** The service's package version (`packageVersion(import.meta.url)`): service.version of its spans and of its $SRV endpoints. */
+  version?: string | undefined;
   /** The service's env schema (BaseEnv extended); parsed once, fails fast. */
   env?: S;
   /** PostgreSQL schema this service owns; omit for services without data. */
@@ -81,7 +83,13 @@ export async function startService<S extends z.ZodObject>(
   const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
   const keys = resolveKeys(source, def.keys ?? []);
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
-  initTracing({ serviceName: env.OTEL_SERVICE_NAME ?? `kandev-${def.name}`, otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT });
+  initTracing({
+    serviceName: `kandev-${def.name}`,
+    serviceVersion: def.version,
+    instanceId,
+    env: { OTEL_SERVICE_NAME: env.OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: env.OTEL_RESOURCE_ATTRIBUTES },
+    otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT,
+  });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
   const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS, requestTimeoutMs: env.REQUEST_TIMEOUT_MS });
   if (def.publishesEvents !== false) await ensureEventStream(nc, { replicas: env.KANDEV_JS_REPLICAS, log });
@@ -115,7 +123,7 @@ export async function startService<S extends z.ZodObject>(
     publisher,
     outbox,
     async serve(registrations) {
-      const svc = await serveEndpoints(nc, { service: def.name, instanceId, queue: QueueGroups[def.name], log, inFlight }, registrations);
+      const svc = await serveEndpoints(nc, { service: def.name, ...(def.version ? { version: def.version } : {}), instanceId, queue: QueueGroups[def.name], log, inFlight }, registrations);
       services.push(svc);
       return svc;
     },

@@ -2,10 +2,9 @@ import { context, propagation, trace, SpanKind, SpanStatusCode, TraceFlags, type
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
+import { buildResource, type ResourceEnv } from './resource.js';
 import type { MsgHdrs } from '@nats-io/nats-core';
 import { randomFillSync } from 'node:crypto';
 
@@ -16,7 +15,16 @@ export type { Span, Context };
 let provider: NodeTracerProvider | PropagatingTracerProvider | undefined;
 
 export interface TracingOptions {
+  /** service.name unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names another. */
   serviceName: string;
+  /** service.version (the service's package version). */
+  serviceVersion?: string | undefined;
+  /** service.instance.id (INSTANCE_ID). */
+  instanceId?: string | undefined;
+  /** OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME: the resource (resource.ts). */
+  env?: ResourceEnv;
+  /** The service.* attributes stay these, whatever `env` says (agentctl: the environment is its lifecycle's). */
+  ownIdentity?: boolean;
   /** OTLP/HTTP endpoint; unset (and no exporter) = spans carry ids across hops but record nothing. */
   otlpEndpoint?: string | undefined;
   /** Tests pass an in-memory exporter here. */
@@ -47,13 +55,19 @@ export function initTracing(opts: TracingOptions): NodeTracerProvider | Propagat
     return provider;
   }
   const recording = new NodeTracerProvider({
-    resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: opts.serviceName }),
+    resource: buildResource(opts),
     spanProcessors,
   });
   recording.register({ propagator: new W3CTraceContextPropagator() });
   provider = recording;
   return provider;
 }
+
+/**
+ * Whether spans are recorded (an exporter is configured). Instrumentation that costs something
+ * beyond a span start (the database statements' spans) is installed only then.
+ */
+export const tracingRecords = (): boolean => provider instanceof NodeTracerProvider;
 
 export async function shutdownTracing(): Promise<void> {
   const p = provider;

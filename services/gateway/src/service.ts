@@ -1,4 +1,4 @@
-import { SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, type ServiceDefinition, packageVersion } from '@kandev/runtime';
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +12,7 @@ const DEFAULT_CONSOLE_DIR = fileURLToPath(new URL('../dist/console', import.meta
 /** The operator edge: HTTP API, /ws and the console's static files. */
 export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
   name: 'gateway',
+  version: packageVersion(import.meta.url),
   env: GatewayEnv,
   publishesEvents: false,
   // Operator tokens only (ADR 0020): it can neither mint nor accept agent tokens.

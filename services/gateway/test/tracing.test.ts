@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_MESSAGING_DESTINATION_NAME, ATTR_MESSAGING_OPERATION_TYPE, ATTR_MESSAGING_SYSTEM_NAME, ATTR_URL_PATH } from '@kandev/runtime';
 import { Orch } from '@kandev/contracts';
 import { connectNats, createLogger, initTracing, on, serveEndpoints, SpanKind, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
@@ -46,19 +47,28 @@ it('opens one server span per request named by route template, continuing the in
   const traceId = 'aaaabbbbccccddddeeeeffff00001111';
   const res = await fetch(`${gw.http}/tasks/${randomUUID()}`, { headers: { authorization: `Bearer ${token}`, traceparent: `00-${traceId}-1111222233334444-01` } });
   expect(res.status).toBe(200);
-  const http = await spanNamed('HTTP GET /tasks/:id', traceId);
+  const http = await spanNamed('GET /tasks/:id', traceId);
   expect(http.kind).toBe(SpanKind.SERVER);
-  expect(http.attributes['http.response.status_code']).toBe(200);
+  expect(http.attributes[ATTR_HTTP_RESPONSE_STATUS_CODE]).toBe(200);
+  // The HTTP server conventions: method, route template, the path as requested.
+  expect(http.attributes[ATTR_HTTP_REQUEST_METHOD]).toBe('GET');
+  expect(http.attributes[ATTR_HTTP_ROUTE]).toBe('/tasks/:id');
+  expect(http.attributes[ATTR_URL_PATH]).toMatch(/^\/tasks\/[0-9a-f-]{36}$/);
   expect(parentIdOf(http)).toBe('1111222233334444');
   const send = await spanNamed('send kandev.orch.task.get', traceId);
   expect(parentIdOf(send)).toBe(http.spanContext().spanId);
-  await spanNamed('process kandev.orch.task.get', traceId);
+  expect(send.kind).toBe(SpanKind.CLIENT);
+  expect(send.attributes[ATTR_MESSAGING_SYSTEM_NAME]).toBe('nats');
+  expect(send.attributes[ATTR_MESSAGING_OPERATION_TYPE]).toBe('send');
+  expect(send.attributes[ATTR_MESSAGING_DESTINATION_NAME]).toBe('kandev.orch.task.get');
+  const process = await spanNamed('process kandev.orch.task.get', traceId);
+  expect(process.attributes[ATTR_MESSAGING_OPERATION_TYPE]).toBe('process');
 });
 
 it('traces refused requests too, and never puts ids in span names', async () => {
   const res = await fetch(`${gw.http}/tasks/${randomUUID()}/stop`, { method: 'POST' });
   expect(res.status).toBe(401);
-  const span = await spanNamed('HTTP POST /tasks/:id/stop');
+  const span = await spanNamed('POST /tasks/:id/stop');
   expect(span.attributes['kandev.error_code']).toBe('UNAUTHORIZED');
   for (const s of exporter.getFinishedSpans()) expect(s.name).not.toMatch(/[0-9a-f]{8}-[0-9a-f]{4}/);
 });

@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEvents, readOnScrape, type ServiceDefinition } from '@kandev/runtime';
+import { consumeEvents, readOnScrape, type ServiceDefinition, packageVersion } from '@kandev/runtime';
 import { holdsEndpoints } from './endpoints/holds.js';
 import { HoldsEnv } from './env.js';
 import type { HoldsRuntime } from './flows/context.js';
@@ -10,6 +10,7 @@ import { wakeupBacklog } from './store/wakeups.js';
 /** The wakeup queue, its dispatcher and hold gate, cost events and tree cost summaries. */
 export const holdsService: ServiceDefinition<typeof HoldsEnv> = {
   name: 'holds',
+  version: packageVersion(import.meta.url),
   env: HoldsEnv,
   schema: 'holds',
   migrationsDir: fileURLToPath(new URL('../migrations', import.meta.url)),

@@ -1,4 +1,4 @@
-import { SERVICE_KEYS, workDirRoot, type ServiceDefinition } from '@kandev/runtime';
+import { SERVICE_KEYS, workDirRoot, type ServiceDefinition, packageVersion } from '@kandev/runtime';
 import { dirname } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { launchEndpoints } from './endpoints/launch.js';
@@ -18,6 +18,7 @@ import { ExecutionSupervisor } from './supervisor.js';
  */
 export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   name: 'lifecycle',
+  version: packageVersion(import.meta.url),
   env: LifecycleEnv,
   // Mints the agent token of each execution (flows/launch.ts); never sees the operator key.
   keys: SERVICE_KEYS.lifecycle,

@@ -6,7 +6,8 @@
  * needs Node 22; the test mirrors its server scenarios on Node 20).
  */
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
-import { agentTokenVerifier, bearer, context, propagation, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
+import { agentTokenVerifier, ATTR_ERROR_TYPE, ATTR_HTTP_RESPONSE_STATUS_CODE, bearer, context, httpServerAttributes, httpServerSpanName, propagation, SpanKind, trace, tracer, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
+import { ROOT_CONTEXT, SpanStatusCode } from '@opentelemetry/api';
 import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -136,6 +137,9 @@ class InFlight {
  * effect in a stateless server. The HTTP rules are the SDK transport's (406 / 415 / 413 / 400
  * answers, `mcp-protocol-version` check, batches of up to 100). `/healthz` answers without a token.
  */
+/** The one route of the MCP transport (http.route of its spans). */
+const MCP_ROUTE = '/mcp';
+
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
   const verifySignature = agentTokenVerifier(opts.jwtSecret);
@@ -211,7 +215,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       callerToken: auth.token,
       requestId: first(req.headers[KandevHeaders.requestId]) || first(req.headers['x-request-id']) || randomUUID(),
       requestTimeoutMs: opts.requestTimeoutMs,
-      trace: req.headers.traceparent ? propagation.extract(context.active(), req.headers) : context.active(),
+      // The HTTP server span's context (serveMcp runs inside it): the parent of every tool span.
+      trace: context.active(),
     };
     // A client that goes away before its answer (a closed connection) no longer waits for it.
     const connection = new AbortController();
@@ -245,10 +250,26 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       log.info({ reason: refused, origin: req.headers.origin, host: req.headers.host }, 'mcp request rejected: forbidden');
       return jsonRpcError(res, 403, JSONRPC_SERVER_ERROR, `Forbidden: ${refused}`);
     }
-    serveMcp(req, res).catch((err: unknown) => {
-      log.error({ err }, 'mcp request failed');
-      jsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
+    // One HTTP server span per request to /mcp (`POST /mcp`), continuing the caller's trace; the
+    // tool calls in its body are its children. Refusals before this point (origin) are not traced.
+    const parent = req.headers.traceparent ? propagation.extract(ROOT_CONTEXT, req.headers) : ROOT_CONTEXT;
+    const method = req.method ?? 'GET';
+    const span = tracer().startSpan(httpServerSpanName(method, MCP_ROUTE), { kind: SpanKind.SERVER }, parent);
+    if (span.isRecording()) span.setAttributes(httpServerAttributes(method, MCP_ROUTE, path));
+    res.once('close', () => {
+      span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.statusCode);
+      if (res.statusCode >= 500) {
+        span.setAttribute(ATTR_ERROR_TYPE, String(res.statusCode));
+        span.setStatus({ code: SpanStatusCode.ERROR });
+      }
+      span.end();
     });
+    void context.with(trace.setSpan(parent, span), () =>
+      serveMcp(req, res).catch((err: unknown) => {
+        log.error({ err }, 'mcp request failed');
+        jsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
+      }),
+    );
   });
 
   await new Promise<void>((resolve, reject) => {

@@ -1,4 +1,4 @@
-import { RegistryReader, SERVICE_KEYS, type ServiceDefinition } from '@kandev/runtime';
+import { RegistryReader, SERVICE_KEYS, type ServiceDefinition, packageVersion } from '@kandev/runtime';
 import { McpEnv } from './env.js';
 import { ExecutionLiveness } from './execution-liveness.js';
 import { startMcpHttp } from './http.js';
@@ -10,6 +10,7 @@ import { startMcpHttp } from './http.js';
  */
 export const mcpService: ServiceDefinition<typeof McpEnv> = {
   name: 'mcp',
+  version: packageVersion(import.meta.url),
   env: McpEnv,
   publishesEvents: false,
   // Agent tokens only (ADR 0020): an operator token is not a credential here.

@@ -1,5 +1,19 @@
 import { KandevError, validationError } from '@kandev/contracts';
-import { inSpan, metrics, SpanKind, type AgentClaims, type Context, type Logger, type NatsConnection } from '@kandev/runtime';
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_GEN_AI_OPERATION_NAME,
+  ATTR_GEN_AI_TOOL_NAME,
+  ATTR_MCP_METHOD_NAME,
+  GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+  inSpan,
+  MCP_METHOD_NAME_VALUE_TOOLS_CALL,
+  metrics,
+  SpanKind,
+  type AgentClaims,
+  type Context,
+  type Logger,
+  type NatsConnection,
+} from '@kandev/runtime';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { toolFailure, toolSuccess } from './domain/tool-result.js';
@@ -13,7 +27,7 @@ export interface CallScope {
   callerToken: string;
   requestId: string;
   requestTimeoutMs: number;
-  /** Trace context extracted from the HTTP request (`traceparent`), parent of every tool span. */
+  /** Trace context of the HTTP request's server span (continuing its `traceparent`), parent of every tool span. */
   trace: Context;
   /** Aborts when the caller cancels this call or its HTTP connection closes. */
   signal: AbortSignal;
@@ -28,15 +42,25 @@ export interface CallScope {
  * `backend error [VALIDATION_ERROR]: …` with `{code, message}`.
  */
 export async function callTool(tool: Tool | undefined, requested: string, args: unknown, scope: CallScope): Promise<CallToolResult> {
-  // Span names carry no caller-chosen text: an unknown name is reported as an attribute.
-  const spanName = `mcp tool ${tool ? tool.name : 'unknown'}`;
-  const attributes = { 'rpc.system': 'mcp', 'mcp.tool.name': requested, 'kandev.task_id': scope.caller.task_id, 'kandev.request_id': scope.requestId };
-  return inSpan(spanName, { kind: SpanKind.SERVER, parent: scope.trace, attributes }, async (span) => {
+  // The MCP conventions' `{mcp.method.name} {target}`. Span names carry no caller-chosen text: an
+  // unknown tool is `tools/call unknown`, the name it was called by is in gen_ai.tool.name.
+  const spanName = `${MCP_METHOD_NAME_VALUE_TOOLS_CALL} ${tool ? tool.name : 'unknown'}`;
+  return inSpan(spanName, { kind: SpanKind.SERVER, parent: scope.trace }, async (span) => {
+    if (span.isRecording()) {
+      span.setAttributes({
+        [ATTR_MCP_METHOD_NAME]: MCP_METHOD_NAME_VALUE_TOOLS_CALL,
+        [ATTR_GEN_AI_OPERATION_NAME]: GEN_AI_OPERATION_NAME_VALUE_EXECUTE_TOOL,
+        [ATTR_GEN_AI_TOOL_NAME]: requested,
+        'kandev.task_id': scope.caller.task_id,
+        'kandev.request_id': scope.requestId,
+      });
+    }
     const started = performance.now();
     const result = await runTool(tool, requested, args, scope);
     const code = result.isError ? String((result.structuredContent as { code?: unknown } | undefined)?.code ?? 'INTERNAL_ERROR') : 'OK';
     if (result.isError) {
       span.setAttribute('kandev.error_code', code);
+      span.setAttribute(ATTR_ERROR_TYPE, code);
       if (code === 'INTERNAL_ERROR' || code === 'UNAVAILABLE') span.setStatus({ code: SpanStatusCode.ERROR, message: code });
     }
     // Label by the tool's own name, never the caller's text (an unknown name is `unknown`).

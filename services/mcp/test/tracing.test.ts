@@ -1,6 +1,7 @@
 import { OrchMcp } from '@kandev/contracts';
-import { initTracing } from '@kandev/runtime';
+import { ATTR_ERROR_TYPE, ATTR_GEN_AI_OPERATION_NAME, ATTR_GEN_AI_TOOL_NAME, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_MCP_METHOD_NAME, initTracing } from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { eventually } from '@kandev/testkit';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { agentToken, connectClient, Harness, uuid } from './harness.js';
 
@@ -35,20 +36,34 @@ afterAll(async () => {
 it('runs the tool call as a child of the incoming traceparent, with the NATS request under it (R-7.2)', async () => {
   h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
   await client.callTool({ name: 'stop_task_kandev', arguments: { task_id: uuid() } });
-  await new Promise((r) => setTimeout(r, 50));
+  // The HTTP span ends when its response is closed, a moment after the client has the answer.
+  const toolSpan = await eventually(async () => finished.find((s) => s.name === 'tools/call stop_task_kandev'), 5_000, 10);
+  await eventually(async () => finished.some((s) => s.name === 'POST /mcp' && s.spanContext().spanId === toolSpan.parentSpanContext?.spanId), 5_000, 10);
 
   const byName = (n: string) => finished.find((s) => s.name === n);
-  const tool = byName('mcp tool stop_task_kandev');
+  const tool = byName('tools/call stop_task_kandev');
+  const http = finished.find((s) => s.name === 'POST /mcp' && s.spanContext().spanId === tool?.parentSpanContext?.spanId);
   const send = byName(`send ${OrchMcp.stopChildTask.subject}`);
   const process = byName(`process ${OrchMcp.stopChildTask.subject}`);
+  expect(http, 'HTTP server span').toBeDefined();
   expect(tool, 'tool span').toBeDefined();
   expect(send, 'send span').toBeDefined();
   expect(process, 'process span').toBeDefined();
 
+  // The HTTP server span continues the caller's traceparent; the tool call is its child.
+  expect(http!.kind).toBe(1); // SpanKind.SERVER
+  expect(http!.spanContext().traceId).toBe(traceId);
+  expect(http!.parentSpanContext?.spanId).toBe(edgeSpanId);
+  expect(http!.attributes[ATTR_HTTP_ROUTE]).toBe('/mcp');
+  expect(http!.attributes[ATTR_HTTP_REQUEST_METHOD]).toBe('POST');
+  expect(http!.attributes[ATTR_HTTP_RESPONSE_STATUS_CODE]).toBe(200);
   expect(tool!.kind).toBe(1); // SpanKind.SERVER
   expect(tool!.spanContext().traceId).toBe(traceId);
-  expect(tool!.parentSpanContext?.spanId).toBe(edgeSpanId);
-  expect(tool!.attributes['mcp.tool.name']).toBe('stop_task_kandev');
+  expect(tool!.parentSpanContext?.spanId).toBe(http!.spanContext().spanId);
+  // The MCP conventions: the method, and the tool as gen_ai.tool.name.
+  expect(tool!.attributes[ATTR_MCP_METHOD_NAME]).toBe('tools/call');
+  expect(tool!.attributes[ATTR_GEN_AI_TOOL_NAME]).toBe('stop_task_kandev');
+  expect(tool!.attributes[ATTR_GEN_AI_OPERATION_NAME]).toBe('execute_tool');
   expect(send!.spanContext().traceId).toBe(traceId);
   expect(send!.parentSpanContext?.spanId).toBe(tool!.spanContext().spanId);
   expect(process!.parentSpanContext?.spanId).toBe(send!.spanContext().spanId);
@@ -58,7 +73,7 @@ it('marks an error result on the tool span', async () => {
   finished.length = 0;
   const r = await client.callTool({ name: 'stop_task_kandev', arguments: {} });
   expect(r.isError).toBe(true);
-  await new Promise((r) => setTimeout(r, 50));
-  const tool = finished.find((s) => s.name === 'mcp tool stop_task_kandev');
+  const tool = await eventually(async () => finished.find((s) => s.name === 'tools/call stop_task_kandev'), 5_000, 10);
   expect(tool?.attributes['kandev.error_code']).toBe('VALIDATION_ERROR');
+  expect(tool?.attributes[ATTR_ERROR_TYPE]).toBe('VALIDATION_ERROR');
 });

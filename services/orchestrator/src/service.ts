@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEventBatches, consumeEvents, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { consumeEventBatches, consumeEvents, packageVersion, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -17,6 +17,7 @@ import { TeardownYield } from './flows/teardown-yield.js';
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
 export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
   name: 'orchestrator',
+  version: packageVersion(import.meta.url),
   env: OrchestratorEnv,
   schema: 'orchestrator',
   // Verifies the agent token mcp forwards with every kandev.orch.mcp.> request (flows/caller.ts).

@@ -1,5 +1,5 @@
 import { ROOT_CONTEXT, SpanStatusCode, type Context, type Span } from '@opentelemetry/api';
-import { bearer, context, metrics, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
+import { ATTR_ENDUSER_ID, ATTR_ERROR_TYPE, ATTR_HTTP_RESPONSE_STATUS_CODE, bearer, context, httpServerAttributes, httpServerSpanName, metrics, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
 import { unavailable, type OperatorActor } from '@kandev/contracts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator } from '../auth.js';
@@ -30,7 +30,7 @@ declare module 'fastify' {
     auth?: boolean;
     /** Also accept the token as `?token=` (WebSocket upgrades, where browsers cannot set headers). */
     queryToken?: boolean;
-    /** Open a server span `HTTP <METHOD> <route template>` for the request. */
+    /** Open a server span `<METHOD> <route template>` (the HTTP conventions' name) for the request. */
     traced?: boolean;
   }
 }
@@ -57,11 +57,9 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
     let otel: Context = ROOT_CONTEXT;
     if (config.traced) {
       const parent = propagation.extract(ROOT_CONTEXT, req.headers);
-      span = tracer().startSpan(
-        `HTTP ${req.method} ${route}`,
-        { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method, 'http.route': route, 'kandev.request_id': requestId } },
-        parent,
-      );
+      span = tracer().startSpan(httpServerSpanName(req.method, route), { kind: SpanKind.SERVER }, parent);
+      // Built only for a span that records: with no exporter every span here is id-only.
+      if (span.isRecording()) span.setAttributes({ ...httpServerAttributes(req.method, route, req.url.split('?', 1)[0] ?? ''), 'kandev.request_id': requestId });
       otel = trace.setSpan(parent, span);
     }
     req.kandev = { requestId, log: deps.log.child({ request_id: requestId }), span, otel, started: performance.now(), operator: null, route, errorCode: null, finished: false };
@@ -70,7 +68,7 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       if (deps.isStopping()) throw unavailable('gateway is shutting down');
       const token = bearer(req.headers.authorization) ?? (config.queryToken ? queryTokenOf(req) : null);
       req.kandev.operator = await authenticate(deps.jwtSecret, token);
-      span?.setAttribute('enduser.id', req.kandev.operator.actor.id);
+      span?.setAttribute(ATTR_ENDUSER_ID, req.kandev.operator.actor.id);
     }
   });
 
@@ -105,9 +103,13 @@ export function finishRequest(req: FastifyRequest, status: number): void {
   const durationMs = Math.round((performance.now() - k.started) * 10) / 10;
   let traceId: string | undefined;
   if (k.span) {
-    k.span.setAttribute('http.response.status_code', status);
+    k.span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, status);
     if (k.errorCode) k.span.setAttribute('kandev.error_code', k.errorCode);
-    if (status >= 500) k.span.setStatus({ code: SpanStatusCode.ERROR });
+    if (status >= 500) {
+      // The conventions: a server span is an error from 500 on, with error.type the status code.
+      k.span.setAttribute(ATTR_ERROR_TYPE, String(status));
+      k.span.setStatus({ code: SpanStatusCode.ERROR });
+    }
     traceId = k.span.spanContext().traceId;
     k.span.end();
   }

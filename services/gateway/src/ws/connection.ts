@@ -1,6 +1,6 @@
 import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { badRequest, isKandevError, type ErrorBody } from '@kandev/contracts';
-import { inSpan, metrics, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
+import { ATTR_ENDUSER_ID, inSpan, metrics, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import type { RawData, WebSocket } from 'ws';
@@ -96,7 +96,7 @@ export class WsHub {
     try {
       const result = await inSpan(
         `WS ${frame.action}`,
-        { kind: SpanKind.SERVER, parent, attributes: { 'kandev.ws.action': frame.action, 'kandev.request_id': requestId, 'enduser.id': client.actor.id } },
+        { kind: SpanKind.SERVER, parent, attributes: { 'kandev.ws.action': frame.action, 'kandev.request_id': requestId, [ATTR_ENDUSER_ID]: client.actor.id } },
         () => handler(frame.payload, { actor: client.actor, client, requestId, nc: this.deps.nc, timeoutMs: this.deps.timeoutMs, subscriptions: this.subscriptions }),
       );
       log.info({ outcome: 'ok', duration_ms: elapsed(started) }, 'websocket request');
