@@ -6,7 +6,7 @@ import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
 import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
-import { ATTR_MESSAGING_CONSUMER_GROUP_NAME, messagingSpan } from './semconv.js';
+import { ATTR_MESSAGING_BATCH_MESSAGE_COUNT, ATTR_MESSAGING_CONSUMER_GROUP_NAME, messagingSpan } from './semconv.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -283,11 +283,9 @@ export async function consumeEventBatches(nc: NatsConnection, opts: BatchConsume
     const first = group[0]!;
     const parent = extractTrace(first.m.headers);
     try {
-      await inSpan(
-        `process ${eventSubject(first.ev.type)}`,
-        { kind: SpanKind.CONSUMER, parent, attributes: { 'messaging.system': 'nats', 'messaging.consumer.group.name': opts.durable, 'messaging.batch.message_count': group.length } },
-        () => handler(group.map((x) => x.ev)),
-      );
+      const subject = eventSubject(first.ev.type);
+      const span = messagingSpan('process', subject, subject, { [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable, [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: group.length });
+      await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(group.map((x) => x.ev)));
       // Acked together after the commit; one lost ack only means a redelivery the handler absorbs.
       await Promise.all(group.map(({ m }) => m.ackAck().catch(() => m.ack())));
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' }, group.length);
