@@ -24,7 +24,7 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
   it('a uid held by another process is skipped, and free again once that process is gone', async () => {
     const code = `
       const { AgentIsolation } = await import(${JSON.stringify(DIST)});
-      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'work'))}, uidRange: '29980-29981', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
+      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'work-other'))}, uidLockDir: ${JSON.stringify(join(root, 'uids'))}, uidRange: '29980-29981', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
       const p = await iso.place('other-execution', 'ws', 'task-other', null);
       process.stdout.write(p.identity.uid + '\\n');
       setInterval(() => {}, 1 << 30);`;
@@ -35,7 +35,8 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
     });
     expect(otherUid).toBe(29980);
 
-    const iso = new AgentIsolation({ workRoot: join(root, 'work'), uidRange: '29980-29981', setting: 'auto', log });
+    // Another work root (each test stack or replica has its own): the host's lock directory still decides.
+    const iso = new AgentIsolation({ workRoot: join(root, 'work'), uidLockDir: join(root, 'uids'), uidRange: '29980-29981', setting: 'auto', log });
     const mine = await iso.place('my-execution', 'ws', 'task-mine', null);
     expect(mine.identity!.uid).toBe(29981);
     await expect(iso.place('one-too-many', 'ws', 'task-3', null)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
@@ -47,5 +48,30 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
     expect(next.identity!.uid).toBe(29980);
     await iso.finish(mine);
     await iso.finish(next);
+  });
+
+  it('by default, instances with different work roots (replicas, test stacks) share the host\'s locks', async () => {
+    const code = `
+      const { AgentIsolation } = await import(${JSON.stringify(DIST)});
+      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'stack-a'))}, uidRange: '29990-29991', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
+      const p = await iso.place('stack-a-execution', 'ws', 'task-a', null);
+      process.stdout.write(p.identity.uid + '\\n');
+      setInterval(() => {}, 1 << 30);`;
+    const other = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      const otherUid = await new Promise<number>((resolve, reject) => {
+        createInterface({ input: other.stdout! }).once('line', (l) => resolve(Number(l)));
+        other.once('exit', (c) => reject(new Error(`helper exited ${c}`)));
+      });
+      expect(otherUid).toBe(29990);
+      // No process runs under 29990 (nothing was spawned): only the host's lock keeps it from this instance.
+      const iso = new AgentIsolation({ workRoot: join(root, 'stack-b'), uidRange: '29990-29991', setting: 'auto', log });
+      const mine = await iso.place('stack-b-execution', 'ws', 'task-b', null);
+      expect(mine.identity!.uid).toBe(29991);
+      await iso.finish(mine);
+    } finally {
+      other.kill('SIGKILL');
+      await new Promise((r) => other.once('exit', r));
+    }
   });
 });

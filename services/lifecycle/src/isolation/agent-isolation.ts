@@ -39,7 +39,16 @@ export interface IsolationOptions {
   log: Logger;
   /** Injected in tests; else this process's euid and CapEff. */
   probe?: { euid: number | null; capEff: bigint | null };
+  /** Where instances of this host record which uid they hold; the host's one directory unless a test isolates itself. */
+  uidLockDir?: string;
 }
+
+/**
+ * One directory per host, whatever each instance's work root: a uid is the host's, and two lifecycle
+ * instances with different KANDEV_WORK_DIRs (replicas, test stacks) must not both hand it out. Under
+ * /run, so a reboot clears what crashed instances left (a lock whose process is gone is stale anyway).
+ */
+export const HOST_UID_LOCK_DIR = '/run/kandev/agent-uids';
 
 /** Shared by every instance in this process (tests run several): a uid is a resource of the host. */
 const heldInThisProcess = new Map<number, string>();
@@ -56,6 +65,7 @@ export class AgentIsolation {
   private readonly held = heldInThisProcess;
   private cursor: number;
   private readonly log: Logger;
+  private readonly lockDir: string;
 
   constructor(opts: IsolationOptions) {
     const range = parseUidRange(opts.uidRange);
@@ -64,6 +74,7 @@ export class AgentIsolation {
     this.cursor = range.first;
     this.log = opts.log;
     this.workRoot = opts.workRoot;
+    this.lockDir = opts.uidLockDir ?? HOST_UID_LOCK_DIR;
     const probe = opts.probe ?? { euid: typeof process.geteuid === 'function' ? process.geteuid() : null, capEff: ownCapEff() };
     const { mode, why } = isolationMode(probe, opts.setting);
     this.mode = mode;
@@ -204,14 +215,13 @@ export class AgentIsolation {
     }
   }
 
-  /**
-   * `<work root>/.uids/<uid>`: which process holds a uid, for lifecycle instances that share a host
-   * and a work root. Held from before the spawn to the end of the teardown, like `held`; a lock
-   * whose process is gone (a crash) is stale and taken over.
+  /*
+   * `<lock dir>/<uid>`: which process holds a uid, for lifecycle instances that share a host. Held
+   * from before the spawn to the end of the teardown, like `held`; a lock whose process is gone (a
+   * crash) is stale and taken over. Without it, an instance whose agent had just exited (its uid
+   * shows no process) could hand the uid to a new agent while the other instance's teardown was
+   * about to sweep that uid with SIGKILL.
    */
-  private get lockDir(): string {
-    return join(this.workRoot, '.uids');
-  }
 
   private lockedElsewhere(uid: number): boolean {
     let owner: number;
