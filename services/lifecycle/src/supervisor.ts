@@ -137,12 +137,9 @@ export class ExecutionSupervisor {
     const outcome = drainOutcome(seen, this.held(), mode);
     if (outcome.toStop.length) {
       log.info({ executions: outcome.toStop.length, grace_ms: graceMs }, 'drain: stopping the executions still running');
-      await Promise.all(
-        outcome.toStop.map((id) => {
-          const x = this.live.get(id);
-          return x ? this.teardowns.teardown(x, { reason: 'lifecycle_drain', graceMs, orphaned: false }) : undefined;
-        }),
-      );
+      // A launch still in progress (not live yet) is not stopped here: it is reported `left`, and the shutdown that follows tears it down.
+      const live = outcome.toStop.map((id) => this.live.get(id)).filter((x) => x !== undefined);
+      await Promise.all(live.map((x) => this.teardowns.teardown(x, { reason: 'lifecycle_drain', graceMs, orphaned: false })));
     }
     const still = this.held();
     const report: DrainReport = {
