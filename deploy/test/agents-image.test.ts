@@ -190,7 +190,9 @@ describe('deploy/overlays/prod: lifecycle with real agents', () => {
   it('caps executions, drains on preStop, and its grace period outlasts the drain and the shutdown', () => {
     const parsed = LifecycleEnv.parse(env);
     expect(parsed.MAX_EXECUTIONS).toBeGreaterThan(0);
-    expect(container.lifecycle.preStop.exec.command).toEqual(['node', 'services/lifecycle/dist/drain.js']);
+    // The image's WORKDIR is /app (deploy/docker/Dockerfile); the hook names the file absolutely.
+    expect(container.lifecycle.preStop.exec.command).toEqual(['node', '/app/services/lifecycle/dist/drain.js']);
+    expect(readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8')).toContain('WORKDIR /app\n');
     expect(existsSync(join(REPO, 'services/lifecycle/dist/drain.js')), 'the drain command is built').toBe(true);
     // drain.js: wait + grace + its 15 s teardown margin; then SIGTERM and the shutdown (SHUTDOWN_TIMEOUT_MS).
     const needMs = parsed.DRAIN_WAIT_MS + parsed.TEARDOWN_GRACE_MS + 15_000 + parsed.SHUTDOWN_TIMEOUT_MS;

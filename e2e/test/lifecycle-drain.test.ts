@@ -45,7 +45,11 @@ async function startLongTurn(workspaceId: string) {
   return { task, sessionId: s.id as string, exec: await runningExecution(task.id, s.id) };
 }
 
-/** The drain command a preStop hook runs, with the pod's environment (NATS_URL, INSTANCE_ID). */
+/**
+ * The drain command a preStop hook runs, with the pod's environment (NATS_URL, INSTANCE_ID). The
+ * stack's NATS has no users here (the invariant checker connects without one); that lifecycle's own
+ * NATS user may send the drain is checked in nats-permissions.test.ts.
+ */
 async function runDrain(instanceId: string, args: string[]): Promise<DrainReport> {
   const { stdout } = await promisify(execFile)(process.execPath, [drainCli, ...args], {
     env: { ...process.env, NATS_URL: w.stack.nats.url, INSTANCE_ID: instanceId },
