@@ -103,7 +103,8 @@ export class ExecutionSupervisor {
 
   async launch(req: LaunchRequest): Promise<Execution> {
     // A retry of a launch this instance runs or is running is answered by the flow, never refused here.
-    if (!this.live.has(req.execution_id) && !this.launching.has(req.execution_id)) this.refuseNewExecution(0);
+    // Places reserved for other launches count (its own, if it has one, is the place it takes).
+    if (!this.live.has(req.execution_id) && !this.launching.has(req.execution_id)) this.refuseNewExecution(this.gate.state.reserved - (this.gate.isReserved(req.execution_id) ? 1 : 0));
     this.launching.add(req.execution_id);
     try {
       return await launch(this.ctx, this.gate, req);

@@ -50,14 +50,22 @@ describe('one instance at its cap, then drained', () => {
       (e: unknown) => (isKandevError(e) ? e : null),
     );
 
-  it('refuses a launch and a reservation beyond MAX_EXECUTIONS; a wait-mode drain reports what finished and what is left, and takes no launch after', async () => {
-    const a: Execution = await launch(nc, longTurn());
-    const b: Execution = await launch(nc, longTurn());
+  it('refuses a launch and a reservation beyond MAX_EXECUTIONS (reservations counted); a wait-mode drain reports what finished and what is left, and takes no launch after', async () => {
+    // Places reserved for launches on their way (ADR 0026) count against the cap.
+    const reserve = (id: string) => request(nc, Life.reserveLaunch, { execution_id: id }, { timeoutMs: 5_000 });
+    const [ra, rb] = [longTurn(), longTurn()];
+    await reserve(ra.execution_id);
+    await reserve(rb.execution_id);
+    expect((await refusal(reserve(crypto.randomUUID())))?.code).toBe('UNAVAILABLE');
+    expect((await refusal(launch(nc, longTurn())))?.details).toMatchObject({ max_executions: 2 });
+    // The reserved launches take their places.
+    const a: Execution = await launch(nc, ra);
+    const b: Execution = await launch(nc, rb);
     const third = await refusal(launch(nc, longTurn()));
     expect(third?.code).toBe('UNAVAILABLE');
     expect(third?.details).toMatchObject({ max_executions: 2, instance_id: INSTANCE });
     expect(third?.details?.retry_after_s).toBeGreaterThanOrEqual(1);
-    expect((await refusal(request(nc, Life.reserveLaunch, { execution_id: crypto.randomUUID() }, { timeoutMs: 5_000 })))?.code).toBe('UNAVAILABLE');
+    expect((await refusal(reserve(crypto.randomUUID())))?.code).toBe('UNAVAILABLE');
 
     const drain = request(nc, Life.drain.at(INSTANCE), { mode: 'wait', wait_ms: 5_000 }, { timeoutMs: 30_000 });
     // Not ready at once; one execution ends (its stop) while the drain waits.
