@@ -10,6 +10,7 @@ import { HoldsEnv } from '@kandev/holds/dist/env.js';
 import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
 import { McpEnv } from '@kandev/mcp/dist/env.js';
 import { OrchestratorEnv } from '@kandev/orchestrator/dist/env.js';
+import { CATALOGUE_ENV } from '@kandev/agentctl/catalogue';
 import { KEY_ENV, registry, SERVICE_KEYS, SHARED_KEY_ENV } from '@kandev/runtime';
 import * as externalSecrets from '@kubernetes-models/external-secrets/external-secrets.io/v1';
 import * as monitoring from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
@@ -138,12 +139,16 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
         if (!schema) continue; // not one of ours (nats)
         // A service reads the token keys it holds outside its env schema (packages/runtime/src/keys.ts).
         const keys = (SERVICE_KEYS[c.name as keyof typeof SERVICE_KEYS] ?? []).map((k) => KEY_ENV[k]);
-        const known = new Set([...Object.keys(schema.shape), ...keys]);
-        const fromRefs = (c.envFrom ?? []).flatMap((r: any) => (r.configMapRef ? configMaps.get(r.configMapRef.name) ?? [] : secrets.get(r.secretRef?.name) ?? []));
         const own: string[] = (c.env ?? []).map((e: { name: string }) => e.name);
+        // lifecycle also reads, outside its schema, the agent catalogue's path (agentctl's loader, in
+        // its process) and hands the variables AGENT_ENV_PASSTHROUGH names to its agents (provider keys).
+        const passed = c.name === 'lifecycle' ? String((c.env ?? []).find((e: { name: string }) => e.name === 'AGENT_ENV_PASSTHROUGH')?.value ?? '').split(',').filter(Boolean) : [];
+        const readOutsideSchema = c.name === 'lifecycle' ? [CATALOGUE_ENV, ...passed] : [];
+        const known = new Set([...Object.keys(schema.shape), ...keys, ...readOutsideSchema]);
+        const fromRefs = (c.envFrom ?? []).flatMap((r: any) => (r.configMapRef ? configMaps.get(r.configMapRef.name) ?? [] : secrets.get(r.secretRef?.name) ?? []));
         // The shared ConfigMap carries every service's settings; a name no service reads is a typo.
         const anyService = new Set([...Object.values(ENV_SCHEMAS).flatMap((s) => Object.keys(s.shape)), ...Object.values(KEY_ENV), SHARED_KEY_ENV]);
-        for (const name of fromRefs) if (!anyService.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
+        for (const name of fromRefs) if (!anyService.has(name) && !readOutsideSchema.includes(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
         for (const name of own) if (!known.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} is not read by ${c.name}`);
         const set = new Set([...fromRefs, ...own]);
         // A key the service does not hold must not reach it (an agent-signing key in the gateway, say).

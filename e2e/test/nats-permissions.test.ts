@@ -95,6 +95,8 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
     ['kandev.evt.task.created', 'denied'],
     ['kandev.orch.task.get', 'allowed'],
+    // The rollout drain (docs/operations.md) is lifecycle's own command, never the edge's.
+    ['kandev.life.lifecycle-1.drain', 'denied'],
   ],
   mcp: [
     ['$JS.API.INFO', 'denied'],
@@ -103,6 +105,7 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
     ['kandev.evt.task.created', 'denied'],
     ['kandev.orch.task.stop', 'denied'],
+    ['kandev.life.lifecycle-1.drain', 'denied'],
     // One registry entry by key (is a token's execution live); no listing, no writes.
     ['$JS.API.DIRECT.GET.KV_KANDEV_EXECUTIONS.$KV.KANDEV_EXECUTIONS.x', 'allowed'],
     ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
@@ -136,6 +139,8 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.STREAM.CREATE.SOMETHING_ELSE', 'denied'],
     ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
     ['kandev.orch.mcp.stop_child_task', 'denied'],
+    // drain.js in a lifecycle pod's preStop hook connects as this user.
+    ['kandev.life.lifecycle-7c9f6d-abcde.drain', 'allowed'],
   ],
   holds: [
     ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'allowed'],

@@ -203,6 +203,29 @@ export type LaunchRequest = z.infer<typeof LaunchRequest>;
 /** One execution to stop (`Life.stop`, and each item of `Life.stopMany`). */
 const ExecStopRequest = z.object({ execution_id: id, reason: text({ min: 1, max: Limits.reason }), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() });
 const ExecStopResult = z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() });
+/** `Life.drain`: how to treat the executions still running once `wait_ms` has passed. */
+export const DrainMode = z.enum(['stop', 'wait']);
+export const DrainRequest = z.object({
+  mode: DrainMode.optional(),
+  /** How long running executions may go on before `mode` applies; unset = the instance's DRAIN_WAIT_MS. */
+  wait_ms: z.number().int().nonnegative().max(3_600_000).optional(),
+  /** SIGTERM → SIGKILL grace of the stops `mode: "stop"` makes; unset = TEARDOWN_GRACE_MS. */
+  grace_ms: z.number().int().nonnegative().max(600_000).optional(),
+});
+export const DrainReport = z.object({
+  instance_id: z.string(),
+  mode: DrainMode,
+  /** Ended on their own (or by someone else's stop) while the drain waited. */
+  finished: z.array(id),
+  /** Torn down by the drain (`mode: "stop"`), reason `lifecycle_drain`. */
+  stopped: z.array(id),
+  /** Still running when the drain answered (`mode: "wait"`, or a stop that did not finish). */
+  left: z.array(id),
+  waited_ms: z.number().int().nonnegative(),
+  took_ms: z.number().int().nonnegative(),
+});
+export type DrainReport = z.infer<typeof DrainReport>;
+
 /** Stops per `Life.stopMany` request: a hold's members are at most MAX_HOLD_MEMBERS, its sessions may be more, so the sender splits. */
 export const MAX_STOPS_PER_REQUEST = 1_000;
 
@@ -251,6 +274,15 @@ export const Life = {
     z.object({ stops: z.array(ExecStopRequest).min(1).max(MAX_STOPS_PER_REQUEST) }),
     z.object({ results: z.array(z.union([ExecStopResult, z.object({ execution_id: id, error: ErrorBody })])) }),
   ),
+  /**
+   * Drain one instance before it goes away (a rollout's preStop hook, an operator): it stops taking
+   * launches at once (its queue-group launch subscriptions end, so the other instances get them;
+   * its /readyz says not ready), waits up to `wait_ms` for its executions to end, and then, with
+   * `mode: "stop"` (the default), tears the rest down through its stop pipeline; `mode: "wait"`
+   * leaves them running. Answers when done with what happened to each. Idempotent: a second drain
+   * joins the first. docs/operations.md, "Rolling out lifecycle".
+   */
+  drain: instanceEndpoint('life', 'drain', DrainRequest, DrainReport),
 } as const;
 
 /** A no-op endpoint every service serves; the gateway's /readyz and the floor benchmark use it. */

@@ -22,6 +22,14 @@ export const LifecycleEnv = BaseEnv.extend({
   /** How long a launch may wait in the queue to start; one predicted to wait longer is refused at once (503, Retry-After). */
   LAUNCH_QUEUE_WAIT_MS: z.coerce.number().int().nonnegative().default(5_000),
   /**
+   * Executions this instance runs at most (live ones plus launches in progress); one more launch or
+   * reservation is refused at once (503, Retry-After) and goes to another instance on retry. 0 = no
+   * cap. Size it to the pod's memory limit over one agent's footprint (docs/operations.md).
+   */
+  MAX_EXECUTIONS: z.coerce.number().int().nonnegative().default(0),
+  /** `life.<instance>.drain` without `wait_ms`: how long running executions may go on before the drain stops (or leaves) them. */
+  DRAIN_WAIT_MS: millis(20_000),
+  /**
    * How long a place reserved by `life.exec.reserve` (the orchestrator's admission check before it
    * writes a session, ADR 0026) waits for its launch; then it is dropped.
    */

@@ -25,6 +25,11 @@ export class LaunchGate {
     return { running: this.running, waiting: this.waiters.length, typicalLaunchMs: this.typicalLaunchMs, reserved: this.reservations.size };
   }
 
+  /** A place is held for this execution's launch (ADR 0026). */
+  isReserved(executionId: string): boolean {
+    return this.reservations.has(executionId);
+  }
+
   private refusal(retryAfterMs: number) {
     metrics.launchRefusals.inc();
     return overloaded(`lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting, ${this.reservations.size} reserved`, retryAfterMs / 1000, {

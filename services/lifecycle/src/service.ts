@@ -1,7 +1,7 @@
 import { SERVICE_KEYS, workDirRoot, type ServiceDefinition, packageVersion } from '@kandev/runtime';
 import { dirname } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
-import { launchEndpoints } from './endpoints/launch.js';
+import { catalogueEndpoints, launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
 import { registryEndpoints } from './endpoints/registry.js';
 import { LifecycleEnv } from './env.js';
@@ -57,7 +57,19 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2)))) log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
       journal.close();
     });
-    await rt.serve([...registryEndpoints(registry, { get: (id) => supervisor.registeredRecord(id), ofTask: (taskId) => supervisor.registeredRecordsOfTask(taskId) }), ...launchEndpoints(supervisor), ...ownedExecutionEndpoints(supervisor, instanceId)]);
-    log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'lifecycle ready');
+    // Not ready once draining: the rollout (and an operator) sees that this pod takes no launches.
+    rt.addReadinessCheck(async () => !supervisor.isDraining);
+    rt.addReadinessDetail('draining', () => supervisor.isDraining);
+    rt.addReadinessDetail('executions', () => supervisor.heldCount);
+    if (env.MAX_EXECUTIONS > 0) rt.addReadinessDetail('max_executions', () => env.MAX_EXECUTIONS);
+    await rt.serve([
+      ...registryEndpoints(registry, { get: (id) => supervisor.registeredRecord(id), ofTask: (taskId) => supervisor.registeredRecordsOfTask(taskId) }),
+      ...catalogueEndpoints(),
+      ...ownedExecutionEndpoints(supervisor, instanceId),
+    ]);
+    // Launch intake on a subscription set of its own, which a drain ends (Life.drain).
+    const intake = await rt.serve(launchEndpoints(supervisor));
+    supervisor.setLaunchIntake(async () => void (await intake.stop()));
+    log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS, max_executions: env.MAX_EXECUTIONS }, 'lifecycle ready');
   },
 };

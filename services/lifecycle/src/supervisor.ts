@@ -1,6 +1,7 @@
-import { conflict, isKandevError, notFound, unavailable, type Execution, type LaunchRequest, type Life, type LifePermission, type RequestOf, type ResultOf } from '@kandev/contracts';
+import { conflict, isKandevError, notFound, overloaded, unavailable, type DrainReport, type Execution, type LaunchRequest, type Life, type LifePermission, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readOnScrape } from '@kandev/runtime';
+import { admitUnderCap, drainOutcome, heldExecutions } from './domain/drain.js';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
 import type { Executions, LifecycleDeps } from './flows/context.js';
@@ -24,6 +25,13 @@ export class ExecutionSupervisor {
   private readonly ctx: Executions;
   private refreshTimer: NodeJS.Timeout | undefined;
   private shuttingDown = false;
+  /** Launch requests being handled (queued, spawning, handshaking): they count against MAX_EXECUTIONS and a drain waits for them. */
+  private readonly launching = new Set<string>();
+  /** Woken whenever an execution is gone or a launch has ended (a drain waits on them). */
+  private readonly watchers = new Set<() => void>();
+  /** Ends this instance's launch subscriptions (service.ts); the other instances then take every launch. */
+  private stopLaunchIntake: (() => Promise<void>) | undefined;
+  private draining: Promise<DrainReport> | undefined;
 
   constructor(private readonly deps: LifecycleDeps) {
     this.gate = new LaunchGate({ concurrency: deps.env.LAUNCH_CONCURRENCY, maxWaitMs: deps.env.LAUNCH_QUEUE_WAIT_MS }, deps.env.LAUNCH_RESERVATION_TTL_MS);
@@ -32,12 +40,47 @@ export class ExecutionSupervisor {
       stateFile: deps.stateFile,
       log: deps.log,
       isolation: deps.isolation,
-      forget: (id) => this.live.delete(id),
+      forget: (id) => {
+        this.live.delete(id);
+        this.changed();
+      },
       abandoning: () => this.shuttingDown,
     });
     this.ctx = { deps, live: this.live, teardowns: this.teardowns, shuttingDown: () => this.shuttingDown };
     readOnScrape('kandev_live_executions', () => this.live.size);
     readOnScrape('kandev_launch_queue_depth', () => this.gate.state.waiting);
+  }
+
+  /** True from the first drain request on: no launch is taken, /readyz says not ready. */
+  get isDraining(): boolean {
+    return this.draining !== undefined;
+  }
+
+  /** Executions this instance holds now (live, or being launched). */
+  get heldCount(): number {
+    return this.held().size;
+  }
+
+  /** service.ts hands over how to end the launch subscriptions once they are served. */
+  setLaunchIntake(stop: () => Promise<void>): void {
+    this.stopLaunchIntake = stop;
+  }
+
+  private held(): Set<string> {
+    return heldExecutions(this.live.keys(), this.launching);
+  }
+
+  private changed(): void {
+    for (const wake of [...this.watchers]) wake();
+  }
+
+  /** Refusals before anything is queued: draining, or at MAX_EXECUTIONS (counting places reserved for launches on their way). */
+  private refuseNewExecution(extra: number): void {
+    if (this.draining) throw unavailable('lifecycle instance is draining; another instance takes launches', { instance_id: this.deps.instanceId });
+    const d = admitUnderCap(this.held().size + extra, this.deps.env.MAX_EXECUTIONS);
+    if (d.kind === 'refuse') {
+      throw overloaded(`lifecycle instance is at its cap of ${this.deps.env.MAX_EXECUTIONS} executions`, d.retryAfterMs / 1000, { instance_id: this.deps.instanceId, max_executions: this.deps.env.MAX_EXECUTIONS });
+    }
   }
 
   /** The registry record of an execution this instance owns and still has registered, else null. */
@@ -53,12 +96,84 @@ export class ExecutionSupervisor {
   /** ADR 0026: admission before the caller's writes; throws the refusal, else holds a place for the launch. */
   reserveLaunch(executionId: string): { reserved: true; instance_id: string } {
     if (this.ctx.shuttingDown()) throw unavailable('lifecycle instance is shutting down');
+    this.refuseNewExecution(this.gate.state.reserved);
     this.gate.reserve(executionId);
     return { reserved: true, instance_id: this.ctx.deps.instanceId };
   }
 
-  launch(req: LaunchRequest): Promise<Execution> {
-    return launch(this.ctx, this.gate, req);
+  async launch(req: LaunchRequest): Promise<Execution> {
+    // A retry of a launch this instance runs or is running is answered by the flow, never refused here.
+    // Places reserved for other launches count (its own, if it has one, is the place it takes).
+    if (!this.live.has(req.execution_id) && !this.launching.has(req.execution_id)) this.refuseNewExecution(this.gate.state.reserved - (this.gate.isReserved(req.execution_id) ? 1 : 0));
+    this.launching.add(req.execution_id);
+    try {
+      return await launch(this.ctx, this.gate, req);
+    } finally {
+      this.launching.delete(req.execution_id);
+      this.changed();
+    }
+  }
+
+  /**
+   * Drain (docs/operations.md, "Rolling out lifecycle"): no more launches here, then wait up to
+   * `wait_ms` for the executions to end, then stop the rest (`stop`) or leave them (`wait`). A
+   * second request joins the first and gets its report.
+   */
+  drain(req: RequestOf<typeof Life.drain>): Promise<DrainReport> {
+    return (this.draining ??= this.runDrain(req));
+  }
+
+  private async runDrain(req: RequestOf<typeof Life.drain>): Promise<DrainReport> {
+    const started = performance.now();
+    const { env, instanceId, log } = this.deps;
+    const mode = req.mode ?? 'stop';
+    const waitMs = req.wait_ms ?? env.DRAIN_WAIT_MS;
+    const graceMs = teardownGrace(req.grace_ms, env.TEARDOWN_GRACE_MS);
+    log.info({ mode, wait_ms: waitMs, executions: this.held().size }, 'draining: this instance takes no more launches');
+    // Launches still on their way here are refused by launch() (UNAVAILABLE); new ones go to the others.
+    await this.stopLaunchIntake?.().catch((e: unknown) => log.warn({ err: e }, 'ending the launch subscriptions failed; launches that still arrive are refused'));
+    const seen = new Set<string>();
+    await this.untilNoneHeld(waitMs, seen);
+    const waitedMs = Math.round(performance.now() - started);
+    const outcome = drainOutcome(seen, this.held(), mode);
+    if (outcome.toStop.length) {
+      log.info({ executions: outcome.toStop.length, grace_ms: graceMs }, 'drain: stopping the executions still running');
+      // A launch still in progress (not live yet) is not stopped here: it is reported `left`, and the shutdown that follows tears it down.
+      const live = outcome.toStop.map((id) => this.live.get(id)).filter((x) => x !== undefined);
+      await Promise.all(live.map((x) => this.teardowns.teardown(x, { reason: 'lifecycle_drain', graceMs, orphaned: false })));
+    }
+    const still = this.held();
+    const report: DrainReport = {
+      instance_id: instanceId,
+      mode,
+      finished: outcome.finished,
+      stopped: outcome.toStop.filter((id) => !still.has(id)),
+      left: [...outcome.left, ...outcome.toStop.filter((id) => still.has(id))],
+      waited_ms: waitedMs,
+      took_ms: Math.round(performance.now() - started),
+    };
+    log.info({ finished: report.finished.length, stopped: report.stopped.length, left: report.left.length, took_ms: report.took_ms }, 'drained');
+    return report;
+  }
+
+  /** Resolves once this instance holds no execution, or after `ms`; records in `seen` every execution held meanwhile. */
+  private async untilNoneHeld(ms: number, seen: Set<string>): Promise<void> {
+    const deadline = performance.now() + ms;
+    for (;;) {
+      const held = this.held();
+      for (const id of held) seen.add(id);
+      const left = deadline - performance.now();
+      if (held.size === 0 || left <= 0) return;
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.watchers.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.watchers.add(wake);
+      });
+    }
   }
 
   async prompt(req: RequestOf<typeof Life.prompt>): Promise<ResultOf<typeof Life.prompt>> {

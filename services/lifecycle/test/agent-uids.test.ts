@@ -48,7 +48,7 @@ describe('agent uids (domain)', () => {
   });
 });
 
-const readyz = async (healthUrl: string) => (await fetch(`${healthUrl}/readyz`)).json() as Promise<{ status: string; details?: { agent_isolation?: string } }>;
+const readyz = async (healthUrl: string) => (await fetch(`${healthUrl}/readyz`)).json() as Promise<{ status: string; details?: { agent_isolation?: string; draining?: boolean; executions?: number } }>;
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
 describe('where lifecycle cannot change uids, agents share its uid and it says so', { timeout: 120_000 }, () => {
@@ -76,12 +76,12 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
     dirs.push(dir);
     const root = await startLifecycle(nats.url, 'life-root', dir);
     try {
-      expect((await readyz(root.healthUrl)).details).toEqual({ agent_isolation: 'uid_per_execution' });
+      expect((await readyz(root.healthUrl)).details).toEqual({ agent_isolation: 'uid_per_execution', draining: false, executions: 0 });
     } finally {
       await root.stop();
     }
     inProcess = await startLifecycle(nats.url, 'life-off', dir, { AGENT_ISOLATION: 'off' });
-    expect((await readyz(inProcess.healthUrl)).details).toEqual({ agent_isolation: 'same_uid' });
+    expect((await readyz(inProcess.healthUrl)).details).toEqual({ agent_isolation: 'same_uid', draining: false, executions: 0 });
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(process.getuid!());
     await stopAt(nc, 'life-off', { execution_id: x.execution_id, reason: 'test' });
@@ -104,7 +104,7 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
     const warnings = lines.filter((l) => l.includes("agents run under this service's own uid"));
     expect(warnings).toHaveLength(1);
     expect(JSON.parse(warnings[0]!)).toMatchObject({ level: 'warn', agent_isolation: 'same_uid' });
-    expect((await readyz(started.urls!.health!)).details).toEqual({ agent_isolation: 'same_uid' });
+    expect((await readyz(started.urls!.health!)).details).toEqual({ agent_isolation: 'same_uid', draining: false, executions: 0 });
 
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(uid);

@@ -13,4 +13,6 @@ export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanc
   on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
   on(Life.stopMany.at(instanceId), (req) => supervisor.stopMany(req)),
   on(LifePermission.respond.at(instanceId), (req) => supervisor.respondPermission(req)),
+  // The drain answers when it is done (up to wait_ms + a teardown); its caller's timeout says how long it waits.
+  on(Life.drain.at(instanceId), (req) => supervisor.drain(req)),
 ];

@@ -1,0 +1,210 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join, posix } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { CATALOGUE_ENV, CatalogueFile } from '@kandev/agentctl/catalogue';
+import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
+import { deriveAgentsLock, renderLock, type AgentsManifest, type Lockfile } from './agents-lock.js';
+
+/**
+ * The lifecycle image with the published agents (Dockerfile target `agents`) and the manifests that
+ * run it (deploy/components/real-agents, used by overlays/prod). No image is built here (no Docker):
+ * what can be checked without one is — the agents are the versions agents-e2e tests, their
+ * lockfile is the repository's, the Dockerfile's stages and copies hold together, and the rendered
+ * Deployment points at what the image installs and sets what lifecycle reads.
+ */
+const DEPLOY = join(dirname(fileURLToPath(import.meta.url)), '..');
+const REPO = join(DEPLOY, '..');
+const AGENTS_DIR = join(DEPLOY, 'docker/agents');
+const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, 'utf8')) as T;
+
+const manifest = readJson<AgentsManifest>(join(AGENTS_DIR, 'package.json'));
+const repoLock = readJson<Lockfile>(join(REPO, 'package-lock.json'));
+const e2ePins = readJson<{ dependencies: Record<string, string> }>(join(REPO, 'agents-e2e/package.json')).dependencies;
+
+describe('the agents of the image', () => {
+  it('are exactly the versions agents-e2e pins (Codex CLI, the Claude Code ACP adapter), never a range or a tag', () => {
+    expect(Object.keys(manifest.dependencies).sort()).toEqual(['@openai/codex', '@zed-industries/claude-code-acp']);
+    for (const [name, version] of Object.entries(manifest.dependencies)) {
+      expect(version, name).toMatch(/^\d+\.\d+\.\d+$/);
+      expect(version, `${name}: agents-e2e pins ${e2ePins[name]}`).toBe(e2ePins[name]);
+      expect(repoLock.packages[`node_modules/${name}`]?.version, `${name} in package-lock.json`).toBe(version);
+    }
+  });
+
+  it('install from a lockfile that is the repository lockfile’s own subtree (same versions and integrity hashes)', () => {
+    const derived = renderLock(deriveAgentsLock(repoLock, manifest));
+    const path = join(AGENTS_DIR, 'package-lock.json');
+    if (process.env.UPDATE_AGENTS_LOCK) writeFileSync(path, derived);
+    expect(readFileSync(path, 'utf8'), 'deploy/docker/agents/package-lock.json is stale: UPDATE_AGENTS_LOCK=1 npx vitest run test/agents-image.test.ts').toBe(derived);
+    const lock = readJson<Lockfile>(path);
+    for (const [key, entry] of Object.entries(lock.packages)) {
+      if (key === '') continue;
+      expect(entry.integrity ?? entry.link, key).toBe(repoLock.packages[key]!.integrity ?? repoLock.packages[key]!.link);
+    }
+  });
+});
+
+interface Instruction {
+  op: string;
+  args: string;
+}
+interface Stage {
+  name: string | undefined;
+  from: string;
+  body: Instruction[];
+}
+
+/** The Dockerfile as stages of instructions (continuation lines joined, comments and parser directives dropped). */
+function parseDockerfile(text: string): Stage[] {
+  const lines: string[] = [];
+  let current = '';
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (current === '' && (line === '' || line.startsWith('#'))) continue;
+    if (line.startsWith('#')) continue; // a comment inside a continued instruction
+    if (line.endsWith('\\')) {
+      current += `${line.slice(0, -1)} `;
+      continue;
+    }
+    lines.push(current + line);
+    current = '';
+  }
+  if (current) throw new Error('the Dockerfile ends inside a continued instruction');
+  const known = new Set(['FROM', 'RUN', 'COPY', 'ADD', 'ENV', 'WORKDIR', 'USER', 'EXPOSE', 'ENTRYPOINT', 'CMD', 'ARG', 'LABEL']);
+  const stages: Stage[] = [];
+  for (const line of lines) {
+    const m = /^([A-Za-z]+)\s+(.*)$/.exec(line);
+    if (!m || !known.has(m[1]!.toUpperCase())) throw new Error(`not an instruction: ${line}`);
+    const op = m[1]!.toUpperCase();
+    const args = m[2]!;
+    if (op === 'FROM') {
+      const f = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(args);
+      if (!f) throw new Error(`FROM: ${args}`);
+      stages.push({ from: f[1]!, name: f[2], body: [] });
+    } else {
+      if (!stages.length) throw new Error(`${op} before any FROM`);
+      stages.at(-1)!.body.push({ op, args });
+    }
+  }
+  return stages;
+}
+
+/** Does the build context (the repository root filtered by the .dockerignore) hold `path`? Last matching rule wins. */
+function inContext(ignore: string, path: string): boolean {
+  let included = true;
+  for (const raw of ignore.split('\n')) {
+    const rule = raw.trim();
+    if (!rule || rule.startsWith('#')) continue;
+    const negate = rule.startsWith('!');
+    const pattern = negate ? rule.slice(1) : rule;
+    const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*\*\//g, '(?:.*/)?').replace(/\*/g, '[^/]*')}(?:/.*)?$`);
+    if (re.test(path)) included = negate;
+  }
+  return included;
+}
+
+describe('deploy/docker/Dockerfile', () => {
+  const dockerfile = readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8');
+  const ignore = readFileSync(join(DEPLOY, 'docker/Dockerfile.dockerignore'), 'utf8');
+  const stages = parseDockerfile(dockerfile);
+  const stage = (name: string) => stages.find((s) => s.name === name);
+
+  it('parses into stages whose FROMs name earlier stages or pinned base images; the default target is the image without agents', () => {
+    expect(stages.map((s) => s.name)).toEqual(['build', 'runtime', 'agents-install', 'agents', 'control-plane']);
+    stages.forEach((s, i) => {
+      const earlier = stages.slice(0, i).map((x) => x.name);
+      if (!earlier.includes(s.from)) expect(s.from, `stage ${s.name}`).toMatch(/^[\w./-]+:\d[\w.-]*$/);
+    });
+    expect(stage('agents')!.from).toBe('runtime');
+    expect(stages.at(-1)).toMatchObject({ name: 'control-plane', from: 'runtime', body: [] });
+    expect(dockerfile).not.toMatch(/:latest\b/);
+  });
+
+  it('the agents stage installs from the pinned manifest and lockfile with npm ci, which the build context holds', () => {
+    const install = stage('agents-install')!;
+    const copies = install.body.filter((i) => i.op === 'COPY').flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    expect(copies.sort()).toEqual(['deploy/docker/agents/package-lock.json', 'deploy/docker/agents/package.json']);
+    for (const c of copies) {
+      expect(existsSync(join(REPO, c)), c).toBe(true);
+      expect(inContext(ignore, c), `${c} is in the build context`).toBe(true);
+    }
+    expect(inContext(ignore, 'deploy/base/secrets.env'), 'the rest of deploy/ stays out of the context').toBe(false);
+    expect(install.body.find((i) => i.op === 'RUN')?.args).toMatch(/^npm ci\b/);
+    expect(dockerfile).not.toMatch(/npm (i|install)\b.*(-g|--global)/);
+    const workdir = install.body.find((i) => i.op === 'WORKDIR')!.args;
+    expect(stage('agents')!.body).toContainEqual({ op: 'COPY', args: `--from=agents-install ${workdir} ${workdir}` });
+    expect(stage('agents')!.body.at(-1)).toEqual({ op: 'USER', args: 'node' });
+  });
+});
+
+type K8sObject = { apiVersion: string; kind: string; metadata: { name: string }; [k: string]: any };
+
+describe('deploy/overlays/prod: lifecycle with real agents', () => {
+  const objs = parseAllDocuments(execFileSync('kubectl', ['kustomize', join(DEPLOY, 'overlays/prod')], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 }))
+    .map((d) => d.toJS() as K8sObject)
+    .filter(Boolean);
+  const deployment = objs.find((o) => o.kind === 'Deployment' && o.metadata.name === 'lifecycle')!;
+  const pod = deployment.spec.template.spec;
+  const container = pod.containers.find((c: { name: string }) => c.name === 'lifecycle');
+  const env = Object.fromEntries((container.env as Array<{ name: string; value?: string }>).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
+  const installDir = '/opt/kandev-agents';
+
+  it('runs the agents image at the release the other services run', () => {
+    const others = objs.filter((o) => o.kind === 'Deployment' && o.metadata.name !== 'lifecycle').map((o) => o.spec.template.spec.containers[0].image as string);
+    const tag = others[0]!.split(':')[1];
+    expect(container.image).toBe(`kandev/control-plane-agents:${tag}`);
+    expect(readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8')).toContain(`WORKDIR ${installDir}\n`);
+  });
+
+  it('reads its catalogue from the ConfigMap file, whose agents are commands the image installs', () => {
+    const path = env[CATALOGUE_ENV]!;
+    const mount = container.volumeMounts.find((m: { mountPath: string }) => m.mountPath === posix.dirname(path));
+    expect(mount, `a volume mounted at ${posix.dirname(path)}`).toBeDefined();
+    const volume = pod.volumes.find((v: { name: string }) => v.name === mount.name);
+    const cm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === volume.configMap.name)!;
+    const catalogue = CatalogueFile.parse(JSON.parse(cm.data[basename(path)]));
+    expect(Object.keys(catalogue).sort()).toEqual(['claude-code', 'codex']);
+    const bins = new Set(
+      Object.keys(manifest.dependencies).flatMap((name) => {
+        const bin = repoLock.packages[`node_modules/${name}`]!.bin;
+        return typeof bin === 'object' ? Object.keys(bin) : [];
+      }),
+    );
+    for (const [name, entry] of Object.entries(catalogue)) {
+      expect(posix.dirname(entry.command), name).toBe(`${installDir}/node_modules/.bin`);
+      expect(bins.has(posix.basename(entry.command)), `${name}: ${entry.command} is a bin of a pinned package`).toBe(true);
+    }
+  });
+
+  it('hands agents exactly the provider keys of its Secret (an ExternalSecret in prod)', () => {
+    const passthrough = env.AGENT_ENV_PASSTHROUGH!.split(',');
+    const ext = objs.find((o) => o.kind === 'ExternalSecret' && o.spec.target.name === 'kandev-agent-providers')!;
+    expect(container.envFrom).toContainEqual({ secretRef: { name: 'kandev-agent-providers' } });
+    expect(ext.spec.data.map((d: { secretKey: string }) => d.secretKey).sort()).toEqual([...passthrough].sort());
+    expect(passthrough.sort()).toEqual(['ANTHROPIC_API_KEY', 'OPENAI_API_KEY']);
+  });
+
+  it('caps executions, drains on preStop, and its grace period outlasts the drain and the shutdown', () => {
+    const parsed = LifecycleEnv.parse(env);
+    expect(parsed.MAX_EXECUTIONS).toBeGreaterThan(0);
+    // The image's WORKDIR is /app (deploy/docker/Dockerfile); the hook names the file absolutely.
+    expect(container.lifecycle.preStop.exec.command).toEqual(['node', '/app/services/lifecycle/dist/drain.js']);
+    expect(readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8')).toContain('WORKDIR /app\n');
+    expect(existsSync(join(REPO, 'services/lifecycle/dist/drain.js')), 'the drain command is built').toBe(true);
+    // drain.js: wait + grace + its 15 s teardown margin; then SIGTERM and the shutdown (SHUTDOWN_TIMEOUT_MS).
+    const needMs = parsed.DRAIN_WAIT_MS + parsed.TEARDOWN_GRACE_MS + 15_000 + parsed.SHUTDOWN_TIMEOUT_MS;
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThanOrEqual(needMs);
+    // The agents' memory: the cap times ~1 Gi each fits the limit.
+    expect(container.resources.limits.memory).toBe(`${parsed.MAX_EXECUTIONS}Gi`);
+  });
+
+  it('keeps KANDEV_WORK_DIR on an emptyDir with a size limit (a task directory lives as long as its execution)', () => {
+    const workDir = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name.startsWith('kandev-config'))!.data.KANDEV_WORK_DIR;
+    const mount = container.volumeMounts.find((m: { mountPath: string }) => m.mountPath === workDir);
+    const volume = pod.volumes.find((v: { name: string }) => v.name === mount.name);
+    expect(volume.emptyDir?.sizeLimit).toBeDefined();
+  });
+});
