@@ -95,6 +95,8 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$KV.KANDEV_EXECUTIONS.x', 'denied'],
     ['kandev.evt.task.created', 'denied'],
     ['kandev.orch.task.get', 'allowed'],
+    // Only mcp replicas tell each other of a caller's cancel (ADR 0037).
+    ['kandev.mcp.call.cancelled', 'denied'],
   ],
   mcp: [
     ['$JS.API.INFO', 'denied'],
@@ -108,6 +110,7 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
     ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'denied'],
     ['$JS.API.STREAM.PURGE.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['kandev.mcp.call.cancelled', 'allowed'],
   ],
   orchestrator: [
     ['$JS.API.INFO', 'allowed'],
