@@ -33,9 +33,10 @@ export const WITHIN_MS = bounds.reconcileMs + 20_000;
 export const REQUEST_TIMEOUT_MS = 15_000;
 /**
  * A wakeup claimed by a holds process that dies is claimed again after this (its launch, keyed by
- * the wakeup, then finds the session the first one started); above a launch's own bound.
+ * the wakeup, then finds the session the first one started). A live dispatcher renews its claims,
+ * so this need not cover a launch's length (ADR 0037).
  */
-export const WAKEUP_CLAIM_TIMEOUT_MS = 20_000;
+export const WAKEUP_CLAIM_TIMEOUT_MS = 6_000;
 /** How long an agent's ask_user_questions waits for an answer (the bundle's expiry), and its waiter lease. */
 export const CLARIFICATION_TIMEOUT_MS = 30_000;
 export const CLARIFICATION_LEASE_MS = 6_000;

@@ -74,6 +74,12 @@ export async function requeueWakeup(q: Q, id: string): Promise<void> {
   await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL WHERE id = ${id} AND status = 'claimed'`;
 }
 
+/** A live dispatcher's claims of the launches it still runs: their age then measures the dispatcher's silence, not the launch's length. */
+export async function renewClaims(q: Q, ids: readonly string[]): Promise<void> {
+  if (!ids.length) return;
+  await q`UPDATE wakeups SET claimed_at = now() WHERE id = ANY(${[...ids]}::uuid[]) AND status = 'claimed'`;
+}
+
 /** Claims whose dispatcher died go back to the queue (the launch is keyed by wakeup id, so no double session). */
 export async function requeueStaleClaims(q: Q, olderThanMs: number): Promise<number> {
   const rows = await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL
