@@ -33,10 +33,11 @@ export const WITHIN_MS = bounds.reconcileMs + 20_000;
 export const REQUEST_TIMEOUT_MS = 15_000;
 /**
  * A wakeup claimed by a holds process that dies is claimed again after this (its launch, keyed by
- * the wakeup, then finds the session the first one started). A live dispatcher renews its claims,
- * so this need not cover a launch's length (ADR 0037).
+ * the wakeup, then finds the session the first one started): the service's default, not set here,
+ * so the matrix holds the default to its bound. A live dispatcher renews its claims, so this need
+ * not cover a launch's length (ADR 0037).
  */
-export const WAKEUP_CLAIM_TIMEOUT_MS = 6_000;
+export const WAKEUP_CLAIM_TIMEOUT_MS = 10_000;
 /** How long an agent's ask_user_questions waits for an answer (the bundle's expiry), and its waiter lease. */
 export const CLARIFICATION_TIMEOUT_MS = 30_000;
 export const CLARIFICATION_LEASE_MS = 6_000;
@@ -58,7 +59,6 @@ export const startFaultWorld = (topology: Pick<StackOptions, 'natsCluster' | 're
     LAUNCH_CONCURRENCY: '2',
     LAUNCH_QUEUE_WAIT_MS: '3000',
     WAKEUP_LAUNCH_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
-    WAKEUP_CLAIM_TIMEOUT_MS: String(WAKEUP_CLAIM_TIMEOUT_MS),
     CLARIFICATION_TIMEOUT_MS: String(CLARIFICATION_TIMEOUT_MS),
     CLARIFICATION_LEASE_MS: String(CLARIFICATION_LEASE_MS),
   }, topology);
@@ -324,7 +324,7 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
     answer = await fault.during(w, prepared, log);
     assertAllRunning(w, `during ${fault.name}`);
     const tookMs = answer.answeredAt.getTime() - answer.sentAt.getTime();
-    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body)}` : answer.answer.error} after ${tookMs} ms`);
+    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body).slice(0, 300)}` : answer.answer.error} after ${tookMs} ms`);
     // A caller whose request died with a replica is told so (or answered) within its deadline, never left waiting.
     if (answer.answer.ok !== null && tookMs > ANSWER_DEADLINE_MS) throw new Error(`${op.name} × ${fault.name}: answered after ${tookMs} ms, past the ${ANSWER_DEADLINE_MS} ms deadline`);
     await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS }).catch((e: unknown) => {
