@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import postgres from 'postgres';
 import { expect } from 'vitest';
 import { assertInvariants, ControlLog, eventually, type ServiceProcess, type StackService } from '@kandev/testkit';
 import { makeTask, sleepScript, type World } from './support.js';
@@ -24,9 +25,9 @@ const controlLog = (w: World) => new ControlLog({ gatewayUrl: w.stack.gatewayUrl
 const WAKEUP_BOUND_MS = WAKEUP_CLAIM_TIMEOUT_MS + 2 * REQUEST_TIMEOUT_MS + 10_000;
 
 /**
- * A wakeup dispatched while one process of `service` (holds: the dispatchers; orchestrator: the
- * launch) is killed: the wakeup starts exactly one session. The kill lands once a dispatcher has
- * claimed the wakeup (its launch is in flight). A create answered with an error is sent again
+ * A wakeup dispatched while one process of `service` (holds: the dispatcher that claimed it;
+ * orchestrator: one replica, the launch in flight) is killed: the wakeup starts exactly one
+ * session, within the claim timeout and a launch. The kill lands once the wakeup is claimed. A create answered with an error is sent again
  * with the same idempotency key and must find the same wakeup.
  */
 export async function runWakeupCase(w: World, pids: Map<string, number>, service: 'holds' | 'orchestrator'): Promise<void> {
@@ -40,15 +41,30 @@ export async function runWakeupCase(w: World, pids: Map<string, number>, service
   const wakeupId = (created.answer as { body: { id: string } }).body.id;
 
   const status = async () => (await w.api.get(`/wakeups/${wakeupId}`)).body as { status: string; session_id: string | null; skip_reason: string | null };
-  await eventually(async () => (await status()).status !== 'queued', WAKEUP_BOUND_MS, 20);
-  const [victim] = w.stack.replicas(service);
-  await kill9AndRestart(w, victim!);
+  // The holds process that claimed it (the dispatcher whose launch is in flight), read from its row.
+  const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
+  let claimer: string | null;
+  try {
+    claimer = await eventually(async () => {
+      const [row] = await sql<{ status: string; claimed_by: string | null }[]>`SELECT status, claimed_by FROM holds.wakeups WHERE id = ${wakeupId}`;
+      return row && row.status !== 'queued' ? { by: row.claimed_by } : null;
+    }, WAKEUP_BOUND_MS, 10).then((c) => c.by);
+  } finally {
+    await sql.end();
+  }
+  // The stack names its processes `<service>-1` (the first) and `-2`, `-3`... (its replicas, in order).
+  const byInstance = (id: string | null) => {
+    const n = Number(id?.slice(`${service}-`.length));
+    return n === 1 ? w.stack.services.get(service) : w.stack.replicas(service)[n - 2];
+  };
+  const victim = (service === 'holds' ? byInstance(claimer) : undefined) ?? w.stack.replicas(service)[0]!;
+  await kill9AndRestart(w, victim);
 
   const done = await eventually(async () => {
     const x = await status();
     return x.status === 'finished' || x.status === 'cancelled' ? x : null;
   }, WAKEUP_BOUND_MS);
-  console.info(`[scale] wakeup × kill -9 of one ${service} replica: ${JSON.stringify(done)}`);
+  console.info(`[scale] wakeup × kill -9 of one ${service} replica (claimed by ${claimer}, killed ${victim === w.stack.services.get(service) ? `${service}-1` : 'a replica'}): ${done.status} ${done.session_id}`);
   expect(done).toMatchObject({ status: 'finished', skip_reason: null });
   // Exactly once: the task has one session, the one the wakeup records.
   const sessions = (await w.api.get(`/tasks/${task.id}`)).body.sessions as Array<{ id: string }>;
