@@ -58,13 +58,14 @@ export async function runWakeupCase(w: World, pids: Map<string, number>, service
     return n === 1 ? w.stack.services.get(service) : w.stack.replicas(service)[n - 2];
   };
   const victim = (service === 'holds' ? byInstance(claimer) : undefined) ?? w.stack.replicas(service)[0]!;
+  const killed = victim === w.stack.services.get(service) ? `${service}-1` : `a ${service} replica`;
   await kill9AndRestart(w, victim);
 
   const done = await eventually(async () => {
     const x = await status();
     return x.status === 'finished' || x.status === 'cancelled' ? x : null;
   }, WAKEUP_BOUND_MS);
-  console.info(`[scale] wakeup × kill -9 of one ${service} replica (claimed by ${claimer}, killed ${victim === w.stack.services.get(service) ? `${service}-1` : 'a replica'}): ${done.status} ${done.session_id}`);
+  console.info(`[scale] wakeup × kill -9 of one ${service} replica (claimed by ${claimer}, killed ${killed}): ${done.status} ${done.session_id}`);
   expect(done).toMatchObject({ status: 'finished', skip_reason: null });
   // Exactly once: the task has one session, the one the wakeup records.
   const sessions = (await w.api.get(`/tasks/${task.id}`)).body.sessions as Array<{ id: string }>;
