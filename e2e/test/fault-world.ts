@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertInvariants, ControlLog, eventually, WsClient, type ControlRequest, type InvariantBounds, type StackOptions, type StackService, type TestNatsCluster } from '@kandev/testkit';
+import { assertInvariants, ControlLog, eventually, processAlive, WsClient, type ControlRequest, type InvariantBounds, type StackOptions, type StackService, type TestNatsCluster } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
@@ -31,6 +31,18 @@ export const WITHIN_MS = bounds.reconcileMs + 20_000;
  * held by a service that is killed, is answered with its timeout error only when this runs out.
  */
 export const REQUEST_TIMEOUT_MS = 15_000;
+/**
+ * A wakeup claimed by a holds process that dies is claimed again after this (its launch, keyed by
+ * the wakeup, then finds the session the first one started): the service's default, not set here,
+ * so the matrix holds the default to its bound. A live dispatcher renews its claims, so this need
+ * not cover a launch's length (ADR 0037).
+ */
+export const WAKEUP_CLAIM_TIMEOUT_MS = 10_000;
+/** How long an agent's ask_user_questions waits for an answer (the bundle's expiry), and its waiter lease. */
+export const CLARIFICATION_TIMEOUT_MS = 30_000;
+export const CLARIFICATION_LEASE_MS = 6_000;
+/** Every caller is answered (a result or an error) within its request deadline; slack for a busy machine. */
+export const ANSWER_DEADLINE_MS = REQUEST_TIMEOUT_MS + 5_000;
 /** A launch is answered within its request deadline; one lost to a fault is retried once. */
 const LAUNCH_BOUND_MS = 2 * REQUEST_TIMEOUT_MS + 5_000;
 
@@ -46,6 +58,9 @@ export const startFaultWorld = (topology: Pick<StackOptions, 'natsCluster' | 're
     MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
     LAUNCH_CONCURRENCY: '2',
     LAUNCH_QUEUE_WAIT_MS: '3000',
+    WAKEUP_LAUNCH_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+    CLARIFICATION_TIMEOUT_MS: String(CLARIFICATION_TIMEOUT_MS),
+    CLARIFICATION_LEASE_MS: String(CLARIFICATION_LEASE_MS),
   }, topology);
 
 /** The running agent's pid of a task's session, remembered in `pids` for the checker. */
@@ -64,10 +79,10 @@ export async function agentOf(w: World, pids: Map<string, number>, taskId: strin
  * with a 3 s queue wait, which a busy machine can exceed (that refusal is the overload contract,
  * not a fault of the test's making).
  */
-export async function startRunning(w: World, pids: Map<string, number>, taskId: string): Promise<{ sessionId: string; pid: number }> {
+export async function startRunning(w: World, pids: Map<string, number>, taskId: string, prompt = sleepScript(120_000)): Promise<{ sessionId: string; pid: number }> {
   const deadline = Date.now() + LAUNCH_BOUND_MS;
   for (;;) {
-    const r = await w.api.post(`/tasks/${taskId}/sessions`, { prompt: sleepScript(120_000) });
+    const r = await w.api.post(`/tasks/${taskId}/sessions`, { prompt });
     if (r.status === 201) {
       const pid = await agentOf(w, pids, taskId, r.body.id);
       await eventually(async () => w.agentEvents(pid).some((e) => e.kind === 'prompt'), LAUNCH_BOUND_MS);
@@ -88,7 +103,7 @@ interface Prepared {
   close(): void;
 }
 export interface Operation {
-  name: 'stop' | 'interrupt' | 'cancel';
+  name: 'stop' | 'interrupt' | 'cancel' | 'tree pause' | 'tree cancel' | 'tree resume' | 'tree restore';
   prepare(w: World, pids: Map<string, number>): Promise<Prepared>;
 }
 
@@ -135,6 +150,43 @@ export const OPERATIONS: readonly Operation[] = [
     },
   },
 ];
+
+/** A root task with one child, an agent in the middle of a long turn on each. */
+async function runningTree(w: World, pids: Map<string, number>) {
+  const { workspace_id, task: root } = await makeTask(w.api, { title: 'root' });
+  const { task: child } = await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'child' });
+  const agents = await Promise.all([startRunning(w, pids, root.id), startRunning(w, pids, child.id)]);
+  return { root, child, agents };
+}
+
+/** Resolves when the first of the agents `pids` sees `kind`, or when `until` settles. */
+const anyAgentSees = (w: World, pids: readonly number[], kind: 'cancel' | 'sigterm') => (until: Promise<unknown>) => Promise.race(pids.map((pid) => agentSees(w, pid, kind)(until)));
+
+/**
+ * The tree controls (R-4) through the HTTP API. Pause and cancel are half done when the first of
+ * the tree's agents gets its SIGTERM (the hold is committed, the teardowns are under way). Resume
+ * and restore act on a tree held beforehand (its agents gone): the fault lands as the release is
+ * sent, which is all there is to observe of it from outside before its answer.
+ */
+export const TREE_OPERATIONS: readonly Operation[] = (['pause', 'cancel'] as const).flatMap((mode): Operation[] => [
+  {
+    name: `tree ${mode}`,
+    async prepare(w, pids) {
+      const { root, child, agents } = await runningTree(w, pids);
+      return { tasks: [root.id, child.id], send: (log) => log.holdTree(root.id, mode), midpoint: anyAgentSees(w, agents.map((a) => a.pid), 'sigterm'), close: () => undefined };
+    },
+  },
+  {
+    name: mode === 'pause' ? 'tree resume' : 'tree restore',
+    async prepare(w, pids) {
+      const { root, child, agents } = await runningTree(w, pids);
+      await w.api.ok('POST', `/tasks/${root.id}/tree/${mode}`);
+      await eventually(async () => agents.every((a) => !processAlive(a.pid)), LAUNCH_BOUND_MS);
+      const release = mode === 'pause' ? 'resume' : 'restore';
+      return { tasks: [root.id, child.id], send: (log) => log.releaseTree(root.id, release), midpoint: async () => undefined, close: () => undefined };
+    },
+  },
+]);
 
 export interface Fault {
   name: string;
@@ -271,7 +323,10 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
   try {
     answer = await fault.during(w, prepared, log);
     assertAllRunning(w, `during ${fault.name}`);
-    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body)}` : answer.answer.error} after ${answer.answeredAt.getTime() - answer.sentAt.getTime()} ms`);
+    const tookMs = answer.answeredAt.getTime() - answer.sentAt.getTime();
+    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body).slice(0, 300)}` : answer.answer.error} after ${tookMs} ms`);
+    // A caller whose request died with a replica is told so (or answered) within its deadline, never left waiting.
+    if (answer.answer.ok !== null && tookMs > ANSWER_DEADLINE_MS) throw new Error(`${op.name} × ${fault.name}: answered after ${tookMs} ms, past the ${ANSWER_DEADLINE_MS} ms deadline`);
     await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS }).catch((e: unknown) => {
       throw new Error(`${(e as Error).message}\n${serviceLogs(w)}`);
     });
@@ -314,8 +369,8 @@ export function useFaultWorld(topology: Pick<StackOptions, 'natsCluster' | 'repl
 }
 
 /** The matrix as tests of the calling file: each fault × every operation, one `runFaultCase` each. */
-export function faultMatrix(fw: ReturnType<typeof useFaultWorld>, faults: readonly Fault[], caseTitle = 'in the middle of a $name'): void {
+export function faultMatrix(fw: ReturnType<typeof useFaultWorld>, faults: readonly Fault[], caseTitle = 'in the middle of a $name', operations: readonly Operation[] = OPERATIONS): void {
   describe.each(faults)('$name', (fault) => {
-    it.each(OPERATIONS)(caseTitle, (op) => runFaultCase(fw.world(), fw.agentPids, op, fault).then(() => undefined), 180_000);
+    it.each(operations)(caseTitle, (op) => runFaultCase(fw.world(), fw.agentPids, op, fault).then(() => undefined), 180_000);
   });
 }

@@ -97,6 +97,8 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['kandev.orch.task.get', 'allowed'],
     // The rollout drain (docs/operations.md) is lifecycle's own command, never the edge's.
     ['kandev.life.lifecycle-1.drain', 'denied'],
+    // Only mcp replicas tell each other of a caller's cancel (ADR 0037).
+    ['kandev.mcp.call.cancelled', 'denied'],
   ],
   mcp: [
     ['$JS.API.INFO', 'denied'],
@@ -111,6 +113,7 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.STREAM.INFO.KV_KANDEV_EXECUTIONS', 'denied'],
     ['$JS.API.STREAM.INFO.KANDEV_EVENTS', 'denied'],
     ['$JS.API.STREAM.PURGE.KV_KANDEV_EXECUTIONS', 'denied'],
+    ['kandev.mcp.call.cancelled', 'allowed'],
   ],
   orchestrator: [
     ['$JS.API.INFO', 'allowed'],

@@ -12,3 +12,4 @@ export * from './text.js';
 export * from './pricing.js';
 export * from './read.js';
 export * from './permissions.js';
+export * from './mcp.js';

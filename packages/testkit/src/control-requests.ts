@@ -6,7 +6,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { WsClient } from './clients.js';
 
-export type ControlKind = 'task.stop' | 'child.stop' | 'session.cancel' | 'message.interrupt' | 'tree.pause' | 'tree.cancel';
+export type ControlKind = 'task.stop' | 'child.stop' | 'session.cancel' | 'message.interrupt' | 'tree.pause' | 'tree.cancel' | 'tree.resume' | 'tree.restore' | 'wakeup.create';
 
 /** What the caller was told: a success with its body, an error (any kind), or nothing at all. */
 export type ControlAnswer = { ok: true; body: any } | { ok: false; error: string } | { ok: null; error: 'no answer' };
@@ -20,6 +20,8 @@ export interface ControlRequest {
   prompt?: string;
   /** The request id the caller chose (x-request-id), when the surface takes one. */
   request_id?: string;
+  /** A wakeup's idempotency key: a retry after an error sends the same key and must find the same wakeup. */
+  idempotency_key?: string;
   sentAt: Date;
   answeredAt: Date;
   answer: ControlAnswer;
@@ -89,6 +91,20 @@ export class ControlLog {
   holdTree(taskId: string, mode: 'pause' | 'cancel') {
     const request_id = randomUUID();
     return this.track({ kind: `tree.${mode}`, task_id: taskId, request_id }, () => this.http('POST', `/tasks/${taskId}/tree/${mode}`, request_id));
+  }
+
+  /** POST /tasks/:id/tree/resume or restore (R-4.4, R-4.6): releases the hold rooted at the task. */
+  releaseTree(taskId: string, mode: 'resume' | 'restore') {
+    const request_id = randomUUID();
+    return this.track({ kind: `tree.${mode}`, task_id: taskId, request_id }, () => this.http('POST', `/tasks/${taskId}/tree/${mode}`, request_id));
+  }
+
+  /** POST /wakeups with an idempotency key (a retry passes the same key and must find the same wakeup). */
+  createWakeup(taskId: string, prompt: string, idempotencyKey: string = randomUUID()) {
+    const request_id = randomUUID();
+    return this.track({ kind: 'wakeup.create', task_id: taskId, request_id, idempotency_key: idempotencyKey }, () =>
+      this.http('POST', '/wakeups', request_id, { task_id: taskId, reason: 'fault test', payload: { prompt }, idempotency_key: idempotencyKey }),
+    );
   }
 
   /** `/ws` agent.cancel (R-3): the gateway picks the request id, so the checker matches by session and time. */

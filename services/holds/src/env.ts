@@ -8,8 +8,12 @@ export const HoldsEnv = BaseEnv.extend({
   WAKEUP_BATCH: z.coerce.number().int().positive().default(20),
   /** How long one launch may take (the orchestrator's launch plus margin). */
   WAKEUP_LAUNCH_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
-  /** A claim older than this (its dispatcher died) goes back to the queue; the launch is keyed, so a retry cannot double it. */
-  WAKEUP_CLAIM_TIMEOUT_MS: z.coerce.number().int().positive().default(90_000),
+  /**
+   * A claim not renewed for this long (its dispatcher died or froze; a live one renews its claims
+   * three times per period while their launches run) goes back to the queue; the launch is keyed,
+   * so a retry cannot double it.
+   */
+  WAKEUP_CLAIM_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
   /** Launch attempts before a wakeup is finished as launch_failed. */
   WAKEUP_MAX_ATTEMPTS: z.coerce.number().int().positive().default(3),
 });

@@ -20,6 +20,10 @@ let sql: postgres.Sql;
 const launches = new Map<string, number>();
 /** Tasks the fake orchestrator refuses to launch because of a hold (as its row-locked check would). */
 const refused = new Map<string, 'pause' | 'cancel'>();
+/** Tasks whose launch takes longer than the claim timeout (as a launch behind a busy lifecycle can). */
+const slow = new Set<string>();
+/** Short, so the tests see claims go stale; a launch in flight renews its claim three times per period. */
+const CLAIM_TIMEOUT_MS = 600;
 
 beforeAll(async () => {
   [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
@@ -31,11 +35,11 @@ beforeAll(async () => {
       const mode = refused.get(req.task_id);
       if (mode) return { launched: false as const, hold_mode: mode, reason: 'held' };
       // A launch takes a while: replicas polling meanwhile must not take the same wakeup.
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, slow.has(req.task_id) ? 4 * CLAIM_TIMEOUT_MS : 5));
       return { launched: true as const, session_id: randomUUID() };
     }),
   ]);
-  const env = (i: number) => ({ ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: 'silent', INSTANCE_ID: `holds-${i}`, WAKEUP_POLL_MS: '20', WAKEUP_BATCH: '7' });
+  const env = (i: number) => ({ ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: 'silent', INSTANCE_ID: `holds-${i}`, WAKEUP_POLL_MS: '20', WAKEUP_BATCH: '7', WAKEUP_CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS) });
   replicas = [await startService(holdsService, env(1)), await startService(holdsService, env(2))];
   sql = postgres(db.url, { max: 2, onnotice: () => undefined });
 });
@@ -77,6 +81,25 @@ describe('wakeup dispatch', () => {
     const done = await Promise.all(created.map((w) => settled(w.id)));
     expect(done.every((w) => w.status === 'finished' && w.skip_reason === null && w.session_id)).toBe(true);
     expect(created.map((w) => launches.get(w.id))).toEqual(created.map(() => 1));
+  });
+
+  it('a launch that outlasts the claim timeout is not taken by the other replica: its dispatcher renews the claim', async () => {
+    const task = randomUUID();
+    slow.add(task);
+    const w = await wakeup(task);
+    const done = await settled(w.id);
+    expect(done).toMatchObject({ status: 'finished', skip_reason: null });
+    expect(launches.get(w.id)).toBe(1);
+  });
+
+  it('a claim whose dispatcher is gone goes back to the queue within the claim timeout, and is launched', async () => {
+    const id = randomUUID();
+    // Claimed by a dispatcher that died right after: nobody renews it.
+    await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status, claimed_at, attempts) VALUES (${id}, ${randomUUID()}, ${workspace}, 'orphaned claim', 'claimed', now(), 1)`;
+    const started = Date.now();
+    expect(await settled(id)).toMatchObject({ status: 'finished', skip_reason: null });
+    expect(launches.get(id)).toBe(1);
+    expect(Date.now() - started).toBeLessThan(CLAIM_TIMEOUT_MS + 5_000);
   });
 
   it('gates a held task in the claim itself: finished with the hold reason and no launch asked', async () => {

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import type { Execution } from '@kandev/contracts';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -5,7 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { decideCancel } from '../src/domain/cancel.js';
 import { abandonLaunch } from '../src/domain/launch.js';
-import { leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, teardownGrace } from '../src/domain/teardown.js';
+import { leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, stoppedEventId, teardownGrace } from '../src/domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted, type TurnView } from '../src/domain/turns.js';
 import { StateFile } from '../src/store/state-file.js';
 import { refreshSliceOf, refreshSlices } from '../src/domain/liveness.js';
@@ -72,6 +73,13 @@ describe('turn bookkeeping', () => {
 });
 
 describe('teardown rules (R-6.3, B-4)', () => {
+  it("an execution's stop report has one event id, whoever reports it (the teardown, or start-up cleanup after a crash)", () => {
+    const a = '5eac3e0f-391c-490d-9aec-818088a3e188';
+    expect(stoppedEventId(a)).toBe(stoppedEventId(a));
+    expect(stoppedEventId(a)).not.toBe(stoppedEventId('768f47fa-f9ca-456d-a686-57715b368375'));
+    expect(z.uuid().safeParse(stoppedEventId(a)).success).toBe(true);
+  });
+
   it('records how the execution ended', () => {
     expect(stopHow({ exitedOnItsOwn: true, killedByUs: true })).toBe('exited');
     expect(stopHow({ exitedOnItsOwn: false, killedByUs: true, agentctlHow: 'graceful' })).toBe('killed');

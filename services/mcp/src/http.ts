@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { originPolicy, originRefusal, type OriginPolicy } from './domain/origin.js';
+import { CallCancellations } from './cancellation.js';
 import type { ExecutionLiveness } from './execution-liveness.js';
 import { answerRequest, type JsonRpcAnswer } from './protocol.js';
 import type { CallScope } from './tool-call.js';
@@ -24,6 +25,8 @@ export interface McpHttpOptions {
   requestTimeoutMs: number;
   nc: NatsConnection;
   log: Logger;
+  /** This replica's instance id: names it in the cancellations it publishes to the others. */
+  instanceId: string;
   /** `MCP_ALLOWED_ORIGINS` (unset: the loopback origins of this port), domain/origin.ts. */
   allowedOrigins?: string | undefined;
   /** `MCP_ALLOWED_HOSTS` (unset: loopback names when bound to loopback, else unchecked). */
@@ -108,33 +111,12 @@ function cancelledIds(messages: readonly JSONRPCMessage[]): RequestId[] {
 }
 
 /**
- * Requests in flight on this instance, by caller token and JSON-RPC id, so that the caller's
- * `notifications/cancelled` (a POST of its own: the server is stateless) reaches the call it names.
- * A cancel landing on another replica finds nothing; the call then ends with its connection or turn.
- */
-class InFlight {
-  private readonly calls = new Map<string, AbortController>();
-  private static key = (token: string, id: RequestId) => `${token}\n${typeof id}:${id}`;
-
-  /** The call's signal: aborted by a cancel naming it, or by `connection` (its HTTP connection closing). */
-  start(token: string, id: RequestId, connection: AbortSignal): { signal: AbortSignal; end(): void } {
-    const key = InFlight.key(token, id);
-    const own = new AbortController();
-    this.calls.set(key, own);
-    return { signal: AbortSignal.any([own.signal, connection]), end: () => this.calls.get(key) === own && this.calls.delete(key) };
-  }
-
-  cancel(token: string, id: RequestId): void {
-    this.calls.get(InFlight.key(token, id))?.abort(new Error('cancelled by the client'));
-  }
-}
-
-/**
  * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
  * simple clients). Each POST is authenticated, its JSON-RPC messages validated with the SDK's
  * schemas, and every request answered by `answerRequest` from tables built at start-up, for the
- * mode of the caller's token; notifications and client responses are accepted (202) and have no
- * effect in a stateless server. The HTTP rules are the SDK transport's (406 / 415 / 413 / 400
+ * mode of the caller's token; notifications and client responses are accepted (202); the only one
+ * with an effect is `notifications/cancelled`, which reaches the call it names on whichever replica
+ * holds it (cancellation.ts). The HTTP rules are the SDK transport's (406 / 415 / 413 / 400
  * answers, `mcp-protocol-version` check, batches of up to 100). `/healthz` answers without a token.
  */
 /** The one route of the MCP transport (http.route of its spans). */
@@ -149,7 +131,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     await opts.liveness?.check(claims);
     return claims;
   };
-  const inFlight = new InFlight();
+  const inFlight = new CallCancellations(opts.nc, opts.instanceId, log);
+  await inFlight.ready;
   let policy: OriginPolicy | undefined;
 
   async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {

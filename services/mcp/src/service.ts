@@ -29,6 +29,7 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
       requestTimeoutMs: rt.env.MCP_TOOL_TIMEOUT_MS,
       nc: rt.nc,
       log: rt.log,
+      instanceId: rt.instanceId,
       allowedOrigins: rt.env.MCP_ALLOWED_ORIGINS,
       allowedHosts: rt.env.MCP_ALLOWED_HOSTS,
       liveness: new ExecutionLiveness(bindRegistry, rt.env.MCP_EXECUTION_CACHE_MS),

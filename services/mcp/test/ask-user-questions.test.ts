@@ -1,8 +1,9 @@
 import { OrchMcpClarification, conflict, type ClarificationBundleView, type ClarificationWait } from '@kandev/contracts';
-import { createLogger, ensureEventStream, EventPublisher, on, serveEndpoints } from '@kandev/runtime';
+import { createLogger, ensureEventStream, EventPublisher, on, serveEndpoints, startService } from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { agentToken, connectClient, Harness, uuid } from './harness.js';
+import { mcpService } from '../src/service.js';
+import { agentToken, connectClient, Harness, SECRET, uuid } from './harness.js';
 
 /**
  * The waiting side of ask_user_questions against an orchestrator faked at the subject level: the
@@ -177,6 +178,30 @@ describe('ask_user_questions', () => {
     await expect(pending).rejects.toThrow();
     await until('the release', () => fake.releases === 1);
     expect(fake.view).toMatchObject({ detached: true, detached_reason: 'caller_gone' });
+  });
+
+  it('a notifications/cancelled that lands on another mcp replica reaches the call and detaches the bundle (ADR 0037)', async () => {
+    const other = await startService(mcpService, { ...process.env, NATS_URL: h.nats.url, MCP_PORT: '0', LOG_LEVEL: 'silent', KANDEV_JWT_SECRET: SECRET, INSTANCE_ID: 'mcp-other' });
+    try {
+      const token = await agentToken({ task_id: uuid(), mode: 'task' });
+      fake.renewEveryMs = 60_000; // only the cancel can end this wait in time
+      const post = (url: string, token: string, body: unknown) =>
+        fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: JSON.stringify(body) });
+      const pending = post(h.url, token, { jsonrpc: '2.0', id: 41, method: 'tools/call', params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } } });
+      await until('the bundle', () => fake.view !== null);
+      const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 41, reason: 'the agent gave up' } };
+      // Another agent's token naming the same id cancels nothing: the cancel is keyed by the caller.
+      expect((await post(other.urls.mcp!, await agentToken({ task_id: uuid(), mode: 'task' }), cancel)).status).toBe(202);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(fake.releases).toBe(0);
+      expect((await post(other.urls.mcp!, token, cancel)).status).toBe(202);
+      const res = await pending;
+      expect(res.status).toBe(200);
+      expect((await res.json()).result.structuredContent).toMatchObject({ status: 'detached', detached: true, reason: 'caller_gone' });
+      expect(fake.releases).toBe(1);
+    } finally {
+      await other.stop();
+    }
   });
 
   it("detaches the bundle at once when the client's connection closes mid-wait", async () => {

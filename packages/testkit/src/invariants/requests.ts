@@ -94,8 +94,49 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
       }
       case 'tree.pause':
       case 'tree.cancel': {
-        const [hold] = await tx`SELECT id FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null} AND mode = ${r.kind.slice('tree.'.length)} AND request_id = ${r.request_id ?? ''}`;
-        if (!hold) lost(r, `hold ${body.hold?.id} is not recorded`);
+        const [hold] = await tx<{ id: string; released_at: Date | null }[]>`SELECT id, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null} AND mode = ${r.kind.slice('tree.'.length)} AND request_id = ${r.request_id ?? ''}`;
+        if (!hold) {
+          lost(r, `hold ${body.hold?.id} is not recorded`);
+          break;
+        }
+        // While the hold stands, no session of a member that was there before it is active: the hold stopped them all, in its transaction.
+        if (hold.released_at) break;
+        const live = await tx<{ id: string; state: string }[]>`
+          SELECT s.id, s.state FROM orchestrator.sessions s JOIN orchestrator.tree_hold_members m ON m.task_id = s.task_id AND m.hold_id = ${hold.id}
+          JOIN orchestrator.tree_holds h ON h.id = m.hold_id
+          WHERE s.state IN ('STARTING', 'RUNNING', 'WAITING_FOR_INPUT') AND s.created_at < h.created_at`;
+        for (const s of live) lost(r, `session ${s.id} of a member is ${s.state} under the hold`);
+        break;
+      }
+      case 'tree.resume':
+      case 'tree.restore': {
+        // Released once, by this request: the hold it names is released and its members' release rows carry this request id.
+        const [hold] = await tx<{ id: string; mode: string; released_at: Date | null }[]>`SELECT id, mode, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null}`;
+        if (!hold?.released_at) {
+          lost(r, `hold ${body.hold?.id} is ${hold ? 'still active' : 'not recorded'}`);
+          break;
+        }
+        const rows = await tx<{ task_id: string; n: number }[]>`
+          SELECT task_id, count(*)::int AS n FROM orchestrator.audit_log WHERE request_id = ${r.request_id ?? ''} AND action = ${r.kind} AND outcome = 'released' GROUP BY task_id`;
+        if (!rows.some((x) => x.task_id === r.task_id)) lost(r, `no ${r.kind} audit row of the root with outcome released for request ${r.request_id}`);
+        for (const x of rows.filter((y) => y.n > 1)) out.push(at('effect_applied_twice', `${r.kind} request ${r.request_id} released task ${x.task_id} ${x.n} times`));
+        if (r.kind === 'tree.restore') {
+          const still = await tx<{ task_id: string }[]>`
+            SELECT m.task_id FROM orchestrator.tree_hold_members m JOIN orchestrator.tasks t ON t.id = m.task_id
+            WHERE m.hold_id = ${hold.id} AND m.skip_reason IS NULL AND t.status = 'CANCELLED' AND m.task_status <> 'CANCELLED'`;
+          for (const t of still) lost(r, `member ${t.task_id} it restored is still CANCELLED`);
+        }
+        break;
+      }
+      case 'wakeup.create': {
+        // One wakeup per idempotency key, whatever the retries; once dispatched, its session is the task's.
+        const ws = await tx<{ id: string; status: string; session_id: string | null }[]>`SELECT id, status, session_id FROM holds.wakeups WHERE idempotency_key = ${r.idempotency_key ?? ''}`;
+        if (ws.length !== 1 || ws[0]!.id !== body.id) {
+          lost(r, `wakeup ${body.id} is ${ws.length ? `not the one stored for its key (${ws.map((x) => x.id).join(', ')})` : 'not stored'}`);
+          break;
+        }
+        const sid = ws[0]!.session_id;
+        if (sid && !(await tx`SELECT 1 FROM orchestrator.sessions WHERE id = ${sid} AND task_id = ${r.task_id}`).length) lost(r, `its session ${sid} is not a session of the task`);
         break;
       }
     }

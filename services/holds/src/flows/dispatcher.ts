@@ -1,7 +1,7 @@
 import { isKandevError, OrchTree } from '@kandev/contracts';
 import { transaction, request } from '@kandev/runtime';
 import { outcomeOf, promptOf, type LaunchVerdict } from '../domain/wakeups.js';
-import { claimWakeups, finishWakeup, requeueStaleClaims, requeueWakeup, type WakeupRow } from '../store/wakeups.js';
+import { claimWakeups, finishWakeup, renewClaims, requeueStaleClaims, requeueWakeup, type WakeupRow } from '../store/wakeups.js';
 import type { HoldsRuntime } from './context.js';
 
 /**
@@ -43,18 +43,28 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
 
   /** Launches in flight: they run beside the claim loop, so a slow launch never holds up the gate. */
   const launching = new Set<Promise<void>>();
+  /** The wakeups of those launches, whose claims this dispatcher keeps renewing. */
+  const claimedHere = new Set<string>();
+  // Claims are renewed three times per WAKEUP_CLAIM_TIMEOUT_MS while their launch runs, so a claim
+  // goes stale only when its dispatcher stopped (died, froze, lost the database): another replica
+  // then takes it after that bound, however long a launch may take (WAKEUP_LAUNCH_TIMEOUT_MS).
+  const renewer = setInterval(() => {
+    renewClaims(rt.sql, [...claimedHere], rt.instanceId).catch((e: unknown) => log.warn({ err: e }, 'renewing wakeup claims failed; they may be taken again (the launch is keyed, so once)'));
+  }, Math.max(50, Math.floor(rt.env.WAKEUP_CLAIM_TIMEOUT_MS / 3))).unref();
 
   async function round(): Promise<number> {
     await requeueStaleClaims(rt.sql, rt.env.WAKEUP_CLAIM_TIMEOUT_MS);
     // Claim no more than there is room to launch; the rest waits in the queue (it is durable).
     const room = Math.max(0, rt.env.WAKEUP_BATCH * 4 - launching.size);
     if (room === 0) return 0;
-    const claimed = (await transaction(rt.sql, (tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room)))) as Array<WakeupRow & { gate_mode: string | null }>;
+    const claimed = (await transaction(rt.sql, (tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room), rt.instanceId))) as Array<WakeupRow & { gate_mode: string | null }>;
     for (const w of claimed.filter((x) => x.gate_mode)) log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
     for (const w of claimed.filter((x) => !x.gate_mode)) {
+      claimedHere.add(w.id);
       const p: Promise<void> = launch(w)
         .catch((e) => log.error({ err: e, wakeup_id: w.id }, 'recording a wakeup outcome failed'))
         .finally(() => {
+          claimedHere.delete(w.id);
           launching.delete(p);
           if (!stopped) void run(); // room again: the queue may hold more
         });
@@ -95,6 +105,7 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
     async stop() {
       stopped = true;
       if (timer) clearTimeout(timer);
+      clearInterval(renewer);
       await running;
       await Promise.allSettled([...launching]);
     },

@@ -40,7 +40,7 @@ export async function countActiveWakeups(q: Q, taskIds: readonly string[]): Prom
  * with SKIP LOCKED (replicas never take the same one); those whose task is held are finished
  * with the hold's skip reason, the others become claimed. No wakeup is both gated and launched.
  */
-export async function claimWakeups(tx: Tx, limit: number): Promise<Array<WakeupRow & { gate_mode: HoldMode | null }>> {
+export async function claimWakeups(tx: Tx, limit: number, instanceId: string): Promise<Array<WakeupRow & { gate_mode: HoldMode | null }>> {
   return tx.unsafe<Array<WakeupRow & { gate_mode: HoldMode | null }>>(
     `WITH picked AS (
        SELECT w.id, h.mode FROM wakeups w LEFT JOIN held_tasks h ON h.task_id = w.task_id
@@ -51,11 +51,12 @@ export async function claimWakeups(tx: Tx, limit: number): Promise<Array<WakeupR
        status = CASE WHEN p.mode IS NULL THEN 'claimed' ELSE 'finished' END,
        skip_reason = CASE p.mode WHEN 'pause' THEN $2 WHEN 'cancel' THEN $3 ELSE NULL END,
        claimed_at = now(),
+       claimed_by = CASE WHEN p.mode IS NULL THEN $4 ELSE NULL END,
        finished_at = CASE WHEN p.mode IS NULL THEN NULL ELSE now() END,
        attempts = w.attempts + CASE WHEN p.mode IS NULL THEN 1 ELSE 0 END
      FROM picked p WHERE w.id = p.id
      RETURNING ${COLS.split(', ').map((c) => `w.${c}`).join(', ')}, p.mode AS gate_mode`,
-    [limit, HoldSkipReasons.pause, HoldSkipReasons.cancel],
+    [limit, HoldSkipReasons.pause, HoldSkipReasons.cancel, instanceId],
     { prepare: true },
   );
 }
@@ -71,12 +72,18 @@ export async function finishWakeup(q: Q, id: string, o: { skip_reason: string | 
 }
 
 export async function requeueWakeup(q: Q, id: string): Promise<void> {
-  await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL WHERE id = ${id} AND status = 'claimed'`;
+  await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL, claimed_by = NULL WHERE id = ${id} AND status = 'claimed'`;
+}
+
+/** A live dispatcher's claims of the launches it still runs: their age then measures the dispatcher's silence, not the launch's length. */
+export async function renewClaims(q: Q, ids: readonly string[], instanceId: string): Promise<void> {
+  if (!ids.length) return;
+  await q`UPDATE wakeups SET claimed_at = now() WHERE id = ANY(${[...ids]}::uuid[]) AND status = 'claimed' AND claimed_by = ${instanceId}`;
 }
 
 /** Claims whose dispatcher died go back to the queue (the launch is keyed by wakeup id, so no double session). */
 export async function requeueStaleClaims(q: Q, olderThanMs: number): Promise<number> {
-  const rows = await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL
+  const rows = await q`UPDATE wakeups SET status = 'queued', claimed_at = NULL, claimed_by = NULL
                        WHERE status = 'claimed' AND claimed_at < now() - make_interval(secs => ${olderThanMs / 1000}) RETURNING id`;
   return rows.length;
 }

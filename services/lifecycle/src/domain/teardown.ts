@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { EventDataOf, Execution } from '@kandev/contracts';
 
 /*
@@ -59,6 +60,21 @@ export function stopHow(o: StopObservation): StopHow {
  */
 export function stopRequestTimeoutMs(graceMs: number): number {
   return 2 * graceMs + 3_000;
+}
+
+/**
+ * The event id of an execution's `execution.stopped`: a function of the execution, because an
+ * execution stops once. A teardown that journalled its report and was killed before dropping the
+ * execution from its state file reports it again, as `lost`, when the instance starts again; with
+ * the same id that second report is the same event (JetStream's duplicate window drops it, and the
+ * consumers' inboxes would), not a second stop. A UUID of version 8 (RFC 9562, name-based).
+ */
+export function stoppedEventId(executionId: string): string {
+  const h = createHash('sha256').update(`execution.stopped\n${executionId}`).digest().subarray(0, 16);
+  h[6] = (h[6]! & 0x0f) | 0x80;
+  h[8] = (h[8]! & 0x3f) | 0x80;
+  const x = h.toString('hex');
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
 }
 
 export function stoppedEvent(

@@ -4,7 +4,7 @@ import { buildEvent, type Logger } from '@kandev/runtime';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { relayAgentctlLog } from '../agentctl/log-relay.js';
-import { leftoversToReport, type Leftover } from '../domain/teardown.js';
+import { leftoversToReport, stoppedEventId, type Leftover } from '../domain/teardown.js';
 import { pidsOfUid } from '../isolation/proc.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
@@ -63,6 +63,8 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
       'execution.stopped',
       { workspace_id: l.workspace_id, task_id: l.task_id, session_id: l.session_id },
       { execution_id: l.execution_id, how: 'lost', grace_ms: null, reason: 'lifecycle_instance_restarted', pid: l.pid, exit_code: null, signal: null, orphaned: false },
+      // The teardown's own report, if it got that far before the crash, has this id too: one stop.
+      stoppedEventId(l.execution_id),
     );
     await journal.record(ev);
     await registry.delete(l.execution_id, l.task_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
-import { stopHow, stopRequestTimeoutMs, stoppedEvent, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
+import { stopHow, stopRequestTimeoutMs, stoppedEvent, stoppedEventId, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { StateFile } from '../store/state-file.js';
@@ -86,7 +86,7 @@ export class TeardownExecutor {
       if (survivors.length === 0 && x.placement.identity) log.debug({ uid: x.placement.identity.uid }, "execution's uid released");
     }
     // Journalled, then published until JetStream acknowledges it (ADR 0008).
-    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data)).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
+    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data, stoppedEventId(data.execution_id))).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
     await x.unregister();
     this.deps.stateFile.remove(x.id);
     this.deps.forget(x.id);
