@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import { workerAgentUidRange } from '../src/agent-uids.js';
 import { repoRoot } from '../src/paths.js';
 import { descendants, procAlive, type Proc } from '../src/procs.js';
 
@@ -49,7 +50,7 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
   cleanups.push(() => rmSync(base, { recursive: true, force: true }));
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
-  Object.assign(env, { KANDEV_STATE_DIR: state, GATEWAY_PORT: '0', MCP_PORT: '0', NATS_URL: `nats://127.0.0.1:${await deadPort()}`, LOG_LEVEL: 'info' }, extraEnv);
+  Object.assign(env, { KANDEV_STATE_DIR: state, GATEWAY_PORT: '0', MCP_PORT: '0', NATS_URL: `nats://127.0.0.1:${await deadPort()}`, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange() }, extraEnv);
   const [cmd, args] = how === 'npm' ? ['npm', ['start', '--silent']] : [process.execPath, ['scripts/start.mjs', '--no-build']];
   // detached: its own process group, as a terminal's foreground job is.
   const child = spawn(cmd as string, args as string[], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
