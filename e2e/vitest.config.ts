@@ -14,6 +14,9 @@ const ALONE = [
   'test/replica-loss.test.ts', // SIGSTOP/SIGKILL of an orchestrator replica
   'test/scale.test.ts', // 3-node NATS cluster and 2 processes of every service
   'test/console/**/*.test.ts', // a browser beside the stack
+  // A question asked right after cancel + prompt once failed with INTERNAL_ERROR while paired (1 of
+  // 3 runs; the same race was quarantined before, efcffbb): alone until that path is understood.
+  'test/clarifications.test.ts',
 ];
 
 export default defineConfig({
