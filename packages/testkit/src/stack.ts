@@ -94,7 +94,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
     AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
     // Stacks of test files running side by side must not hand out the same agent uid.
-    AGENT_UID_RANGE: workerAgentUidRange(),
+    ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
     ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
   };
