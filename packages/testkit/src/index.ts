@@ -11,3 +11,4 @@ export * from './control-requests.js';
 export * from './poison.js';
 export * from './nats-cluster.js';
 export * from './probe.js';
+export * from './agent-uids.js';

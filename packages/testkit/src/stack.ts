@@ -10,6 +10,7 @@ import { startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { repoRoot, serviceEntry } from './paths.js';
 import { startNatsCluster } from './nats-cluster.js';
+import { workerAgentUidRange } from './agent-uids.js';
 
 /** deploy/nats/permissions.conf on one local server; each user's password is `<user>-test-pass`. */
 export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
@@ -92,6 +93,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
     // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
     AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
+    // Stacks of test files running side by side must not hand out the same agent uid.
+    ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
     ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
     ...opts.env,
   };

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
+import { workerAgentUidRange } from '../src/agent-uids.js';
 import { repoRoot } from '../src/paths.js';
 import { descendants, procAlive, type Proc } from '../src/procs.js';
 
@@ -37,7 +38,7 @@ function tempStateDir(): string {
 function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
-  return { ...env, ...extra };
+  return { ...env, AGENT_UID_RANGE: workerAgentUidRange(), ...extra };
 }
 
 const cleanups: Array<() => void | Promise<void>> = [];

@@ -12,7 +12,7 @@ import {
   type RunningService,
 } from '@kandev/runtime';
 import { Svcm } from '@nats-io/services';
-import { repoRoot } from '@kandev/testkit';
+import { repoRoot, workerAgentUidRange } from '@kandev/testkit';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -33,6 +33,7 @@ export async function startLifecycle(natsUrl: string, instanceId: string, stateD
     NATS_URL: natsUrl,
     INSTANCE_ID: instanceId,
     KANDEV_STATE_DIR: stateDir,
+    AGENT_UID_RANGE: workerAgentUidRange(),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     CANCEL_TIMEOUT_MS: '1500',
     TEARDOWN_GRACE_MS: '1000',
@@ -174,7 +175,7 @@ const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
 /** The lifecycle service as its own OS process, so it can be killed hard. */
 export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void, as?: { uid: number; gid: number }): Promise<ChildProcess> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
-  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(as ?? {}) });
+  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange(), ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(as ?? {}) });
   const lines: string[] = [];
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);
