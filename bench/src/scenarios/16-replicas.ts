@@ -2,6 +2,7 @@ import postgres from 'postgres';
 import type { Scenario, ScenarioResult } from '../scenario.js';
 import { startBenchStack, summarize, type BenchStack } from '../e2e.js';
 import { allGone, curvePoint, launchSessions } from '../tree/curve.js';
+import { heldWakeups } from '../wakeups.js';
 
 /*
  * Scale-out on one machine (issue "Past one machine", Measure): the same three workloads on a stack
@@ -44,12 +45,9 @@ async function stopBurst(b: BenchStack, workspaceId: string): Promise<{ latencie
 async function wakeupDrain(b: BenchStack, workspaceId: string): Promise<number> {
   const sql = postgres(b.stack.db.url, { max: 1, onnotice: () => undefined });
   try {
-    const hold = (await sql<{ id: string }[]>`SELECT gen_random_uuid() AS id`)[0]!.id;
-    await sql`INSERT INTO holds.hold_gates (hold_id, root_task_id, mode, created_at) VALUES (${hold}, gen_random_uuid(), 'pause', now())`;
-    await sql`INSERT INTO holds.held_tasks (task_id, hold_id, mode, hold_created_at) SELECT gen_random_uuid(), ${hold}, 'pause', now() FROM generate_series(1, 200)`;
+    const wakeups = await heldWakeups(sql, workspaceId, WAKEUPS);
     const t0 = performance.now();
-    await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status)
-              SELECT gen_random_uuid(), h.task_id, ${workspaceId}, 'bench', 'queued' FROM generate_series(1, ${WAKEUPS / 200}) JOIN holds.held_tasks h ON h.hold_id = ${hold}`;
+    await wakeups.queue();
     for (;;) {
       const [row] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM holds.wakeups WHERE status = 'queued'`;
       if (row!.n === 0) break;

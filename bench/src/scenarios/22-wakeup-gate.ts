@@ -1,6 +1,7 @@
 import postgres from 'postgres';
 import type { Scenario } from '../scenario.js';
 import { startBenchStack, summarize } from '../e2e.js';
+import { heldWakeups } from '../wakeups.js';
 
 /**
  * R-4.3 throughput: how fast one holds replica finishes queued wakeups of held tasks (claim and
@@ -17,12 +18,9 @@ const scenario: Scenario = {
     const sql = postgres(b.stack.db.url, { max: 1, onnotice: () => undefined });
     ctx.defer(() => sql.end());
     const ws = (await b.api.ok('POST', '/workspaces', { name: 'bench' })).id as string;
-    const hold = (await sql<{ id: string }[]>`SELECT gen_random_uuid() AS id`)[0]!.id;
-    await sql`INSERT INTO holds.hold_gates (hold_id, root_task_id, mode, created_at) VALUES (${hold}, gen_random_uuid(), 'pause', now())`;
-    await sql`INSERT INTO holds.held_tasks (task_id, hold_id, mode, hold_created_at) SELECT gen_random_uuid(), ${hold}, 'pause', now() FROM generate_series(1, 200)`;
+    const wakeups = await heldWakeups(sql, ws, WAKEUPS);
     const t0 = performance.now();
-    await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status)
-              SELECT gen_random_uuid(), h.task_id, ${ws}, 'bench', 'queued' FROM generate_series(1, ${WAKEUPS / 200}) JOIN holds.held_tasks h ON h.hold_id = ${hold}`;
+    await wakeups.queue();
     const samples: number[] = [];
     let last = performance.now();
     let lastLeft = WAKEUPS;
