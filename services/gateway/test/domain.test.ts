@@ -60,7 +60,8 @@ describe('notifications', () => {
     expect(notificationTargets(ev('session.agent.cancelled', {}))).toEqual([task, workspaceKey(ws)]);
     expect(notificationTargets(ev('session.message', {}))).toEqual([task, workspaceKey(ws)]);
     expect(notificationTargets(ev('turn.started', {}))).toEqual([]);
-    expect(notificationTargets(ev('task.created', {}))).toEqual([]);
+    expect(notificationTargets(ev('task.created', {}))).toEqual([task, workspaceKey(ws)]); // the board shows a new task at once
+    expect(notificationTargets(ev('usage.recorded', {}))).toEqual([]);
     expect(notificationTargets(ev('agent.message', {}))).toEqual([]);
     expect(notificationTargets(ev('queue.changed', {}, { task_id: null }))).toEqual([workspaceKey(ws)]);
   });
