@@ -22,6 +22,12 @@ export const OrchestratorEnv = BaseEnv.extend({
    * Never a member of an active hold, nor a task a restore left IN_PROGRESS (ADR 0025).
    */
   STALLED_TASK_AFTER_MS: z.coerce.number().int().positive().default(60_000),
+  /**
+   * A session STARTING with no execution for this long lost its launch (its start died with its
+   * replica) and is FAILED by the reconciler. Longer than any start can legitimately wait: a caller's
+   * deadline (30 s at the edges), lifecycle's launch queue and launch timeout.
+   */
+  LAUNCH_LOST_AFTER_MS: z.coerce.number().int().positive().default(120_000),
   /** How long a known agent name is trusted without asking lifecycle again. */
   AGENT_CATALOGUE_TTL_MS: z.coerce.number().int().nonnegative().default(10_000),
   /**

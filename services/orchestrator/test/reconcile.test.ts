@@ -117,7 +117,10 @@ it('fails a STARTING session that never got an execution (its start died mid-lau
   // As if the orchestrator had died after recording the start and before its launch reached lifecycle.
   await h.sql`UPDATE orchestrator.sessions SET state = 'STARTING', execution_id = NULL, instance_id = NULL WHERE id = ${s.id}`;
   expect((await reconcileOnce(rt())).launchesLost).toBe(0); // a launch may still be under way
-  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '2 minutes' WHERE id = ${s.id}`;
+  // Past the stalled-task bound (60 s) but within LAUNCH_LOST_AFTER_MS (120 s): a start in a long launch queue, left alone.
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '90 seconds' WHERE id = ${s.id}`;
+  expect((await reconcileOnce(rt())).launchesLost).toBe(0);
+  await h.sql`UPDATE orchestrator.sessions SET updated_at = now() - interval '3 minutes' WHERE id = ${s.id}`;
   expect((await reconcileOnce(rt())).launchesLost).toBe(1);
   const t = await h.getTask(task.id);
   expect(t.sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/launch was lost/) });

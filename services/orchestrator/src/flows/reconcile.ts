@@ -36,7 +36,7 @@ interface Suspect {
  *   gets the turn closed (stop_reason `lost`) and moves on as on turn.completed: the report of
  *   the turn's end never arrived;
  * - a start whose orchestrator died mid-launch: a STARTING session that never got an execution
- *   within STALLED_TASK_AFTER_MS is FAILED (`launch_lost`; a launch still under way is refused by
+ *   within LAUNCH_LOST_AFTER_MS is FAILED (`launch_lost`; a launch still under way is refused by
  *   admission, which wants an active session), and one whose execution was admitted and is idle
  *   without a turn (a start without a prompt) becomes WAITING_FOR_INPUT, as the start would have
  *   made it.
@@ -106,13 +106,14 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
 }
 
 /**
- * STARTING sessions with no execution for longer than any launch can take: the start that made them
+ * STARTING sessions with no execution for longer than any launch can take (LAUNCH_LOST_AFTER_MS, not
+ * the stalled-task bound: a burst of starts can wait in lifecycle's queue longer than a short one): the start that made them
  * died (its orchestrator with it) before its launch reached a lifecycle instance, or the launch
  * was lost. Such a session counts as active, so without this the task would look busy forever and
  * the stalled-task repair would never see it. Held tasks keep their status (R-4.2).
  */
 async function failLostLaunches(rt: OrchRuntime): Promise<number> {
-  const bound = rt.env.STALLED_TASK_AFTER_MS;
+  const bound = rt.env.LAUNCH_LOST_AFTER_MS;
   const stale = await rt.sql<{ id: string }[]>`
     SELECT id FROM sessions
     WHERE state = 'STARTING' AND execution_id IS NULL AND updated_at < now() - make_interval(secs => ${bound / 1000})
