@@ -1,4 +1,4 @@
-import type { EventEnvelope } from '@kandev/contracts';
+import { eventSubject, type EventEnvelope } from '@kandev/contracts';
 import { recordOnce, type EventScope, type Tx } from '@kandev/runtime';
 import type { TranscriptCaps, TranscriptInput, TranscriptPiece } from '../domain/transcript.js';
 import { appendTranscriptItem, appendTranscriptRun } from '../store/transcript.js';
@@ -8,7 +8,7 @@ import { transact, type Emit, type OrchRuntime } from './context.js';
 export const TRANSCRIPT_CONSUMER = 'orchestrator-transcript';
 /** What it consumes: every `kandev.evt.agent.*` event lifecycle relays from agentctl. */
 export const TRANSCRIPT_EVENT_TYPES = ['agent.message', 'agent.tool_call'] as const;
-export const TRANSCRIPT_FILTER_SUBJECT = 'kandev.evt.agent.>';
+export const TRANSCRIPT_FILTER_SUBJECT = eventSubject('agent.>');
 /** The most events the consumer takes at once; one session's share of them is one transaction (ADR 0035). */
 export const TRANSCRIPT_BATCH = 100;
 /** What the consumer groups its batch by: one session's events are one run, in delivery order. */
