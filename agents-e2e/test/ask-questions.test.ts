@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, stubPrompt } from '@kandev/testkit';
-import { makeTask, REAL_AGENTS, startRealWorld, type RealWorld } from './support.js';
+import { makeTask, REAL_AGENTS, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-5 through the agents' own MCP clients: the model (the stub) calls `ask_user_questions`, the
@@ -8,6 +8,7 @@ import { makeTask, REAL_AGENTS, startRealWorld, type RealWorld } from './support
  * answers over HTTP, and the answer comes back to the model as the tool result.
  */
 let w: RealWorld;
+reportOnFailure(() => w);
 beforeAll(async () => {
   w = await startRealWorld();
 });

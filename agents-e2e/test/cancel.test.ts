@@ -3,7 +3,7 @@ import { connect } from '@nats-io/transport-node';
 import { EventEnvelope } from '@kandev/contracts';
 import { costOf } from '@kandev/contracts/pricing';
 import { eventually, processAlive, stubPrompt, UNPRICED_MODEL, WsClient } from '@kandev/testkit';
-import { CODEX_MODEL, makeTask, REAL_AGENTS, requestFor, runningSession, startRealWorld, type RealWorld } from './support.js';
+import { CODEX_MODEL, makeTask, REAL_AGENTS, requestFor, runningSession, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-3 against the published agents: `agent.cancel` over /ws while the model stream is open. The
@@ -11,6 +11,7 @@ import { CODEX_MODEL, makeTask, REAL_AGENTS, requestFor, runningSession, startRe
  * `cancelled`, and the same agent process takes the next prompt.
  */
 let w: RealWorld;
+reportOnFailure(() => w);
 const usage: Array<{ session_id: string | null | undefined; data: Record<string, unknown> }> = [];
 let stopUsage: (() => Promise<void>) | undefined;
 

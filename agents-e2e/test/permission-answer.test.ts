@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, stubPrompt } from '@kandev/testkit';
-import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, startRealWorld, type RealWorld } from './support.js';
+import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-8.3 against the published agents: a tool call the agent must ask permission for (Codex: a
@@ -12,6 +12,7 @@ import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, startRealWorl
  * GET /tasks/:id/permissions; the operator allows it over HTTP, and the command runs.
  */
 let w: RealWorld;
+reportOnFailure(() => w);
 beforeAll(async () => {
   w = await startRealWorld();
 });

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, processAlive, stubPrompt } from '@kandev/testkit';
-import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, startRealWorld, type RealWorld } from './support.js';
+import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-3.2 against the published agents: an agent waiting on a permission request (Codex: an approval
@@ -12,6 +12,7 @@ import { asking, makeTask, REAL_AGENTS, runningSession, shellTool, startRealWorl
  * the command never runs.
  */
 let w: RealWorld;
+reportOnFailure(() => w);
 beforeAll(async () => {
   w = await startRealWorld();
 });

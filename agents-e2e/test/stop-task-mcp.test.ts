@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectMcp, eventually, processAlive, stubPrompt } from '@kandev/testkit';
-import { makeTask, REAL_AGENTS, requestFor, runningSession, startRealWorld, type RealWorld } from './support.js';
+import { makeTask, REAL_AGENTS, requestFor, runningSession, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-1 through the agents' own MCP clients: the parent runs the published agent, its model (the
@@ -8,6 +8,7 @@ import { makeTask, REAL_AGENTS, requestFor, runningSession, startRealWorld, type
  * server with the token agentctl configured, and the tool result comes back to the model.
  */
 let w: RealWorld;
+reportOnFailure(() => w);
 beforeAll(async () => {
   w = await startRealWorld();
 });

@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { afterEach } from 'vitest';
 import { eventually, findRealAgents, startAgentStack, startModelStub, writeRealAgentCatalogue, type AgentStack, type ApiClient, type ModelStub, type RealAgent, type StackService } from '@kandev/testkit';
 
 /*
@@ -56,6 +57,39 @@ export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealW
       await stub.stop();
       rmSync(home, { recursive: true, force: true });
     },
+  });
+}
+
+/**
+ * When a test of the calling file fails, print what the model stub was asked and answered and the
+ * stack's warnings and errors since the test began: a real agent that stalls on a shared CI machine
+ * (it never called the model, the model's tool was not offered, the tool call never reached MCP)
+ * is then told apart from the failure's last line alone.
+ */
+export function reportOnFailure(world: () => RealWorld | undefined): void {
+  let firstRequest = 0;
+  let firstLog = 0;
+  afterEach((ctx) => {
+    const w = world();
+    if (!w) return;
+    const from = { requests: firstRequest, logs: firstLog };
+    firstRequest = w.stub.requests.length;
+    firstLog = w.logs.length;
+    if (ctx.task.result?.state !== 'fail') return;
+    const requests = w.stub.requests.slice(from.requests).map((r) => ({
+      at: new Date(r.at).toISOString(),
+      path: r.path,
+      reply: r.reply,
+      tools: r.tools.length,
+      kandev_tools: r.tools.filter((t) => t.name.includes('kandev')).map((t) => t.name),
+      tool_results: r.toolResults.length,
+      user: r.userText.slice(-160),
+    }));
+    const logs = w.logs
+      .slice(from.logs)
+      .filter(({ line }) => line.level === 'warn' || line.level === 'error')
+      .slice(-40);
+    console.error(`[diagnosis] ${ctx.task.name}\nmodel stub requests:\n${JSON.stringify(requests, null, 1)}\nstack warnings and errors:\n${logs.map((l) => `${l.service} ${JSON.stringify(l.line).slice(0, 600)}`).join('\n')}`);
   });
 }
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { eventually, stubPrompt } from '@kandev/testkit';
-import { descendsFrom, parentOf, running, treeOf, makeTask, processesMatching, REAL_AGENTS, runningSession, shellTool, startRealWorld, type RealWorld } from './support.js';
+import { descendsFrom, parentOf, running, treeOf, makeTask, processesMatching, REAL_AGENTS, runningSession, shellTool, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
  * R-6 against the published agents: a task stop leaves nothing of the agent's process tree behind,
@@ -17,6 +17,7 @@ const cmdline = (pid: number) => {
 };
 
 let w: RealWorld;
+reportOnFailure(() => w);
 beforeAll(async () => {
   w = await startRealWorld({ TEARDOWN_GRACE_MS: '1000' });
 });

@@ -74,7 +74,10 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
   const claudeAsk = seed('claude-ask', { '.claude-config/settings.json': { permissions: { allow: ['mcp__kandev'] } } });
   // Gemini CLI keeps its settings in HOME/.gemini: without folder trust settled, it treats the
   // workspace as untrusted and falls back from --approval-mode yolo to "default" (every shell command then asks).
-  const gemini = seed('gemini', { '.gemini/settings.json': { security: { folderTrust: { enabled: false } } } });
+  // Usage statistics and update checks are off: tests run offline, and neither may reach Google from a CI machine.
+  const gemini = seed('gemini', {
+    '.gemini/settings.json': { security: { folderTrust: { enabled: false } }, privacy: { usageStatisticsEnabled: false }, general: { enableAutoUpdate: false, enableAutoUpdateNotification: false } },
+  });
   const codex = seed('codex', {});
   const wrapper = join(dir, 'agent-home.sh');
   writeFileSync(
