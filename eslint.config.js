@@ -5,7 +5,17 @@ import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', '**/.kandev/**', 'cpu-profiles/**', '**/*.d.ts', '**/*.js', '**/*.mjs', '**/*.cjs', 'services/gateway/console/vite.config.ts'],
+    ignores: [
+      '**/dist/**',
+      '**/node_modules/**',
+      '**/.kandev/**',
+      'cpu-profiles/**',
+      '**/*.d.ts',
+      '**/*.js',
+      '**/*.mjs',
+      '**/*.cjs',
+      'services/gateway/console/vite.config.ts',
+    ],
   },
   {
     files: ['**/*.ts', '**/*.tsx'],

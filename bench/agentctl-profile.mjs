@@ -11,6 +11,8 @@ s.post('Profiler.enable');
 s.post('Profiler.setSamplingInterval', { interval: Number(process.env.AGENTCTL_PROF_US ?? 500) });
 s.post('Profiler.start');
 process.on('exit', () => {
-  s.post('Profiler.stop', (err, r) => { if (!err) writeFileSync(`${dir}/agentctl.${process.pid}.cpuprofile`, JSON.stringify(r.profile)); });
+  s.post('Profiler.stop', (err, r) => {
+    if (!err) writeFileSync(`${dir}/agentctl.${process.pid}.cpuprofile`, JSON.stringify(r.profile));
+  });
 });
 await import(process.env.AGENTCTL_REAL);

@@ -7,27 +7,93 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
-const ROOT = process.env.ROOT ?? new URL('..', import.meta.url).pathname.replace(/\/$/, ''); const N = Number(process.env.N ?? 50);
+const ROOT = process.env.ROOT ?? new URL('..', import.meta.url).pathname.replace(/\/$/, '');
+const N = Number(process.env.N ?? 50);
 const bin = process.env.BIN ?? `${ROOT}/packages/agentctl/dist/main.js`;
-const stat = (pid) => { try { const f = readFileSync(`/proc/${pid}/stat`, 'utf8'); return f.slice(f.lastIndexOf(')') + 2).split(' '); } catch { return null; } };
-const own = (pid) => { const r = stat(pid); return r ? (Number(r[11]) + Number(r[12])) * 10 : 0; };
-const reaped = () => { const r = stat(process.pid); return (Number(r[13]) + Number(r[14])) * 10; };
-const kids = (pid) => { try { return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number); } catch { return []; } };
-const pairs = [];
-await Promise.all(Array.from({ length: 8 }, async () => {
-  while (pairs.length < N) {
-    const slot = pairs.length; pairs.push(null);
-    const c = spawn(process.execPath, [bin, '--agent', 'scripted-acp', '--port', '0', '--execution-id', randomUUID(), '--session-id', randomUUID(), '--task-id', randomUUID(), '--mcp-url', 'http://127.0.0.1:9/mcp', '--agent-nice', '10'], { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'x' } });
-    c.stderr.resume();
-    const ready = await new Promise((res) => createInterface({ input: c.stdout }).on('line', (l) => { if (l.includes('"ready"')) res(JSON.parse(l)); }));
-    pairs[slot] = { c, url: ready.url ?? `http://127.0.0.1:${ready.port}` };
+const stat = (pid) => {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return f.slice(f.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
   }
-}));
+};
+const own = (pid) => {
+  const r = stat(pid);
+  return r ? (Number(r[11]) + Number(r[12])) * 10 : 0;
+};
+const reaped = () => {
+  const r = stat(process.pid);
+  return (Number(r[13]) + Number(r[14])) * 10;
+};
+const kids = (pid) => {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+};
+const pairs = [];
+await Promise.all(
+  Array.from({ length: 8 }, async () => {
+    while (pairs.length < N) {
+      const slot = pairs.length;
+      pairs.push(null);
+      const c = spawn(
+        process.execPath,
+        [
+          bin,
+          '--agent',
+          'scripted-acp',
+          '--port',
+          '0',
+          '--execution-id',
+          randomUUID(),
+          '--session-id',
+          randomUUID(),
+          '--task-id',
+          randomUUID(),
+          '--mcp-url',
+          'http://127.0.0.1:9/mcp',
+          '--agent-nice',
+          '10',
+        ],
+        { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'x' } },
+      );
+      c.stderr.resume();
+      const ready = await new Promise((res) =>
+        createInterface({ input: c.stdout }).on('line', (l) => {
+          if (l.includes('"ready"')) res(JSON.parse(l));
+        }),
+      );
+      pairs[slot] = { c, url: ready.url ?? `http://127.0.0.1:${ready.port}` };
+    }
+  }),
+);
 // a turn in flight in each (as the bench's live sessions)
-await Promise.all(pairs.map((p) => fetch(`${p.url}/api/v1/acp/prompt`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: JSON.stringify({ script: [{ sleep_ms: 600000 }] }) }) }).then((r) => r.text())));
+await Promise.all(
+  pairs.map((p) =>
+    fetch(`${p.url}/api/v1/acp/prompt`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: JSON.stringify({ script: [{ sleep_ms: 600000 }] }) }),
+    }).then((r) => r.text()),
+  ),
+);
 await new Promise((r) => setTimeout(r, 8000)); // settle
 const before = pairs.reduce((s, p) => s + own(p.c.pid) + kids(p.c.pid).reduce((t, k) => t + own(k), 0), 0) + reaped();
-const t = performance.now(); console.error('stop at mono ms', Number(process.hrtime.bigint() / 1000000n));
-await Promise.all(pairs.map((p) => new Promise((res) => { p.c.once('exit', res); fetch(`${p.url}/api/v1/stop`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grace_ms: 2000 }) }).then((r) => r.text()).catch(() => undefined); })));
+const t = performance.now();
+console.error('stop at mono ms', Number(process.hrtime.bigint() / 1000000n));
+await Promise.all(
+  pairs.map(
+    (p) =>
+      new Promise((res) => {
+        p.c.once('exit', res);
+        fetch(`${p.url}/api/v1/stop`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grace_ms: 2000 }) })
+          .then((r) => r.text())
+          .catch(() => undefined);
+      }),
+  ),
+);
 const wall = performance.now() - t;
 console.log(JSON.stringify({ root: ROOT, n: N, wall_ms: Math.round(wall), teardown_cpu_ms: reaped() - before, load: (await import('node:os')).loadavg()[0] }));

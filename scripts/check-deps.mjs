@@ -39,7 +39,8 @@ const NOT_DECLARED = {
     '@google/gemini-cli': 'resolved at run time by real-agents.ts, only where agents-e2e installed it',
   },
   'packages/runtime': {
-    '@kandev/testkit': "by the tests only; testkit depends on runtime, and turbo refuses a cycle even through devDependencies (the workspace link is there either way)",
+    '@kandev/testkit':
+      'by the tests only; testkit depends on runtime, and turbo refuses a cycle even through devDependencies (the workspace link is there either way)',
   },
 };
 
@@ -63,10 +64,9 @@ function importsOf(file, excludeTypes = false) {
   let text = readFileSync(file, 'utf8');
   // excludeTypes: what must be there at run time, i.e. neither a type-only import nor a mere lookup
   // (import.meta.resolve / require.resolve: the code handles the package's absence).
-  if (excludeTypes) text = text.replace(/\b(?:import|export)\s+type\s[^'"`;]*?\bfrom\s*['"][^'"]+['"]/g, '').replace(/\b(?:import\.meta\.resolve|require\.resolve)\s*\(/g, '');
-  text = text
-    .replace(/\/\*[\s\S]*?\*\//g, '')
-    .replace(/^\s*\/\/.*$/gm, '');
+  if (excludeTypes)
+    text = text.replace(/\b(?:import|export)\s+type\s[^'"`;]*?\bfrom\s*['"][^'"]+['"]/g, '').replace(/\b(?:import\.meta\.resolve|require\.resolve)\s*\(/g, '');
+  text = text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
   const found = new Set();
   const patterns = [
     /\b(?:import|export)\s[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/g,
@@ -75,10 +75,11 @@ function importsOf(file, excludeTypes = false) {
     /\brequire(?:\.resolve)?\s*\(\s*['"]([^'"]+)['"]/g,
     /\bimport\.meta\.resolve\s*\(\s*['"`]([^'"`$]+)/g,
   ];
-  for (const re of patterns) for (const m of text.matchAll(re)) {
-    const name = packageName(m[1]);
-    if (name) found.add(name);
-  }
+  for (const re of patterns)
+    for (const m of text.matchAll(re)) {
+      const name = packageName(m[1]);
+      if (name) found.add(name);
+    }
   return found;
 }
 
@@ -112,9 +113,9 @@ const statSafe = (p) => (existsSync(p) ? statSync(p) : undefined);
 
 const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const sharedTools = new Set(Object.keys(rootPkg.devDependencies ?? {}));
-const workspaces = rootPkg.workspaces.flatMap((w) =>
-  w.endsWith('/*') ? readdirSync(join(root, w.slice(0, -2))).map((d) => join(w.slice(0, -2), d)) : [w],
-).filter((w) => existsSync(join(root, w, 'package.json')));
+const workspaces = rootPkg.workspaces
+  .flatMap((w) => (w.endsWith('/*') ? readdirSync(join(root, w.slice(0, -2))).map((d) => join(w.slice(0, -2), d)) : [w]))
+  .filter((w) => existsSync(join(root, w, 'package.json')));
 
 const problems = [];
 for (const ws of workspaces) {
@@ -141,8 +142,12 @@ for (const ws of workspaces) {
   if (hasSrc) {
     // A type-only import is erased at build, and a lookup copes with the package's absence: a
     // devDependency serves either (scripted agents: packages/agentctl/src/catalogue.ts).
-    for (const n of srcImports) if (!deps.has(n) && !(srcTypeOnly.has(n) && devDeps.has(n))) say(`src/ imports ${n}, which is not in dependencies${devDeps.has(n) ? ' (it is a devDependency)' : ''}`);
-    for (const n of deps) if (!used(n, srcImports) && !allowed[n]) say(`dependency ${n} is not imported from src/${used(n, testImports) ? ' (only by the tests: make it a devDependency)' : ''}`);
+    for (const n of srcImports)
+      if (!deps.has(n) && !(srcTypeOnly.has(n) && devDeps.has(n)))
+        say(`src/ imports ${n}, which is not in dependencies${devDeps.has(n) ? ' (it is a devDependency)' : ''}`);
+    for (const n of deps)
+      if (!used(n, srcImports) && !allowed[n])
+        say(`dependency ${n} is not imported from src/${used(n, testImports) ? ' (only by the tests: make it a devDependency)' : ''}`);
     for (const n of testImports) if (!deps.has(n) && !devDeps.has(n) && !sharedTools.has(n)) say(`the tests import ${n}, which is declared nowhere`);
     for (const n of devDeps) if (!used(n, testImports) && !used(n, srcImports) && !allowed[n]) say(`devDependency ${n} is not imported`);
   } else {

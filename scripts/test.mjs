@@ -25,7 +25,16 @@ let status = 0;
 for (const phase of phases) {
   const started = Date.now();
   console.log(`\n[test] phase ${phase.name}: ${phase.filters.join(' ')}`);
-  const args = ['turbo', 'run', 'test', `--concurrency=${phase.concurrency}`, '--continue', '--log-order=stream', ...phase.filters.map((f) => `--filter=${f}`), ...process.argv.slice(2)];
+  const args = [
+    'turbo',
+    'run',
+    'test',
+    `--concurrency=${phase.concurrency}`,
+    '--continue',
+    '--log-order=stream',
+    ...phase.filters.map((f) => `--filter=${f}`),
+    ...process.argv.slice(2),
+  ];
   const r = spawnSync('npx', args, { stdio: 'inherit' });
   const code = r.status ?? 1;
   console.log(`[test] phase ${phase.name}: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${Math.round((Date.now() - started) / 1000)} s`);

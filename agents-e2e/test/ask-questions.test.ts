@@ -19,22 +19,33 @@ describe.each(REAL_AGENTS)('ask_user_questions called by the published %s agent'
     const marker = `ask-${agent}-${Date.now()}`;
     const { task } = await makeTask(w.api, { agent, title: 'asks' });
     const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, {
-      prompt: stubPrompt({ tool: 'ask_user_questions', args: { questions: [{ id: 'db', text: 'Which database?', options: ['postgres', 'sqlite'] }] }, then: 'answer received' }, marker),
+      prompt: stubPrompt(
+        { tool: 'ask_user_questions', args: { questions: [{ id: 'db', text: 'Which database?', options: ['postgres', 'sqlite'] }] }, then: 'answer received' },
+        marker,
+      ),
     });
     // The bundle is pending on the session's turn, with its waiter (the agent's held tool call) live.
-    const active = await eventually(async () => {
-      const res = await w.api.get(`/tasks/${task.id}/clarifications`);
-      return res.body?.active?.waiter_live ? res.body.active : null;
-    }, 90_000, 100);
+    const active = await eventually(
+      async () => {
+        const res = await w.api.get(`/tasks/${task.id}/clarifications`);
+        return res.body?.active?.waiter_live ? res.body.active : null;
+      },
+      90_000,
+      100,
+    );
     expect(active).toMatchObject({ session_id: session.id, status: 'pending', questions: [{ id: 'db', text: 'Which database?', status: 'pending' }] });
     const answered = await w.api.post(`/clarification/${active.id}/respond`, { answers: [{ question_id: 'db', answer: 'postgres' }] });
     expect(answered.status).toBe(200);
     expect(answered.body).toMatchObject({ status: 'answered', agent_resumed: true });
 
-    const done = await eventually(async () => {
-      const s = (await w.api.get(`/sessions/${session.id}`)).body;
-      return s.turns[0]?.completed_at ? s : null;
-    }, 90_000, 100);
+    const done = await eventually(
+      async () => {
+        const s = (await w.api.get(`/sessions/${session.id}`)).body;
+        return s.turns[0]?.completed_at ? s : null;
+      },
+      90_000,
+      100,
+    );
     expect(done.turns[0].stop_reason).toBe('end_turn');
     const call = w.stub.toolCalls.find((c) => c.tool.name.endsWith('ask_user_questions') && c.result !== undefined && c.result.includes(active.id));
     expect(call).toBeDefined();

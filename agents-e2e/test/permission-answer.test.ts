@@ -27,10 +27,14 @@ describe.each(REAL_AGENTS)('a permission request of the published %s agent', (ag
     const { tool, args } = shellTool(agent, `touch ${marker}`, extra);
     const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: stubPrompt({ tool, args }, `permission-answer-${agent}`) });
     await runningSession(w.api, session.id);
-    const pending = await eventually(async () => {
-      const list = (await w.api.get(`/tasks/${task.id}/permissions`)).body as Array<Record<string, any>>;
-      return list.find((p) => p.status === 'pending') ?? null;
-    }, 60_000, 200);
+    const pending = await eventually(
+      async () => {
+        const list = (await w.api.get(`/tasks/${task.id}/permissions`)).body as Array<Record<string, any>>;
+        return list.find((p) => p.status === 'pending') ?? null;
+      },
+      60_000,
+      200,
+    );
     expect(pending.session_id).toBe(session.id);
     expect(existsSync(marker)).toBe(false);
 

@@ -26,10 +26,14 @@ describe.each(REAL_AGENTS)('stop_task_kandev called by the published %s agent', 
     const session = await w.api.ok('POST', `/tasks/${parent.id}/sessions`, {
       prompt: stubPrompt({ tool: 'stop_task_kandev', args: { task_id: child.id }, then: 'stop_task_kandev answered' }, marker),
     });
-    const done = await eventually(async () => {
-      const s = (await w.api.get(`/sessions/${session.id}`)).body;
-      return s.turns[0]?.completed_at ? s : null;
-    }, 90_000, 100);
+    const done = await eventually(
+      async () => {
+        const s = (await w.api.get(`/sessions/${session.id}`)).body;
+        return s.turns[0]?.completed_at ? s : null;
+      },
+      90_000,
+      100,
+    );
     expect(done.turns[0].stop_reason).toBe('end_turn');
 
     // The model was offered kandev's tools through the agent's MCP client, message_task_kandev among them.

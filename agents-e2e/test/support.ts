@@ -2,7 +2,18 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
-import { eventually, findRealAgents, startAgentStack, startModelStub, writeRealAgentCatalogue, type AgentStack, type ApiClient, type ModelStub, type RealAgent, type StackService } from '@kandev/testkit';
+import {
+  eventually,
+  findRealAgents,
+  startAgentStack,
+  startModelStub,
+  writeRealAgentCatalogue,
+  type AgentStack,
+  type ApiClient,
+  type ModelStub,
+  type RealAgent,
+  type StackService,
+} from '@kandev/testkit';
 
 /*
  * The published agents, installed from the npm registry as this workspace's pinned dependencies,
@@ -89,22 +100,33 @@ export function reportOnFailure(world: () => RealWorld | undefined): void {
       .slice(from.logs)
       .filter(({ line }) => line.level === 'warn' || line.level === 'error')
       .slice(-40);
-    console.error(`[diagnosis] ${ctx.task.name}\nmodel stub requests:\n${JSON.stringify(requests, null, 1)}\nstack warnings and errors:\n${logs.map((l) => `${l.service} ${JSON.stringify(l.line).slice(0, 600)}`).join('\n')}`);
+    console.error(
+      `[diagnosis] ${ctx.task.name}\nmodel stub requests:\n${JSON.stringify(requests, null, 1)}\nstack warnings and errors:\n${logs.map((l) => `${l.service} ${JSON.stringify(l.line).slice(0, 600)}`).join('\n')}`,
+    );
   });
 }
 
 export async function makeTask(api: ApiClient, opts: { workspace_id?: string; parent_id?: string; title?: string; agent?: string } = {}) {
   const workspace_id = opts.workspace_id ?? (await api.ok('POST', '/workspaces', { name: 'real-agents' })).id;
-  const task = await api.ok('POST', '/tasks', { workspace_id, title: opts.title ?? 'task', ...(opts.parent_id ? { parent_id: opts.parent_id } : {}), ...(opts.agent ? { agent: opts.agent } : {}) });
+  const task = await api.ok('POST', '/tasks', {
+    workspace_id,
+    title: opts.title ?? 'task',
+    ...(opts.parent_id ? { parent_id: opts.parent_id } : {}),
+    ...(opts.agent ? { agent: opts.agent } : {}),
+  });
   return { workspace_id, task };
 }
 
 /** The session once its execution is up, with the agent's pid. */
 export async function runningSession(api: ApiClient, sessionId: string, timeoutMs = 60_000) {
-  return eventually(async () => {
-    const s = (await api.get(`/sessions/${sessionId}`)).body;
-    return s.execution?.pid && ['READY', 'RUNNING'].includes(s.execution.status) ? s : null;
-  }, timeoutMs, 100);
+  return eventually(
+    async () => {
+      const s = (await api.get(`/sessions/${sessionId}`)).body;
+      return s.execution?.pid && ['READY', 'RUNNING'].includes(s.execution.status) ? s : null;
+    },
+    timeoutMs,
+    100,
+  );
 }
 
 /** The stub's first request whose user turn carries `marker` (prompts are unique per test). */

@@ -1,7 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { eventually, stubPrompt } from '@kandev/testkit';
-import { descendsFrom, parentOf, running, treeOf, makeTask, processesMatching, REAL_AGENTS, runningSession, shellTool, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
+import {
+  descendsFrom,
+  parentOf,
+  running,
+  treeOf,
+  makeTask,
+  processesMatching,
+  REAL_AGENTS,
+  runningSession,
+  shellTool,
+  reportOnFailure,
+  startRealWorld,
+  type RealWorld,
+} from './support.js';
 
 /**
  * R-6 against the published agents: a task stop leaves nothing of the agent's process tree behind,
@@ -104,7 +117,12 @@ describe('lifecycle dies with the published agents running', () => {
         // snapshot may predate the command's own `sleep` (the shell whose command line names it is
         // found first), and a process SIGKILLed with its group shows as running until it is scheduled.
         await eventually(async () => !running(s.agentctl) && s.tree.every((p) => !running(p)), 20_000, 50).catch((e: unknown) => {
-          throw new Error(`${String(e)}; still running: ${[s.agentctl, ...s.tree].filter(running).map((p) => `${p} ${cmdline(p)}`).join(' | ')}`);
+          throw new Error(
+            `${String(e)}; still running: ${[s.agentctl, ...s.tree]
+              .filter(running)
+              .map((p) => `${p} ${cmdline(p)}`)
+              .join(' | ')}`,
+          );
         });
         const left = processesMatching(s.needle);
         expect(left.map((p) => `${p} (parent ${parentOf(p)}): ${cmdline(p)}`)).toEqual([]);

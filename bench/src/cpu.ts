@@ -92,7 +92,10 @@ export function cpuSpent(a: CpuSnapshot, b: CpuSnapshot): CpuSpent {
  * agentctl notes its agent's process tree every second, about 0.4% of a core, so fifty of them
  * alone were over a flat 5% and never "settled".
  */
-export async function settled(kinds: readonly string[], opts: { windowMs?: number; maxShare?: number; perProcessShare?: number; timeoutMs?: number } = {}): Promise<number | null> {
+export async function settled(
+  kinds: readonly string[],
+  opts: { windowMs?: number; maxShare?: number; perProcessShare?: number; timeoutMs?: number } = {},
+): Promise<number | null> {
   const { windowMs = 500, maxShare = 0.05, perProcessShare = 0.005, timeoutMs = 20_000 } = opts;
   const start = performance.now();
   while (performance.now() - start < timeoutMs) {

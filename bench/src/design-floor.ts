@@ -31,7 +31,11 @@ export interface DesignFloorHops {
 
 export async function startDesignFloor(natsUrl: string, dbUrl: string) {
   const subject = 'bench.design_floor.decide';
-  const decider = await startFixture<{ ready: boolean }>('design-floor-decider', { BENCH_RELAY_NATS_URL: natsUrl, BENCH_RELAY_SUBJECT: subject, BENCH_DECIDER_DB_URL: dbUrl });
+  const decider = await startFixture<{ ready: boolean }>('design-floor-decider', {
+    BENCH_RELAY_NATS_URL: natsUrl,
+    BENCH_RELAY_SUBJECT: subject,
+    BENCH_DECIDER_DB_URL: dbUrl,
+  });
   const edge = await startSdkNoopServer({ relay: { natsUrl, subject } });
   const client = await connectMcp(edge.url, 'unused');
   let stopped: Promise<void> | undefined;
@@ -49,7 +53,15 @@ export async function startDesignFloor(natsUrl: string, dbUrl: string) {
       const text = (res.content as Array<{ text?: string }>)[0]?.text ?? '';
       const r = JSON.parse(text) as { ok: boolean; nats_ms: number; handler_ms: number; reserve_ms: number; lock_ms: number; commit_ms: number };
       if (!r.ok) throw new Error(`design floor call failed: ${text}`);
-      return { total, client: total - r.nats_ms, nats: r.nats_ms - r.handler_ms, reserve: r.reserve_ms, lock: r.lock_ms, commit: r.commit_ms, reply: r.handler_ms - r.reserve_ms - r.lock_ms - r.commit_ms };
+      return {
+        total,
+        client: total - r.nats_ms,
+        nats: r.nats_ms - r.handler_ms,
+        reserve: r.reserve_ms,
+        lock: r.lock_ms,
+        commit: r.commit_ms,
+        reply: r.handler_ms - r.reserve_ms - r.lock_ms - r.commit_ms,
+      };
     },
     /** Idempotent (stopped once its samples are in, and again by the scenario's cleanup). */
     stop() {

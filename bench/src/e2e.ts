@@ -38,9 +38,16 @@ export const preciseNow = monotonicNow;
 /** A session of a fresh task whose agent is up and idle; returns its ids and pid. */
 export async function idleSession(b: BenchStack, opts: { agent?: string; workspace_id?: string; parent_id?: string } = {}) {
   const workspace_id = opts.workspace_id ?? (await b.api.ok('POST', '/workspaces', { name: 'bench' })).id;
-  const task = await b.api.ok('POST', '/tasks', { workspace_id, title: 'bench', ...(opts.agent ? { agent: opts.agent } : {}), ...(opts.parent_id ? { parent_id: opts.parent_id } : {}) });
+  const task = await b.api.ok('POST', '/tasks', {
+    workspace_id,
+    title: 'bench',
+    ...(opts.agent ? { agent: opts.agent } : {}),
+    ...(opts.parent_id ? { parent_id: opts.parent_id } : {}),
+  });
   const session = await b.api.ok('POST', `/tasks/${task.id}/sessions`, {});
-  const detail = await eventually(async () => (await b.api.get(`/sessions/${session.id}`)).body.execution ? (await b.api.get(`/sessions/${session.id}`)).body : null);
+  const detail = await eventually(async () =>
+    (await b.api.get(`/sessions/${session.id}`)).body.execution ? (await b.api.get(`/sessions/${session.id}`)).body : null,
+  );
   return { workspace_id, task, session, pid: detail.execution.pid as number, execution_id: detail.execution.execution_id as string };
 }
 
@@ -88,7 +95,13 @@ class AgentLogTail {
 const tails = new WeakMap<BenchStack, AgentLogTail>();
 
 /** Wait until the agent with `pid` has logged an event matching `pred` at or after `since` (monotonic ms). */
-export async function agentEventAfter(b: BenchStack, pid: number, since: number, pred: (e: AgentEvent) => boolean, timeoutMs = 10_000): Promise<AgentEvent & { mono: number }> {
+export async function agentEventAfter(
+  b: BenchStack,
+  pid: number,
+  since: number,
+  pred: (e: AgentEvent) => boolean,
+  timeoutMs = 10_000,
+): Promise<AgentEvent & { mono: number }> {
   let tail = tails.get(b);
   if (!tail) tails.set(b, (tail = new AgentLogTail(b.eventsFile)));
   tail.trimBefore(since - 60_000);
@@ -142,7 +155,13 @@ export async function agentsEnded(b: BenchStack, agents: readonly AgentProcess[]
       if (!gone.has(a.pid) && !procAlive(a)) gone.set(a.pid, preciseNow());
     }
     if (gone.size === agents.length) return agents.map((a) => ({ sigterm: sigterm.get(a.pid) ?? null, gone: gone.get(a.pid)! }));
-    if (Date.now() > end) throw new Error(`${agents.length - gone.size} of ${agents.length} agents still running after ${timeoutMs} ms: ${agents.filter((a) => !gone.has(a.pid)).map((a) => a.pid).join(', ')}`);
+    if (Date.now() > end)
+      throw new Error(
+        `${agents.length - gone.size} of ${agents.length} agents still running after ${timeoutMs} ms: ${agents
+          .filter((a) => !gone.has(a.pid))
+          .map((a) => a.pid)
+          .join(', ')}`,
+      );
     await new Promise((r) => setTimeout(r, 2));
   }
 }

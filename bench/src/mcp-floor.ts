@@ -23,7 +23,9 @@ export async function startFixture<T>(name: string, env: Record<string, string>)
  * HTTP server with a no-op tool) as its own process; resolves with its URL and a stop function.
  * With `relay`, it also has the design floor's `relay` tool (src/design-floor.ts).
  */
-export async function startSdkNoopServer(opts: { sse?: boolean; relay?: { natsUrl: string; subject: string } } = {}): Promise<{ url: string; stop(): Promise<void> }> {
+export async function startSdkNoopServer(
+  opts: { sse?: boolean; relay?: { natsUrl: string; subject: string } } = {},
+): Promise<{ url: string; stop(): Promise<void> }> {
   const relay: Record<string, string> = opts.relay ? { BENCH_RELAY_NATS_URL: opts.relay.natsUrl, BENCH_RELAY_SUBJECT: opts.relay.subject } : {};
   const { ready, stop } = await startFixture<{ url: string }>('sdk-noop-server', { BENCH_SDK_SSE: opts.sse ? '1' : '0', ...relay });
   return { url: ready.url, stop };

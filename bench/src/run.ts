@@ -26,7 +26,9 @@ const iterations = intEnv('BENCH_ITERATIONS', 2000);
 /** Every scenario runs this many times, round-robin; each result reports its best round (lowest p50). */
 const rounds = intEnv('BENCH_ROUNDS', 3);
 const warmup = intEnv('BENCH_WARMUP', Math.max(100, Math.round(iterations / 10)));
-const only = process.env.BENCH_SCENARIOS?.split(',').map((s) => s.trim()).filter(Boolean);
+const only = process.env.BENCH_SCENARIOS?.split(',')
+  .map((s) => s.trim())
+  .filter(Boolean);
 const write = process.env.BENCH_WRITE !== '0';
 const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 
@@ -53,7 +55,9 @@ async function loadScenarios(): Promise<Array<{ file: string; scenario: Scenario
 
 function natsServerVersion(fallback: string | undefined): string {
   try {
-    return execFileSync('nats-server', ['--version'], { encoding: 'utf8' }).trim().replace(/^nats-server:\s*/, '');
+    return execFileSync('nats-server', ['--version'], { encoding: 'utf8' })
+      .trim()
+      .replace(/^nats-server:\s*/, '');
   } catch {
     return fallback ?? 'unknown';
   }
@@ -110,7 +114,7 @@ function markdown(rows: Row[], machine: Record<string, unknown>): string {
     ...cancelHops(rows),
     '## Reading it',
     '',
-    '- `floor.mcp.sdk_noop` is the MCP floor: the SDK\'s own stateless Streamable HTTP server (its own process)',
+    "- `floor.mcp.sdk_noop` is the MCP floor: the SDK's own stateless Streamable HTTP server (its own process)",
     '  answering a no-op tool to the SDK client. `mcp.kandev.*` are the kandev mcp service answering the same',
     '  client; `12-stop-task-mcp` re-measures the floor in its run (`floor.mcp.noop`) for the stop_task ratios.',
     '- `nats.request.helper` vs `nats.request.bare` is the price of the runtime layer (contract validation on',
@@ -143,9 +147,21 @@ function cancelHops(rows: Row[]): string[] {
   const p50 = (id: string) => rows.find((r) => r.id === id)?.stats.p50;
   const entries = [
     { hop: 'gateway (/ws frame → NATS request)', to: 'cancel.scripted-acp.to_agent', back: 'cancel.scripted-acp.ws_round_trip' },
-    { hop: 'orchestrator (+ its NATS hop): lock, then after the answer the writes, COMMIT, event publish', to: 'cancel.breakdown.from_orchestrator', back: 'cancel.breakdown.from_orchestrator.answered' },
-    { hop: 'lifecycle (+ its NATS hop; node:http to agentctl where the bench uses fetch): after the answer, the two events', to: 'cancel.breakdown.from_lifecycle', back: 'cancel.breakdown.from_lifecycle.answered' },
-    { hop: "agentctl and the agent (+ the bench's fetch): the agent's acknowledgement", to: 'cancel.breakdown.from_agentctl', back: 'cancel.breakdown.from_agentctl.answered' },
+    {
+      hop: 'orchestrator (+ its NATS hop): lock, then after the answer the writes, COMMIT, event publish',
+      to: 'cancel.breakdown.from_orchestrator',
+      back: 'cancel.breakdown.from_orchestrator.answered',
+    },
+    {
+      hop: 'lifecycle (+ its NATS hop; node:http to agentctl where the bench uses fetch): after the answer, the two events',
+      to: 'cancel.breakdown.from_lifecycle',
+      back: 'cancel.breakdown.from_lifecycle.answered',
+    },
+    {
+      hop: "agentctl and the agent (+ the bench's fetch): the agent's acknowledgement",
+      to: 'cancel.breakdown.from_agentctl',
+      back: 'cancel.breakdown.from_agentctl.answered',
+    },
   ];
   if (entries.some((e) => p50(e.to) === undefined || p50(e.back) === undefined)) return [];
   const lines = [
@@ -269,10 +285,20 @@ async function main() {
     warmup,
     rounds,
     unit: 'ms',
-    results: rows.map((r) => ({ id: r.id, scenario: r.scenario, label: r.label, ...r.stats, rounds_p50: r.roundsP50, ...(r.baseline ? { baseline: r.baseline, ratio: r.ratio, delta_p50_ms: r.deltaP50 } : {}) })),
+    results: rows.map((r) => ({
+      id: r.id,
+      scenario: r.scenario,
+      label: r.label,
+      ...r.stats,
+      rounds_p50: r.roundsP50,
+      ...(r.baseline ? { baseline: r.baseline, ratio: r.ratio, delta_p50_ms: r.deltaP50 } : {}),
+    })),
   };
 
-  const table = rows.map((r) => `  ${r.id.padEnd(26)} p50 ${f(r.stats.p50).padStart(7)}  p99 ${f(r.stats.p99).padStart(7)}  mean ${f(r.stats.mean).padStart(7)}  min ${f(r.stats.min).padStart(7)}  max ${f(r.stats.max).padStart(7)} ms${r.ratio ? `   ${ratio(r.ratio.p50)} p50 of ${r.baseline}` : ''}`);
+  const table = rows.map(
+    (r) =>
+      `  ${r.id.padEnd(26)} p50 ${f(r.stats.p50).padStart(7)}  p99 ${f(r.stats.p99).padStart(7)}  mean ${f(r.stats.mean).padStart(7)}  min ${f(r.stats.min).padStart(7)}  max ${f(r.stats.max).padStart(7)} ms${r.ratio ? `   ${ratio(r.ratio.p50)} p50 of ${r.baseline}` : ''}`,
+  );
   process.stdout.write(table.join('\n') + '\n');
   if (write && !only) {
     await writeFile(join(benchDir, 'results.json'), JSON.stringify(results, null, 2) + '\n');

@@ -38,7 +38,9 @@ describe('the agents of the image', () => {
     const derived = renderLock(deriveAgentsLock(repoLock, manifest));
     const path = join(AGENTS_DIR, 'package-lock.json');
     if (process.env.UPDATE_AGENTS_LOCK) writeFileSync(path, derived);
-    expect(readFileSync(path, 'utf8'), 'deploy/docker/agents/package-lock.json is stale: UPDATE_AGENTS_LOCK=1 npx vitest run test/agents-image.test.ts').toBe(derived);
+    expect(readFileSync(path, 'utf8'), 'deploy/docker/agents/package-lock.json is stale: UPDATE_AGENTS_LOCK=1 npx vitest run test/agents-image.test.ts').toBe(
+      derived,
+    );
     const lock = readJson<Lockfile>(path);
     for (const [key, entry] of Object.entries(lock.packages)) {
       if (key === '') continue;
@@ -100,7 +102,12 @@ function inContext(ignore: string, path: string): boolean {
     if (!rule || rule.startsWith('#')) continue;
     const negate = rule.startsWith('!');
     const pattern = negate ? rule.slice(1) : rule;
-    const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*\*\//g, '(?:.*/)?').replace(/\*/g, '[^/]*')}(?:/.*)?$`);
+    const re = new RegExp(
+      `^${pattern
+        .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+        .replace(/\*\*\//g, '(?:.*/)?')
+        .replace(/\*/g, '[^/]*')}(?:/.*)?$`,
+    );
     if (re.test(path)) included = negate;
   }
   return included;
@@ -149,11 +156,15 @@ describe('deploy/overlays/prod: lifecycle with real agents', () => {
   const deployment = objs.find((o) => o.kind === 'Deployment' && o.metadata.name === 'lifecycle')!;
   const pod = deployment.spec.template.spec;
   const container = pod.containers.find((c: { name: string }) => c.name === 'lifecycle');
-  const env = Object.fromEntries((container.env as Array<{ name: string; value?: string }>).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
+  const env = Object.fromEntries(
+    (container.env as Array<{ name: string; value?: string }>).filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]),
+  );
   const installDir = '/opt/kandev-agents';
 
   it('runs the agents image at the release the other services run', () => {
-    const others = objs.filter((o) => o.kind === 'Deployment' && o.metadata.name !== 'lifecycle').map((o) => o.spec.template.spec.containers[0].image as string);
+    const others = objs
+      .filter((o) => o.kind === 'Deployment' && o.metadata.name !== 'lifecycle')
+      .map((o) => o.spec.template.spec.containers[0].image as string);
     const tag = others[0]!.split(':')[1];
     expect(container.image).toBe(`kandev/control-plane-agents:${tag}`);
     expect(readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8')).toContain(`WORKDIR ${installDir}\n`);

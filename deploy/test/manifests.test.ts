@@ -130,7 +130,9 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
     const configMaps = new Map(objs.filter((o) => o.kind === 'ConfigMap').map((o) => [o.metadata.name, Object.keys(o.data ?? {})]));
     const secrets = new Map([
       ...objs.filter((o) => o.kind === 'Secret').map((o) => [o.metadata.name, Object.keys({ ...o.data, ...o.stringData })] as const),
-      ...objs.filter((o) => o.kind === 'ExternalSecret').map((o) => [o.spec.target?.name ?? o.metadata.name, (o.spec.data ?? []).map((d: { secretKey: string }) => d.secretKey)] as const),
+      ...objs
+        .filter((o) => o.kind === 'ExternalSecret')
+        .map((o) => [o.spec.target?.name ?? o.metadata.name, (o.spec.data ?? []).map((d: { secretKey: string }) => d.secretKey)] as const),
     ]);
     const problems: string[] = [];
     for (const w of workloads(objs)) {
@@ -142,17 +144,27 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
         const own: string[] = (c.env ?? []).map((e: { name: string }) => e.name);
         // lifecycle also reads, outside its schema, the agent catalogue's path (agentctl's loader, in
         // its process) and hands the variables AGENT_ENV_PASSTHROUGH names to its agents (provider keys).
-        const passed = c.name === 'lifecycle' ? String((c.env ?? []).find((e: { name: string }) => e.name === 'AGENT_ENV_PASSTHROUGH')?.value ?? '').split(',').filter(Boolean) : [];
+        const passed =
+          c.name === 'lifecycle'
+            ? String((c.env ?? []).find((e: { name: string }) => e.name === 'AGENT_ENV_PASSTHROUGH')?.value ?? '')
+                .split(',')
+                .filter(Boolean)
+            : [];
         const readOutsideSchema = c.name === 'lifecycle' ? [CATALOGUE_ENV, ...passed] : [];
         const known = new Set([...Object.keys(schema.shape), ...keys, ...readOutsideSchema]);
-        const fromRefs = (c.envFrom ?? []).flatMap((r: any) => (r.configMapRef ? configMaps.get(r.configMapRef.name) ?? [] : secrets.get(r.secretRef?.name) ?? []));
+        const fromRefs = (c.envFrom ?? []).flatMap((r: any) =>
+          r.configMapRef ? (configMaps.get(r.configMapRef.name) ?? []) : (secrets.get(r.secretRef?.name) ?? []),
+        );
         // The shared ConfigMap carries every service's settings; a name no service reads is a typo.
         const anyService = new Set([...Object.values(ENV_SCHEMAS).flatMap((s) => Object.keys(s.shape)), ...Object.values(KEY_ENV), SHARED_KEY_ENV]);
-        for (const name of fromRefs) if (!anyService.has(name) && !readOutsideSchema.includes(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
+        for (const name of fromRefs)
+          if (!anyService.has(name) && !readOutsideSchema.includes(name) && !STANDARD_ENV.test(name))
+            problems.push(`${w.metadata.name}: ${name} (shared config) is read by no service`);
         for (const name of own) if (!known.has(name) && !STANDARD_ENV.test(name)) problems.push(`${w.metadata.name}: ${name} is not read by ${c.name}`);
         const set = new Set([...fromRefs, ...own]);
         // A key the service does not hold must not reach it (an agent-signing key in the gateway, say).
-        for (const name of [...Object.values(KEY_ENV), SHARED_KEY_ENV]) if (set.has(name) && !keys.includes(name)) problems.push(`${w.metadata.name}: holds ${name}, a key ${c.name} must not have`);
+        for (const name of [...Object.values(KEY_ENV), SHARED_KEY_ENV])
+          if (set.has(name) && !keys.includes(name)) problems.push(`${w.metadata.name}: holds ${name}, a key ${c.name} must not have`);
         for (const name of keys) if (!set.has(name)) problems.push(`${w.metadata.name}: its key ${name} is not set`);
         for (const [name, field] of Object.entries(schema.shape)) {
           if (!(field as z.ZodType).safeParse(undefined).success && !set.has(name)) problems.push(`${w.metadata.name}: required ${name} is not set`);
@@ -168,12 +180,19 @@ describe('deploy/overlays/prod', () => {
 
   it('holds no secret values and pins the image to a version', () => {
     expect(objs.filter((o) => o.kind === 'Secret')).toEqual([]);
-    for (const w of workloads(objs)) for (const c of w.spec.template.spec.containers) expect(c.image, `${w.metadata.name}/${c.name}`).toMatch(/(:\d[\w.-]*|@sha256:[0-9a-f]{64})$/);
+    for (const w of workloads(objs))
+      for (const c of w.spec.template.spec.containers) expect(c.image, `${w.metadata.name}/${c.name}`).toMatch(/(:\d[\w.-]*|@sha256:[0-9a-f]{64})$/);
   });
 
   it('autoscales the stateless services, spreads every one, and starts from default-deny', () => {
-    expect(objs.filter((o) => o.kind === 'HorizontalPodAutoscaler').map((o) => o.spec.scaleTargetRef.name).sort()).toEqual(['gateway', 'holds', 'mcp', 'orchestrator']);
-    for (const w of objs.filter((o) => o.kind === 'Deployment')) expect(w.spec.template.spec.topologySpreadConstraints?.length, w.metadata.name).toBeGreaterThan(0);
+    expect(
+      objs
+        .filter((o) => o.kind === 'HorizontalPodAutoscaler')
+        .map((o) => o.spec.scaleTargetRef.name)
+        .sort(),
+    ).toEqual(['gateway', 'holds', 'mcp', 'orchestrator']);
+    for (const w of objs.filter((o) => o.kind === 'Deployment'))
+      expect(w.spec.template.spec.topologySpreadConstraints?.length, w.metadata.name).toBeGreaterThan(0);
     const deny = objs.find((o) => o.kind === 'NetworkPolicy' && o.metadata.name === 'default-deny');
     expect(deny?.spec).toEqual({ podSelector: {}, policyTypes: ['Ingress', 'Egress'] });
     expect(objs.filter((o) => o.kind === 'PodDisruptionBudget').length).toBeGreaterThanOrEqual(5);
@@ -195,19 +214,53 @@ describe('deploy/overlays/prod', () => {
   });
 
   it('the Grafana dashboard is valid JSON whose queries use exported metrics', async () => {
-    const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod/kandev-dashboard.json'), 'utf8')) as { panels: { title: string; targets: { expr: string }[] }[] };
+    const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod/kandev-dashboard.json'), 'utf8')) as {
+      panels: { title: string; targets: { expr: string }[] }[];
+    };
     const exported = new Set((await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]));
-    const missing = dash.panels.flatMap((p) => p.targets.flatMap((t) => metricNames(t.expr).filter((n) => !exported.has(n)).map((n) => `${p.title}: ${n}`)));
+    const missing = dash.panels.flatMap((p) =>
+      p.targets.flatMap((t) =>
+        metricNames(t.expr)
+          .filter((n) => !exported.has(n))
+          .map((n) => `${p.title}: ${n}`),
+      ),
+    );
     expect(missing).toEqual([]);
   });
 });
 
 /** PromQL function and keyword names, which look like metric names to the scan below. */
-const PROMQL_WORDS = new Set(['sum', 'by', 'without', 'rate', 'increase', 'max', 'min', 'avg', 'histogram_quantile', 'count', 'and', 'or', 'unless', 'on', 'ignoring', 'group_left', 'group_right', 'offset', 'bool', 'le', 'irate', 'delta']);
+const PROMQL_WORDS = new Set([
+  'sum',
+  'by',
+  'without',
+  'rate',
+  'increase',
+  'max',
+  'min',
+  'avg',
+  'histogram_quantile',
+  'count',
+  'and',
+  'or',
+  'unless',
+  'on',
+  'ignoring',
+  'group_left',
+  'group_right',
+  'offset',
+  'bool',
+  'le',
+  'irate',
+  'delta',
+]);
 
 /** The metric names an expression reads: identifiers not inside braces or brackets, not functions, not label names. */
 function metricNames(expr: string): string[] {
-  const stripped = expr.replace(/\{[^}]*\}/g, '{}').replace(/\[[^\]]*\]/g, '[]').replace(/"[^"]*"/g, '""');
+  const stripped = expr
+    .replace(/\{[^}]*\}/g, '{}')
+    .replace(/\[[^\]]*\]/g, '[]')
+    .replace(/"[^"]*"/g, '""');
   const names = new Set<string>();
   for (const m of stripped.matchAll(/[a-zA-Z_:][a-zA-Z0-9_:]*/g)) {
     const word = m[0];

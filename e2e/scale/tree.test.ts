@@ -13,5 +13,10 @@ import { faultMatrix, kill9NatsNode, kill9Replica, TREE_OPERATIONS, useFaultWorl
 const fw = useFaultWorld({ natsCluster: 3, replicas: 2 });
 
 describe('scale-out: tree controls under replica and node loss', () => {
-  faultMatrix(fw, [kill9Replica('orchestrator'), kill9Replica('lifecycle'), kill9Replica('holds'), kill9Replica('mcp'), kill9NatsNode], 'in the middle of a $name', TREE_OPERATIONS);
+  faultMatrix(
+    fw,
+    [kill9Replica('orchestrator'), kill9Replica('lifecycle'), kill9Replica('holds'), kill9Replica('mcp'), kill9NatsNode],
+    'in the middle of a $name',
+    TREE_OPERATIONS,
+  );
 });

@@ -12,7 +12,15 @@ import { runClarificationCase, runCrossReplicaCancel, runWakeupCase } from '../t
 const fw = useFaultWorld({ natsCluster: 3, replicas: 2 });
 
 describe('scale-out: wakeups and clarifications under replica loss', () => {
-  it.each(['holds', 'orchestrator'] as const)('a wakeup dispatched while one %s replica is killed starts exactly one session', (service) => runWakeupCase(fw.world(), fw.agentPids, service), 180_000);
-  it.each(['mcp', 'orchestrator'] as const)('an agent waiting on ask_user_questions while the %s process it relies on is killed gets the answer or an error, never silence', (service) => runClarificationCase(fw.world(), fw.agentPids, service), 180_000);
+  it.each(['holds', 'orchestrator'] as const)(
+    'a wakeup dispatched while one %s replica is killed starts exactly one session',
+    (service) => runWakeupCase(fw.world(), fw.agentPids, service),
+    180_000,
+  );
+  it.each(['mcp', 'orchestrator'] as const)(
+    'an agent waiting on ask_user_questions while the %s process it relies on is killed gets the answer or an error, never silence',
+    (service) => runClarificationCase(fw.world(), fw.agentPids, service),
+    180_000,
+  );
   it('a notifications/cancelled sent to the other mcp replica ends the wait at once', () => runCrossReplicaCancel(fw.world(), fw.agentPids), 120_000);
 });

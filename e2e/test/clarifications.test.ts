@@ -15,10 +15,18 @@ beforeAll(async () => {
 });
 afterAll(async () => w?.stop());
 
-const askScript = (questions: Array<{ id: string; text: string }>, after = 'after the questions') => JSON.stringify({ script: [{ ask: questions }, { say: after }] });
+const askScript = (questions: Array<{ id: string; text: string }>, after = 'after the questions') =>
+  JSON.stringify({ script: [{ ask: questions }, { say: after }] });
 
 /** Start a session whose first turn asks; resolves with the session, its agent pid and the pending bundle. */
-async function asking(agent: string = 'scripted-acp', questions = [{ id: 'db', text: 'Which database?' }, { id: 'name', text: 'Service name?' }], after?: string) {
+async function asking(
+  agent: string = 'scripted-acp',
+  questions = [
+    { id: 'db', text: 'Which database?' },
+    { id: 'name', text: 'Service name?' },
+  ],
+  after?: string,
+) {
   const { task } = await makeTask(w.api, { agent });
   const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: askScript(questions, after) });
   const bundle = await waitForActive(task.id);
@@ -44,7 +52,12 @@ describe.each(AGENTS)('with %s', (agent) => {
       const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: askScript([{ id: 'db', text: 'Which database?' }]) });
       const requested = await ws.waitFor((f) => f.action === 'clarification.requested', 20_000);
       const bundle = requested.payload.bundle;
-      expect(bundle).toMatchObject({ task_id: task.id, session_id: session.id, status: 'pending', questions: [{ id: 'db', text: 'Which database?', status: 'pending', answer: null }] });
+      expect(bundle).toMatchObject({
+        task_id: task.id,
+        session_id: session.id,
+        status: 'pending',
+        questions: [{ id: 'db', text: 'Which database?', status: 'pending', answer: null }],
+      });
       expect(bundle.turn_id).toBe((await w.api.get(`/sessions/${session.id}`)).body.turns[0].id);
       const view = await eventually(async () => {
         const b = (await w.api.get(`/clarification/${bundle.id}`)).body;
@@ -60,7 +73,11 @@ describe.each(AGENTS)('with %s', (agent) => {
       const pid = (await w.api.get(`/sessions/${session.id}`)).body.execution.pid as number;
       const [result] = await eventually(async () => (mcpResults(pid).length ? mcpResults(pid) : null));
       expect(result!.is_error).toBe(false);
-      expect(JSON.parse(result!.text as string)).toMatchObject({ bundle_id: bundle.id, status: 'answered', answers: [{ question_id: 'db', answer: 'postgres' }] });
+      expect(JSON.parse(result!.text as string)).toMatchObject({
+        bundle_id: bundle.id,
+        status: 'answered',
+        answers: [{ question_id: 'db', answer: 'postgres' }],
+      });
       await eventually(async () => said(pid, 'after the questions'));
       const done = await eventually(async () => {
         const s = (await w.api.get(`/sessions/${session.id}`)).body;
@@ -80,7 +97,12 @@ describe.each(AGENTS)('with %s', (agent) => {
     expect(res.body).toMatchObject({ status: 'rejected', agent_resumed: true });
     expect(res.body.questions.map((q: { status: string }) => q.status)).toEqual(['answered', 'rejected']);
     const [result] = await eventually(async () => (mcpResults(pid).length ? mcpResults(pid) : null));
-    expect(JSON.parse(result!.text as string)).toMatchObject({ rejected: true, status: 'rejected', reason: 'decide yourself', answers: [{ question_id: 'db', answer: 'sqlite' }] });
+    expect(JSON.parse(result!.text as string)).toMatchObject({
+      rejected: true,
+      status: 'rejected',
+      reason: 'decide yourself',
+      answers: [{ question_id: 'db', answer: 'sqlite' }],
+    });
     await eventually(async () => said(pid, 'after the questions'));
     const s = await eventually(async () => {
       const d = (await w.api.get(`/sessions/${session.id}`)).body;
@@ -96,7 +118,12 @@ describe('detached and superseded bundles', () => {
     const { session, bundle, pid } = await asking();
     expect((await w.api.post(`/sessions/${session.id}/cancel`)).status).toBe(200);
     await eventually(async () => turnEnds(pid).some((e) => e.status === 'cancelled'));
-    expect((await w.api.get(`/clarification/${bundle.id}`)).body).toMatchObject({ status: 'pending', waiter_live: false, detached: true, detached_reason: 'turn_cancelled' });
+    expect((await w.api.get(`/clarification/${bundle.id}`)).body).toMatchObject({
+      status: 'pending',
+      waiter_live: false,
+      detached: true,
+      detached_reason: 'turn_cancelled',
+    });
 
     const res = await w.api.post(`/clarification/${bundle.id}/respond`, { rejected: true });
     expect(res.status).toBe(200);
@@ -123,9 +150,19 @@ describe('detached and superseded bundles', () => {
 
     const listed = (await w.api.get(`/tasks/${task.id}/clarifications`)).body;
     expect(listed.active.id).toBe(fresh.id);
-    expect(listed.bundles.find((b: { id: string }) => b.id === old.id)).toMatchObject({ status: 'pending', superseded: true, active: false, waiter_live: false });
+    expect(listed.bundles.find((b: { id: string }) => b.id === old.id)).toMatchObject({
+      status: 'pending',
+      superseded: true,
+      active: false,
+      waiter_live: false,
+    });
 
-    const late = await w.api.post(`/clarification/${old.id}/respond`, { answers: [{ question_id: 'db', answer: 'late' }, { question_id: 'name', answer: 'late' }] });
+    const late = await w.api.post(`/clarification/${old.id}/respond`, {
+      answers: [
+        { question_id: 'db', answer: 'late' },
+        { question_id: 'name', answer: 'late' },
+      ],
+    });
     expect(late.status).toBe(200);
     expect(late.body).toMatchObject({ status: 'answered', agent_resumed: false, superseded: true });
     // The agent is still waiting on the new question: the late answer went nowhere.
@@ -167,7 +204,12 @@ describe('cancel (R-5.5) and concurrent responses', () => {
   it('two concurrent responses: exactly one wins, the other gets CONFLICT with the final state', async () => {
     const { bundle, pid } = await asking();
     const [a, b] = await Promise.all([
-      w.api.post(`/clarification/${bundle.id}/respond`, { answers: [{ question_id: 'db', answer: 'pg' }, { question_id: 'name', answer: 'svc' }] }),
+      w.api.post(`/clarification/${bundle.id}/respond`, {
+        answers: [
+          { question_id: 'db', answer: 'pg' },
+          { question_id: 'name', answer: 'svc' },
+        ],
+      }),
       w.api.post(`/clarification/${bundle.id}/respond`, { rejected: true }),
     ]);
     const statuses = [a.status, b.status].sort();

@@ -41,7 +41,8 @@ async function snapshot(): Promise<string> {
     WHERE table_schema IN ('orchestrator', 'holds') AND table_type = 'BASE TABLE' ORDER BY 1, 2`;
   const out: Record<string, unknown> = {};
   for (const { s, t } of tables) {
-    out[`${s}.${t}`] = t === 'outbox' ? await sql.unsafe(`SELECT id, subject FROM "${s}"."${t}" ORDER BY 1`) : await sql.unsafe(`SELECT * FROM "${s}"."${t}" ORDER BY 1`);
+    out[`${s}.${t}`] =
+      t === 'outbox' ? await sql.unsafe(`SELECT id, subject FROM "${s}"."${t}" ORDER BY 1`) : await sql.unsafe(`SELECT * FROM "${s}"."${t}" ORDER BY 1`);
   }
   return JSON.stringify(out);
 }
@@ -61,17 +62,46 @@ async function quietSnapshot(): Promise<string> {
 const deep = (depth: number): unknown => (depth === 0 ? 'leaf' : { a: deep(depth - 1) });
 const deepObject = fc.integer({ min: 20, max: 400 }).map(deep);
 // Only values JSON can carry as themselves (NaN would arrive as null, which optional fields accept).
-const wrongType = fc.oneof(fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.array(fc.string(), { maxLength: 3 }), deepObject, fc.anything({ maxDepth: 3 }).filter((v) => typeof v === 'object' && v !== null));
+const wrongType = fc.oneof(
+  fc.integer(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  fc.boolean(),
+  fc.array(fc.string(), { maxLength: 3 }),
+  deepObject,
+  fc.anything({ maxDepth: 3 }).filter((v) => typeof v === 'object' && v !== null),
+);
 const withNul = fc.tuple(fc.string({ maxLength: 20 }), fc.string({ maxLength: 20 })).map(([a, b]) => `${a}\u0000${b}`);
-const withLoneSurrogate = fc.tuple(fc.string({ maxLength: 20 }), fc.integer({ min: 0xd800, max: 0xdfff }), fc.string({ maxLength: 20 })).map(([a, c, b]) => `${a}${String.fromCharCode(c)}${b}`);
+const withLoneSurrogate = fc
+  .tuple(fc.string({ maxLength: 20 }), fc.integer({ min: 0xd800, max: 0xdfff }), fc.string({ maxLength: 20 }))
+  .map(([a, c, b]) => `${a}${String.fromCharCode(c)}${b}`);
 const tooLong = (max: number) => fc.constantFrom(max + 1, max + 17).map((n) => 'x'.repeat(n));
 const badText = (max: number) => fc.oneof(withNul, withLoneSurrogate, tooLong(max), wrongType);
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const badUuid = fc.oneof(withNul, withLoneSurrogate, fc.string({ maxLength: 40 }).filter((s) => !UUID_RE.test(s)), fc.uuid({ version: 4 }) /* nobody's */, wrongType);
-const badAgent = fc.oneof(badText(Limits.agent), fc.stringMatching(/^[a-z]{3,10}$/).map((s) => `unknown-${s}`));
+const badUuid = fc.oneof(
+  withNul,
+  withLoneSurrogate,
+  fc.string({ maxLength: 40 }).filter((s) => !UUID_RE.test(s)),
+  fc.uuid({ version: 4 }) /* nobody's */,
+  wrongType,
+);
+const badAgent = fc.oneof(
+  badText(Limits.agent),
+  fc.stringMatching(/^[a-z]{3,10}$/).map((s) => `unknown-${s}`),
+);
 const badBool = fc.oneof(fc.string({ maxLength: 10 }), fc.integer(), deepObject, fc.array(fc.boolean(), { maxLength: 2 }));
-const badStatus = fc.oneof(fc.string({ maxLength: 12 }).filter((s) => !(TaskStatus.options as readonly string[]).includes(s)), fc.integer(), deepObject);
-const junkKeys = fc.option(fc.dictionary(fc.string({ minLength: 1, maxLength: 8 }).map((k) => `x_${k}`), fc.oneof(deepObject, fc.anything({ maxDepth: 3 })), { maxKeys: 3 }), { nil: {} });
+const badStatus = fc.oneof(
+  fc.string({ maxLength: 12 }).filter((s) => !(TaskStatus.options as readonly string[]).includes(s)),
+  fc.integer(),
+  deepObject,
+);
+const junkKeys = fc.option(
+  fc.dictionary(
+    fc.string({ minLength: 1, maxLength: 8 }).map((k) => `x_${k}`),
+    fc.oneof(deepObject, fc.anything({ maxDepth: 3 })),
+    { maxKeys: 3 },
+  ),
+  { nil: {} },
+);
 
 type Fields = Record<string, fc.Arbitrary<unknown>>;
 /** A body that is the valid `base` except for one hostile field (plus unknown junk keys, which are dropped). */
@@ -95,7 +125,15 @@ describe('every HTTP route: hostile input → 4xx SPEC body, no 5xx, no change',
       'POST',
       () => '/tasks',
       { workspace_id: ids.wsA, title: 't' },
-      { workspace_id: badUuid, title: badText(Limits.title), description: badText(Limits.description), parent_id: badUuid, office: badBool, agent: badAgent, idempotency_key: badText(Limits.idempotencyKey) },
+      {
+        workspace_id: badUuid,
+        title: badText(Limits.title),
+        description: badText(Limits.description),
+        parent_id: badUuid,
+        office: badBool,
+        agent: badAgent,
+        idempotency_key: badText(Limits.idempotencyKey),
+      },
     ],
     ['PATCH /tasks/:id', 'PATCH', () => `/tasks/${ids.child}`, {}, { title: badText(Limits.title), status: badStatus, archived: badBool }],
     ['POST /tasks/:id/sessions', 'POST', () => `/tasks/${ids.child}/sessions`, {}, { agent: badAgent, prompt: badText(Limits.prompt) }],
@@ -108,10 +146,23 @@ describe('every HTTP route: hostile input → 4xx SPEC body, no 5xx, no change',
     const [, , , base] = routes().find((r) => r[0] === _name)!; // ids are known only after beforeAll
     const before = await quietSnapshot();
     await fc.assert(
-      fc.asyncProperty(fc.oneof({ arbitrary: hostileBody(base, fields), weight: 4 }, { arbitrary: fc.oneof(fc.array(fc.anything({ maxDepth: 2 }), { maxLength: 3 }), fc.string().map((t) => JSON.stringify(t)), fc.integer()), weight: 1 }), async (body) => {
-        const res = await w.api.call(method, path(), body);
-        expectSpecError(res.status, res.body);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          { arbitrary: hostileBody(base, fields), weight: 4 },
+          {
+            arbitrary: fc.oneof(
+              fc.array(fc.anything({ maxDepth: 2 }), { maxLength: 3 }),
+              fc.string().map((t) => JSON.stringify(t)),
+              fc.integer(),
+            ),
+            weight: 1,
+          },
+        ),
+        async (body) => {
+          const res = await w.api.call(method, path(), body);
+          expectSpecError(res.status, res.body);
+        },
+      ),
       { numRuns: RUNS },
     );
     expect(await snapshot()).toBe(before);
@@ -120,7 +171,18 @@ describe('every HTTP route: hostile input → 4xx SPEC body, no 5xx, no change',
 
   it('path ids: anything that is not a known id → 4xx SPEC body on every route', async () => {
     const before = await quietSnapshot();
-    const templates = ['GET /tasks/:id', 'PATCH /tasks/:id', 'POST /tasks/:id/sessions', 'POST /tasks/:id/stop', 'GET /tasks/:id/executions', 'GET /tasks/:id/queue', 'GET /tasks/:id/audit', 'GET /sessions/:id', 'POST /sessions/:id/prompt', 'POST /sessions/:id/cancel'];
+    const templates = [
+      'GET /tasks/:id',
+      'PATCH /tasks/:id',
+      'POST /tasks/:id/sessions',
+      'POST /tasks/:id/stop',
+      'GET /tasks/:id/executions',
+      'GET /tasks/:id/queue',
+      'GET /tasks/:id/audit',
+      'GET /sessions/:id',
+      'POST /sessions/:id/prompt',
+      'POST /sessions/:id/cancel',
+    ];
     const badId = fc.oneof(withNul, withLoneSurrogate, fc.string({ minLength: 1, maxLength: 60 }), fc.constant('a'.repeat(4000)), fc.uuid({ version: 4 }));
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...templates), badId, async (template, id) => {
@@ -173,20 +235,30 @@ describe('every /ws action: hostile payloads → error frame with a 4xx code, no
       ];
       let n = 0;
       await fc.assert(
-        fc.asyncProperty(fc.constantFrom(...actions).chain(([action, arb]) => arb.map((payload) => [action, payload] as const)), async ([action, payload]) => {
-          const reply = await s.ask(JSON.stringify({ id: `r${n++}`, type: 'request', action, payload }));
-          expect(reply).toMatchObject({ type: 'error', action });
-          expect(CLIENT_ERRORS).toContain(reply.payload.code);
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(...actions).chain(([action, arb]) => arb.map((payload) => [action, payload] as const)),
+          async ([action, payload]) => {
+            const reply = await s.ask(JSON.stringify({ id: `r${n++}`, type: 'request', action, payload }));
+            expect(reply).toMatchObject({ type: 'error', action });
+            expect(CLIENT_ERRORS).toContain(reply.payload.code);
+          },
+        ),
         { numRuns: RUNS * 2 },
       );
       // Frames that are not requests at all.
       await fc.assert(
-        fc.asyncProperty(fc.oneof(fc.anything({ maxDepth: 3 }).map((v) => JSON.stringify(v) ?? 'null'), fc.string(), withNul), async (text) => {
-          const reply = await s.ask(text);
-          expect(reply.type).toBe('error');
-          expect(CLIENT_ERRORS).toContain(reply.payload.code);
-        }),
+        fc.asyncProperty(
+          fc.oneof(
+            fc.anything({ maxDepth: 3 }).map((v) => JSON.stringify(v) ?? 'null'),
+            fc.string(),
+            withNul,
+          ),
+          async (text) => {
+            const reply = await s.ask(text);
+            expect(reply.type).toBe('error');
+            expect(CLIENT_ERRORS).toContain(reply.payload.code);
+          },
+        ),
         { numRuns: RUNS },
       );
       expect(await snapshot()).toBe(before);
@@ -208,26 +280,44 @@ describe('every MCP tool: hostile arguments → a clean tool error, no change', 
           'create_task_kandev',
           hostileBody(
             { title: 'child' },
-            { title: badText(Limits.title), description: badText(Limits.description), agent: badAgent, prompt: badText(Limits.prompt), idempotency_key: badText(Limits.idempotencyKey) },
+            {
+              title: badText(Limits.title),
+              description: badText(Limits.description),
+              agent: badAgent,
+              prompt: badText(Limits.prompt),
+              idempotency_key: badText(Limits.idempotencyKey),
+            },
           ),
         ],
         [
           'message_task_kandev',
           hostileBody(
             { task_id: ids.child, prompt: 'hello' },
-            { task_id: badUuid, prompt: badText(Limits.prompt), session_id: badUuid, delivery_mode: fc.oneof(fc.string({ maxLength: 10 }).filter((s) => s !== 'queued' && s !== 'interrupt'), wrongType), idempotency_key: badText(Limits.idempotencyKey) },
+            {
+              task_id: badUuid,
+              prompt: badText(Limits.prompt),
+              session_id: badUuid,
+              delivery_mode: fc.oneof(
+                fc.string({ maxLength: 10 }).filter((s) => s !== 'queued' && s !== 'interrupt'),
+                wrongType,
+              ),
+              idempotency_key: badText(Limits.idempotencyKey),
+            },
           ),
         ],
         ['stop_task_kandev', hostileBody({}, { task_id: badUuid })],
       ];
       await fc.assert(
-        fc.asyncProperty(fc.constantFrom(...tools).chain(([name, args]) => args.map((a) => [name, a] as const)), async ([name, args]) => {
-          const res = await mcp.callJson(name, args); // a JSON-RPC error (e.g. -32603) would throw here
-          expect(res.isError, res.text.slice(0, 200)).toBe(true);
-          const m = /^backend error \[([A-Z_]+)\]: /.exec(res.text);
-          expect(m, res.text.slice(0, 200)).not.toBeNull();
-          expect(CLIENT_ERRORS).toContain(m![1]);
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(...tools).chain(([name, args]) => args.map((a) => [name, a] as const)),
+          async ([name, args]) => {
+            const res = await mcp.callJson(name, args); // a JSON-RPC error (e.g. -32603) would throw here
+            expect(res.isError, res.text.slice(0, 200)).toBe(true);
+            const m = /^backend error \[([A-Z_]+)\]: /.exec(res.text);
+            expect(m, res.text.slice(0, 200)).not.toBeNull();
+            expect(CLIENT_ERRORS).toContain(m![1]);
+          },
+        ),
         { numRuns: RUNS * 2 },
       );
       expect(await snapshot()).toBe(before);
@@ -249,7 +339,12 @@ describe('generated from the contracts: each string of each route body and tool 
     ['POST', `/tasks/${ids.child}/stop`, Orch.taskStop, 'task_id'],
     ['POST', `/sessions/${ids.session}/prompt`, Orch.sessionPrompt, 'session_id'],
     ['POST', `/sessions/${ids.session}/cancel`, Orch.agentCancel, 'session_id'],
-    ...(['pause', 'resume', 'cancel', 'restore'] as const).map((v): [string, string, Endpoint, string] => ['POST', `/tasks/${ids.child}/tree/${v}`, OrchTree[v], 'task_id']),
+    ...(['pause', 'resume', 'cancel', 'restore'] as const).map((v): [string, string, Endpoint, string] => [
+      'POST',
+      `/tasks/${ids.child}/tree/${v}`,
+      OrchTree[v],
+      'task_id',
+    ]),
     ['POST', '/cost-events', Holds.costRecord, null],
     ['POST', '/wakeups', Holds.wakeupCreate, null],
     ['POST', `/clarification/${ids.child}/respond`, OrchClarification.respond, 'bundle_id'],
@@ -324,7 +419,7 @@ describe('regressions of issue 10', () => {
     }
   });
 
-  it('a 1 MB prompt is refused as the caller\'s mistake (400), not a retryable outage (503)', async () => {
+  it("a 1 MB prompt is refused as the caller's mistake (400), not a retryable outage (503)", async () => {
     const res = await w.api.post(`/tasks/${ids.parent}/sessions`, { prompt: 'a'.repeat(1024 * 1024) });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('BAD_REQUEST');
@@ -363,7 +458,9 @@ describe('token table: gateway, /ws and MCP refuse every broken token, and nothi
 
   it('gateway HTTP', async () => {
     const table = hostileTokens(w.stack.secret, { aud: 'kandev-gateway', sub: 'mallory', workspaces: ['*'] });
-    expect(table.map((c) => c.name)).toEqual(expect.arrayContaining(['missing', 'malformed', 'expired', 'without exp', 'wrong audience', 'wrong issuer', 'wrong secret', 'alg none']));
+    expect(table.map((c) => c.name)).toEqual(
+      expect.arrayContaining(['missing', 'malformed', 'expired', 'without exp', 'wrong audience', 'wrong issuer', 'wrong secret', 'alg none']),
+    );
     for (const { name, token } of table) {
       for (const [method, path] of [
         ['GET', `/tasks/${ids.child}`],

@@ -31,14 +31,17 @@ function readDirectly(): Map<string, string> {
     for (const name of readdirSync(dir)) {
       const path = join(dir, name);
       if (statSync(path).isDirectory()) walk(path);
-      else if (name.endsWith('.ts')) for (const m of readFileSync(path, 'utf8').matchAll(/process\.env(?:\.([A-Z][A-Z0-9_]+)|\[['"]([A-Z][A-Z0-9_]+)['"]\])/g)) found.set(m[1] ?? m[2]!, path.slice(root.length + 1));
+      else if (name.endsWith('.ts'))
+        for (const m of readFileSync(path, 'utf8').matchAll(/process\.env(?:\.([A-Z][A-Z0-9_]+)|\[['"]([A-Z][A-Z0-9_]+)['"]\])/g))
+          found.set(m[1] ?? m[2]!, path.slice(root.length + 1));
     }
   };
-  for (const base of ['services', 'packages']) for (const pkg of readdirSync(join(root, base))) {
-    if (pkg === 'testkit') continue; // test code: its variables are the tests' own
-    const src = join(root, base, pkg, 'src');
-    if (statSync(join(root, base, pkg)).isDirectory() && readdirSync(join(root, base, pkg)).includes('src')) walk(src);
-  }
+  for (const base of ['services', 'packages'])
+    for (const pkg of readdirSync(join(root, base))) {
+      if (pkg === 'testkit') continue; // test code: its variables are the tests' own
+      const src = join(root, base, pkg, 'src');
+      if (statSync(join(root, base, pkg)).isDirectory() && readdirSync(join(root, base, pkg)).includes('src')) walk(src);
+    }
   return found;
 }
 

@@ -1,7 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { assertInvariants, ControlLog, eventually, processAlive, WsClient, type ControlRequest, type InvariantBounds, type StackOptions, type StackService, type TestNatsCluster } from '@kandev/testkit';
+import {
+  assertInvariants,
+  ControlLog,
+  eventually,
+  processAlive,
+  WsClient,
+  type ControlRequest,
+  type InvariantBounds,
+  type StackOptions,
+  type StackService,
+  type TestNatsCluster,
+} from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
@@ -47,21 +58,24 @@ export const ANSWER_DEADLINE_MS = REQUEST_TIMEOUT_MS + 5_000;
 const LAUNCH_BOUND_MS = 2 * REQUEST_TIMEOUT_MS + 5_000;
 
 export const startFaultWorld = (topology: Pick<StackOptions, 'natsCluster' | 'replicas'> = {}): Promise<World> =>
-  startWorld({
-    REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
-    RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
-    TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
-    CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS),
-    LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
-    LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
-    GATEWAY_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
-    MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
-    LAUNCH_CONCURRENCY: '2',
-    LAUNCH_QUEUE_WAIT_MS: '3000',
-    WAKEUP_LAUNCH_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
-    CLARIFICATION_TIMEOUT_MS: String(CLARIFICATION_TIMEOUT_MS),
-    CLARIFICATION_LEASE_MS: String(CLARIFICATION_LEASE_MS),
-  }, topology);
+  startWorld(
+    {
+      REGISTRY_TTL_MS: String(REGISTRY_TTL_MS),
+      RECONCILE_INTERVAL_MS: String(RECONCILE_INTERVAL_MS),
+      TEARDOWN_GRACE_MS: String(TEARDOWN_GRACE_MS),
+      CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS),
+      LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
+      LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
+      GATEWAY_REQUEST_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+      MCP_TOOL_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+      LAUNCH_CONCURRENCY: '2',
+      LAUNCH_QUEUE_WAIT_MS: '3000',
+      WAKEUP_LAUNCH_TIMEOUT_MS: String(REQUEST_TIMEOUT_MS),
+      CLARIFICATION_TIMEOUT_MS: String(CLARIFICATION_TIMEOUT_MS),
+      CLARIFICATION_LEASE_MS: String(CLARIFICATION_LEASE_MS),
+    },
+    topology,
+  );
 
 /** The running agent's pid of a task's session, remembered in `pids` for the checker. */
 export async function agentOf(w: World, pids: Map<string, number>, taskId: string, sessionId: string): Promise<number> {
@@ -79,7 +93,12 @@ export async function agentOf(w: World, pids: Map<string, number>, taskId: strin
  * with a 3 s queue wait, which a busy machine can exceed (that refusal is the overload contract,
  * not a fault of the test's making).
  */
-export async function startRunning(w: World, pids: Map<string, number>, taskId: string, prompt = sleepScript(120_000)): Promise<{ sessionId: string; pid: number }> {
+export async function startRunning(
+  w: World,
+  pids: Map<string, number>,
+  taskId: string,
+  prompt = sleepScript(120_000),
+): Promise<{ sessionId: string; pid: number }> {
   const deadline = Date.now() + LAUNCH_BOUND_MS;
   for (;;) {
     const r = await w.api.post(`/tasks/${taskId}/sessions`, { prompt });
@@ -136,7 +155,12 @@ export const OPERATIONS: readonly Operation[] = [
       const { pid } = await startRunning(w, pids, child.id);
       const token = await w.stack.agentToken(parent.id);
       const prompt = JSON.stringify({ script: [{ say: 'steered' }], tag: randomUUID() });
-      return { tasks: [parent.id, child.id], send: (log) => log.interrupt(token, child.id, prompt), midpoint: agentSees(w, pid, 'cancel'), close: () => undefined };
+      return {
+        tasks: [parent.id, child.id],
+        send: (log) => log.interrupt(token, child.id, prompt),
+        midpoint: agentSees(w, pid, 'cancel'),
+        close: () => undefined,
+      };
     },
   },
   {
@@ -160,7 +184,8 @@ async function runningTree(w: World, pids: Map<string, number>) {
 }
 
 /** Resolves when the first of the agents `pids` sees `kind`, or when `until` settles. */
-const anyAgentSees = (w: World, pids: readonly number[], kind: 'cancel' | 'sigterm') => (until: Promise<unknown>) => Promise.race(pids.map((pid) => agentSees(w, pid, kind)(until)));
+const anyAgentSees = (w: World, pids: readonly number[], kind: 'cancel' | 'sigterm') => (until: Promise<unknown>) =>
+  Promise.race(pids.map((pid) => agentSees(w, pid, kind)(until)));
 
 /**
  * The tree controls (R-4) through the HTTP API. Pause and cancel are half done when the first of
@@ -173,7 +198,16 @@ export const TREE_OPERATIONS: readonly Operation[] = (['pause', 'cancel'] as con
     name: `tree ${mode}`,
     async prepare(w, pids) {
       const { root, child, agents } = await runningTree(w, pids);
-      return { tasks: [root.id, child.id], send: (log) => log.holdTree(root.id, mode), midpoint: anyAgentSees(w, agents.map((a) => a.pid), 'sigterm'), close: () => undefined };
+      return {
+        tasks: [root.id, child.id],
+        send: (log) => log.holdTree(root.id, mode),
+        midpoint: anyAgentSees(
+          w,
+          agents.map((a) => a.pid),
+          'sigterm',
+        ),
+        close: () => undefined,
+      };
     },
   },
   {
@@ -324,9 +358,12 @@ export async function runFaultCase(w: World, pids: Map<string, number>, op: Oper
     answer = await fault.during(w, prepared, log);
     assertAllRunning(w, `during ${fault.name}`);
     const tookMs = answer.answeredAt.getTime() - answer.sentAt.getTime();
-    console.info(`[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body).slice(0, 300)}` : answer.answer.error} after ${tookMs} ms`);
+    console.info(
+      `[fault] ${op.name} × ${fault.name}: ${answer.answer.ok ? `ok ${JSON.stringify(answer.answer.body).slice(0, 300)}` : answer.answer.error} after ${tookMs} ms`,
+    );
     // A caller whose request died with a replica is told so (or answered) within its deadline, never left waiting.
-    if (answer.answer.ok !== null && tookMs > ANSWER_DEADLINE_MS) throw new Error(`${op.name} × ${fault.name}: answered after ${tookMs} ms, past the ${ANSWER_DEADLINE_MS} ms deadline`);
+    if (answer.answer.ok !== null && tookMs > ANSWER_DEADLINE_MS)
+      throw new Error(`${op.name} × ${fault.name}: answered after ${tookMs} ms, past the ${ANSWER_DEADLINE_MS} ms deadline`);
     await assertInvariants(w.stack, { agentPids: pids, bounds, requests: log, withinMs: WITHIN_MS }).catch((e: unknown) => {
       throw new Error(`${(e as Error).message}\n${serviceLogs(w)}`);
     });
@@ -369,7 +406,12 @@ export function useFaultWorld(topology: Pick<StackOptions, 'natsCluster' | 'repl
 }
 
 /** The matrix as tests of the calling file: each fault × every operation, one `runFaultCase` each. */
-export function faultMatrix(fw: ReturnType<typeof useFaultWorld>, faults: readonly Fault[], caseTitle = 'in the middle of a $name', operations: readonly Operation[] = OPERATIONS): void {
+export function faultMatrix(
+  fw: ReturnType<typeof useFaultWorld>,
+  faults: readonly Fault[],
+  caseTitle = 'in the middle of a $name',
+  operations: readonly Operation[] = OPERATIONS,
+): void {
   describe.each(faults)('$name', (fault) => {
     it.each(operations)(caseTitle, (op) => runFaultCase(fw.world(), fw.agentPids, op, fault).then(() => undefined), 180_000);
   });

@@ -42,7 +42,9 @@ describe('faults', () => {
     for (const stop of await operatorStops) expect(stop.status, JSON.stringify(stop.body)).toBe(200);
     const started = answers.filter((a) => a.status === 201);
     const refused = answers.filter((a) => a.status === 503);
-    expect(started.length + refused.length, JSON.stringify(answers.filter((a) => a.status !== 201 && a.status !== 503).map((a) => [a.status, a.body]))).toBe(100);
+    expect(started.length + refused.length, JSON.stringify(answers.filter((a) => a.status !== 201 && a.status !== 503).map((a) => [a.status, a.body]))).toBe(
+      100,
+    );
     expect(started.length).toBeGreaterThan(0);
     for (const r of refused) {
       expect(r.body.error).toMatchObject({ code: 'UNAVAILABLE' });
@@ -62,5 +64,9 @@ describe('faults', () => {
   }, 180_000);
 
   // The rest of the matrix (every service, a lifecycle stall, nats-server and PostgreSQL) is in e2e/faults/ (`npm run test:faults`).
-  it.each(OPERATIONS)('kill -9 of lifecycle in the middle of a $name: the invariants hold over its answer, the stack serves again', (op) => runFaultCase(fw.world(), agentPids, op, kill9('lifecycle')).then(() => undefined), 180_000);
+  it.each(OPERATIONS)(
+    'kill -9 of lifecycle in the middle of a $name: the invariants hold over its answer, the stack serves again',
+    (op) => runFaultCase(fw.world(), agentPids, op, kill9('lifecycle')).then(() => undefined),
+    180_000,
+  );
 });

@@ -13,7 +13,6 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
-
 let w: World;
 beforeAll(async () => {
   w = await startWorld();
@@ -45,16 +44,18 @@ it("runs each agent under its own uid in its task's directory; that uid reaches 
   expect(statSync(dir1).uid).toBe(u1);
 
   const agentctl2 = procStat(x2.pid)!.ppid;
-  expect(probeAs(u1, [
-    { op: 'read', target: `/proc/${lifecyclePid}/environ` },
-    { op: 'read', target: `/proc/${x2.pid}/environ` },
-    { op: 'read', target: `/proc/${agentctl2}/environ` },
-    { op: 'readdir', target: dir2 },
-    { op: 'readdir', target: join(w.stack.stateDir, 'lifecycle') },
-    { op: 'signal', target: x2.pid },
-    { op: 'signal', target: agentctl2 },
-    { op: 'signal', target: lifecyclePid },
-  ])).toEqual(['EACCES', 'EACCES', 'EACCES', 'EACCES', 'EACCES', 'EPERM', 'EPERM', 'EPERM']);
+  expect(
+    probeAs(u1, [
+      { op: 'read', target: `/proc/${lifecyclePid}/environ` },
+      { op: 'read', target: `/proc/${x2.pid}/environ` },
+      { op: 'read', target: `/proc/${agentctl2}/environ` },
+      { op: 'readdir', target: dir2 },
+      { op: 'readdir', target: join(w.stack.stateDir, 'lifecycle') },
+      { op: 'signal', target: x2.pid },
+      { op: 'signal', target: agentctl2 },
+      { op: 'signal', target: lifecyclePid },
+    ]),
+  ).toEqual(['EACCES', 'EACCES', 'EACCES', 'EACCES', 'EACCES', 'EPERM', 'EPERM', 'EPERM']);
 
   for (const { task } of [one, two]) expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);
   await eventually(async () => !processAlive(x1.pid) && !processAlive(x2.pid), 15_000);
@@ -62,7 +63,7 @@ it("runs each agent under its own uid in its task's directory; that uid reaches 
   await eventually(async () => statSync(dir1).uid === 0, 10_000);
 });
 
-it("runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR with VALIDATION_ERROR", async () => {
+it('runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR with VALIDATION_ERROR', async () => {
   const workspace_id = (await w.api.ok('POST', '/workspaces', { name: 'dirs' })).id;
   const work = join(w.stack.stateDir, 'work');
   for (const bad of ['/etc', join(w.stack.stateDir, 'lifecycle'), `${work}/../lifecycle`, 'relative/dir', work]) {

@@ -13,7 +13,12 @@ const STALLED_TASK_AFTER_MS = 1_000;
 let w: World;
 let sql: postgres.Sql;
 beforeAll(async () => {
-  w = await startWorld({ STALLED_TASK_AFTER_MS: String(STALLED_TASK_AFTER_MS), RECONCILE_INTERVAL_MS: '300', LAUNCH_CONCURRENCY: '2', LAUNCH_QUEUE_WAIT_MS: '3000' });
+  w = await startWorld({
+    STALLED_TASK_AFTER_MS: String(STALLED_TASK_AFTER_MS),
+    RECONCILE_INTERVAL_MS: '300',
+    LAUNCH_CONCURRENCY: '2',
+    LAUNCH_QUEUE_WAIT_MS: '3000',
+  });
   sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
 }, 120_000);
 afterAll(async () => {
@@ -23,7 +28,8 @@ afterAll(async () => {
 
 const LONG = sleepScript(120_000);
 const statusOf = async (id: string) => (await w.api.get(`/tasks/${id}`)).body.status as string;
-const executionOf = (sessionId: string) => eventually(async () => (await w.api.get(`/sessions/${sessionId}`)).body.execution as { execution_id: string; pid: number } | null, 60_000);
+const executionOf = (sessionId: string) =>
+  eventually(async () => (await w.api.get(`/sessions/${sessionId}`)).body.execution as { execution_id: string; pid: number } | null, 60_000);
 
 /**
  * A task the reconciler must repair (IN_PROGRESS from now on, nothing running, no hold): once it is
@@ -71,21 +77,25 @@ describe('holds are part of every repair (ADR 0025)', () => {
 });
 
 describe('tree pause and cancel reach an orphan under a FAILED session', () => {
-  it.each(['pause', 'cancel'])('%s: the process is gone', async (mode) => {
-    const { workspace_id, task: root } = await makeTask(w.api, { title: 'root' });
-    const { task: child } = await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'child' });
-    const s = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: LONG });
-    const exec = await executionOf(s.id);
-    // The database says the session is over while its process lives on (the seed's orphan).
-    await sql`UPDATE orchestrator.sessions SET state = 'FAILED', error_message = 'agent never started', completed_at = now() WHERE id = ${s.id}`;
-    expect((await w.api.post(`/tasks/${root.id}/tree/${mode}`)).status).toBe(200);
-    await eventually(async () => !processAlive(exec.pid), 20_000);
-    expect((await w.api.get(`/sessions/${s.id}`)).body).toMatchObject({ state: 'FAILED', error_message: 'agent never started' });
-    await w.api.post(`/tasks/${root.id}/tree/${mode === 'pause' ? 'resume' : 'restore'}`);
-  }, 120_000);
+  it.each(['pause', 'cancel'])(
+    '%s: the process is gone',
+    async (mode) => {
+      const { workspace_id, task: root } = await makeTask(w.api, { title: 'root' });
+      const { task: child } = await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'child' });
+      const s = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: LONG });
+      const exec = await executionOf(s.id);
+      // The database says the session is over while its process lives on (the seed's orphan).
+      await sql`UPDATE orchestrator.sessions SET state = 'FAILED', error_message = 'agent never started', completed_at = now() WHERE id = ${s.id}`;
+      expect((await w.api.post(`/tasks/${root.id}/tree/${mode}`)).status).toBe(200);
+      await eventually(async () => !processAlive(exec.pid), 20_000);
+      expect((await w.api.get(`/sessions/${s.id}`)).body).toMatchObject({ state: 'FAILED', error_message: 'agent never started' });
+      await w.api.post(`/tasks/${root.id}/tree/${mode === 'pause' ? 'resume' : 'restore'}`);
+    },
+    120_000,
+  );
 });
 
-describe('the queue is the task\'s', () => {
+describe("the queue is the task's", () => {
   it('queued to a busy child before a stop, delivered once by the next session, with two orchestrator replicas and a restart between', async () => {
     // A second orchestrator replica from here on (the keyed-start case below runs against both too).
     if (!w.stack.replicas('orchestrator').length) await w.stack.addReplica('orchestrator');
@@ -116,7 +126,10 @@ describe('the queue is the task\'s', () => {
     }, 30_000);
     // The agent of the next session got exactly the message kept, once; the dropped one never.
     const { pid } = await executionOf(next.id);
-    const prompts = w.agentEvents(pid).filter((e) => e.kind === 'prompt').map((e) => (e as { text?: string }).text);
+    const prompts = w
+      .agentEvents(pid)
+      .filter((e) => e.kind === 'prompt')
+      .map((e) => (e as { text?: string }).text);
     expect(prompts).toEqual(['steer: left']);
     // Resume answers even when nothing is paused (idempotent).
     expect((await w.api.post(`/tasks/${child.id}/queue/resume`)).body).toMatchObject({ task_id: child.id, resumed: true, delivered_message_id: null, size: 0 });
@@ -173,7 +186,9 @@ describe('launch admission (ADR 0026)', () => {
     // None stuck: a start answered 201 either runs or has ended; what was refused wrote nothing
     // (refused at admission) or ended its session FAILED and gave the task its status back (a launch refused later).
     await eventually(async () => {
-      const rows = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.sessions WHERE task_id = ANY(${tasks}::uuid[]) AND state IN ('CREATED', 'STARTING')`;
+      const rows = await sql<
+        { n: number }[]
+      >`SELECT count(*)::int AS n FROM orchestrator.sessions WHERE task_id = ANY(${tasks}::uuid[]) AND state IN ('CREATED', 'STARTING')`;
       return rows[0]!.n === 0;
     }, 60_000);
     for (const r of refused) {

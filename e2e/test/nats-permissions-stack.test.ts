@@ -34,8 +34,13 @@ it('runs sessions, MCP stop and steer, and live events with no permission violat
     await ws.waitFor((f) => f.action === 'session.state_changed' && f.payload.session_id === quick.id);
     // A token bound to its execution, as lifecycle mints them: mcp reads the registry entry under
     // its own NATS user (DIRECT.GET only, ADR 0021).
-    const executionId = await eventually(async () => ((await w.api.get(`/tasks/${child.id}/executions`)).body as Array<{ execution_id: string }>)[0]?.execution_id);
-    const bound = await connectMcp(w.stack.mcpUrl, await signAgentToken(w.stack.agentKey, { task_id: child.id, session_id: quick.id, execution_id: executionId, mode: 'task' }));
+    const executionId = await eventually(
+      async () => ((await w.api.get(`/tasks/${child.id}/executions`)).body as Array<{ execution_id: string }>)[0]?.execution_id,
+    );
+    const bound = await connectMcp(
+      w.stack.mcpUrl,
+      await signAgentToken(w.stack.agentKey, { task_id: child.id, session_id: quick.id, execution_id: executionId, mode: 'task' }),
+    );
     expect((await bound.listTools()).tools.length).toBeGreaterThan(0);
     await bound.close();
     // MCP steer and stop through the real mcp service.
@@ -51,7 +56,18 @@ it('runs sessions, MCP stop and steer, and live events with no permission violat
     await eventually(async () => (await w.api.get(`/wakeups/${wake.id}`)).body.skip_reason === 'tree_paused', 20_000);
     await ws.waitFor((f) => f.action === 'tree_hold.created');
     expect((await w.api.post(`/tasks/${parent.id}/tree/resume`)).status).toBe(200);
-    expect((await w.api.post('/cost-events', { task_id: child.id, usage_event_id: `perm-${child.id}`, cost_cents: 3, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 })).status).toBe(201);
+    expect(
+      (
+        await w.api.post('/cost-events', {
+          task_id: child.id,
+          usage_event_id: `perm-${child.id}`,
+          cost_cents: 3,
+          tokens_in: 1,
+          tokens_cached_in: 0,
+          tokens_out: 1,
+        })
+      ).status,
+    ).toBe(201);
     expect((await w.api.ok('GET', `/tasks/${parent.id}/tree/cost-summary`)).cost_cents).toBe(3);
   } finally {
     ws.close();
@@ -72,7 +88,10 @@ it('refuses a forged stop_task published with the mcp user credentials but witho
   };
   expect(await forge({ caller_task_id: parent.id, task_id: child.id })).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });
   // A real token, but of another task (the child's own, as a leaked agent environment would hold).
-  expect(await forge({ caller_task_id: parent.id, task_id: child.id, agent_token: await w.stack.agentToken(child.id) })).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });
+  expect(await forge({ caller_task_id: parent.id, task_id: child.id, agent_token: await w.stack.agentToken(child.id) })).toMatchObject({
+    ok: false,
+    error: { code: 'UNAUTHORIZED' },
+  });
   const after = (await w.api.get(`/tasks/${child.id}`)).body;
   expect(after).toEqual(before);
   expect(after.sessions[0].state).toBe('RUNNING');

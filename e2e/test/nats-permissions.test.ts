@@ -56,7 +56,10 @@ it('refuses the gateway user on kandev.orch.mcp.> and nothing reaches the orches
 it('lets the mcp user through on the same subject', async () => {
   const mcp = await connectNats({ url: nats.url, name: 'mcp', user: 'mcp', pass: 'mcp-test-pass' });
   try {
-    await expect(request(mcp, OrchMcp.stopChildTask, { caller_task_id: callerTask, task_id: childTask })).resolves.toEqual({ task_id: childTask, status: 'not_running' });
+    await expect(request(mcp, OrchMcp.stopChildTask, { caller_task_id: callerTask, task_id: childTask })).resolves.toEqual({
+      task_id: childTask,
+      status: 'not_running',
+    });
     expect(received).toBe(1);
   } finally {
     await mcp.close();

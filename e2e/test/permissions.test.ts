@@ -38,7 +38,11 @@ describe.each(AGENTS)('permission requests of %s', (agent) => {
       const note = await ws.waitFor((f) => f.action === 'permission.requested' && f.payload.id === pending.id);
       expect(note.payload).toMatchObject({ task_id: task.id, session_id: session.id, status: 'pending', title: 'run ls?' });
       // The operator reads it in the session's transcript too, where the agent asked it.
-      const asked = await eventually(async () => ((await w.api.get(`/sessions/${session.id}/messages`)).body.items as Array<Record<string, unknown>>).find((m) => m.kind === 'permission_request'), 20_000);
+      const asked = await eventually(
+        async () =>
+          ((await w.api.get(`/sessions/${session.id}/messages`)).body.items as Array<Record<string, unknown>>).find((m) => m.kind === 'permission_request'),
+        20_000,
+      );
       expect(asked).toMatchObject({ role: 'agent', text: 'run ls?', turn_id: pending.turn_id });
 
       const allow = pending.options.find((o: { kind: string }) => o.kind === 'allow_once');
@@ -57,7 +61,11 @@ describe.each(AGENTS)('permission requests of %s', (agent) => {
       const pid = done.execution.pid as number;
       const outcome = await eventually(async () => w.agentEvents(pid).find((e) => e.kind === 'permission_outcome'));
       expect(outcome).toMatchObject({ outcome: allow.option_id, normalized: 'allowed' });
-      expect((await w.api.get(`/tasks/${task.id}/permissions`)).body[0]).toMatchObject({ id: pending.id, status: 'answered', chosen_option_id: allow.option_id });
+      expect((await w.api.get(`/tasks/${task.id}/permissions`)).body[0]).toMatchObject({
+        id: pending.id,
+        status: 'answered',
+        chosen_option_id: allow.option_id,
+      });
 
       // A second request, ended by a turn cancel: the row is closed cancelled, an answer after it is CONFLICT.
       expect((await w.api.post(`/sessions/${session.id}/prompt`, { prompt: permissionScript('push?') })).status).toBe(202);

@@ -29,7 +29,9 @@ describe.each(AGENTS)('read surface with %s', (agent) => {
       expect(items[0]).toMatchObject({ seq: 1, role: 'user', kind: 'prompt', text: prompt, turn_id: expect.any(String) });
       // One item for the turn's text, not one per chunk.
       const text = items.filter((i: { kind: string }) => i.kind === 'agent_text');
-      expect(text).toEqual([{ seq: 2, turn_id: items[0].turn_id, role: 'agent', kind: 'agent_text', text: 'hello world', meta: {}, created_at: expect.any(String) }]);
+      expect(text).toEqual([
+        { seq: 2, turn_id: items[0].turn_id, role: 'agent', kind: 'agent_text', text: 'hello world', meta: {}, created_at: expect.any(String) },
+      ]);
 
       // Pushed live: the prompt and the text's chunks, with the item's seq.
       await ws.waitFor((f) => f.action === 'session.message' && f.payload.session_id === session.id && f.payload.kind === 'prompt');

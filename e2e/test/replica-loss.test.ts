@@ -22,7 +22,8 @@ async function busyFamily(n: number) {
     await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(120_000) });
     children.push(task);
   }
-  for (const c of children) await eventually(async () => (await w.api.get(`/tasks/${c.id}`)).body.sessions.some((s: { state: string }) => s.state === 'RUNNING'), 30_000);
+  for (const c of children)
+    await eventually(async () => (await w.api.get(`/tasks/${c.id}`)).body.sessions.some((s: { state: string }) => s.state === 'RUNNING'), 30_000);
   const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(parent.id));
   return { children, mcp };
 }

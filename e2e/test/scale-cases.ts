@@ -3,7 +3,16 @@ import postgres from 'postgres';
 import { expect } from 'vitest';
 import { assertInvariants, ControlLog, eventually, type ServiceProcess, type StackService } from '@kandev/testkit';
 import { makeTask, sleepScript, type World } from './support.js';
-import { agentOf, ANSWER_DEADLINE_MS, bounds, CLARIFICATION_TIMEOUT_MS, REQUEST_TIMEOUT_MS, startRunning, WAKEUP_CLAIM_TIMEOUT_MS, WITHIN_MS } from './fault-world.js';
+import {
+  agentOf,
+  ANSWER_DEADLINE_MS,
+  bounds,
+  CLARIFICATION_TIMEOUT_MS,
+  REQUEST_TIMEOUT_MS,
+  startRunning,
+  WAKEUP_CLAIM_TIMEOUT_MS,
+  WITHIN_MS,
+} from './fault-world.js';
 
 /**
  * The scale-out cases that are not one control request against a running agent: a wakeup's
@@ -45,10 +54,14 @@ export async function runWakeupCase(w: World, pids: Map<string, number>, service
   const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
   let claimer: string | null;
   try {
-    claimer = await eventually(async () => {
-      const [row] = await sql<{ status: string; claimed_by: string | null }[]>`SELECT status, claimed_by FROM holds.wakeups WHERE id = ${wakeupId}`;
-      return row && row.status !== 'queued' ? { by: row.claimed_by } : null;
-    }, WAKEUP_BOUND_MS, 10).then((c) => c.by);
+    claimer = await eventually(
+      async () => {
+        const [row] = await sql<{ status: string; claimed_by: string | null }[]>`SELECT status, claimed_by FROM holds.wakeups WHERE id = ${wakeupId}`;
+        return row && row.status !== 'queued' ? { by: row.claimed_by } : null;
+      },
+      WAKEUP_BOUND_MS,
+      10,
+    ).then((c) => c.by);
   } finally {
     await sql.end();
   }
@@ -75,7 +88,8 @@ export async function runWakeupCase(w: World, pids: Map<string, number>, service
   expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);
 }
 
-const askScript = (answerTag: string) => JSON.stringify({ script: [{ ask: [{ id: 'db', text: 'Which database?' }] }, { say: `after ${answerTag}` }, { sleep_ms: 120_000 }] });
+const askScript = (answerTag: string) =>
+  JSON.stringify({ script: [{ ask: [{ id: 'db', text: 'Which database?' }] }, { say: `after ${answerTag}` }, { sleep_ms: 120_000 }] });
 
 /**
  * An agent waiting on ask_user_questions while its mcp process (the one its MCP URL names) or an
@@ -104,7 +118,9 @@ export async function runClarificationCase(w: World, pids: Map<string, number>, 
   // The operator's answer goes out as the process dies.
   const [first] = await Promise.all([respond(), kill9AndRestart(w, victim)]);
   const answered = first.status === 200 || first.status === 409 ? first : await respond();
-  console.info(`[scale] clarification × kill -9 of the ${service} process: respond → ${first.status}${answered === first ? '' : `, retried → ${answered.status}`} ${JSON.stringify(answered.body?.status ?? answered.body?.error)}`);
+  console.info(
+    `[scale] clarification × kill -9 of the ${service} process: respond → ${first.status}${answered === first ? '' : `, retried → ${answered.status}`} ${JSON.stringify(answered.body?.status ?? answered.body?.error)}`,
+  );
 
   // What reached the agent: the answer, or an error (a failed tool call ends its turn). Never nothing past the bundle's expiry.
   const outcome = await eventually(async () => {
@@ -142,10 +158,20 @@ export async function runCrossReplicaCancel(w: World, pids: Map<string, number>)
   const token = await w.stack.agentToken(task.id, 'task', sessionId);
   const [holder, other] = [w.stack.services.get('mcp')!.urls.mcp!, w.stack.replicas('mcp')[0]!.urls.mcp!];
   const post = (url: string, bearer: string, body: unknown) =>
-    fetch(url, { method: 'POST', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: JSON.stringify(body), signal: AbortSignal.timeout(CLARIFICATION_TIMEOUT_MS + REQUEST_TIMEOUT_MS) });
+    fetch(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(CLARIFICATION_TIMEOUT_MS + REQUEST_TIMEOUT_MS),
+    });
   const id = `ask-${randomUUID()}`;
   const asked = Date.now();
-  const pending = post(holder, token, { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'q', text: 'Which?' }] } } });
+  const pending = post(holder, token, {
+    jsonrpc: '2.0',
+    id,
+    method: 'tools/call',
+    params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'q', text: 'Which?' }] } },
+  });
   const bundle = await eventually(async () => {
     const { active } = (await w.api.get(`/tasks/${task.id}/clarifications`)).body;
     return active?.waiter_live ? (active as { id: string }) : null;
@@ -155,7 +181,11 @@ export async function runCrossReplicaCancel(w: World, pids: Map<string, number>)
   const res = await pending;
   const took = Date.now() - asked;
   expect(res.status).toBe(200);
-  expect(((await res.json()) as { result: { structuredContent: unknown } }).result.structuredContent).toMatchObject({ bundle_id: bundle.id, status: 'detached', reason: 'caller_gone' });
+  expect(((await res.json()) as { result: { structuredContent: unknown } }).result.structuredContent).toMatchObject({
+    bundle_id: bundle.id,
+    status: 'detached',
+    reason: 'caller_gone',
+  });
   expect(took).toBeLessThan(CLARIFICATION_TIMEOUT_MS);
   expect((await w.api.get(`/clarification/${bundle.id}`)).body).toMatchObject({ waiter_live: false, detached: true, detached_reason: 'caller_gone' });
   expect((await w.api.post(`/tasks/${task.id}/stop`)).status).toBe(200);

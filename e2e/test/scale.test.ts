@@ -31,11 +31,27 @@ describe('scale-out topology: 3 NATS nodes, 2 replicas of every service', () => 
     }
   });
 
-  it('an operator stop while one orchestrator replica is killed: the invariants hold over its answer', () => runFaultCase(fw.world(), fw.agentPids, stop, kill9Replica('orchestrator')).then(() => undefined), 180_000);
+  it(
+    'an operator stop while one orchestrator replica is killed: the invariants hold over its answer',
+    () => runFaultCase(fw.world(), fw.agentPids, stop, kill9Replica('orchestrator')).then(() => undefined),
+    180_000,
+  );
 
-  it('an operator stop while one NATS node is killed: the invariants hold over its answer', () => runFaultCase(fw.world(), fw.agentPids, stop, kill9NatsNode).then(() => undefined), 180_000);
+  it(
+    'an operator stop while one NATS node is killed: the invariants hold over its answer',
+    () => runFaultCase(fw.world(), fw.agentPids, stop, kill9NatsNode).then(() => undefined),
+    180_000,
+  );
 
-  it('a tree pause while one orchestrator replica is killed: every agent of the tree is gone and the invariants hold over its answer', () => runFaultCase(fw.world(), fw.agentPids, treePause, kill9Replica('orchestrator')).then(() => undefined), 180_000);
+  it(
+    'a tree pause while one orchestrator replica is killed: every agent of the tree is gone and the invariants hold over its answer',
+    () => runFaultCase(fw.world(), fw.agentPids, treePause, kill9Replica('orchestrator')).then(() => undefined),
+    180_000,
+  );
 
-  it('an agent cancelling its clarification wait through the other mcp replica ends the wait at once (ADR 0037)', () => runCrossReplicaCancel(fw.world(), fw.agentPids), 120_000);
+  it(
+    'an agent cancelling its clarification wait through the other mcp replica ends the wait at once (ADR 0037)',
+    () => runCrossReplicaCancel(fw.world(), fw.agentPids),
+    120_000,
+  );
 });

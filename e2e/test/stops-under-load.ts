@@ -46,7 +46,10 @@ async function startAgents(w: World, taskIds: string[], concurrency: number): Pr
         const r = await w.api.post(`/tasks/${taskId}/sessions`, { prompt: sleepScript(600_000) });
         if (r.status === 201) {
           const id = (r.body as { id: string }).id;
-          const e = await eventually(async () => (await w.api.get(`/sessions/${id}`)).body.execution as { execution_id: string; pid: number | null } | null, 60_000);
+          const e = await eventually(
+            async () => (await w.api.get(`/sessions/${id}`)).body.execution as { execution_id: string; pid: number | null } | null,
+            60_000,
+          );
           started.set(taskId, { session: id, execution: e.execution_id, pid: e.pid! });
           break;
         }
@@ -94,13 +97,28 @@ export async function stopsUnderLoad(w: World, agents: number): Promise<void> {
   await Promise.all(taskIds.map((t) => stopWhileListing(w, t, live.get(t)!.execution, answers)));
 
   const failed = answers.filter((a) => a.status !== 200).map((a) => ({ what: a.what, task: a.task, status: a.status, ms: Math.round(a.ms), body: a.body }));
-  expect(failed, 'every stop and listing is answered 200 within the callers\' budget').toEqual([]);
+  expect(failed, "every stop and listing is answered 200 within the callers' budget").toEqual([]);
   const stops = answers.filter((a) => a.what === 'stop');
   expect(stops).toHaveLength(agents);
   for (const s of stops) expect(s.body).toMatchObject({ status: 'stopped', executions: [{ execution_id: live.get(s.task)!.execution }] });
-  const ms = (what: Answer['what']) => answers.filter((a) => a.what === what).map((a) => a.ms).sort((a, b) => a - b);
+  const ms = (what: Answer['what']) =>
+    answers
+      .filter((a) => a.what === what)
+      .map((a) => a.ms)
+      .sort((a, b) => a - b);
   const pct = (xs: number[], p: number) => Math.round(xs[Math.min(xs.length - 1, Math.floor(xs.length * p))]!);
   const [lists, stopMs] = [ms('list'), ms('stop')];
-  console.log(JSON.stringify({ agents, listings: lists.length, list_p50_ms: pct(lists, 0.5), list_p99_ms: pct(lists, 0.99), list_max_ms: pct(lists, 1), stops: stopMs.length, stop_p50_ms: pct(stopMs, 0.5), stop_max_ms: pct(stopMs, 1) }));
+  console.log(
+    JSON.stringify({
+      agents,
+      listings: lists.length,
+      list_p50_ms: pct(lists, 0.5),
+      list_p99_ms: pct(lists, 0.99),
+      list_max_ms: pct(lists, 1),
+      stops: stopMs.length,
+      stop_p50_ms: pct(stopMs, 0.5),
+      stop_max_ms: pct(stopMs, 1),
+    }),
+  );
   await assertInvariants(w.stack, { agentPids, bounds, withinMs: bounds.reconcileMs + 20_000 });
 }

@@ -25,7 +25,10 @@ it('halts an orphan, keeps FAILED and its message, is idempotent afterwards', as
   try {
     await ws.request('subscribe', { task_id: task.id });
     const res = await w.api.post(`/tasks/${task.id}/stop`);
-    expect(res).toEqual({ status: 200, body: { task_id: task.id, status: 'stopped', executions: [{ session_id: session.id, execution_id: exec.execution_id, orphaned: true }] } });
+    expect(res).toEqual({
+      status: 200,
+      body: { task_id: task.id, status: 'stopped', executions: [{ session_id: session.id, execution_id: exec.execution_id, orphaned: true }] },
+    });
     await ws.waitFor((f) => f.action === 'execution.stopped' && f.payload.execution_id === exec.execution_id);
   } finally {
     ws.close();

@@ -34,7 +34,8 @@ interface CollectedSpan {
 }
 type OtlpValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean };
 type OtlpAttr = { key: string; value: OtlpValue };
-const valuesOf = (attrs: OtlpAttr[] | undefined): Record<string, unknown> => Object.fromEntries((attrs ?? []).map((a) => [a.key, a.value.stringValue ?? a.value.intValue ?? a.value.boolValue]));
+const valuesOf = (attrs: OtlpAttr[] | undefined): Record<string, unknown> =>
+  Object.fromEntries((attrs ?? []).map((a) => [a.key, a.value.stringValue ?? a.value.intValue ?? a.value.boolValue]));
 /** Given to every process through the environment: it must reach every exported span's resource. */
 const DEPLOYMENT = 'e2e-tracing';
 
@@ -49,7 +50,19 @@ beforeAll(async () => {
     req.on('end', () => {
       try {
         const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
-          resourceSpans: Array<{ resource: { attributes: OtlpAttr[] }; scopeSpans: Array<{ spans: Array<{ traceId: string; spanId: string; parentSpanId?: string; name: string; attributes?: OtlpAttr[]; events?: Array<{ name: string; attributes?: OtlpAttr[] }> }> }> }>;
+          resourceSpans: Array<{
+            resource: { attributes: OtlpAttr[] };
+            scopeSpans: Array<{
+              spans: Array<{
+                traceId: string;
+                spanId: string;
+                parentSpanId?: string;
+                name: string;
+                attributes?: OtlpAttr[];
+                events?: Array<{ name: string; attributes?: OtlpAttr[] }>;
+              }>;
+            }>;
+          }>;
         };
         for (const rs of body.resourceSpans ?? []) {
           const resource = valuesOf(rs.resource.attributes);
@@ -75,7 +88,11 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
-  w = await startWorld({ OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_RESOURCE_ATTRIBUTES: `deployment.environment.name=${DEPLOYMENT}` });
+  w = await startWorld({
+    OTEL_EXPORTER_OTLP_ENDPOINT: url,
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    OTEL_RESOURCE_ATTRIBUTES: `deployment.environment.name=${DEPLOYMENT}`,
+  });
 });
 afterAll(async () => {
   await w?.stop();

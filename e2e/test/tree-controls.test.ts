@@ -46,7 +46,14 @@ describe('pause and resume', () => {
       const res = await w.api.post(`/tasks/${root.id}/tree/pause`, { reason: 'requirements changed' });
       expect(res.status).toBe(200);
       const hold = res.body.hold;
-      expect(hold).toMatchObject({ root_task_id: root.id, workspace_id, mode: 'pause', reason: 'requirements changed', released_at: null, created_by: 'operator:test-operator' });
+      expect(hold).toMatchObject({
+        root_task_id: root.id,
+        workspace_id,
+        mode: 'pause',
+        reason: 'requirements changed',
+        released_at: null,
+        created_by: 'operator:test-operator',
+      });
       expect(hold.members).toHaveLength(4);
       // Replied after the stops were accepted: every session is CANCELLED already.
       for (const r of runs) expect((await w.api.get(`/sessions/${r.session.id}`)).body.state).toBe('CANCELLED');
@@ -84,7 +91,12 @@ describe('pause and resume', () => {
   it('gates a wakeup for a member during a pause (finished, tree_paused, no session); after resume the next wakeup launches', async () => {
     const { workspace_id, task: root } = await makeTask(w.api, { title: 'root' });
     const c = await child(w.api, workspace_id, root.id, 'child');
-    const queued = await w.api.ok('POST', '/wakeups', { task_id: c.id, reason: 'task_comment', payload: { prompt: 'queued before the pause' }, idempotency_key: 'k-before' });
+    const queued = await w.api.ok('POST', '/wakeups', {
+      task_id: c.id,
+      reason: 'task_comment',
+      payload: { prompt: 'queued before the pause' },
+      idempotency_key: 'k-before',
+    });
     await w.api.ok('POST', `/tasks/${root.id}/tree/pause`);
     // A wakeup queued before the pause is cancelled by it (R-4.2)... unless the dispatcher got there first, which the hold stops.
     const early = await eventually(async () => {
@@ -219,7 +231,8 @@ describe('seed scenario: cancel a tree of 5 with 2 active wakeups', () => {
     expect(hold.members).toHaveLength(5);
     expect(hold.members.find((m: { task_id: string }) => m.task_id === kids[1]!.id).task_status).toBe('IN_PROGRESS');
     for (const t of [ceo, ...kids]) expect(await statusOf(w.api, t.id)).toBe('CANCELLED');
-    for (const wk of wakes) expect((await w.api.get(`/wakeups/${wk.id}`)).body).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled', session_id: null });
+    for (const wk of wakes)
+      expect((await w.api.get(`/wakeups/${wk.id}`)).body).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled', session_id: null });
     expect((await w.api.ok('POST', `/tasks/${ceo.id}/tree/preview`)).active_wakeup_count).toBe(0);
     await w.api.ok('POST', `/tasks/${ceo.id}/tree/restore`);
     expect(await statusOf(w.api, kids[1]!.id)).toBe('IN_PROGRESS');
@@ -241,7 +254,16 @@ describe('cost summary', () => {
     expect(dup.status).toBe(200);
     expect(dup.body.duplicate).toBe(true);
     const summary = await w.api.ok('GET', `/tasks/${root.id}/tree/cost-summary`);
-    expect(summary).toEqual({ task_id: root.id, task_count: 2, include_descendants: true, cost_cents: 350, tokens_in: 3000, tokens_cached_in: 20, tokens_out: 10, unpriced_events: 0 });
+    expect(summary).toEqual({
+      task_id: root.id,
+      task_count: 2,
+      include_descendants: true,
+      cost_cents: 350,
+      tokens_in: 3000,
+      tokens_cached_in: 20,
+      tokens_out: 10,
+      unpriced_events: 0,
+    });
     expect(await w.api.ok('GET', `/tasks/${c.id}/tree/cost-summary`)).toMatchObject({ task_count: 1, cost_cents: 250 });
     const other = await makeTask(w.api, { title: 'unrelated' });
     expect(await w.api.ok('GET', `/tasks/${other.task.id}/tree/cost-summary`)).toMatchObject({ task_count: 0, cost_cents: 0, tokens_in: 0 });
@@ -249,7 +271,10 @@ describe('cost summary', () => {
     const { ApiClient } = await import('@kandev/testkit');
     const stranger = new ApiClient(w.stack.gatewayUrl, await w.stack.operatorToken([other.workspace_id]));
     expect([403, 404]).toContain((await stranger.get(`/tasks/${root.id}/tree/cost-summary`)).status);
-    expect([403, 404]).toContain((await stranger.post('/cost-events', { task_id: root.id, usage_event_id: `${u}-3`, cost_cents: 1, tokens_in: 1, tokens_cached_in: 0, tokens_out: 0 })).status);
+    expect([403, 404]).toContain(
+      (await stranger.post('/cost-events', { task_id: root.id, usage_event_id: `${u}-3`, cost_cents: 1, tokens_in: 1, tokens_cached_in: 0, tokens_out: 0 }))
+        .status,
+    );
   });
 
   it('turns an agent usage report into a cost event of its task', async () => {

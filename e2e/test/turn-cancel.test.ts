@@ -34,7 +34,10 @@ describe.each(AGENTS)('turn cancel with %s', (agent) => {
       expect(after.turns[0].stop_reason).toBe('cancelled');
       expect(processAlive(pid)).toBe(true);
       // The agent really received the protocol's cancel.
-      const methods = w.agentEvents(pid).filter((e) => e.kind === 'recv').map((e) => e.method);
+      const methods = w
+        .agentEvents(pid)
+        .filter((e) => e.kind === 'recv')
+        .map((e) => e.method);
       expect(methods).toContain(agent === 'scripted-acp' ? 'session/cancel' : 'turn/interrupt');
       // And it accepts a new prompt, which completes.
       const prompt = await w.api.post(`/sessions/${session.id}/prompt`, { prompt: 'hello again' });
@@ -62,7 +65,9 @@ describe.each(AGENTS)('turn cancel with %s', (agent) => {
 
   it('answers a pending permission request with the cancelled outcome', async () => {
     const { task } = await makeTask(w.api, { agent });
-    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: JSON.stringify({ script: [{ permission: 'rm -rf build?' }, { say: 'after' }] }) });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, {
+      prompt: JSON.stringify({ script: [{ permission: 'rm -rf build?' }, { say: 'after' }] }),
+    });
     const pid = await eventually(async () => {
       const s = (await w.api.get(`/sessions/${session.id}`)).body;
       const p = s.execution?.pid as number | undefined;

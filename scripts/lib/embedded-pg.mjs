@@ -112,7 +112,8 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
   }
   let creds;
   if (initialised) {
-    if (!existsSync(credentialsFile)) throw new Error(`${dataDir} is initialised but ${credentialsFile} (its password) is missing. Remove ${dataDir} to start from scratch.`);
+    if (!existsSync(credentialsFile))
+      throw new Error(`${dataDir} is initialised but ${credentialsFile} (its password) is missing. Remove ${dataDir} to start from scratch.`);
     creds = JSON.parse(readFileSync(credentialsFile, 'utf8'));
   } else {
     creds = { user: USER, password: randomBytes(18).toString('base64url') };
@@ -123,7 +124,7 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
   const out = createWriteStream(logFile, { flags: 'a' });
   const tail = [];
   const onLog = (m) => {
-    const text = m instanceof Error ? m.stack ?? m.message : String(m);
+    const text = m instanceof Error ? (m.stack ?? m.message) : String(m);
     out.write(text.endsWith('\n') ? text : text + '\n');
     tail.push(text);
     if (tail.length > 30) tail.shift();

@@ -44,7 +44,9 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function serviceNames() {
   if (!env.KANDEV_SERVICES) return SERVICES;
-  const wanted = env.KANDEV_SERVICES.split(',').map((s) => s.trim()).filter(Boolean);
+  const wanted = env.KANDEV_SERVICES.split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const unknown = wanted.filter((s) => !SERVICES.includes(s));
   if (unknown.length) throw new StartError(`KANDEV_SERVICES names unknown service(s): ${unknown.join(', ')} (known: ${SERVICES.join(', ')})`);
   return SERVICES.filter((s) => wanted.includes(s));
@@ -75,7 +77,8 @@ function acquireLock() {
     } catch {
       /* gone */
     }
-    if (st && st.state !== 'Z' && cmd.includes('stack.mjs')) throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
+    if (st && st.state !== 'Z' && cmd.includes('stack.mjs'))
+      throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
   }
   writeFileSync(lockFile, `${process.pid}\n`);
 }
@@ -119,9 +122,11 @@ function restartInfra(label, how, restart) {
     void shutdown(1, `${label} crash loop`);
     return;
   }
-  say(`${label} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${policy.windowMs / 1000}s; logs: ${logsDir})`);
+  say(
+    `${label} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${policy.windowMs / 1000}s; logs: ${logsDir})`,
+  );
   const attempt = (async () => {
-    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping; ) await sleep(Math.min(100, until - Date.now()));
+    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping;) await sleep(Math.min(100, until - Date.now()));
     if (stopping) return;
     try {
       await restart();
@@ -164,7 +169,9 @@ function checkTraversable(dir) {
   makeTraversable(dir);
   for (let d = dirname(dir); ; d = dirname(d)) {
     if ((statSync(d).mode & 0o001) === 0) {
-      throw new StartError(`PostgreSQL runs as the 'postgres' user here (we are root) and cannot enter ${d} (mode ${(statSync(d).mode & 0o777).toString(8)}). Use a KANDEV_STATE_DIR outside it, or chmod o+x ${d}.`);
+      throw new StartError(
+        `PostgreSQL runs as the 'postgres' user here (we are root) and cannot enter ${d} (mode ${(statSync(d).mode & 0o777).toString(8)}). Use a KANDEV_STATE_DIR outside it, or chmod o+x ${d}.`,
+      );
     }
     if (d === dirname(d)) break;
   }
@@ -223,13 +230,17 @@ function scheduleRestart(rt, name, childEnv, how) {
   crashes.set(name, d.crashes);
   const windowS = policy.windowMs / 1000;
   if (d.giveUp) {
-    say(`${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${join(logsDir, `${name}.log`)})`);
+    say(
+      `${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${join(logsDir, `${name}.log`)})`,
+    );
     void shutdown(1, `${name} crash loop`);
     return;
   }
-  say(`${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${join(logsDir, `${name}.log`)})`);
+  say(
+    `${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${join(logsDir, `${name}.log`)})`,
+  );
   const attempt = (async () => {
-    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping; ) await sleep(Math.min(100, until - Date.now()));
+    for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping;) await sleep(Math.min(100, until - Date.now()));
     if (stopping) return;
     try {
       const svc = await startService(rt, name, childEnv);
@@ -320,11 +331,14 @@ async function main() {
 
   // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the
   // ephemeral range, so nothing else on the host is handed it before the service binds it.
-  const gatewayPort = env.GATEWAY_PORT === '0' ? String(await stablePort()) : env.GATEWAY_PORT ?? '8080';
+  const gatewayPort = env.GATEWAY_PORT === '0' ? String(await stablePort()) : (env.GATEWAY_PORT ?? '8080');
   // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
   // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
-  const mcpPort = env.MCP_PORT === '0' ? String(await stablePort()) : env.MCP_PORT ?? '8090';
-  for (const [svc, port, v] of [['gateway', gatewayPort, 'GATEWAY_PORT'], ['mcp', mcpPort, 'MCP_PORT']]) {
+  const mcpPort = env.MCP_PORT === '0' ? String(await stablePort()) : (env.MCP_PORT ?? '8090');
+  for (const [svc, port, v] of [
+    ['gateway', gatewayPort, 'GATEWAY_PORT'],
+    ['mcp', mcpPort, 'MCP_PORT'],
+  ]) {
     if (names.includes(svc) && Number(port) > 0 && !(await portFree(Number(port), '0.0.0.0'))) {
       throw new StartError(`port ${port} (${v}) is already in use; set ${v}=<port> (0 = any free port)`);
     }

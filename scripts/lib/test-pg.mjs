@@ -146,7 +146,7 @@ export async function stopTestPostgres({ dir = defaultTestPgDir() } = {}) {
   const s = readJson(join(dir, 'state.json'));
   if (!s || !pidAlive(s.daemonPid)) return false;
   process.kill(s.daemonPid, 'SIGTERM');
-  for (const deadline = Date.now() + 20_000; Date.now() < deadline && pidAlive(s.daemonPid); ) await sleep(100);
+  for (const deadline = Date.now() + 20_000; Date.now() < deadline && pidAlive(s.daemonPid);) await sleep(100);
   return true;
 }
 

@@ -14,11 +14,9 @@ const scenario: Scenario = {
     const server = await ctx.connect('bench-helper-responder');
     const client = await ctx.connect('bench-helper-requester');
     const ping = pingEndpoint('bench');
-    const svc = await serveEndpoints(
-      server,
-      { service: 'bench', instanceId: 'bench-1', queue: 'bench', log: createLogger('bench', 'silent') },
-      [on(ping, async () => ({ service: 'bench', instance_id: 'bench-1' }))],
-    );
+    const svc = await serveEndpoints(server, { service: 'bench', instanceId: 'bench-1', queue: 'bench', log: createLogger('bench', 'silent') }, [
+      on(ping, async () => ({ service: 'bench', instance_id: 'bench-1' })),
+    ]);
     ctx.defer(() => svc.stop());
     await server.flush();
     const stats = await measure(() => request(client, ping, {}, { timeoutMs: 5_000 }), ctx);

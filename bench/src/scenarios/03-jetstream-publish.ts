@@ -13,8 +13,10 @@ const scenario: Scenario = {
     const publisher = new EventPublisher(nc);
     // Built up front so the timing holds the publish alone; each has its own id = Nats-Msg-Id.
     const workspace = randomUUID();
-    const events: EventEnvelope[] = Array.from({ length: ctx.warmup + ctx.iterations }, () =>
-      buildEvent('turn.started', { workspace_id: workspace, task_id: randomUUID() }, { execution_id: randomUUID(), turn_id: randomUUID() }) as EventEnvelope,
+    const events: EventEnvelope[] = Array.from(
+      { length: ctx.warmup + ctx.iterations },
+      () =>
+        buildEvent('turn.started', { workspace_id: workspace, task_id: randomUUID() }, { execution_id: randomUUID(), turn_id: randomUUID() }) as EventEnvelope,
     );
     const stats = await measure((i) => publisher.publish(events[i]!), ctx);
     return [

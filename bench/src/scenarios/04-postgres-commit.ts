@@ -9,10 +9,7 @@ const scenario: Scenario = {
     await sql`CREATE TABLE bench_commit (id bigint PRIMARY KEY, payload text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`;
     ctx.defer(() => sql`DROP TABLE IF EXISTS bench_commit`);
     const payload = 'x'.repeat(64);
-    const tx = await measure(
-      (i) => sql.begin((t) => t`INSERT INTO bench_commit (id, payload) VALUES (${i}, ${payload})`),
-      ctx,
-    );
+    const tx = await measure((i) => sql.begin((t) => t`INSERT INTO bench_commit (id, payload) VALUES (${i}, ${payload})`), ctx);
     const offset = 10_000_000;
     const auto = await measure((i) => sql`INSERT INTO bench_commit (id, payload) VALUES (${offset + i}, ${payload})`, ctx);
     return [

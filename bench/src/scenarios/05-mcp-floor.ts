@@ -28,8 +28,23 @@ const scenario: Scenario = {
     // An orchestrator that answers whoami at once: what is left is the MCP service and one NATS hop.
     const nc = await ctx.connect('bench-fake-orchestrator');
     const now = new Date().toISOString();
-    const task = { id: TASK_ID, workspace_id: TASK_ID, parent_id: null, title: 'bench', description: null, status: 'TODO' as const, office: false, agent: null, archived_at: null, cancelled_at: null, created_at: now, updated_at: now };
-    const fake = await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'bench', queue: 'orchestrator', log: createLogger('bench', 'silent') }, [on(OrchMcp.whoami, async () => task)]);
+    const task = {
+      id: TASK_ID,
+      workspace_id: TASK_ID,
+      parent_id: null,
+      title: 'bench',
+      description: null,
+      status: 'TODO' as const,
+      office: false,
+      agent: null,
+      archived_at: null,
+      cancelled_at: null,
+      created_at: now,
+      updated_at: now,
+    };
+    const fake = await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'bench', queue: 'orchestrator', log: createLogger('bench', 'silent') }, [
+      on(OrchMcp.whoami, async () => task),
+    ]);
     ctx.defer(() => fake.stop());
     const mcp = await spawnServiceProcess({
       name: 'mcp',
@@ -58,10 +73,33 @@ const scenario: Scenario = {
       }
     }
     return [
-      ...(paced.length ? [{ id: 'floor.mcp.sdk_noop.paced', label: 'the same no-op call, each after 250 ms of quiet (40 calls, first round only)', stats: summarize(paced), baseline: 'floor.mcp.sdk_noop' }] : []),
-      { id: 'floor.mcp.sdk_noop', label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call to the SDK client", stats: floor },
-      { id: 'mcp.kandev.tools_list', label: 'kandev mcp service (own process): tools/list from the SDK client (token check, no backend)', stats: list, baseline: 'floor.mcp.sdk_noop' },
-      { id: 'mcp.kandev.whoami', label: 'kandev mcp service: tools/call whoami_kandev, one NATS round trip to a responder that answers at once', stats: call, baseline: 'floor.mcp.sdk_noop' },
+      ...(paced.length
+        ? [
+            {
+              id: 'floor.mcp.sdk_noop.paced',
+              label: 'the same no-op call, each after 250 ms of quiet (40 calls, first round only)',
+              stats: summarize(paced),
+              baseline: 'floor.mcp.sdk_noop',
+            },
+          ]
+        : []),
+      {
+        id: 'floor.mcp.sdk_noop',
+        label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call to the SDK client",
+        stats: floor,
+      },
+      {
+        id: 'mcp.kandev.tools_list',
+        label: 'kandev mcp service (own process): tools/list from the SDK client (token check, no backend)',
+        stats: list,
+        baseline: 'floor.mcp.sdk_noop',
+      },
+      {
+        id: 'mcp.kandev.whoami',
+        label: 'kandev mcp service: tools/call whoami_kandev, one NATS round trip to a responder that answers at once',
+        stats: call,
+        baseline: 'floor.mcp.sdk_noop',
+      },
     ];
   },
 };

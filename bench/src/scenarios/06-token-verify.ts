@@ -20,7 +20,9 @@ const scenario: Scenario = {
     );
     const hmac = await measure(async (i) => {
       const t = operator[i]!;
-      createHmac('sha256', SECRET).update(t.slice(0, t.lastIndexOf('.'))).digest('base64url');
+      createHmac('sha256', SECRET)
+        .update(t.slice(0, t.lastIndexOf('.')))
+        .digest('base64url');
     }, ctx);
     const operatorVerify = await measure((i) => verifyOperatorToken(SECRET, operator[i]!), ctx);
     // A fresh verifier: every token is seen for the first time (what a new agent's first call costs).
@@ -28,10 +30,15 @@ const scenario: Scenario = {
     const agentFirst = await measure((i) => verifyAgent(agent[i]!), ctx);
     const agentAgain = await measure((i) => verifyAgent(agent[i]!), ctx);
     return [
-      { id: 'token.hmac.bare', label: 'bare HMAC-SHA256 of a token\'s signing input (node:crypto)', stats: hmac },
-      { id: 'token.operator.verify', label: 'operator token verified (gateway, every request): signature, audience, expiry, claims', stats: operatorVerify, baseline: 'token.hmac.bare' },
+      { id: 'token.hmac.bare', label: "bare HMAC-SHA256 of a token's signing input (node:crypto)", stats: hmac },
+      {
+        id: 'token.operator.verify',
+        label: 'operator token verified (gateway, every request): signature, audience, expiry, claims',
+        stats: operatorVerify,
+        baseline: 'token.hmac.bare',
+      },
       { id: 'token.agent.first', label: 'agent token verified the first time (mcp service and orchestrator)', stats: agentFirst, baseline: 'token.hmac.bare' },
-      { id: 'token.agent.again', label: 'the same agent tokens again, answered from the verifier\'s memory', stats: agentAgain, baseline: 'token.hmac.bare' },
+      { id: 'token.agent.again', label: "the same agent tokens again, answered from the verifier's memory", stats: agentAgain, baseline: 'token.hmac.bare' },
     ];
   },
 };

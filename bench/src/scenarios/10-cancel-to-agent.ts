@@ -57,7 +57,11 @@ function breakdown(spans: readonly CollectedSpan[], roundTrips: readonly number[
     };
     for (const [k, v] of Object.entries(seg)) if (Number.isFinite(v)) out.get(k)!.push(v);
   });
-  return SEGMENTS.filter(([k]) => out.get(k)!.length > 0).map(([k, label]) => ({ id: `cancel.hop.${k}`, label: `scripted-acp /ws cancel: ${label}`, stats: summarize(out.get(k)!) }));
+  return SEGMENTS.filter(([k]) => out.get(k)!.length > 0).map(([k, label]) => ({
+    id: `cancel.hop.${k}`,
+    label: `scripted-acp /ws cancel: ${label}`,
+    stats: summarize(out.get(k)!),
+  }));
 }
 
 type Agent = 'scripted-acp' | 'scripted-codex';
@@ -108,7 +112,13 @@ async function tracedCancels(ctx: BenchContext, count: number): Promise<Scenario
   const warmup = 10;
   const { toAgent, roundTrip } = await wsCancels(traced, ws, 'scripted-acp', count, warmup);
   // Every round trip has its trace (spans leave in batches); the first ones were warm-up.
-  const complete = () => traces(collector.spans()).filter((t) => inService(t, 'kandev-gateway', 'WS agent.cancel') && inService(t, 'kandev-agentctl', 'agentctl.cancel') && t.find('process kandev.orch.agent.cancel')?.events.some((e) => e.name === 'transaction.committed'));
+  const complete = () =>
+    traces(collector.spans()).filter(
+      (t) =>
+        inService(t, 'kandev-gateway', 'WS agent.cancel') &&
+        inService(t, 'kandev-agentctl', 'agentctl.cancel') &&
+        t.find('process kandev.orch.agent.cancel')?.events.some((e) => e.name === 'transaction.committed'),
+    );
   await eventually(async () => complete().length >= count + warmup, 15_000, 100).catch(() => undefined);
   const warm = traces(collector.spans())
     .map((t) => inService(t, 'kandev-gateway', 'WS agent.cancel'))
@@ -117,9 +127,22 @@ async function tracedCancels(ctx: BenchContext, count: number): Promise<Scenario
     .slice(0, warmup);
   const skip = new Set(warm.map((s) => s.traceId));
   return [
-    { id: 'cancel.scripted-acp.to_agent.traced', label: 'scripted-acp, every service exporting its spans: agent.cancel sent on /ws → agent receives session/cancel', stats: summarize(toAgent), baseline: 'floor.nats+http' },
-    { id: 'cancel.scripted-acp.ws_round_trip.traced', label: 'scripted-acp, every service exporting its spans: agent.cancel sent → /ws response', stats: summarize(roundTrip), baseline: 'floor.nats+http' },
-    ...breakdown(collector.spans().filter((s) => !skip.has(s.traceId)), roundTrip),
+    {
+      id: 'cancel.scripted-acp.to_agent.traced',
+      label: 'scripted-acp, every service exporting its spans: agent.cancel sent on /ws → agent receives session/cancel',
+      stats: summarize(toAgent),
+      baseline: 'floor.nats+http',
+    },
+    {
+      id: 'cancel.scripted-acp.ws_round_trip.traced',
+      label: 'scripted-acp, every service exporting its spans: agent.cancel sent → /ws response',
+      stats: summarize(roundTrip),
+      baseline: 'floor.nats+http',
+    },
+    ...breakdown(
+      collector.spans().filter((s) => !skip.has(s.traceId)),
+      roundTrip,
+    ),
   ];
 }
 
@@ -148,8 +171,18 @@ const scenario: Scenario = {
     for (const agent of ['scripted-acp', 'scripted-codex'] as const) {
       const { toAgent, roundTrip } = await wsCancels(b, ws, agent, iterations, 10);
       results.push(
-        { id: `cancel.${agent}.to_agent`, label: `${agent}: agent.cancel sent on /ws → agent receives ${cancelMethodOf(agent)}`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
-        { id: `cancel.${agent}.ws_round_trip`, label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled, session WAITING_FOR_INPUT)`, stats: summarize(roundTrip), baseline: 'floor.nats+http' },
+        {
+          id: `cancel.${agent}.to_agent`,
+          label: `${agent}: agent.cancel sent on /ws → agent receives ${cancelMethodOf(agent)}`,
+          stats: summarize(toAgent),
+          baseline: 'floor.nats+http',
+        },
+        {
+          id: `cancel.${agent}.ws_round_trip`,
+          label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled, session WAITING_FOR_INPUT)`,
+          stats: summarize(roundTrip),
+          baseline: 'floor.nats+http',
+        },
       );
       ctx.log(`${agent}: to agent p50 ${summarize(toAgent).p50.toFixed(2)} ms, round trip p50 ${summarize(roundTrip).p50.toFixed(2)} ms`);
     }
@@ -163,14 +196,21 @@ const scenario: Scenario = {
     const entries = {
       orchestrator: (_turn: string) => request(b.nc, Orch.agentCancel, { actor: operator, session_id: s.session.id }),
       lifecycle: (turn: string) => request(b.nc, Life.cancel.at(execution.instance_id), { execution_id: s.execution_id, turn_id: turn }),
-      agentctl: (turn: string) => fetch(`${execution.agentctl_url}/api/v1/acp/cancel`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ turn_id: turn }) }),
+      agentctl: (turn: string) =>
+        fetch(`${execution.agentctl_url}/api/v1/acp/cancel`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ turn_id: turn }),
+        }),
     };
     for (const [hop, send] of Object.entries(entries)) {
       const toAgent: number[] = [];
       const answered: number[] = [];
       for (let i = 0; i < Math.min(iterations, 100) + 5; i++) {
         const promptedAt = preciseNow();
-        const { turn_id } = (await b.api.ok('POST', `/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) })) as { turn_id: string };
+        const { turn_id } = (await b.api.ok('POST', `/sessions/${s.session.id}/prompt`, { prompt: JSON.stringify({ script: [{ sleep_ms: 60_000 }] }) })) as {
+          turn_id: string;
+        };
         await agentEventAfter(b, s.pid, promptedAt, (e) => e.kind === 'prompt');
         const t0 = preciseNow();
         const done = send(turn_id);
@@ -186,8 +226,18 @@ const scenario: Scenario = {
         }
       }
       results.push(
-        { id: `cancel.breakdown.from_${hop}`, label: `scripted-acp: cancel entered at the ${hop} → agent receives session/cancel`, stats: summarize(toAgent), baseline: 'floor.nats+http' },
-        { id: `cancel.breakdown.from_${hop}.answered`, label: `scripted-acp: cancel entered at the ${hop} → the ${hop} answers (turn ended${hop === 'orchestrator' ? ', session committed' : ''})`, stats: summarize(answered), baseline: 'floor.nats+http' },
+        {
+          id: `cancel.breakdown.from_${hop}`,
+          label: `scripted-acp: cancel entered at the ${hop} → agent receives session/cancel`,
+          stats: summarize(toAgent),
+          baseline: 'floor.nats+http',
+        },
+        {
+          id: `cancel.breakdown.from_${hop}.answered`,
+          label: `scripted-acp: cancel entered at the ${hop} → the ${hop} answers (turn ended${hop === 'orchestrator' ? ', session committed' : ''})`,
+          stats: summarize(answered),
+          baseline: 'floor.nats+http',
+        },
       );
     }
     ctx.log('per-hop breakdown: a stack exporting its spans');

@@ -34,9 +34,23 @@ const scenario: Scenario = {
       }
     }
     return [
-      { id: 'floor.nats+http.stop_run', label: 'bare NATS + loopback HTTP round trips (same run as the stop figures)', stats: summedFloor(floor.natsSamples, floor.httpSamples) },
-      { id: 'stop.request_to_sigterm', label: 'life.exec.stop request sent → agent receives SIGTERM (via agentctl /api/v1/stop)', stats: summarize(toSigterm), baseline: 'floor.nats+http.stop_run' },
-      { id: 'stop.request_accepted', label: 'life.exec.stop request sent → accepted reply (teardown continues asynchronously)', stats: summarize(accepted), baseline: 'floor.nats+http.stop_run' },
+      {
+        id: 'floor.nats+http.stop_run',
+        label: 'bare NATS + loopback HTTP round trips (same run as the stop figures)',
+        stats: summedFloor(floor.natsSamples, floor.httpSamples),
+      },
+      {
+        id: 'stop.request_to_sigterm',
+        label: 'life.exec.stop request sent → agent receives SIGTERM (via agentctl /api/v1/stop)',
+        stats: summarize(toSigterm),
+        baseline: 'floor.nats+http.stop_run',
+      },
+      {
+        id: 'stop.request_accepted',
+        label: 'life.exec.stop request sent → accepted reply (teardown continues asynchronously)',
+        stats: summarize(accepted),
+        baseline: 'floor.nats+http.stop_run',
+      },
     ];
   },
 };

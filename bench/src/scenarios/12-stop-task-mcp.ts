@@ -22,7 +22,10 @@ const SEGMENTS: Array<[string, string]> = [
   ['orch.reserve', 'orchestrator: token check (cached) + a pooled connection reserved for the transaction'],
   ['orch.lock', 'orchestrator: BEGIN + checks read + fence bump + session locks (one flight); the registry listing runs alongside'],
   ['orch.registry_wait', 'orchestrator: waiting for the registry after the locks'],
-  ['orch.write_issue', 'orchestrator: decision, events built, the writes (CANCELLED, turn, bundles, audit row, REVIEW) issued, until the outbox rows and COMMIT go behind them'],
+  [
+    'orch.write_issue',
+    'orchestrator: decision, events built, the writes (CANCELLED, turn, bundles, audit row, REVIEW) issued, until the outbox rows and COMMIT go behind them',
+  ],
   ['orch.write_commit', 'orchestrator: that flight answered: the writes, outbox rows and COMMIT (one fsync)'],
   ['orch.reply', 'orchestrator: committed → reply sent'],
   ['registry_read', 'the registry listing itself, read from its bucket as the stop arrives (overlapped with the first flight)'],
@@ -59,7 +62,14 @@ function breakdown(collector: SpanCollector, clientSamples: readonly number[]): 
 
 /** Spans leave the services in batches (OTEL_BSP_SCHEDULE_DELAY): wait until every stop's trace is in. */
 async function collected(collector: SpanCollector, stops: number): Promise<void> {
-  await eventually(async () => traces(collector.spans()).filter((t) => t.find('tools/call stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read'))).length >= stops, 15_000, 100).catch(() => undefined);
+  await eventually(
+    async () =>
+      traces(collector.spans()).filter(
+        (t) => t.find('tools/call stop_task_kandev') && Number.isFinite(eventTime(t.find('process kandev.orch.mcp.stop_child_task'), 'stop.registry_read')),
+      ).length >= stops,
+    15_000,
+    100,
+  ).catch(() => undefined);
 }
 
 function breakdownRows(collector: SpanCollector, clientSamples: readonly number[], callers: number): ScenarioResult[] {
@@ -168,10 +178,23 @@ const cpuByKind = (cpu: CpuSpent, calls: number): string =>
 /** Rows of a burst's CPU: the machine's per call, the orchestrator's per call, the share of both cores busy. */
 function cpuRows(prefix: string, what: string, bursts: readonly CpuSpent[], calls: number, orchestrator: boolean): ScenarioResult[] {
   const rows: ScenarioResult[] = [
-    { id: `${prefix}.machine`, label: `${what}: CPU of the whole machine (all processes, kernel) while the burst ran, ms per call`, stats: summarize(bursts.map((c) => c.machineMs / calls)) },
-    { id: `${prefix}.busy`, label: `${what}: share of the ${CORES} cores busy while the burst ran, percent (not ms)`, stats: summarize(bursts.map((c) => 100 * c.busyShare)) },
+    {
+      id: `${prefix}.machine`,
+      label: `${what}: CPU of the whole machine (all processes, kernel) while the burst ran, ms per call`,
+      stats: summarize(bursts.map((c) => c.machineMs / calls)),
+    },
+    {
+      id: `${prefix}.busy`,
+      label: `${what}: share of the ${CORES} cores busy while the burst ran, percent (not ms)`,
+      stats: summarize(bursts.map((c) => 100 * c.busyShare)),
+    },
   ];
-  if (orchestrator) rows.push({ id: `${prefix}.orchestrator`, label: `${what}: the orchestrator process's CPU, ms per call (one thread: ${calls} calls cannot finish before ${calls} × this)`, stats: summarize(bursts.map((c) => (c.byKind.orchestrator ?? 0) / calls)) });
+  if (orchestrator)
+    rows.push({
+      id: `${prefix}.orchestrator`,
+      label: `${what}: the orchestrator process's CPU, ms per call (one thread: ${calls} calls cannot finish before ${calls} × this)`,
+      stats: summarize(bursts.map((c) => (c.byKind.orchestrator ?? 0) / calls)),
+    });
   return rows;
 }
 
@@ -194,7 +217,11 @@ async function singleCallerStops(b: BenchStack, n: number, beforeEach?: () => Pr
 }
 
 /** `callers` families launched a few at a time, then every child stopped at once; `beforeBurst` runs once they are launched. */
-async function burstOfStops(b: BenchStack, callers: number, beforeBurst?: () => Promise<void>): Promise<{ samples: number[]; cpu: CpuSpent; settledMs: number | null }> {
+async function burstOfStops(
+  b: BenchStack,
+  callers: number,
+  beforeBurst?: () => Promise<void>,
+): Promise<{ samples: number[]; cpu: CpuSpent; settledMs: number | null }> {
   // Launch a few at a time (each child is two node processes starting on 2 cores), then stop all at once.
   const families: Array<Awaited<ReturnType<typeof family>>> = [];
   for (let i = 0; i < callers; i += 8) families.push(...(await Promise.all(Array.from({ length: Math.min(8, callers - i) }, () => family(b, 1)))));
@@ -227,7 +254,10 @@ const scenario: Scenario = {
     if (ctx.round > 1) return [];
     const iterations = e2eIterations(40);
     // Concurrent callers, each level its own run (1, 10 and 50: docs/fast-paths.md).
-    const levels = (process.env.BENCH_STOP_CONCURRENCY ?? '10,50').split(',').map(Number).filter((n) => n > 1);
+    const levels = (process.env.BENCH_STOP_CONCURRENCY ?? '10,50')
+      .split(',')
+      .map(Number)
+      .filter((n) => n > 1);
     const b = await startBenchStack({ TEARDOWN_GRACE_MS: '500' });
     ctx.defer(() => b.stop());
 
@@ -283,12 +313,32 @@ const scenario: Scenario = {
       // Which processes a burst's CPU went to, per stop: a disturbed burst shows here by its kind.
       bursts.forEach((x, i) => {
         const settle = x.settledMs === null ? 'agents never settled' : `agents settled ${Math.round(x.settledMs)} ms after launch`;
-        ctx.log(`${callers}-caller burst ${i + 1} (${settle}): ${Math.round(x.cpu.wallMs)} ms, machine ${(x.cpu.machineMs / callers).toFixed(1)} ms CPU per stop; ${cpuByKind(x.cpu, callers)}`);
+        ctx.log(
+          `${callers}-caller burst ${i + 1} (${settle}): ${Math.round(x.cpu.wallMs)} ms, machine ${(x.cpu.machineMs / callers).toFixed(1)} ms CPU per stop; ${cpuByKind(x.cpu, callers)}`,
+        );
       });
       const many = bursts.flatMap((x) => x.samples);
-      concurrent.push({ id: `stop_task.stopped.${callers}`, label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`, stats: summarize(many), baseline: 'floor.mcp+nats+pg' });
-      concurrent.push({ id: `stop_task.stopped.${callers}.vs_floor_${callers}`, label: `the same samples against the floor chain at ${callers} concurrent callers`, stats: summarize(many), baseline: `floor.mcp+nats+pg.${callers}` });
-      cpu.push(...cpuRows(`stop_task.cpu.${callers}`, `stop_task_kandev, ${callers} concurrent callers`, bursts.map((x) => x.cpu), callers, true));
+      concurrent.push({
+        id: `stop_task.stopped.${callers}`,
+        label: `stop_task_kandev, ${callers} concurrent callers each stopping its own child`,
+        stats: summarize(many),
+        baseline: 'floor.mcp+nats+pg',
+      });
+      concurrent.push({
+        id: `stop_task.stopped.${callers}.vs_floor_${callers}`,
+        label: `the same samples against the floor chain at ${callers} concurrent callers`,
+        stats: summarize(many),
+        baseline: `floor.mcp+nats+pg.${callers}`,
+      });
+      cpu.push(
+        ...cpuRows(
+          `stop_task.cpu.${callers}`,
+          `stop_task_kandev, ${callers} concurrent callers`,
+          bursts.map((x) => x.cpu),
+          callers,
+          true,
+        ),
+      );
     }
     await b.stop(); // before the second stack starts
 
@@ -315,10 +365,23 @@ const scenario: Scenario = {
     }
 
     return [
-      { id: 'floor.mcp.noop', label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call, same run", stats: summarize(mcpNoop) },
+      {
+        id: 'floor.mcp.noop',
+        label: "MCP SDK's stateless Streamable HTTP server (own process) answering a no-op tools/call, same run",
+        stats: summarize(mcpNoop),
+      },
       { id: 'floor.pg.commit.stop_run', label: 'bare PostgreSQL commit (BEGIN/INSERT/COMMIT), same run', stats: summarize(pg) },
-      { id: 'floor.mcp+nats+pg', label: 'sum of floors: MCP no-op + NATS round trip + PostgreSQL commit (pairwise)', stats: summedFloor(mcpNoop, floor.natsSamples, pg) },
-      { id: 'stop_task.not_running', label: 'stop_task_kandev on a child with nothing running (checks + registry lookup)', stats: summarize(notRunning), baseline: 'floor.mcp+nats+pg' },
+      {
+        id: 'floor.mcp+nats+pg',
+        label: 'sum of floors: MCP no-op + NATS round trip + PostgreSQL commit (pairwise)',
+        stats: summedFloor(mcpNoop, floor.natsSamples, pg),
+      },
+      {
+        id: 'stop_task.not_running',
+        label: 'stop_task_kandev on a child with nothing running (checks + registry lookup)',
+        stats: summarize(notRunning),
+        baseline: 'floor.mcp+nats+pg',
+      },
       {
         id: 'floor.mcp+nats+pg.paced',
         label: `the same floor as one chain (MCP no-op, NATS round trip, PostgreSQL commit, back to back), each sample after ${PACE_MS} ms of quiet as each 1-caller stop`,
@@ -326,7 +389,8 @@ const scenario: Scenario = {
       },
       {
         id: 'floor.design',
-        label: 'design floor: MCP SDK server → NATS → a decider making two PostgreSQL round trips (BEGIN + row lock; write + COMMIT), nothing of ours, back to back',
+        label:
+          'design floor: MCP SDK server → NATS → a decider making two PostgreSQL round trips (BEGIN + row lock; write + COMMIT), nothing of ours, back to back',
         stats: summarize(designHot),
         baseline: 'floor.mcp+nats+pg',
       },
@@ -337,9 +401,24 @@ const scenario: Scenario = {
         baseline: 'floor.mcp+nats+pg.paced',
       },
       ...designHopRows(pacedDesign),
-      { id: 'stop_task.stopped.1', label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller', stats: summarize(single), baseline: 'floor.mcp+nats+pg' },
-      { id: 'stop_task.stopped.1.paced', label: `the same samples against the floor paced as they are (${PACE_MS} ms of quiet before each)`, stats: summarize(single), baseline: 'floor.mcp+nats+pg.paced' },
-      { id: 'stop_task.stopped.1.vs_design', label: 'the same samples against the design floor paced alike: what our code adds to the prescribed path', stats: summarize(single), baseline: 'floor.design.paced' },
+      {
+        id: 'stop_task.stopped.1',
+        label: 'stop_task_kandev stopping a child with a turn in flight, 1 caller',
+        stats: summarize(single),
+        baseline: 'floor.mcp+nats+pg',
+      },
+      {
+        id: 'stop_task.stopped.1.paced',
+        label: `the same samples against the floor paced as they are (${PACE_MS} ms of quiet before each)`,
+        stats: summarize(single),
+        baseline: 'floor.mcp+nats+pg.paced',
+      },
+      {
+        id: 'stop_task.stopped.1.vs_design',
+        label: 'the same samples against the design floor paced alike: what our code adds to the prescribed path',
+        stats: summarize(single),
+        baseline: 'floor.design.paced',
+      },
       ...concurrent,
       ...hops,
       ...cpu,

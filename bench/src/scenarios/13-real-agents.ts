@@ -27,10 +27,14 @@ function running(pid: number): boolean {
 async function readySession(b: BenchStack, workspace_id: string, agent: string) {
   const task = await b.api.ok('POST', '/tasks', { workspace_id, title: 'bench', agent });
   const session = await b.api.ok('POST', `/tasks/${task.id}/sessions`, {});
-  const detail = await eventually(async () => {
-    const s = (await b.api.get(`/sessions/${session.id}`)).body;
-    return s.execution?.status === 'READY' ? s : null;
-  }, 60_000, 20);
+  const detail = await eventually(
+    async () => {
+      const s = (await b.api.get(`/sessions/${session.id}`)).body;
+      return s.execution?.status === 'READY' ? s : null;
+    },
+    60_000,
+    20,
+  );
   return { task, session, pid: detail.execution.pid as number };
 }
 
@@ -57,7 +61,11 @@ const scenario: Scenario = {
     ctx.defer(() => stub.stop());
     const dir = mkdtempSync(join(tmpdir(), 'kandev-bench-agents-'));
     ctx.defer(() => rmSync(dir, { recursive: true, force: true }));
-    const b = await startBenchStack({ KANDEV_AGENT_CATALOGUE: writeRealAgentCatalogue(bins, stub.url, dir), LAUNCH_TIMEOUT_MS: '60000', TEARDOWN_GRACE_MS: '2000' });
+    const b = await startBenchStack({
+      KANDEV_AGENT_CATALOGUE: writeRealAgentCatalogue(bins, stub.url, dir),
+      LAUNCH_TIMEOUT_MS: '60000',
+      TEARDOWN_GRACE_MS: '2000',
+    });
     ctx.defer(() => b.stop());
     const ws = await WsClient.connect(b.stack.wsUrl, b.token);
     ctx.defer(() => ws.close());
@@ -89,8 +97,16 @@ const scenario: Scenario = {
         }
       }
       results.push(
-        { id: `real.${agent}.cancel.to_stream_closed`, label: `${agent}: agent.cancel sent on /ws → the model stub sees the agent close its stream`, stats: summarize(toStreamClosed) },
-        { id: `real.${agent}.cancel.ws_round_trip`, label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled)`, stats: summarize(roundTrip) },
+        {
+          id: `real.${agent}.cancel.to_stream_closed`,
+          label: `${agent}: agent.cancel sent on /ws → the model stub sees the agent close its stream`,
+          stats: summarize(toStreamClosed),
+        },
+        {
+          id: `real.${agent}.cancel.ws_round_trip`,
+          label: `${agent}: agent.cancel sent → /ws response (turn resolved cancelled)`,
+          stats: summarize(roundTrip),
+        },
       );
       ctx.log(`${agent}: cancel → stream closed p50 ${summarize(toStreamClosed).p50.toFixed(1)} ms`);
     }

@@ -36,12 +36,18 @@ const scenario: Scenario = {
       const started = answers.filter((a) => a.status === 201);
       const refused = answers.filter((a) => a.status === 503);
       const other = answers.filter((a) => a.status !== 201 && a.status !== 503);
-      ctx.log(`${started.length} started, ${refused.length} refused (${refused.filter((r) => r.retryAfter).length} with Retry-After), ${other.length} other ${JSON.stringify(other.map((o) => o.status))}`);
+      ctx.log(
+        `${started.length} started, ${refused.length} refused (${refused.filter((r) => r.retryAfter).length} with Retry-After), ${other.length} other ${JSON.stringify(other.map((o) => o.status))}`,
+      );
       const results: ScenarioResult[] = [];
       if (refused.length) {
         const stats = summarize(refused.map((r) => r.ms));
         ctx.log(`refusal: p50 ${stats.p50.toFixed(1)} ms, p99 ${stats.p99.toFixed(1)} ms, max ${stats.max.toFixed(1)} ms`);
-        results.push({ id: 'burst.start.refused', label: `POST /tasks/:id/sessions refused (503 + Retry-After) in a burst of ${STARTS} starts, LAUNCH_CONCURRENCY=2, LAUNCH_QUEUE_WAIT_MS=3000; n = refused count (${started.length} started)`, stats });
+        results.push({
+          id: 'burst.start.refused',
+          label: `POST /tasks/:id/sessions refused (503 + Retry-After) in a burst of ${STARTS} starts, LAUNCH_CONCURRENCY=2, LAUNCH_QUEUE_WAIT_MS=3000; n = refused count (${started.length} started)`,
+          stats,
+        });
       }
       if (started.length) {
         const stats = summarize(started.map((r) => r.ms));

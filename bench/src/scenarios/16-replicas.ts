@@ -38,7 +38,10 @@ async function stopBurst(b: BenchStack, workspaceId: string): Promise<{ latencie
     }),
   );
   const wall = performance.now() - t0;
-  await allGone(live.map((l) => l.agent), 60_000);
+  await allGone(
+    live.map((l) => l.agent),
+    60_000,
+  );
   return { latencies, perSec: (STOP_CALLERS / wall) * 1000 };
 }
 
@@ -55,7 +58,9 @@ async function wakeupDrain(b: BenchStack, workspaceId: string): Promise<number> 
       await new Promise((r) => setTimeout(r, 50));
     }
     const total = performance.now() - t0;
-    const [wrong] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM holds.wakeups WHERE workspace_id = ${workspaceId} AND (status <> 'finished' OR skip_reason IS DISTINCT FROM 'tree_paused')`;
+    const [wrong] = await sql<
+      { n: number }[]
+    >`SELECT count(*)::int AS n FROM holds.wakeups WHERE workspace_id = ${workspaceId} AND (status <> 'finished' OR skip_reason IS DISTINCT FROM 'tree_paused')`;
     if (wrong!.n !== 0) throw new Error(`${wrong!.n} wakeups not gated exactly once`);
     return (WAKEUPS / total) * 1000;
   } finally {
@@ -86,12 +91,31 @@ const scenario: Scenario = {
         );
         const base = replicas === REPLICAS[0] ? undefined : `replicas.${REPLICAS[0]}`;
         results.push(
-          { id: `replicas.${replicas}.stop.${STOP_CALLERS}`, label: `${replicas} process(es) of each service: ${STOP_CALLERS} concurrent POST /tasks/:id/stop of live agents, each answer`, stats: s, ...(base ? { baseline: `${base}.stop.${STOP_CALLERS}` } : {}) },
+          {
+            id: `replicas.${replicas}.stop.${STOP_CALLERS}`,
+            label: `${replicas} process(es) of each service: ${STOP_CALLERS} concurrent POST /tasks/:id/stop of live agents, each answer`,
+            stats: s,
+            ...(base ? { baseline: `${base}.stop.${STOP_CALLERS}` } : {}),
+          },
           { id: `replicas.${replicas}.stop.${STOP_CALLERS}.per_sec`, label: `same: stops per second over the burst (not ms)`, stats: one(stops.perSec) },
-          { id: `replicas.${replicas}.tree.${TREE_LIVE}.reply`, label: `same stack: POST tree/pause, 1,000 tasks, ${TREE_LIVE} live sessions: reply`, stats: one(tree.replyMs), ...(base ? { baseline: `${base}.tree.${TREE_LIVE}.reply` } : {}) },
-          { id: `replicas.${replicas}.tree.${TREE_LIVE}.agents_gone`, label: `same: until every agent process is gone`, stats: one(tree.agentsGoneMs), ...(base ? { baseline: `${base}.tree.${TREE_LIVE}.agents_gone` } : {}) },
+          {
+            id: `replicas.${replicas}.tree.${TREE_LIVE}.reply`,
+            label: `same stack: POST tree/pause, 1,000 tasks, ${TREE_LIVE} live sessions: reply`,
+            stats: one(tree.replyMs),
+            ...(base ? { baseline: `${base}.tree.${TREE_LIVE}.reply` } : {}),
+          },
+          {
+            id: `replicas.${replicas}.tree.${TREE_LIVE}.agents_gone`,
+            label: `same: until every agent process is gone`,
+            stats: one(tree.agentsGoneMs),
+            ...(base ? { baseline: `${base}.tree.${TREE_LIVE}.agents_gone` } : {}),
+          },
           { id: `replicas.${replicas}.tree.${TREE_LIVE}.reads`, label: `same: GET /sessions/:id during the teardown`, stats: tree.reads },
-          { id: `replicas.${replicas}.wakeups.per_sec`, label: `same stack, ${replicas > 1 ? 3 : 1} holds process(es): ${WAKEUPS} queued wakeups of held tasks gated, wakeups per second (not ms)`, stats: one(wakeups) },
+          {
+            id: `replicas.${replicas}.wakeups.per_sec`,
+            label: `same stack, ${replicas > 1 ? 3 : 1} holds process(es): ${WAKEUPS} queued wakeups of held tasks gated, wakeups per second (not ms)`,
+            stats: one(wakeups),
+          },
         );
       } finally {
         await b.stop();

@@ -64,7 +64,12 @@ const scenario: Scenario = {
       results.push(
         { id: `tree.pause.idle.${n}`, label: `POST /tasks/:id/tree/pause, ${n} tasks, no live session`, stats: summarize(pause), baseline: base },
         { id: `tree.resume.idle.${n}`, label: `POST /tasks/:id/tree/resume, ${n} tasks`, stats: summarize(resume), baseline: base },
-        { id: `tree.cancel.idle.${n}`, label: `POST /tasks/:id/tree/cancel, ${n} tasks (every status written, one event each)`, stats: summarize(cancel), baseline: base },
+        {
+          id: `tree.cancel.idle.${n}`,
+          label: `POST /tasks/:id/tree/cancel, ${n} tasks (every status written, one event each)`,
+          stats: summarize(cancel),
+          baseline: base,
+        },
         { id: `tree.restore.idle.${n}`, label: `POST /tasks/:id/tree/restore, ${n} tasks`, stats: summarize(restore), baseline: base },
       );
       ctx.log(`${n} tasks: pause p50 ${summarize(pause).p50.toFixed(1)} ms, cancel p50 ${summarize(cancel).p50.toFixed(1)} ms`);
@@ -82,18 +87,36 @@ const scenario: Scenario = {
         const settledMs = await settled(['agent', 'agentctl'], { timeoutMs: 30_000 });
         const t0 = preciseNow();
         const reply = await timed(() => b.api.ok('POST', `/tasks/${root}/tree/${mode}`));
-        const [c] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.sessions WHERE id = ANY(${sessions.map((s) => s.session)}) AND state = 'CANCELLED'`;
+        const [c] = await sql<
+          { n: number }[]
+        >`SELECT count(*)::int AS n FROM orchestrator.sessions WHERE id = ANY(${sessions.map((s) => s.session)}) AND state = 'CANCELLED'`;
         if (c!.n !== live) throw new Error(`${mode}: only ${c!.n} of ${live} sessions CANCELLED at the reply`);
-        const ends = await agentsEnded(b, sessions.map((s) => s.agent), t0, 120_000);
+        const ends = await agentsEnded(
+          b,
+          sessions.map((s) => s.agent),
+          t0,
+          120_000,
+        );
         const allSigterm = Math.max(...ends.map((e) => e.sigterm ?? e.gone)) - t0;
         const allGone = Math.max(...ends.map((e) => e.gone)) - t0;
         const killedUnheard = ends.filter((e) => e.sigterm === null).length;
         results.push(
-          { id: `tree.${mode}.live.${live}.reply`, label: `POST tree/${mode}, 1,000 tasks, ${live} live sessions: reply (all ${live} CANCELLED by then)`, stats: summarize([reply]), baseline: 'pg.commit.transaction' },
-          { id: `tree.${mode}.live.${live}.sigterm`, label: `same: until every one of the ${live} agent processes received SIGTERM (logged it, or was gone: ${killedUnheard} killed after the grace before their handler ran)`, stats: summarize([allSigterm]) },
+          {
+            id: `tree.${mode}.live.${live}.reply`,
+            label: `POST tree/${mode}, 1,000 tasks, ${live} live sessions: reply (all ${live} CANCELLED by then)`,
+            stats: summarize([reply]),
+            baseline: 'pg.commit.transaction',
+          },
+          {
+            id: `tree.${mode}.live.${live}.sigterm`,
+            label: `same: until every one of the ${live} agent processes received SIGTERM (logged it, or was gone: ${killedUnheard} killed after the grace before their handler ran)`,
+            stats: summarize([allSigterm]),
+          },
           { id: `tree.${mode}.live.${live}.gone`, label: `same: until every one of the ${live} agent processes was gone`, stats: summarize([allGone]) },
         );
-        ctx.log(`${mode} with ${live} live (${settledMs === null ? 'agents never settled' : `agents settled ${Math.round(settledMs)} ms after launch`}): reply ${reply.toFixed(0)} ms, all SIGTERM ${allSigterm.toFixed(0)} ms, all gone ${allGone.toFixed(0)} ms (${killedUnheard} killed before their SIGTERM handler ran)`);
+        ctx.log(
+          `${mode} with ${live} live (${settledMs === null ? 'agents never settled' : `agents settled ${Math.round(settledMs)} ms after launch`}): reply ${reply.toFixed(0)} ms, all SIGTERM ${allSigterm.toFixed(0)} ms, all gone ${allGone.toFixed(0)} ms (${killedUnheard} killed before their SIGTERM handler ran)`,
+        );
         await b.api.ok('POST', `/tasks/${root}/tree/${mode === 'pause' ? 'resume' : 'restore'}`);
       }
     }

@@ -42,14 +42,25 @@ const scenario: Scenario = {
 
     const [truth] = await sql<{ c: string }[]>`SELECT sum(cost_cents)::text AS c FROM holds.cost_events`;
     const summary = await b.api.ok('GET', `/tasks/${root!.id}/tree/cost-summary`);
-    if (summary.task_count !== TASKS || Math.abs(summary.cost_cents - Number(truth!.c)) > 1e-6) throw new Error(`wrong summary ${JSON.stringify(summary)} vs ${truth!.c}`);
+    if (summary.task_count !== TASKS || Math.abs(summary.cost_cents - Number(truth!.c)) > 1e-6)
+      throw new Error(`wrong summary ${JSON.stringify(summary)} vs ${truth!.c}`);
 
     const n = e2eIterations(300);
     const http = await samples(() => b.api.ok('GET', `/tasks/${root!.id}/tree/cost-summary`), n);
     const nats = await samples(() => request(b.nc, Holds.costSummary, { actor: { type: 'operator', id: 'bench', workspaces: ['*'] }, task_id: root!.id }), n);
     return [
-      { id: 'tree.cost.nats.10k', label: `holds.cost.summary over NATS, ${TASKS} tasks, ${EVENTS} cost events`, stats: summarize(nats), baseline: 'nats.request.helper' },
-      { id: 'tree.cost.http.10k', label: `GET /tasks/:id/tree/cost-summary, same tree, through the gateway`, stats: summarize(http), baseline: 'nats.request.helper' },
+      {
+        id: 'tree.cost.nats.10k',
+        label: `holds.cost.summary over NATS, ${TASKS} tasks, ${EVENTS} cost events`,
+        stats: summarize(nats),
+        baseline: 'nats.request.helper',
+      },
+      {
+        id: 'tree.cost.http.10k',
+        label: `GET /tasks/:id/tree/cost-summary, same tree, through the gateway`,
+        stats: summarize(http),
+        baseline: 'nats.request.helper',
+      },
     ];
   },
 };

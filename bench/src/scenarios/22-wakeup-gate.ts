@@ -37,11 +37,17 @@ const scenario: Scenario = {
       await new Promise((r) => setTimeout(r, 100));
     }
     const total = performance.now() - t0;
-    const [wrong] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM holds.wakeups WHERE status <> 'finished' OR skip_reason IS DISTINCT FROM 'tree_paused'`;
+    const [wrong] = await sql<
+      { n: number }[]
+    >`SELECT count(*)::int AS n FROM holds.wakeups WHERE status <> 'finished' OR skip_reason IS DISTINCT FROM 'tree_paused'`;
     if (wrong!.n !== 0) throw new Error(`${wrong!.n} wakeups not gated`);
     ctx.log(`${WAKEUPS} gated wakeups in ${total.toFixed(0)} ms: ${((WAKEUPS / total) * 1000).toFixed(0)}/s`);
     return [
-      { id: 'wakeup.gate.per_wakeup', label: `ms per gated wakeup while ${WAKEUPS} drain (per 100 ms poll; total ${(total / 1000).toFixed(1)} s = ${((WAKEUPS / total) * 1000).toFixed(0)} wakeups/s)`, stats: summarize(samples) },
+      {
+        id: 'wakeup.gate.per_wakeup',
+        label: `ms per gated wakeup while ${WAKEUPS} drain (per 100 ms poll; total ${(total / 1000).toFixed(1)} s = ${((WAKEUPS / total) * 1000).toFixed(0)} wakeups/s)`,
+        stats: summarize(samples),
+      },
     ];
   },
 };

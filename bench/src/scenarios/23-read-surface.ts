@@ -70,12 +70,16 @@ const scenario: Scenario = {
     const chunk = 'token '; // what a streaming model sends: a word at a time
     const start = performance.now();
     for (let i = 0; i < CHUNKS; i += 100) {
-      await Promise.all(Array.from({ length: Math.min(100, CHUNKS - i) }, () => pub.emit('agent.message', scope, { execution_id: executionId, turn_id: turnId, text: chunk })));
+      await Promise.all(
+        Array.from({ length: Math.min(100, CHUNKS - i) }, () => pub.emit('agent.message', scope, { execution_id: executionId, turn_id: turnId, text: chunk })),
+      );
     }
     const published = performance.now();
     const want = CHUNKS * chunk.length;
     for (;;) {
-      const [row] = await sql<{ n: number }[]>`SELECT coalesce(sum(length(text)), 0)::int AS n FROM orchestrator.transcript_items WHERE session_id = ${sessionId}`;
+      const [row] = await sql<
+        { n: number }[]
+      >`SELECT coalesce(sum(length(text)), 0)::int AS n FROM orchestrator.transcript_items WHERE session_id = ${sessionId}`;
       if (row!.n >= want) break;
       if (performance.now() - start > 300_000) throw new Error(`transcript holds ${row!.n} of ${want} characters after 300 s`);
       await new Promise((r) => setTimeout(r, 20));
@@ -83,17 +87,48 @@ const scenario: Scenario = {
     const done = performance.now();
     const [items] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.transcript_items WHERE session_id = ${sessionId}`;
     const perChunkMs = (done - start) / CHUNKS;
-    ctx.log(`transcript: ${CHUNKS} chunks published in ${(published - start).toFixed(0)} ms, all written in ${(done - start).toFixed(0)} ms (${(CHUNKS / ((done - start) / 1000)).toFixed(0)} chunks/s) into ${items!.n} items`);
+    ctx.log(
+      `transcript: ${CHUNKS} chunks published in ${(published - start).toFixed(0)} ms, all written in ${(done - start).toFixed(0)} ms (${(CHUNKS / ((done - start) / 1000)).toFixed(0)} chunks/s) into ${items!.n} items`,
+    );
     const rate: Stats = summarize([perChunkMs]);
 
     return [
-      { id: 'read.tasks.http.first', label: `GET /tasks?workspace_id&limit=50, first page of ${TASKS} tasks, through the gateway`, stats: summarize(httpFirst), baseline: 'nats.request.helper' },
-      { id: 'read.tasks.nats.first', label: `orch.task.list limit 50, first page of ${TASKS} tasks`, stats: summarize(natsFirst), baseline: 'nats.request.helper' },
-      { id: 'read.tasks.nats.deep', label: `orch.task.list limit 50, the page after row ${TASKS / 2}`, stats: summarize(natsDeep), baseline: 'nats.request.helper' },
-      { id: 'read.tasks.nats.roots', label: `orch.task.list roots=true limit 50 (${TASKS / 10} roots)`, stats: summarize(natsRoots), baseline: 'nats.request.helper' },
-      { id: 'read.tasks.nats.status', label: `orch.task.list status=REVIEW limit 50 (${TASKS / 4} match)`, stats: summarize(natsStatus), baseline: 'nats.request.helper' },
+      {
+        id: 'read.tasks.http.first',
+        label: `GET /tasks?workspace_id&limit=50, first page of ${TASKS} tasks, through the gateway`,
+        stats: summarize(httpFirst),
+        baseline: 'nats.request.helper',
+      },
+      {
+        id: 'read.tasks.nats.first',
+        label: `orch.task.list limit 50, first page of ${TASKS} tasks`,
+        stats: summarize(natsFirst),
+        baseline: 'nats.request.helper',
+      },
+      {
+        id: 'read.tasks.nats.deep',
+        label: `orch.task.list limit 50, the page after row ${TASKS / 2}`,
+        stats: summarize(natsDeep),
+        baseline: 'nats.request.helper',
+      },
+      {
+        id: 'read.tasks.nats.roots',
+        label: `orch.task.list roots=true limit 50 (${TASKS / 10} roots)`,
+        stats: summarize(natsRoots),
+        baseline: 'nats.request.helper',
+      },
+      {
+        id: 'read.tasks.nats.status',
+        label: `orch.task.list status=REVIEW limit 50 (${TASKS / 4} match)`,
+        stats: summarize(natsStatus),
+        baseline: 'nats.request.helper',
+      },
       { id: 'read.tasks.nats.q', label: `orch.task.list q="task 4242" limit 50 (trigram index)`, stats: summarize(natsQ), baseline: 'nats.request.helper' },
-      { id: 'transcript.chunk.write', label: `one agent's ${CHUNKS} chunks, publish to all in the transcript: ms per chunk (one sample: the run's mean)`, stats: rate },
+      {
+        id: 'transcript.chunk.write',
+        label: `one agent's ${CHUNKS} chunks, publish to all in the transcript: ms per chunk (one sample: the run's mean)`,
+        stats: rate,
+      },
     ];
   },
 };

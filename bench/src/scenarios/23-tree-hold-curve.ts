@@ -25,8 +25,16 @@ const scenario: Scenario = {
         { id: `tree.curve.${n}.reply`, label: `POST tree/pause, 1,000 tasks, ${n} live sessions: reply (all CANCELLED by then)`, stats: one(p.replyMs) },
         { id: `tree.curve.${n}.agents_gone`, label: `same: until every agent process is gone`, stats: one(p.agentsGoneMs) },
         { id: `tree.curve.${n}.agentctls_gone`, label: `same: until every agentctl process is gone`, stats: one(p.agentctlsGoneMs) },
-        { id: `tree.curve.${n}.reads`, label: `same: GET /sessions/:id one at a time (every 20 ms at most) from the request until all are gone`, stats: p.reads },
-        { id: `tree.curve.${n}.launch_rate`, label: `${n} sessions launched through the API, 8 callers: sessions per second (not ms)`, stats: one(p.launchPerSec) },
+        {
+          id: `tree.curve.${n}.reads`,
+          label: `same: GET /sessions/:id one at a time (every 20 ms at most) from the request until all are gone`,
+          stats: p.reads,
+        },
+        {
+          id: `tree.curve.${n}.launch_rate`,
+          label: `${n} sessions launched through the API, 8 callers: sessions per second (not ms)`,
+          stats: one(p.launchPerSec),
+        },
       );
     }
     return results;

@@ -48,7 +48,9 @@ async function chattySession(b: BenchStack, sql: postgres.Sql, workspace_id: str
       const want = chunks * CHUNK.length;
       return eventually(
         async () => {
-          const [r] = await sql<{ chars: number; items: number }[]>`SELECT coalesce(sum(length(text)), 0)::int AS chars, count(*)::int AS items FROM orchestrator.transcript_items WHERE session_id = ${session_id}`;
+          const [r] = await sql<
+            { chars: number; items: number }[]
+          >`SELECT coalesce(sum(length(text)), 0)::int AS chars, count(*)::int AS items FROM orchestrator.transcript_items WHERE session_id = ${session_id}`;
           return r!.chars >= want ? r!.items : null;
         },
         timeoutMs,
@@ -93,7 +95,9 @@ const scenario: Scenario = {
     const items = await a.written(CHUNKS, 600_000);
     const done = performance.now();
     const perSecond = CHUNKS / ((done - start) / 1000);
-    ctx.log(`transcript: ${CHUNKS} chunks published in ${(published - start).toFixed(0)} ms, all written in ${(done - start).toFixed(0)} ms: ${perSecond.toFixed(0)} chunks/s, ${items} item(s)`);
+    ctx.log(
+      `transcript: ${CHUNKS} chunks published in ${(published - start).toFixed(0)} ms, all written in ${(done - start).toFixed(0)} ms: ${perSecond.toFixed(0)} chunks/s, ${items} item(s)`,
+    );
 
     // (b) A stop of another task: quiet, then beside the chatty agent.
     const quiet = await stopsOf(b, stops);
@@ -121,15 +125,28 @@ const scenario: Scenario = {
     const chatEnd = performance.now();
     await c.written(sent, 600_000);
     const drained = performance.now();
-    ctx.log(`beside the stops: ${sent} chunks published in ${(chatEnd - chatStart).toFixed(0)} ms, all written ${(drained - chatEnd).toFixed(0)} ms after the last stop`);
+    ctx.log(
+      `beside the stops: ${sent} chunks published in ${(chatEnd - chatStart).toFixed(0)} ms, all written ${(drained - chatEnd).toFixed(0)} ms after the last stop`,
+    );
     const q = summarize(quiet);
     const l = summarize(chatty);
-    ctx.log(`stop_task_kandev quiet p50 ${q.p50.toFixed(1)} / p99 ${q.p99.toFixed(1)} ms; chatty p50 ${l.p50.toFixed(1)} / p99 ${l.p99.toFixed(1)} ms (x${(l.p50 / q.p50).toFixed(2)} / x${(l.p99 / q.p99).toFixed(2)})`);
+    ctx.log(
+      `stop_task_kandev quiet p50 ${q.p50.toFixed(1)} / p99 ${q.p99.toFixed(1)} ms; chatty p50 ${l.p50.toFixed(1)} / p99 ${l.p99.toFixed(1)} ms (x${(l.p50 / q.p50).toFixed(2)} / x${(l.p99 / q.p99).toFixed(2)})`,
+    );
 
     return [
-      { id: 'transcript.write.chunk', label: `one agent's ${CHUNKS} chunks, publish to all in the transcript: ms per chunk (one sample: the run's mean; ${perSecond.toFixed(0)} chunks/s into ${items} item(s))`, stats: summarize([(done - start) / CHUNKS]) },
+      {
+        id: 'transcript.write.chunk',
+        label: `one agent's ${CHUNKS} chunks, publish to all in the transcript: ms per chunk (one sample: the run's mean; ${perSecond.toFixed(0)} chunks/s into ${items} item(s))`,
+        stats: summarize([(done - start) / CHUNKS]),
+      },
       { id: 'transcript.stop.quiet', label: `stop_task_kandev of a running child, 1 caller, nothing else going on`, stats: q },
-      { id: 'transcript.stop.chatty', label: `stop_task_kandev of a running child, 1 caller, while one agent streams ${CHAT_RATE > 0 ? `${CHAT_RATE} chunks/s` : 'chunks without pause'} (${sent} in ${((chatEnd - chatStart) / 1000).toFixed(1)} s)`, stats: l, baseline: 'transcript.stop.quiet' },
+      {
+        id: 'transcript.stop.chatty',
+        label: `stop_task_kandev of a running child, 1 caller, while one agent streams ${CHAT_RATE > 0 ? `${CHAT_RATE} chunks/s` : 'chunks without pause'} (${sent} in ${((chatEnd - chatStart) / 1000).toFixed(1)} s)`,
+        stats: l,
+        baseline: 'transcript.stop.quiet',
+      },
     ];
   },
 };

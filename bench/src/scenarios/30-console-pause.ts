@@ -37,7 +37,16 @@ const scenario: Scenario = {
       executablePath: CHROMIUM,
       headless: true,
       viewport: { width: 1280, height: 800 },
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     ctx.defer(() => browser.close().then(() => rmSync(profile, { recursive: true, force: true })));
     const page = await browser.newPage();
@@ -47,7 +56,7 @@ const scenario: Scenario = {
     // Read every page of children (200 a page) so all rows exist in the tree (only those in view are rendered).
     const count = page.getByTestId('tree-count');
     await count.filter({ hasText: `${Math.min(SIZE, 201)} shown` }).waitFor();
-    for (let shown = Math.min(SIZE, 201); shown < SIZE; ) {
+    for (let shown = Math.min(SIZE, 201); shown < SIZE;) {
       await page.getByTestId('tree-scroll').evaluate((el) => (el.scrollTop = el.scrollHeight));
       await page.getByRole('button', { name: 'Load more subtasks' }).click();
       shown = Math.min(SIZE, shown + 200);
@@ -92,9 +101,23 @@ const scenario: Scenario = {
     }
     ctx.log(`console, ${SIZE} tasks: pause click to badges p50 ${summarize(pause).p50.toFixed(0)} ms (API alone ${summarize(api).p50.toFixed(0)} ms)`);
     return [
-      { id: `console.tree.pause.api.${SIZE}`, label: `POST /tasks/:id/tree/pause, ${SIZE} tasks (the API alone, beside the console rows)`, stats: summarize(api) },
-      { id: `console.tree.pause.badges.${SIZE}`, label: `console: click Pause tree until every tree row in view shows Paused, ${SIZE}-task tree`, stats: summarize(pause), baseline: `console.tree.pause.api.${SIZE}` },
-      { id: `console.tree.resume.badges.${SIZE}`, label: `console: click Resume until no tree row in view shows a badge, ${SIZE}-task tree`, stats: summarize(resume), baseline: `console.tree.pause.api.${SIZE}` },
+      {
+        id: `console.tree.pause.api.${SIZE}`,
+        label: `POST /tasks/:id/tree/pause, ${SIZE} tasks (the API alone, beside the console rows)`,
+        stats: summarize(api),
+      },
+      {
+        id: `console.tree.pause.badges.${SIZE}`,
+        label: `console: click Pause tree until every tree row in view shows Paused, ${SIZE}-task tree`,
+        stats: summarize(pause),
+        baseline: `console.tree.pause.api.${SIZE}`,
+      },
+      {
+        id: `console.tree.resume.badges.${SIZE}`,
+        label: `console: click Resume until no tree row in view shows a badge, ${SIZE}-task tree`,
+        stats: summarize(resume),
+        baseline: `console.tree.pause.api.${SIZE}`,
+      },
     ];
   },
 };

@@ -59,13 +59,15 @@ function markdown(runs: Run[]): string {
     '- **launch/s**: sessions started per second through `POST /tasks/:id/sessions` with 8 callers, until each agent ran',
     '  (refused: launches answered 503 because the lifecycle was busy, tried again after 250 ms);',
     '- **CPU**: CPU ms from the request until the last agentctl was gone: the whole machine (other users of the machine',
-    '  included), the agentctls and agents that exited (their parents\' reaped-children time), and the processes still alive by kind.',
+    "  included), the agentctls and agents that exited (their parents' reaped-children time), and the processes still alive by kind.",
     '',
   ];
   for (const r of runs) {
     lines.push(`## ${r.label}`, '', `${r.date} · ${r.cpu} · commit ${r.commit ?? '?'} · load average ${r.load_avg_1m_at_start} → ${r.load_avg_1m_at_end}`, '');
     if (r.note) lines.push(r.note, '');
-    lines.push('| live | reply | cancelled | agents gone | agentctls gone | GET p50 | GET p99 | GET max | GET n | quiet GET p50 | launch/s (refused) | CPU machine | CPU exited agentctls+agents | CPU live by kind |');
+    lines.push(
+      '| live | reply | cancelled | agents gone | agentctls gone | GET p50 | GET p99 | GET max | GET n | quiet GET p50 | launch/s (refused) | CPU machine | CPU exited agentctls+agents | CPU live by kind |',
+    );
     lines.push('|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|');
     for (const p of r.points) {
       const kinds = Object.entries(p.cpu.byKind)
@@ -79,7 +81,10 @@ function markdown(runs: Run[]): string {
     }
     if (r.launch_floor) {
       const lf = r.launch_floor;
-      lines.push('', `Launch floor (agentctl + scripted agent spawned directly, ${lf.workers} at a time, until agentctl reports ready; no control plane): ${lf.count} in ${f(lf.ms)} ms, **${f(lf.perSec, 1)}/s**.`);
+      lines.push(
+        '',
+        `Launch floor (agentctl + scripted agent spawned directly, ${lf.workers} at a time, until agentctl reports ready; no control plane): ${lf.count} in ${f(lf.ms)} ms, **${f(lf.perSec, 1)}/s**.`,
+      );
     }
     lines.push('');
   }

@@ -107,7 +107,8 @@ export async function allGone(procs: readonly AgentProcess[], timeoutMs: number)
       left.shift();
     }
     if (left.length === 0) return preciseNow();
-    if (Date.now() > end) throw new Error(`${left.length} of ${procs.length} processes still running after ${timeoutMs} ms: ${left.map((p) => p.pid).join(', ')}`);
+    if (Date.now() > end)
+      throw new Error(`${left.length} of ${procs.length} processes still running after ${timeoutMs} ms: ${left.map((p) => p.pid).join(', ')}`);
     await new Promise((r) => setTimeout(r, 5));
   }
 }
@@ -144,7 +145,9 @@ function reapedCpuMs(): number {
 }
 
 function startReads(b: BenchStack, sessions: string[]): { stop(): Promise<{ samples: Array<[number, number]>; failures: number }> } {
-  const worker = new Worker(new URL('./read-sampler.js', import.meta.url), { workerData: { url: b.stack.gatewayUrl, token: b.token, sessions, paceMs: READ_PACE_MS } });
+  const worker = new Worker(new URL('./read-sampler.js', import.meta.url), {
+    workerData: { url: b.stack.gatewayUrl, token: b.token, sessions, paceMs: READ_PACE_MS },
+  });
   const done = new Promise<{ samples: Array<[number, number]>; failures: number }>((resolve, reject) => {
     worker.once('message', resolve);
     worker.once('error', reject);
@@ -192,12 +195,22 @@ export async function curvePoint(b: BenchStack, workspaceId: string, live: numbe
     await watchCancelled;
     const [c] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.sessions WHERE id = ANY(${sessions}) AND state = 'CANCELLED'`;
     if (c!.n !== live) throw new Error(`pause: only ${c!.n} of ${live} sessions CANCELLED at the reply`);
-    const [agentsEnd, agentctlsEnd] = await Promise.all([allGone(launched.live.map((l) => l.agent), 120_000), allGone(launched.live.map((l) => l.agentctl), 120_000)]);
+    const [agentsEnd, agentctlsEnd] = await Promise.all([
+      allGone(
+        launched.live.map((l) => l.agent),
+        120_000,
+      ),
+      allGone(
+        launched.live.map((l) => l.agentctl),
+        120_000,
+      ),
+    ]);
     const cpu = cpuSpent(cpu0, cpuSnapshot());
     // An agentctl counts as gone once it is a zombie; its time reaches the lifecycle's reaped-children
     // figure only once the lifecycle has reaped it.
     const reapedBy = Date.now() + 5_000;
-    while (launched.live.some((l) => procStat(l.agentctl.pid)?.start === l.agentctl.start) && Date.now() < reapedBy) await new Promise((r) => setTimeout(r, 20));
+    while (launched.live.some((l) => procStat(l.agentctl.pid)?.start === l.agentctl.start) && Date.now() < reapedBy)
+      await new Promise((r) => setTimeout(r, 20));
     const reaped = reapedCpuMs() - reaped0;
     const epochEnd = performance.timeOrigin + performance.now();
     const { samples, failures } = await reads.stop();

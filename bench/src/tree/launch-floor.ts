@@ -25,18 +25,32 @@ const agentctlBin = fileURLToPath(import.meta.resolve('@kandev/agentctl/main'));
 function startPair(): Promise<ChildProcess> {
   const args = [
     agentctlBin,
-    '--agent', 'scripted-acp',
-    '--port', '0',
-    '--execution-id', randomUUID(),
-    '--session-id', randomUUID(),
-    '--task-id', randomUUID(),
-    '--mcp-url', 'http://127.0.0.1:9/mcp',
-    '--cancel-timeout-ms', '5000',
-    '--handshake-timeout-ms', '60000',
-    '--agent-nice', '10',
-    '--secret-fd', '3',
+    '--agent',
+    'scripted-acp',
+    '--port',
+    '0',
+    '--execution-id',
+    randomUUID(),
+    '--session-id',
+    randomUUID(),
+    '--task-id',
+    randomUUID(),
+    '--mcp-url',
+    'http://127.0.0.1:9/mcp',
+    '--cancel-timeout-ms',
+    '5000',
+    '--handshake-timeout-ms',
+    '60000',
+    '--agent-nice',
+    '10',
+    '--secret-fd',
+    '3',
   ];
-  const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'floor', LOG_LEVEL: 'warn' } });
+  const child = spawn(process.execPath, args, {
+    stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+    detached: true,
+    env: { ...process.env, AGENTCTL_MCP_TOKEN: 'floor', LOG_LEVEL: 'warn' },
+  });
   child.stderr!.resume();
   // agentctl refuses to start without its execution secret (R-9.2), read from fd 3 as lifecycle hands it over.
   (child.stdio[3] as Writable).end(`${randomBytes(32).toString('base64url')}\n`);

@@ -27,7 +27,7 @@ export function readPcap(buf: Buffer): Segment[] {
   const magic = buf.readUInt32LE(0);
   const nanos = magic === 0xa1b23c4d;
   if (magic !== 0xa1b2c3d4 && !nanos) throw new Error('not a little-endian pcap file');
-  for (let off = 24; off + 16 <= buf.length; ) {
+  for (let off = 24; off + 16 <= buf.length;) {
     const sec = buf.readUInt32LE(off);
     const frac = buf.readUInt32LE(off + 4);
     const incl = buf.readUInt32LE(off + 8);
@@ -76,7 +76,10 @@ function findCalls(segs: Segment[], owners: Map<number, Owner>, subject: string)
     let httpIn: Segment | undefined;
     for (let k = i - 1; k >= 0 && segs[k]!.t > pub.t - 50; k--) {
       const s = segs[k]!;
-      if (pidOf(s.dport) === edgePid && text(s).startsWith('POST ')) { httpIn = s; break; }
+      if (pidOf(s.dport) === edgePid && text(s).startsWith('POST ')) {
+        httpIn = s;
+        break;
+      }
     }
     let msg: Segment | undefined, reply: Segment | undefined, replyIn: Segment | undefined, httpOut: Segment | undefined;
     for (let k = i + 1; k < segs.length && segs[k]!.t < pub.t + 1_000; k++) {
@@ -85,7 +88,10 @@ function findCalls(segs: Segment[], owners: Map<number, Owner>, subject: string)
       if (!msg && natsPorts.has(s.sport) && body.includes(`MSG ${subject} `)) msg = s;
       else if (msg && !reply && s.sport === msg.dport && body.includes(`PUB ${inbox} `)) reply = s;
       else if (reply && !replyIn && s.dport === pub.sport && body.includes(`MSG ${inbox} `)) replyIn = s;
-      else if (replyIn && httpIn && s.sport === httpIn.dport && s.dport === httpIn.sport) { httpOut = s; break; }
+      else if (replyIn && httpIn && s.sport === httpIn.dport && s.dport === httpIn.sport) {
+        httpOut = s;
+        break;
+      }
     }
     if (!httpIn || !msg || !reply || !replyIn || !httpOut) return;
     const handlerPid = pidOf(msg.dport);
@@ -98,7 +104,12 @@ function findCalls(segs: Segment[], owners: Map<number, Owner>, subject: string)
     for (const s of during) if (mine(s, 'dport') && pgPorts.has(s.sport)) perConnection.set(s.dport, (perConnection.get(s.dport) ?? 0) + 1);
     const own = [...perConnection.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
     calls.push({
-      httpIn, pub, msg, reply, replyIn, httpOut,
+      httpIn,
+      pub,
+      msg,
+      reply,
+      replyIn,
+      httpOut,
       pgOut: during.filter((s) => s.sport === own && pgPorts.has(s.dport)),
       pgIn: during.filter((s) => s.dport === own && pgPorts.has(s.sport)),
       natsOut: during.filter((s) => mine(s, 'sport') && natsPorts.has(s.dport) && s !== reply),
@@ -150,13 +161,20 @@ const between = (a: Segment | undefined, b: Segment | undefined) => (a && b ? b.
  * before its first query, each PostgreSQL flight (query out → last answer in, the server's time),
  * the handler's time between the flights and after the commit.
  */
-export function wireBreakdown(segs: Segment[], owners: Map<number, Owner>, client: ClientCall[], quietMs: number): { rows: WireRow[]; stops: number; designs: number } {
+export function wireBreakdown(
+  segs: Segment[],
+  owners: Map<number, Owner>,
+  client: ClientCall[],
+  quietMs: number,
+): { rows: WireRow[]; stops: number; designs: number } {
   const designs = paced(findCalls(segs, owners, 'bench.design_floor.decide'), quietMs);
   // The stops sampled beside the paced design floor, one before each: the figures' stack, which
   // exports no spans (12-stop's second, traced stack has no design floor beside it).
   const from = (designs[0]?.httpIn.t ?? 0) - 1_000;
   const to = (designs.at(-1)?.httpOut.t ?? 0) + 1_000;
-  const stops = paced(findCalls(segs, owners, 'kandev.orch.mcp.stop_child_task'), quietMs).filter((c) => c.httpIn.t >= from && c.httpIn.t <= to && c.natsOut.some((s) => text(s).includes('DIRECT.GET')));
+  const stops = paced(findCalls(segs, owners, 'kandev.orch.mcp.stop_child_task'), quietMs).filter(
+    (c) => c.httpIn.t >= from && c.httpIn.t <= to && c.natsOut.some((s) => text(s).includes('DIRECT.GET')),
+  );
   const cut = (calls: Call[]) => {
     const out: Record<string, number[]> = {};
     const add = (k: string, v: number) => (out[k] ??= []).push(v);
@@ -177,7 +195,11 @@ export function wireBreakdown(segs: Segment[], owners: Map<number, Owner>, clien
       add('PostgreSQL: write flight out → COMMIT answered', between(flight2, commitAnswered));
       // Answers to the flight's earlier segments all in before its last segment left: the server sat idle that long.
       const answeredBefore = flight2 ? c.pgIn.filter((r) => r.t > flight2.t && r.t < lastOut.t).at(-1) : undefined;
-      if (flight2 && lastOut !== flight2) add('PostgreSQL: idle in the write flight, its last answer → the flight\'s last segment out', answeredBefore ? Math.max(0, lastOut.t - answeredBefore.t) : 0);
+      if (flight2 && lastOut !== flight2)
+        add(
+          "PostgreSQL: idle in the write flight, its last answer → the flight's last segment out",
+          answeredBefore ? Math.max(0, lastOut.t - answeredBefore.t) : 0,
+        );
       add('handler: COMMIT answered → reply out', between(commitAnswered, c.reply));
       add('NATS: reply → mcp server', between(c.reply, c.replyIn));
       add('mcp server: reply in → HTTP response out', between(c.replyIn, c.httpOut));
@@ -185,7 +207,10 @@ export function wireBreakdown(segs: Segment[], owners: Map<number, Owner>, clien
       add('PostgreSQL answers (segments in)', c.pgIn.length);
       add('NATS segments in and out of the handler', c.natsIn.length + c.natsOut.length);
     }
-    const sides = clientSides(calls, client.filter((x) => x.kind === (calls === stops ? 'stop' : 'design')));
+    const sides = clientSides(
+      calls,
+      client.filter((x) => x.kind === (calls === stops ? 'stop' : 'design')),
+    );
     out['client: call → HTTP request out'] = sides.pre;
     out['client: HTTP response in → call resolved'] = sides.post;
     return out;
@@ -211,5 +236,9 @@ export function wireBreakdown(segs: Segment[], owners: Map<number, Owner>, clien
     'PostgreSQL answers (segments in)',
     'NATS segments in and out of the handler',
   ];
-  return { rows: order.map((segment) => ({ segment, design: stat(d[segment] ?? []), stop: stat(s[segment] ?? []) })), stops: stops.length, designs: designs.length };
+  return {
+    rows: order.map((segment) => ({ segment, design: stat(d[segment] ?? []), stop: stat(s[segment] ?? []) })),
+    stops: stops.length,
+    designs: designs.length,
+  };
 }

@@ -80,14 +80,24 @@ function runScenario(wallLog: string): Promise<string[]> {
     process.stdout.write(d);
     lines.push(...d.toString().split('\n'));
   });
-  return new Promise((resolve, reject) => child.once('exit', (code) => (code === 0 ? resolve(lines) : reject(new Error(`the 12-stop scenario exited with ${code}`)))));
+  return new Promise((resolve, reject) =>
+    child.once('exit', (code) => (code === 0 ? resolve(lines) : reject(new Error(`the 12-stop scenario exited with ${code}`)))),
+  );
 }
 
 const f = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? '' : x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 
 function table(rows: WireRow[]): string {
   const head = '| segment | design floor p50 / p90 | stop p50 / p90 | stop − design, p50 |\n|---|--:|--:|--:|\n';
-  return head + rows.map((r) => `| ${r.segment} | ${r.design ? `${f(r.design.p50)} / ${f(r.design.p90)}` : '—'} | ${r.stop ? `${f(r.stop.p50)} / ${f(r.stop.p90)}` : '—'} | ${r.design && r.stop ? f(r.stop.p50 - r.design.p50) : ''} |`).join('\n');
+  return (
+    head +
+    rows
+      .map(
+        (r) =>
+          `| ${r.segment} | ${r.design ? `${f(r.design.p50)} / ${f(r.design.p90)}` : '—'} | ${r.stop ? `${f(r.stop.p50)} / ${f(r.stop.p90)}` : '—'} | ${r.design && r.stop ? f(r.stop.p50 - r.design.p50) : ''} |`,
+      )
+      .join('\n')
+  );
 }
 
 async function main() {
@@ -109,13 +119,19 @@ async function main() {
     await stopCapture();
   }
   load.push(loadavg()[0]!);
-  const client: ClientCall[] = readFileSync(wallLog, 'utf8').trim().split('\n').filter(Boolean).map((l) => {
-    const [kind, start, end] = l.split(' ');
-    return { kind: kind as ClientCall['kind'], start: Number(start), end: Number(end) };
-  });
+  const client: ClientCall[] = readFileSync(wallLog, 'utf8')
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => {
+      const [kind, start, end] = l.split(' ');
+      return { kind: kind as ClientCall['kind'], start: Number(start), end: Number(end) };
+    });
   const { rows, stops, designs } = wireBreakdown(readPcap(readFileSync(pcap)), owners, client, QUIET_MS);
   rmSync(dir, { recursive: true, force: true });
-  const figures = printed.filter((l) => /^\s+(stop_task\.stopped\.1(\.paced|\.vs_design)?|floor\.(design|mcp\+nats\+pg)\.paced)\s/.test(l)).map((l) => l.trim());
+  const figures = printed
+    .filter((l) => /^\s+(stop_task\.stopped\.1(\.paced|\.vs_design)?|floor\.(design|mcp\+nats\+pg)\.paced)\s/.test(l))
+    .map((l) => l.trim());
   let commit = '';
   try {
     commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: benchDir, encoding: 'utf8' }).trim();

@@ -114,7 +114,18 @@ describe('operator console', () => {
   it('skips pending questions', async () => {
     const { workspace_id, task } = await makeTask(w.api, { title: 'Agent with questions' });
     const page = await openTask(workspace_id, task.id);
-    await session(task.id, script([{ ask: [{ id: 'db', text: 'Which database?' }, { id: 'name', text: 'Service name?' }] }, { say: 'went on without answers' }]));
+    await session(
+      task.id,
+      script([
+        {
+          ask: [
+            { id: 'db', text: 'Which database?' },
+            { id: 'name', text: 'Service name?' },
+          ],
+        },
+        { say: 'went on without answers' },
+      ]),
+    );
     const bundle = page.getByTestId('clarification');
     await bundle.getByText('Which database?').waitFor();
     await shot(page, 'task-questions');
@@ -160,7 +171,10 @@ describe('operator console', () => {
     await poll(() => page.getByTestId('tree-row').count()).toBe(3);
     await page.getByTestId('cancel-tree').click();
     const dialog = page.getByRole('dialog');
-    await dialog.getByTestId('cancel-dialog-counts').filter({ hasText: /cancels 3 tasks.*0 active wakeups/ }).waitFor();
+    await dialog
+      .getByTestId('cancel-dialog-counts')
+      .filter({ hasText: /cancels 3 tasks.*0 active wakeups/ })
+      .waitFor();
     await shot(page, 'tree-cancel-dialog');
     // Escape closes it and nothing happens.
     await page.keyboard.press('Escape');
@@ -211,7 +225,7 @@ describe('operator console', () => {
     const count = page.getByTestId('tree-count');
     await count.filter({ hasText: '201 shown' }).waitFor(); // the root and its first page of children
     // Scroll to the end and read the next page until all 2,000 are there.
-    for (let shown = 201; shown < 2000; ) {
+    for (let shown = 201; shown < 2000;) {
       await scroller.evaluate((el) => (el.scrollTop = el.scrollHeight));
       await page.getByRole('button', { name: 'Load more subtasks' }).click();
       shown = Math.min(2000, shown + 200);
@@ -231,7 +245,11 @@ describe('operator console', () => {
     const page = await browser.page(w.token, { width: 420, height: 800 });
     // A task id that does not exist: the page explains instead of going blank.
     await page.goto(ui(workspace_id, '00000000-0000-4000-8000-000000000000'));
-    await page.getByRole('alert').filter({ hasText: /not found/i }).first().waitFor();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: /not found/i })
+      .first()
+      .waitFor();
     await page.goto(ui(workspace_id));
     await page.getByTestId('column-todo').getByText('Narrow').waitFor();
     const width = await page.evaluate(() => document.body.scrollWidth);

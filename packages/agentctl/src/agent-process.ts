@@ -112,28 +112,33 @@ export class AgentProcess {
    * `killed` only when the agent itself outlived the grace.
    */
   async terminate(graceMs: number): Promise<Termination> {
-    return tracer.startActiveSpan('agent.terminate', { attributes: { 'process.pid': this.pid, 'kandev.grace_ms': graceMs } }, async (span): Promise<Termination> => {
-      try {
-        const r = await terminate(() => this.targets(), {
-          graceMs,
-          exits: [this.exited],
-          killWindowMs: SWEEP_LIMIT_MS,
-          onSignal: (signal, pids, round) => {
-            if (round === 0) this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: pids.length });
-            else if (round === 1) this.log.warn('agent tree outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs, pids });
-            else this.log.warn('processes of the agent tree survive SIGKILL; retrying', { agent_pid: this.pid, pids, round });
-          },
-        });
-        if (r.survivors.length > 0) this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: r.survivors.map((p) => p.pid) });
-        const how: Termination['how'] = r.killed.some((p) => p.pid === this.pid) ? 'killed' : 'graceful';
-        return { how, exit: await this.exited };
-      } catch (err) {
-        span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
-        throw err;
-      } finally {
-        span.end();
-      }
-    });
+    return tracer.startActiveSpan(
+      'agent.terminate',
+      { attributes: { 'process.pid': this.pid, 'kandev.grace_ms': graceMs } },
+      async (span): Promise<Termination> => {
+        try {
+          const r = await terminate(() => this.targets(), {
+            graceMs,
+            exits: [this.exited],
+            killWindowMs: SWEEP_LIMIT_MS,
+            onSignal: (signal, pids, round) => {
+              if (round === 0) this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: pids.length });
+              else if (round === 1) this.log.warn('agent tree outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs, pids });
+              else this.log.warn('processes of the agent tree survive SIGKILL; retrying', { agent_pid: this.pid, pids, round });
+            },
+          });
+          if (r.survivors.length > 0)
+            this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: r.survivors.map((p) => p.pid) });
+          const how: Termination['how'] = r.killed.some((p) => p.pid === this.pid) ? 'killed' : 'graceful';
+          return { how, exit: await this.exited };
+        } catch (err) {
+          span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+          throw err;
+        } finally {
+          span.end();
+        }
+      },
+    );
   }
 
   /** SIGKILL to the whole tree at once, synchronously: the last word of an agentctl that is crashing. */
@@ -267,6 +272,6 @@ function lowerPriority(pid: number, increment: number, log: Logger): void {
   try {
     setPriority(pid, Math.min(19, getPriority() + increment));
   } catch (err) {
-    log.warn('could not lower the agent\'s CPU priority', { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
+    log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }
 }

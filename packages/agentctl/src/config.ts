@@ -59,7 +59,16 @@ export const AgentctlConfig = z.object({
    * Names of variables of agentctl's environment that its agent also gets (comma-separated), on top
    * of the basics (PATH, HOME, locale, proxies, TMPDIR) and the catalogue entry's own `env`.
    */
-  agentEnv: z.preprocess((v) => (typeof v === 'string' ? v.split(',').map((s) => s.trim()).filter(Boolean) : []), z.array(z.string())),
+  agentEnv: z.preprocess(
+    (v) =>
+      typeof v === 'string'
+        ? v
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean)
+        : [],
+    z.array(z.string()),
+  ),
 });
 export type AgentctlConfig = z.infer<typeof AgentctlConfig>;
 
@@ -97,7 +106,8 @@ export const SECRET_ENV = ['AGENTCTL_MCP_TOKEN', 'AGENTCTL_SECRET'] as const;
  * listed in `extra` (AGENTCTL_AGENT_ENV). Nothing else: no AGENTCTL_* (the MCP token, the secret),
  * no OTEL_* or control-plane variables. The catalogue entry's `env` is added on top by the spawn.
  */
-const AGENT_BASE_ENV = /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|TMPDIR|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR)$/;
+const AGENT_BASE_ENV =
+  /^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|TMPDIR|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR)$/;
 
 export function agentEnvironment(env: NodeJS.ProcessEnv, extra: readonly string[]): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = {};

@@ -69,7 +69,13 @@ export class Execution {
     },
     permissionRequested: (request) => this.events.emit({ type: 'permission_requested', ...request }),
     permissionResolved: (permissionId, turnId, outcome, optionId) =>
-      this.events.emit({ type: 'permission_resolved', permission_id: permissionId, turn_id: turnId, outcome, ...(optionId !== null ? { option_id: optionId } : {}) }),
+      this.events.emit({
+        type: 'permission_resolved',
+        permission_id: permissionId,
+        turn_id: turnId,
+        outcome,
+        ...(optionId !== null ? { option_id: optionId } : {}),
+      }),
   };
 
   constructor(
@@ -124,33 +130,44 @@ export class Execution {
     if (turnId !== undefined && turnId !== turn.id) {
       throw new AgentctlError('CONFLICT', `turn ${turnId} is not the turn in flight`, { details: { turn_id: turnId, in_flight_turn_id: turn.id } });
     }
-    return tracer.startActiveSpan('agentctl.cancel', { attributes: { 'kandev.turn_id': turn.id, 'kandev.protocol': this.adapter.protocol } }, async (span): Promise<AgentctlCancelResponse> => {
-      try {
-        await this.requestCancel(turn);
-        const stopReason = await this.settled(turn, this.options.cancelTimeoutMs);
-        if (stopReason === undefined) {
-          throw new AgentctlError('UNAVAILABLE', `agent did not acknowledge cancel within ${this.options.cancelTimeoutMs} ms`, {
-            status: 504,
-            details: { turn_id: turn.id },
-          });
+    return tracer.startActiveSpan(
+      'agentctl.cancel',
+      { attributes: { 'kandev.turn_id': turn.id, 'kandev.protocol': this.adapter.protocol } },
+      async (span): Promise<AgentctlCancelResponse> => {
+        try {
+          await this.requestCancel(turn);
+          const stopReason = await this.settled(turn, this.options.cancelTimeoutMs);
+          if (stopReason === undefined) {
+            throw new AgentctlError('UNAVAILABLE', `agent did not acknowledge cancel within ${this.options.cancelTimeoutMs} ms`, {
+              status: 504,
+              details: { turn_id: turn.id },
+            });
+          }
+          span.setAttribute('kandev.stop_reason', stopReason);
+          return { cancelled: true, turn_id: turn.id, stop_reason: stopReason };
+        } finally {
+          span.end();
         }
-        span.setAttribute('kandev.stop_reason', stopReason);
-        return { cancelled: true, turn_id: turn.id, stop_reason: stopReason };
-      } finally {
-        span.end();
-      }
-    });
+      },
+    );
   }
 
   answerPermission(request: AgentctlPermissionAnswerRequest): AgentctlPermissionAnswerResponse {
     const { permission_id: id } = request;
-    const choice = request.option_id !== undefined ? { option_id: request.option_id } : request.cancel ? { cancel: true as const } : { decision: request.decision ?? 'deny' };
+    const choice =
+      request.option_id !== undefined
+        ? { option_id: request.option_id }
+        : request.cancel
+          ? { cancel: true as const }
+          : { decision: request.decision ?? 'deny' };
     const result = this.adapter.answerPermission(id, choice);
     switch (result.kind) {
       case 'settled':
         return { permission_id: id, ...result.settlement };
       case 'already_settled':
-        throw new AgentctlError('CONFLICT', `permission request ${id} was already ${result.settlement.outcome}`, { details: { permission_id: id, ...result.settlement } });
+        throw new AgentctlError('CONFLICT', `permission request ${id} was already ${result.settlement.outcome}`, {
+          details: { permission_id: id, ...result.settlement },
+        });
       case 'unknown_option':
         throw new AgentctlError('VALIDATION_ERROR', `the agent offered no option ${request.option_id ?? ''}`, { details: { permission_id: id } });
       case 'not_found':

@@ -69,8 +69,7 @@ async function main(): Promise<void> {
   };
   const events = new EventStream(process.stdout, log);
   const execution = new Execution(
-    (sink): AgentAdapter =>
-      spec.protocol === 'acp' ? new AcpAdapter(spec, adapterOptions, sink, log) : new CodexAdapter(spec, adapterOptions, sink, log),
+    (sink): AgentAdapter => (spec.protocol === 'acp' ? new AcpAdapter(spec, adapterOptions, sink, log) : new CodexAdapter(spec, adapterOptions, sink, log)),
     events,
     { executionId: config.executionId, cancelTimeoutMs: config.cancelTimeoutMs },
     log,
@@ -141,12 +140,16 @@ async function main(): Promise<void> {
       parentGone = true;
       // Its end of stderr went with it: what the stop says from here on goes to the file, if any.
       if (stoppedBy === 'owner_gone' && config.logFile) logOutput.divertTo(config.logFile);
-      log.warn(stoppedBy === 'owner_gone' ? 'parent is gone (stdin closed); stopping the agent' : 'parent is silent (frozen or hung); stopping the agent', { ...fields, grace_ms: SIGNAL_GRACE_MS });
+      log.warn(stoppedBy === 'owner_gone' ? 'parent is gone (stdin closed); stopping the agent' : 'parent is silent (frozen or hung); stopping the agent', {
+        ...fields,
+        grace_ms: SIGNAL_GRACE_MS,
+      });
       stopOnOwnAccount(stoppedBy);
     };
     process.stdin.once('end', () => onParentGone('owner_gone'));
     process.stdin.once('error', () => onParentGone('owner_gone'));
-    if (config.ownerSilenceMs > 0) watchOwnerHeartbeat(config.ownerSilenceMs, (silentMs) => onParentGone('owner_silent', { silent_ms: silentMs, bound_ms: config.ownerSilenceMs }));
+    if (config.ownerSilenceMs > 0)
+      watchOwnerHeartbeat(config.ownerSilenceMs, (silentMs) => onParentGone('owner_silent', { silent_ms: silentMs, bound_ms: config.ownerSilenceMs }));
     process.stdin.resume();
   }
 
@@ -169,12 +172,15 @@ async function main(): Promise<void> {
 function watchOwnerHeartbeat(boundMs: number, onSilent: (silentMs: number) => void): void {
   let last = performance.now();
   process.stdin.on('data', () => (last = performance.now()));
-  const check = setInterval(() => {
-    const silent = performance.now() - last;
-    if (silent <= boundMs) return;
-    clearInterval(check);
-    onSilent(Math.round(silent));
-  }, Math.max(50, Math.min(1_000, Math.floor(boundMs / 4))));
+  const check = setInterval(
+    () => {
+      const silent = performance.now() - last;
+      if (silent <= boundMs) return;
+      clearInterval(check);
+      onSilent(Math.round(silent));
+    },
+    Math.max(50, Math.min(1_000, Math.floor(boundMs / 4))),
+  );
   check.unref();
 }
 

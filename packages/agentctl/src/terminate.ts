@@ -61,7 +61,12 @@ export async function terminate(targets: readonly ProcessRef[] | (() => readonly
   const wake = wakeOn(opts.exits ?? []);
   const send = (signal: NodeJS.Signals, round: number): void => {
     const reached = signalProcesses(alive(), signal);
-    if (reached.length > 0) opts.onSignal?.(signal, reached.map((p) => p.pid), round);
+    if (reached.length > 0)
+      opts.onSignal?.(
+        signal,
+        reached.map((p) => p.pid),
+        round,
+      );
   };
   /** Waits until nothing is alive or `until` (Date.now()) passes; returns whether all are gone. */
   const goneBy = async (until: number): Promise<boolean> => {

@@ -20,10 +20,17 @@ describe("the agent's environment (R-9.1)", () => {
   };
 
   it('keeps only the basics', () => {
-    expect(agentEnvironment(source, [])).toEqual({ PATH: '/usr/bin', HOME: '/work/.homes/w/t', TMPDIR: '/work/.homes/w/t/tmp', LANG: 'C.UTF-8', LC_ALL: 'C', HTTPS_PROXY: 'http://proxy:3128' });
+    expect(agentEnvironment(source, [])).toEqual({
+      PATH: '/usr/bin',
+      HOME: '/work/.homes/w/t',
+      TMPDIR: '/work/.homes/w/t/tmp',
+      LANG: 'C.UTF-8',
+      LC_ALL: 'C',
+      HTTPS_PROXY: 'http://proxy:3128',
+    });
   });
 
-  it('adds the names it is told to pass on, never agentctl\'s secrets', () => {
+  it("adds the names it is told to pass on, never agentctl's secrets", () => {
     const env = agentEnvironment(source, ['SCRIPTED_AGENT_EVENTS', 'AGENTCTL_SECRET', 'AGENTCTL_MCP_TOKEN']);
     expect(env.SCRIPTED_AGENT_EVENTS).toBe('/tmp/events');
     expect(env.AGENTCTL_SECRET).toBeUndefined();

@@ -53,7 +53,11 @@ async function agentWithStubbornCommand(leaderIgnoresTerm: boolean, agentNice = 
   const needle = `sleep ${5000 + Math.floor(Math.random() * 999)}.${process.pid % 1000}`;
   // With a nice increment the command starts a moment later, as an agent's tools do: after the spawn.
   const script = `${agentNice ? 'sleep 0.3; ' : ''}${leaderIgnoresTerm ? "trap '' TERM; " : ''}setsid bash -c "trap '' TERM HUP; ${needle}" & wait`;
-  const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', script], env: {} }, { cwd: process.cwd(), env: process.env, agentNice }, log);
+  const agent = await AgentProcess.start(
+    { name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', script], env: {} },
+    { cwd: process.cwd(), env: process.env, agentNice },
+    log,
+  );
   started.push(agent);
   const [sleeper] = await until(() => {
     const found = sleepers(needle);
@@ -111,7 +115,11 @@ describe('AgentProcess', () => {
       // by the next, and it is re-parented to init, in the wrapper's group.
       const wrapper = join(dir, 'wrapper.sh');
       writeFileSync(wrapper, `trap '(trap "" TERM HUP; exec ${needle}) & exit 0' TERM\nwhile :; do sleep 0.05; done\n`);
-      const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & wait`], env: {} }, { cwd: process.cwd(), env: process.env, agentNice: 0 }, log);
+      const agent = await AgentProcess.start(
+        { name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & wait`], env: {} },
+        { cwd: process.cwd(), env: process.env, agentNice: 0 },
+        log,
+      );
       started.push(agent);
       // Both noted before the stop: the agent and the wrapper (agentctl walks the tree every second).
       await until(() => agent.survivors().some((p) => p.pid !== agent.pid && p.pgid !== agent.pid), 5_000);
@@ -132,7 +140,11 @@ describe('AgentProcess', () => {
       // subshell and exits at once: the subshell is re-parented to init before any walk sees it.
       const wrapper = join(dir, 'wrapper.sh');
       writeFileSync(wrapper, `while [ ! -e ${join(dir, 'go')} ]; do sleep 0.05; done\n(trap "" TERM HUP; exec ${needle}) &\nexit 0\n`);
-      const agent = await AgentProcess.start({ name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & exec sleep 600`], env: {} }, { cwd: process.cwd(), env: process.env, agentNice: 0 }, log);
+      const agent = await AgentProcess.start(
+        { name: 'shell', protocol: 'acp', command: 'bash', args: ['-c', `setsid bash ${wrapper} & exec sleep 600`], env: {} },
+        { cwd: process.cwd(), env: process.env, agentNice: 0 },
+        log,
+      );
       started.push(agent);
       const group = await until(() => agent.survivors().find((p) => p.pgid !== agent.pid)?.pgid, 5_000);
       writeFileSync(join(dir, 'go'), '');

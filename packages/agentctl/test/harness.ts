@@ -27,7 +27,11 @@ export interface RunningAgentctl {
   eventsFile: string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   stderr(): string;
-  waitForEvent<T extends AgentctlEvent['type']>(type: T, match?: (e: Extract<AgentctlEvent, { type: T }>) => boolean, timeoutMs?: number): Promise<Extract<AgentctlEvent, { type: T }>>;
+  waitForEvent<T extends AgentctlEvent['type']>(
+    type: T,
+    match?: (e: Extract<AgentctlEvent, { type: T }>) => boolean,
+    timeoutMs?: number,
+  ): Promise<Extract<AgentctlEvent, { type: T }>>;
   http(method: 'GET' | 'POST', path: string, body?: unknown, headers?: Record<string, string>): Promise<HttpReply>;
   /** Prompt that must be accepted. */
   prompt(prompt: string, turnId: string): Promise<void>;
@@ -52,7 +56,12 @@ export function isAlive(pid: number): boolean {
   }
 }
 
-export async function startAgentctl(agent: ScriptedAgent, args: string[] = [], env: Record<string, string> = {}, secretOnFd3?: string): Promise<RunningAgentctl> {
+export async function startAgentctl(
+  agent: ScriptedAgent,
+  args: string[] = [],
+  env: Record<string, string> = {},
+  secretOnFd3?: string,
+): Promise<RunningAgentctl> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: build first (npx tsc -b packages/agentctl packages/testkit)`);
   const eventsFile = join(mkdtempSync(join(tmpdir(), 'agentctl-test-')), 'agent-events.jsonl');
   const child = spawn(process.execPath, [MAIN, '--agent', agent, ...args], {
@@ -151,7 +160,8 @@ export async function startAgentctl(agent: ScriptedAgent, args: string[] = [], e
   return instance;
 }
 
-export const script = (steps: unknown[], flags: { ignore_cancel?: boolean; ignore_sigterm?: boolean } = {}): string => JSON.stringify({ script: steps, ...flags });
+export const script = (steps: unknown[], flags: { ignore_cancel?: boolean; ignore_sigterm?: boolean } = {}): string =>
+  JSON.stringify({ script: steps, ...flags });
 
 export async function waitUntil(check: () => boolean, timeoutMs = 5000, what = 'condition'): Promise<void> {
   const deadline = Date.now() + timeoutMs;

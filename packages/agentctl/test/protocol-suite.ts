@@ -61,7 +61,11 @@ export function describeProtocol(agent: ScriptedAgent): void {
     it('sends context (who sent the message) as its own block before the prompt, which still runs as a script', async () => {
       const ctl = await startAgentctl(agent);
       const turnId = randomUUID();
-      const reply = await ctl.http('POST', '/api/v1/acp/prompt', { prompt: script([{ say: 'scripted' }]), turn_id: turnId, context: '[Message from task "lead" (t-1)]' });
+      const reply = await ctl.http('POST', '/api/v1/acp/prompt', {
+        prompt: script([{ say: 'scripted' }]),
+        turn_id: turnId,
+        context: '[Message from task "lead" (t-1)]',
+      });
       expect(reply.status).toBe(202);
       await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId);
       expect(ctl.events).toContainEqual({ type: 'agent_message', turn_id: turnId, text: 'scripted' });
@@ -115,7 +119,12 @@ export function describeProtocol(agent: ScriptedAgent): void {
       expect(outcome.normalized).toBe('cancelled');
       expect(outcome.outcome).toBe(protocol === 'acp' ? 'cancelled' : 'cancel');
       // The line may be read after the answer (see 'cancels a sleeping turn at once').
-      expect(await ctl.waitForEvent('permission_resolved', (e) => e.turn_id === turnId)).toEqual({ type: 'permission_resolved', turn_id: turnId, permission_id: asked.permission_id, outcome: 'cancelled' });
+      expect(await ctl.waitForEvent('permission_resolved', (e) => e.turn_id === turnId)).toEqual({
+        type: 'permission_resolved',
+        turn_id: turnId,
+        permission_id: asked.permission_id,
+        outcome: 'cancelled',
+      });
     });
 
     it('lets the operator allow a pending permission request', async () => {
@@ -126,7 +135,13 @@ export function describeProtocol(agent: ScriptedAgent): void {
       const reply = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, decision: 'allow' });
       const allowOption = protocol === 'acp' ? 'allow' : 'accept';
       expect(reply).toEqual({ status: 200, body: { permission_id: asked.permission_id, outcome: 'allowed', option_id: allowOption } });
-      expect(await ctl.waitForEvent('permission_resolved', (e) => e.turn_id === turnId)).toEqual({ type: 'permission_resolved', turn_id: turnId, permission_id: asked.permission_id, outcome: 'allowed', option_id: allowOption });
+      expect(await ctl.waitForEvent('permission_resolved', (e) => e.turn_id === turnId)).toEqual({
+        type: 'permission_resolved',
+        turn_id: turnId,
+        permission_id: asked.permission_id,
+        outcome: 'allowed',
+        option_id: allowOption,
+      });
       expect((await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId)).stop_reason).toBe('end_turn');
       expect(ctl.events).toContainEqual({ type: 'agent_message', turn_id: turnId, text: `permission: ${protocol === 'acp' ? 'allow' : 'accept'}` });
       const again = await ctl.http('POST', '/api/v1/acp/permission', { permission_id: asked.permission_id, decision: 'deny' });
@@ -169,8 +184,24 @@ export function describeProtocol(agent: ScriptedAgent): void {
       await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId);
       const calls = ctl.events.filter((e) => e.type === 'tool_call');
       expect(calls).toEqual([
-        { type: 'tool_call', turn_id: turnId, tool_call_id: expect.any(String), phase: 'started', title: 'push', kind: expect.any(String), text: expect.any(String) },
-        { type: 'tool_call', turn_id: turnId, tool_call_id: calls[0]!.type === 'tool_call' ? calls[0]!.tool_call_id : '', phase: 'completed', title: expect.any(String), kind: expect.any(String), text: expect.any(String) },
+        {
+          type: 'tool_call',
+          turn_id: turnId,
+          tool_call_id: expect.any(String),
+          phase: 'started',
+          title: 'push',
+          kind: expect.any(String),
+          text: expect.any(String),
+        },
+        {
+          type: 'tool_call',
+          turn_id: turnId,
+          tool_call_id: calls[0]!.type === 'tool_call' ? calls[0]!.tool_call_id : '',
+          phase: 'completed',
+          title: expect.any(String),
+          kind: expect.any(String),
+          text: expect.any(String),
+        },
       ]);
     });
 
@@ -213,7 +244,11 @@ export function describeProtocol(agent: ScriptedAgent): void {
       await ctl.prompt(script([{ sleep_ms: 10_000 }]), turnId);
       const reply = await ctl.http('POST', '/api/v1/stop', { grace_ms: 1000 });
       expect(AgentctlStopResponse.parse(reply.body).how).toBe('graceful');
-      expect(await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId)).toEqual({ type: 'turn_completed', turn_id: turnId, stop_reason: 'cancelled' });
+      expect(await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId)).toEqual({
+        type: 'turn_completed',
+        turn_id: turnId,
+        stop_reason: 'cancelled',
+      });
       const agentEvents = readAgentEvents(ctl.eventsFile);
       const cancelAt = agentEvents.find((e) => e.method === cancelMethod)?.t;
       const sigtermAt = agentEvents.find((e) => e.kind === 'sigterm')?.t;

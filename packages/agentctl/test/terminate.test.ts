@@ -18,8 +18,14 @@ afterEach(() => {
 });
 
 /** A process leading a group of its own (as agentctl starts agents and lifecycle starts agentctl): a bash or a node script. */
-function leader(script: string, command = 'bash'): { child: ChildProcess; ref: ProcessRef; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; said: () => string } {
-  const child = spawn(command === 'bash' ? 'bash' : process.execPath, [command === 'bash' ? '-c' : '-e', script], { detached: true, stdio: ['ignore', 'pipe', 'ignore'] });
+function leader(
+  script: string,
+  command = 'bash',
+): { child: ChildProcess; ref: ProcessRef; exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>; said: () => string } {
+  const child = spawn(command === 'bash' ? 'bash' : process.execPath, [command === 'bash' ? '-c' : '-e', script], {
+    detached: true,
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
   const ref = processRef(child.pid!);
   started.push(ref);
   let out = '';

@@ -13,7 +13,6 @@ const agentToken = text({ min: 1, max: Limits.token }).optional();
  * service holds the agent's tool call open while it renews a waiter lease on the bundle.
  */
 
-
 const id = z.uuid();
 const ts = z.string();
 
@@ -23,7 +22,10 @@ export const QUESTION_LIMITS = { questions: 20, text: 4_000, options: 20, option
 export const QuestionAsked = z.object({
   id: text({ min: 1, max: QUESTION_LIMITS.questionId }).optional(),
   text: text({ min: 1, max: QUESTION_LIMITS.text }),
-  options: z.array(text({ min: 1, max: QUESTION_LIMITS.option })).max(QUESTION_LIMITS.options).optional(),
+  options: z
+    .array(text({ min: 1, max: QUESTION_LIMITS.option }))
+    .max(QUESTION_LIMITS.options)
+    .optional(),
 });
 export type QuestionAsked = z.infer<typeof QuestionAsked>;
 
@@ -80,7 +82,11 @@ export const OrchClarification = {
       .refine((b) => (b.answers !== undefined) !== (b.rejected === true), { message: 'give either answers or rejected: true', path: ['answers'] }),
     ClarificationBundleView,
   ),
-  cancel: endpoint('orch.clarification.cancel', z.object({ actor: OperatorActor, bundle_id: id, reason: text({ max: QUESTION_LIMITS.reason }).nullable().optional() }), ClarificationBundleView),
+  cancel: endpoint(
+    'orch.clarification.cancel',
+    z.object({ actor: OperatorActor, bundle_id: id, reason: text({ max: QUESTION_LIMITS.reason }).nullable().optional() }),
+    ClarificationBundleView,
+  ),
   ofTask: endpoint('orch.task.clarifications', z.object({ actor: Actor, task_id: id }), TaskClarifications),
 } as const;
 

@@ -1,15 +1,6 @@
 import { z } from 'zod';
 import { Actor, OperatorActor } from './envelope.js';
-import {
-  AuditEntry,
-  Execution,
-  QueuedMessage,
-  Session,
-  SessionDetail,
-  Task,
-  TaskWithSessions,
-  Workspace,
-} from './entities.js';
+import { AuditEntry, Execution, QueuedMessage, Session, SessionDetail, Task, TaskWithSessions, Workspace } from './entities.js';
 import { DeliveryMode, ExecutionStatus, McpMode, Protocol, TaskStatus } from './enums.js';
 import { SUBJECT_PREFIX } from './subjects.js';
 import { ErrorBody } from './errors.js';
@@ -108,7 +99,11 @@ export const Orch = {
   ),
   sessionGet: endpoint('orch.session.get', z.object({ actor: Actor, session_id: id }), SessionDetail),
   /** With `idempotency_key` (`Idempotency-Key` header): a retry answers the first turn's id, `replayed: true`, and starts no turn. */
-  sessionPrompt: endpoint('orch.session.prompt', z.object({ actor: Actor, session_id: id, prompt, idempotency_key: idempotencyKey }), z.object({ turn_id: id, replayed: z.boolean().optional() })),
+  sessionPrompt: endpoint(
+    'orch.session.prompt',
+    z.object({ actor: Actor, session_id: id, prompt, idempotency_key: idempotencyKey }),
+    z.object({ turn_id: id, replayed: z.boolean().optional() }),
+  ),
   agentCancel: endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
   taskStop: endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult),
   taskExecutions: endpoint('orch.task.executions', z.object({ actor: Actor, task_id: id }), z.array(RegistryEntryView)),
@@ -128,7 +123,13 @@ export const Orch = {
   /** Lifecycle asks, under the task's row lock, whether a launch that just registered may live (B-1). */
   executionAdmit: endpoint(
     'orch.execution.admit',
-    z.object({ execution_id: id, task_id: id, session_id: id, fence_epoch: z.number().int().nonnegative(), instance_id: text({ min: 1, max: 200 }).optional() }),
+    z.object({
+      execution_id: id,
+      task_id: id,
+      session_id: id,
+      fence_epoch: z.number().int().nonnegative(),
+      instance_id: text({ min: 1, max: 200 }).optional(),
+    }),
     z.object({ admitted: z.boolean(), reason: z.string().nullable() }),
   ),
 } as const;
@@ -201,7 +202,12 @@ export const LaunchRequest = z.object({
 export type LaunchRequest = z.infer<typeof LaunchRequest>;
 
 /** One execution to stop (`Life.stop`, and each item of `Life.stopMany`). */
-const ExecStopRequest = z.object({ execution_id: id, reason: text({ min: 1, max: Limits.reason }), grace_ms: z.number().int().nonnegative().optional(), orphaned: z.boolean().optional() });
+const ExecStopRequest = z.object({
+  execution_id: id,
+  reason: text({ min: 1, max: Limits.reason }),
+  grace_ms: z.number().int().nonnegative().optional(),
+  orphaned: z.boolean().optional(),
+});
 const ExecStopResult = z.object({ accepted: z.boolean(), execution_id: id, already_gone: z.boolean() });
 /** `Life.drain`: how to treat the executions still running once `wait_ms` has passed. */
 export const DrainMode = z.enum(['stop', 'wait']);

@@ -1,16 +1,6 @@
 import { z } from 'zod';
 
-export const TaskStatus = z.enum([
-  'TODO',
-  'SCHEDULING',
-  'IN_PROGRESS',
-  'REVIEW',
-  'BLOCKED',
-  'WAITING_FOR_INPUT',
-  'COMPLETED',
-  'FAILED',
-  'CANCELLED',
-]);
+export const TaskStatus = z.enum(['TODO', 'SCHEDULING', 'IN_PROGRESS', 'REVIEW', 'BLOCKED', 'WAITING_FOR_INPUT', 'COMPLETED', 'FAILED', 'CANCELLED']);
 export type TaskStatus = z.infer<typeof TaskStatus>;
 
 export const SessionState = z.enum(['CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT', 'COMPLETED', 'FAILED', 'CANCELLED']);

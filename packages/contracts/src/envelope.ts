@@ -12,7 +12,10 @@ export const OperatorActor = z.object({
   type: z.literal('operator'),
   id: text({ min: 1, max: Limits.actorId }),
   /** `['*']` = every workspace. */
-  workspaces: z.array(text({ min: 1, max: 100 })).min(1).max(Limits.workspaces),
+  workspaces: z
+    .array(text({ min: 1, max: 100 }))
+    .min(1)
+    .max(Limits.workspaces),
 });
 export const AgentActor = z.object({
   type: z.literal('agent'),
@@ -24,8 +27,7 @@ export const Actor = z.discriminatedUnion('type', [OperatorActor, AgentActor, Sy
 export type Actor = z.infer<typeof Actor>;
 export type OperatorActor = z.infer<typeof OperatorActor>;
 
-export const actorLabel = (a: Actor): string =>
-  a.type === 'operator' ? `operator:${a.id}` : a.type === 'agent' ? `agent:${a.task_id}` : `system:${a.id}`;
+export const actorLabel = (a: Actor): string => (a.type === 'operator' ? `operator:${a.id}` : a.type === 'agent' ? `agent:${a.task_id}` : `system:${a.id}`);
 
 /** May this operator see this workspace? */
 export const canAccessWorkspace = (a: Actor, workspaceId: string): boolean =>

@@ -123,11 +123,7 @@ export const AgentToolCallData = z.object({
 export type AgentToolCallData = z.infer<typeof AgentToolCallData>;
 
 export const OrchRead = {
-  workspaceList: endpoint(
-    'orch.workspace.list',
-    z.object({ actor: OperatorActor, limit: limit.optional(), cursor: cursor.optional() }),
-    WorkspacePage,
-  ),
+  workspaceList: endpoint('orch.workspace.list', z.object({ actor: OperatorActor, limit: limit.optional(), cursor: cursor.optional() }), WorkspacePage),
   /** One workspace the actor may see (NOT_FOUND / FORBIDDEN otherwise); the /ws workspace subscription checks through it. */
   workspaceGet: endpoint('orch.workspace.get', z.object({ actor: Actor, workspace_id: id }), Workspace),
   taskList: endpoint('orch.task.list', TaskListRequest, TaskPage),

@@ -41,11 +41,7 @@ export const OrchTree = {
   cancel: endpoint('orch.tree.cancel', TreeCommand, HoldResult),
   restore: endpoint('orch.tree.restore', TreeCommand, HoldResult),
   /** A task and its ancestors, root first (the holds service's cost projection needs the path). */
-  lineage: endpoint(
-    'orch.task.lineage',
-    z.object({ actor: Actor, task_id: id }),
-    z.array(z.object({ id, workspace_id: id, parent_id: id.nullable() })),
-  ),
+  lineage: endpoint('orch.task.lineage', z.object({ actor: Actor, task_id: id }), z.array(z.object({ id, workspace_id: id, parent_id: id.nullable() }))),
   /**
    * The wakeup dispatcher asks for a session. Idempotent by wakeup id (a retried dispatch finds the
    * session it started). A task in an active hold is refused: `{launched: false, hold_mode}`.

@@ -43,7 +43,12 @@ describe('endpoint catalogue', () => {
     expect(env.safeParse({ ok: false, error: { code: 'NOPE', message: '' } }).success).toBe(false);
   });
   it('strips unknown arguments of the MCP stop (R-1.1)', () => {
-    const parsed = OrchMcp.stopChildTask.request.parse({ caller_task_id: '00000000-0000-4000-8000-000000000001', task_id: '00000000-0000-4000-8000-000000000002', reason: 'x', force: true });
+    const parsed = OrchMcp.stopChildTask.request.parse({
+      caller_task_id: '00000000-0000-4000-8000-000000000001',
+      task_id: '00000000-0000-4000-8000-000000000002',
+      reason: 'x',
+      force: true,
+    });
     expect(Object.keys(parsed).sort()).toEqual(['caller_task_id', 'task_id']);
   });
 });

@@ -31,7 +31,10 @@ const EXAMPLES: Array<[Endpoint, Record<string, unknown>]> = [
   [OrchMcp.messageTask, { caller_task_id: U, agent_token: 'x.y.z', task_id: U, prompt: 'p', session_id: U, delivery_mode: 'queued', idempotency_key: 'k' }],
   [OrchMcp.createTask, { caller_task_id: U, agent_token: 'x.y.z', title: 't', description: 'd', agent: 'a', prompt: 'p', idempotency_key: 'k' }],
   [OrchMcp.whoami, { caller_task_id: U, agent_token: 'x.y.z' }],
-  [Life.launch, { execution_id: U, task_id: U, session_id: U, workspace_id: U, agent: 'a', fence_epoch: 0, mcp_mode: 'task', prompt: 'p', turn_id: U, context: 'c' }],
+  [
+    Life.launch,
+    { execution_id: U, task_id: U, session_id: U, workspace_id: U, agent: 'a', fence_epoch: 0, mcp_mode: 'task', prompt: 'p', turn_id: U, context: 'c' },
+  ],
   [Life.prompt.at('i'), { execution_id: U, turn_id: U, prompt: 'p', context: 'c' }],
   [Life.stop.at('i'), { execution_id: U, reason: 'r', grace_ms: 1, orphaned: false }],
   [Life.cancel.at('i'), { execution_id: U, turn_id: U, escalate: true }],
@@ -67,7 +70,15 @@ const hostileString = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 50 }),
   fc.string({ maxLength: 50 }),
 );
-const anyValue = fc.oneof(hostileString, fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.integer({ min: 1, max: 300 }).map(deep), fc.anything({ maxDepth: 4 }));
+const anyValue = fc.oneof(
+  hostileString,
+  fc.integer(),
+  fc.double(),
+  fc.boolean(),
+  fc.constant(null),
+  fc.integer({ min: 1, max: 300 }).map(deep),
+  fc.anything({ maxDepth: 4 }),
+);
 
 describe.each(EXAMPLES.map(([e, ex]) => [e.name, e, ex] as const))('%s', (_name, endpoint, example) => {
   it('accepts its example (the properties below can fail)', () => {
@@ -102,7 +113,10 @@ describe.each(EXAMPLES.map(([e, ex]) => [e.name, e, ex] as const))('%s', (_name,
       }),
       { numRuns: RUNS },
     );
-    fc.assert(fc.property(fc.anything({ maxDepth: 6 }), (junk) => void endpoint.request.safeParse(junk)), { numRuns: RUNS });
+    fc.assert(
+      fc.property(fc.anything({ maxDepth: 6 }), (junk) => void endpoint.request.safeParse(junk)),
+      { numRuns: RUNS },
+    );
   });
 });
 

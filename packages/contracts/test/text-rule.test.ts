@@ -37,7 +37,9 @@ describe('text rule over the endpoint catalogue', () => {
   const endpoints = endpointCatalogue().filter((e) => !(e.name in TEXT_RULE_EXEMPT));
   it('finds the catalogue (this test can fail)', () => {
     expect(endpoints.length).toBeGreaterThan(30);
-    expect(endpoints.map((e) => e.name)).toEqual(expect.arrayContaining(['orch.tree.pause', 'holds.cost.record', 'holds.wakeup.create', 'orch.clarification.respond']));
+    expect(endpoints.map((e) => e.name)).toEqual(
+      expect.arrayContaining(['orch.tree.pause', 'holds.cost.record', 'holds.wakeup.create', 'orch.clarification.respond']),
+    );
   });
   it.each(endpoints.map((e) => [e.name, e] as const))('%s: every request string is guarded', (_n, e) => {
     expect(unguardedStrings(e.request as z.ZodType)).toEqual([]);
@@ -73,7 +75,11 @@ describe('unguardedStrings (the guard itself can fail)', () => {
  * The same rule, tried: for every endpoint, a valid request generated from its schema, then each
  * of its strings poisoned in turn (NUL, lone surrogate) must be refused.
  */
-describe.each(endpointCatalogue().filter((e) => !(e.name in TEXT_RULE_EXEMPT)).map((e) => [e.name, e] as const))('%s, generated requests', (_n, e) => {
+describe.each(
+  endpointCatalogue()
+    .filter((e) => !(e.name in TEXT_RULE_EXEMPT))
+    .map((e) => [e.name, e] as const),
+)('%s, generated requests', (_n, e) => {
   const example = validExample(e.request as z.ZodType);
   it('accepts the generated example', () => {
     expect((e.request as z.ZodType).safeParse(example).success).toBe(true);

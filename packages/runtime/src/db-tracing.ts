@@ -31,7 +31,7 @@ const QUOTED = /'(?:[^']|'')*'/g;
 /** The statement at its top level: literals emptied, every parenthesised part (sub-queries, CTE bodies, column lists) reduced to `()`. */
 function topLevel(text: string): string {
   let s = text.replace(QUOTED, "''");
-  for (let previous = ''; previous !== s; ) {
+  for (let previous = ''; previous !== s;) {
     previous = s;
     s = s.replace(INNERMOST_PARENS, '()');
   }

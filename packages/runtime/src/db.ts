@@ -26,7 +26,12 @@ export function connectDb(url: string, schema: string, opts: { max?: number; deb
     transform: { undefined: null },
     types: {
       // Timestamps travel as ISO strings; numeric sums as JS numbers.
-      timestamptz: { to: 1184, from: [1184, 1114], serialize: (x: string | Date) => (x instanceof Date ? x.toISOString() : x), parse: (x: string) => new Date(x).toISOString() },
+      timestamptz: {
+        to: 1184,
+        from: [1184, 1114],
+        serialize: (x: string | Date) => (x instanceof Date ? x.toISOString() : x),
+        parse: (x: string) => new Date(x).toISOString(),
+      },
     } as never,
   }) as unknown as Sql;
   // A span per statement where spans are recorded (docs/operations.md, "Traces"); otherwise the

@@ -8,7 +8,10 @@ export const BaseEnv = z.object({
   DATABASE_URL: z.string().optional(),
   // The token keys (KANDEV_JWT_SECRET, KANDEV_OPERATOR_JWT_SECRET, KANDEV_AGENT_JWT_SECRET) are not
   // here: each service names the keys it holds (ServiceDefinition.keys) and keys.ts checks them.
-  INSTANCE_ID: z.string().regex(/^[A-Za-z0-9_-]+$/).optional(),
+  INSTANCE_ID: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+$/)
+    .optional(),
   /** Port of the /healthz, /readyz and /metrics server; 0 = any free port. */
   HEALTH_PORT: z.coerce.number().int().min(0).max(65535).default(0),
   HEALTH_HOST: z.string().default('127.0.0.1'),

@@ -49,7 +49,10 @@ export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: n
     opts.log?.info({ stream: cfg.name, added_subjects: missing }, 'event stream: added missing subjects');
   }
   if (existing.config.num_replicas !== replicas) {
-    opts.log?.warn({ stream: cfg.name, replicas: existing.config.num_replicas, configured_replicas: replicas }, 'event stream has a different replica count than KANDEV_JS_REPLICAS; left as is');
+    opts.log?.warn(
+      { stream: cfg.name, replicas: existing.config.num_replicas, configured_replicas: replicas },
+      'event stream has a different replica count than KANDEV_JS_REPLICAS; left as is',
+    );
   }
 }
 
@@ -237,7 +240,11 @@ export interface BatchConsumerOptions extends ConsumerOptions {
  * What it is for: a handler whose per-event cost is mostly its transaction (the transcript: one
  * agent's chunks, ADR 0035). Exactly-once per event id stays the handler's (recordOnce).
  */
-export async function consumeEventBatches(nc: NatsConnection, opts: BatchConsumerOptions, handler: (evs: EventEnvelope[]) => Promise<void>): Promise<RunningConsumer> {
+export async function consumeEventBatches(
+  nc: NatsConnection,
+  opts: BatchConsumerOptions,
+  handler: (evs: EventEnvelope[]) => Promise<void>,
+): Promise<RunningConsumer> {
   const consumer = await ensureConsumer(nc, opts);
   const wanted = new Set<string>(opts.types);
   const wantedSubjects = new Set<string>(opts.types.map((t) => eventSubject(t)));
@@ -284,13 +291,19 @@ export async function consumeEventBatches(nc: NatsConnection, opts: BatchConsume
     const parent = extractTrace(first.m.headers);
     try {
       const subject = eventSubject(first.ev.type);
-      const span = messagingSpan('process', subject, subject, { [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable, [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: group.length });
+      const span = messagingSpan('process', subject, subject, {
+        [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable,
+        [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: group.length,
+      });
       await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(group.map((x) => x.ev)));
       // Acked together after the commit; one lost ack only means a redelivery the handler absorbs.
       await Promise.all(group.map(({ m }) => m.ackAck().catch(() => m.ack())));
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' }, group.length);
     } catch (e) {
-      opts.log.warn({ err: e, event_ids: group.map((x) => x.ev.id), type: first.ev.type, task_id: first.ev.task_id, delivery: first.m.info.deliveryCount }, 'event handler failed; will retry');
+      opts.log.warn(
+        { err: e, event_ids: group.map((x) => x.ev.id), type: first.ev.type, task_id: first.ev.task_id, delivery: first.m.info.deliveryCount },
+        'event handler failed; will retry',
+      );
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'retry' }, group.length);
       for (const { m } of group) m.nak(opts.retryDelayMs ?? 500);
     }

@@ -5,7 +5,12 @@ import { registry } from './metrics.js';
 export type ReadinessCheck = () => Promise<boolean>;
 
 /** /healthz (process up), /readyz (every check passes), /metrics (Prometheus). */
-export async function startHealthServer(opts: { host: string; port: number; ready: ReadinessCheck; details?: () => Record<string, unknown> }): Promise<{ server: Server; url: string }> {
+export async function startHealthServer(opts: {
+  host: string;
+  port: number;
+  ready: ReadinessCheck;
+  details?: () => Record<string, unknown>;
+}): Promise<{ server: Server; url: string }> {
   const server = createServer(async (req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path === '/healthz') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');

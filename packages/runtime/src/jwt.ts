@@ -47,7 +47,12 @@ export async function signOperatorToken(secret: string, claims: OperatorClaims, 
 
 export async function signAgentToken(secret: string, claims: z.input<typeof AgentClaimsInput>, ttl = '24h'): Promise<string> {
   const c = AgentClaimsInput.parse(claims);
-  return new SignJWT({ task_id: c.task_id, mode: c.mode, ...(c.session_id ? { session_id: c.session_id } : {}), ...(c.execution_id ? { execution_id: c.execution_id } : {}) })
+  return new SignJWT({
+    task_id: c.task_id,
+    mode: c.mode,
+    ...(c.session_id ? { session_id: c.session_id } : {}),
+    ...(c.execution_id ? { execution_id: c.execution_id } : {}),
+  })
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject(`task:${c.task_id}`)
     .setAudience(AGENT_AUDIENCE)

@@ -78,7 +78,8 @@ export function keyProblem(key: string, production: boolean): string | null {
   if (PLACEHOLDER_KEYS.includes(key)) return 'is a placeholder from the repository (deploy/); generate one, e.g. `openssl rand -base64 48`';
   if (production && DEV_ONLY_KEYS.includes(key)) return 'is the dev overlay key, refused with NODE_ENV=production';
   if (key.length < MIN_KEY_CHARS) return `must be at least ${MIN_KEY_CHARS} characters`;
-  if (production && Buffer.byteLength(key, 'utf8') < MIN_PRODUCTION_KEY_BYTES) return `must be at least ${MIN_PRODUCTION_KEY_BYTES} bytes with NODE_ENV=production`;
+  if (production && Buffer.byteLength(key, 'utf8') < MIN_PRODUCTION_KEY_BYTES)
+    return `must be at least ${MIN_PRODUCTION_KEY_BYTES} bytes with NODE_ENV=production`;
   return null;
 }
 
@@ -95,7 +96,9 @@ export function resolveKeys(env: Record<string, string | undefined>, kinds: read
   for (const kind of kinds) {
     const found = keyFromEnv(env, kind);
     if (!found) {
-      problems.push(`${KEY_ENV[kind]} (or ${SHARED_KEY_ENV}): is required (at least ${production ? `${MIN_PRODUCTION_KEY_BYTES} bytes` : `${MIN_KEY_CHARS} characters`}); services refuse to start without it`);
+      problems.push(
+        `${KEY_ENV[kind]} (or ${SHARED_KEY_ENV}): is required (at least ${production ? `${MIN_PRODUCTION_KEY_BYTES} bytes` : `${MIN_KEY_CHARS} characters`}); services refuse to start without it`,
+      );
       continue;
     }
     const problem = keyProblem(found.key, production);

@@ -23,7 +23,8 @@ function scrapedGauge(name: string, help: string): Gauge {
 
 /** Give a scraped gauge its reader (the service owning the data calls this once at start). */
 export function readOnScrape(
-  name: 'kandev_outbox_oldest_age_seconds' | 'kandev_wakeup_backlog' | 'kandev_wakeup_oldest_age_seconds' | 'kandev_live_executions' | 'kandev_launch_queue_depth',
+  name:
+    'kandev_outbox_oldest_age_seconds' | 'kandev_wakeup_backlog' | 'kandev_wakeup_oldest_age_seconds' | 'kandev_live_executions' | 'kandev_launch_queue_depth',
   read: ScrapeReader,
 ): void {
   scrapeReaders.set(name, read);
@@ -50,7 +51,10 @@ export const metrics = {
     registers: [registry],
   }),
   /** Read at scrape time in a service with an outbox (`Outbox.exportAge`). */
-  outboxOldestAge: scrapedGauge('kandev_outbox_oldest_age_seconds', "Age of the oldest event committed to this service's outbox and not yet published (0 when none)"),
+  outboxOldestAge: scrapedGauge(
+    'kandev_outbox_oldest_age_seconds',
+    "Age of the oldest event committed to this service's outbox and not yet published (0 when none)",
+  ),
   httpRequestDuration: new Histogram({
     name: 'kandev_http_request_duration_seconds',
     help: 'HTTP request handling time by route template, method and status code (gateway, mcp)',
@@ -92,8 +96,16 @@ export const metrics = {
     buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30],
     registers: [registry],
   }),
-  teardownEscalations: new Counter({ name: 'kandev_teardown_escalations_total', help: 'Agents that outlived the SIGTERM grace and were SIGKILLed', registers: [registry] }),
-  registryLapses: new Counter({ name: 'kandev_registry_lapses_total', help: 'Registry refreshes that came after the TTL (the instance stalled; entries may have lapsed)', registers: [registry] }),
+  teardownEscalations: new Counter({
+    name: 'kandev_teardown_escalations_total',
+    help: 'Agents that outlived the SIGTERM grace and were SIGKILLed',
+    registers: [registry],
+  }),
+  registryLapses: new Counter({
+    name: 'kandev_registry_lapses_total',
+    help: 'Registry refreshes that came after the TTL (the instance stalled; entries may have lapsed)',
+    registers: [registry],
+  }),
   /** orchestrator. */
   holdMembers: new Histogram({
     name: 'kandev_hold_members',

@@ -75,13 +75,19 @@ export class Outbox {
   /** Serve the age of the oldest unpublished event as `kandev_outbox_oldest_age_seconds`, read at scrape time. */
   exportAge(): void {
     readOnScrape('kandev_outbox_oldest_age_seconds', async () => {
-      const [row] = await this.sql<{ age: number | null }[]>`SELECT extract(epoch FROM now() - min(created_at))::float8 AS age FROM outbox WHERE published_at IS NULL`;
+      const [row] = await this.sql<
+        { age: number | null }[]
+      >`SELECT extract(epoch FROM now() - min(created_at))::float8 AS age FROM outbox WHERE published_at IS NULL`;
       return Math.max(0, row?.age ?? 0);
     });
   }
 
   startRelay(intervalMs = 1_000): void {
-    this.stopRelay = repeatEvery(intervalMs, () => this.relayOnce(), (e) => this.log.warn({ err: e }, 'outbox relay failed'));
+    this.stopRelay = repeatEvery(
+      intervalMs,
+      () => this.relayOnce(),
+      (e) => this.log.warn({ err: e }, 'outbox relay failed'),
+    );
   }
   /** Stops the relay started by startRelay (a relay pass in flight finishes, and schedules none after it). */
   stopRelay: () => void = () => undefined;

@@ -54,11 +54,14 @@ export function acknowledge(msg: Msg, heartbeatsWhile: () => boolean): { stop():
   const interval = Number(msg.headers?.get(Headers.receipt));
   if (!msg.reply || !(interval > 0)) return { stop() {} };
   msg.respond(undefined, { headers: ACCEPTED });
-  const timer = setInterval(() => {
-    // A heartbeat published while NATS is down would be dropped anyway; the caller's own link is
-    // down then too (one server) or its silence limit covers the gap.
-    if (heartbeatsWhile()) msg.respond(undefined, { headers: WORKING });
-  }, Math.max(100, interval));
+  const timer = setInterval(
+    () => {
+      // A heartbeat published while NATS is down would be dropped anyway; the caller's own link is
+      // down then too (one server) or its silence limit covers the gap.
+      if (heartbeatsWhile()) msg.respond(undefined, { headers: WORKING });
+    },
+    Math.max(100, interval),
+  );
   return { stop: () => clearInterval(timer) };
 }
 

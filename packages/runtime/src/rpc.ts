@@ -1,6 +1,26 @@
-import { errors as natsErrors, headers as natsHeaders, RequestError, TimeoutError, NoRespondersError, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/nats-core';
+import {
+  errors as natsErrors,
+  headers as natsHeaders,
+  RequestError,
+  TimeoutError,
+  NoRespondersError,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+} from '@nats-io/nats-core';
 import { Svcm, type Service } from '@nats-io/services';
-import { Headers, KandevError, internalError, isKandevError, replyEnvelope, unavailable, validationError, SUBJECT_PREFIX, type Endpoint, type Reply } from '@kandev/contracts';
+import {
+  Headers,
+  KandevError,
+  internalError,
+  isKandevError,
+  replyEnvelope,
+  unavailable,
+  validationError,
+  SUBJECT_PREFIX,
+  type Endpoint,
+  type Reply,
+} from '@kandev/contracts';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
@@ -241,38 +261,41 @@ async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: End
   const processSpan = messagingSpanOf('process', msg.subject, subjectTemplate(endpoint));
   let error: { code: string; message: string } | undefined;
   const context: Serving = { requestId, waitsEndBy, active: true };
-  await serving.run(context, () =>
-    inSpan(processSpan.name, { kind: SpanKind.SERVER, parent, attributes: processSpan.attributes }, async (span) => {
-      if (span.isRecording()) span.setAttribute('kandev.request_id', requestId);
-      const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
-      const after: Array<() => unknown> = [];
-      const afterReply = (fn: () => unknown) => void after.push(fn);
-      let reply: Reply<unknown>;
-      try {
+  await serving
+    .run(context, () =>
+      inSpan(processSpan.name, { kind: SpanKind.SERVER, parent, attributes: processSpan.attributes }, async (span) => {
+        if (span.isRecording()) span.setAttribute('kandev.request_id', requestId);
+        const log = baseLog.child({ request_id: requestId, endpoint: endpoint.name });
+        const after: Array<() => unknown> = [];
+        const afterReply = (fn: () => unknown) => void after.push(fn);
+        let reply: Reply<unknown>;
         try {
-          reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline, afterReply });
+          try {
+            reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline, afterReply });
+          } finally {
+            context.active = false;
+            progress.stop();
+          }
+          if (!reply.ok) {
+            error = reply.error;
+            span.setAttribute('kandev.error_code', reply.error.code);
+          }
+          // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
+          // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
+          if (link && !link.connected)
+            await link.up(deadline !== undefined ? deadline - performance.now() : (link.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS));
+          // No headers: nothing reads them (the caller knows its request id), and building them cost every reply CPU.
+          msg.respond(enc.encode(JSON.stringify(reply)));
         } finally {
-          context.active = false;
-          progress.stop();
+          runAfterReply(after, log);
         }
-        if (!reply.ok) {
-          error = reply.error;
-          span.setAttribute('kandev.error_code', reply.error.code);
-        }
-        // Disconnected (NATS restarting): a reply published now would be dropped at the next reconnect
-        // attempt; sent once connected, it reaches a caller that is still waiting on its inbox.
-        if (link && !link.connected) await link.up(deadline !== undefined ? deadline - performance.now() : (link.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS));
-        // No headers: nothing reads them (the caller knows its request id), and building them cost every reply CPU.
-        msg.respond(enc.encode(JSON.stringify(reply)));
-      } finally {
-        runAfterReply(after, log);
-      }
-    }),
-  ).catch((e: unknown) => {
-    progress.stop();
-    error = { code: 'INTERNAL_ERROR', message: 'reply not sent' };
-    baseLog.error({ err: e, endpoint: endpoint.name, request_id: requestId }, 'could not answer a request');
-  });
+      }),
+    )
+    .catch((e: unknown) => {
+      progress.stop();
+      error = { code: 'INTERNAL_ERROR', message: 'reply not sent' };
+      baseLog.error({ err: e, endpoint: endpoint.name, request_id: requestId }, 'could not answer a request');
+    });
   const ms = performance.now() - started;
   stats.record(ms, error);
   metrics.requestDuration.observe({ endpoint: endpoint.name, code: error?.code ?? 'OK' }, ms / 1000);
@@ -362,7 +385,8 @@ export async function request<E extends Endpoint>(
     // The contracts bound every field so this cannot happen for a valid request; should it ever,
     // it is the caller's input that is too big (VALIDATION_ERROR), not a retryable outage.
     const maxPayload = nc.info?.max_payload;
-    if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE) throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
+    if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE)
+      throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
     const msg = await send(nc, endpoint, data, h, timeout);
     let body: unknown;
     try {

@@ -107,7 +107,12 @@ const NATS_SYSTEM: SpanAttributes = { [ATTR_MESSAGING_SYSTEM_NAME]: MESSAGING_SY
  * `process <template>`, per the messaging conventions' `{operation name} {destination}`, with the
  * subject template (ids replaced by `*`) in the name so names stay low-cardinality.
  */
-export function messagingSpan(operation: 'send' | 'process', subject: string, template: string, extra: SpanAttributes = {}): { name: string; attributes: SpanAttributes } {
+export function messagingSpan(
+  operation: 'send' | 'process',
+  subject: string,
+  template: string,
+  extra: SpanAttributes = {},
+): { name: string; attributes: SpanAttributes } {
   return {
     name: `${operation} ${template}`,
     attributes: {
@@ -136,7 +141,10 @@ export const httpServerAttributes = (method: string, route: string, path: string
  * take a span each on the hottest paths, and their names and attributes never change. Bounded
  * (instance subjects come and go with lifecycle pods): past the bound it starts afresh.
  */
-const built = { send: new Map<string, { name: string; attributes: SpanAttributes }>(), process: new Map<string, { name: string; attributes: SpanAttributes }>() };
+const built = {
+  send: new Map<string, { name: string; attributes: SpanAttributes }>(),
+  process: new Map<string, { name: string; attributes: SpanAttributes }>(),
+};
 const MAX_BUILT = 4_096;
 export function messagingSpanOf(operation: 'send' | 'process', subject: string, template: string): { name: string; attributes: SpanAttributes } {
   const cache = built[operation];

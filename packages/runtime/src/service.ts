@@ -91,7 +91,13 @@ export async function startService<S extends z.ZodObject>(
     otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT,
   });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
-  const nc = await connectNats({ url: env.NATS_URL, name: `${def.name}:${instanceId}`, user: env.NATS_USER, pass: env.NATS_PASS, requestTimeoutMs: env.REQUEST_TIMEOUT_MS });
+  const nc = await connectNats({
+    url: env.NATS_URL,
+    name: `${def.name}:${instanceId}`,
+    user: env.NATS_USER,
+    pass: env.NATS_PASS,
+    requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
+  });
   if (def.publishesEvents !== false) await ensureEventStream(nc, { replicas: env.KANDEV_JS_REPLICAS, log });
   let sql: Sql | undefined;
   if (def.schema) {
@@ -123,7 +129,11 @@ export async function startService<S extends z.ZodObject>(
     publisher,
     outbox,
     async serve(registrations) {
-      const svc = await serveEndpoints(nc, { service: def.name, ...(def.version ? { version: def.version } : {}), instanceId, queue: QueueGroups[def.name], log, inFlight }, registrations);
+      const svc = await serveEndpoints(
+        nc,
+        { service: def.name, ...(def.version ? { version: def.version } : {}), instanceId, queue: QueueGroups[def.name], log, inFlight },
+        registrations,
+      );
       services.push(svc);
       return svc;
     },
@@ -137,7 +147,9 @@ export async function startService<S extends z.ZodObject>(
     addReadinessDetail: (name, fn) => void details.set(name, fn),
   };
 
-  await runtime.serve([on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) }))]);
+  await runtime.serve([
+    on(pingEndpoint(def.name), async () => ({ service: def.name, instance_id: instanceId, ...(details.size > 0 ? { details: readDetails() } : {}) })),
+  ]);
   const started = (await def.start(runtime)) || {};
   if (sql) {
     outbox.startRelay();
@@ -220,7 +232,9 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
   }
   // Supervisors (npm start, the test stack) wait for this line; announce it whatever LOG_LEVEL hides.
   if (!running.runtime.log.isLevelEnabled('info')) {
-    process.stdout.write(`${JSON.stringify({ level: 'info', service: def.name, instance_id: running.runtime.instanceId, msg: `${def.name} started`, urls: running.urls })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ level: 'info', service: def.name, instance_id: running.runtime.instanceId, msg: `${def.name} started`, urls: running.urls })}\n`,
+    );
   }
   return running;
 }

@@ -1,4 +1,16 @@
-import { context, propagation, trace, SpanKind, SpanStatusCode, TraceFlags, type Context, type Span, type SpanOptions, type Tracer, type TracerProvider } from '@opentelemetry/api';
+import {
+  context,
+  propagation,
+  trace,
+  SpanKind,
+  SpanStatusCode,
+  TraceFlags,
+  type Context,
+  type Span,
+  type SpanOptions,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -121,7 +133,12 @@ class PropagatingTracer implements Tracer {
     const parent = options?.root ? undefined : trace.getSpanContext(ctx);
     const spanId = randomHex(8);
     if (parent && trace.isSpanContextValid(parent)) {
-      return trace.wrapSpanContext({ traceId: parent.traceId, spanId, traceFlags: parent.traceFlags, ...(parent.traceState ? { traceState: parent.traceState } : {}) });
+      return trace.wrapSpanContext({
+        traceId: parent.traceId,
+        spanId,
+        traceFlags: parent.traceFlags,
+        ...(parent.traceState ? { traceState: parent.traceState } : {}),
+      });
     }
     return trace.wrapSpanContext({ traceId: randomHex(16), spanId, traceFlags: TraceFlags.SAMPLED });
   }

@@ -48,7 +48,9 @@ export function checkWorkingDir(root: string, requested: string, workspaceId: st
   if (rel === '' || rel.startsWith('..') || isAbsolute(rel)) return { ok: false, reason: `working_dir must be under KANDEV_WORK_DIR (${root})` };
   const parts = rel.split(sep);
   if (parts.some((p) => p.startsWith('.'))) return { ok: false, reason: 'working_dir must not have a component starting with "."' };
-  if (UUID.test(parts[0]!) && parts[0]!.toLowerCase() !== workspaceId.toLowerCase()) return { ok: false, reason: "working_dir must not be inside another workspace's directory" };
-  if (parts.length === 1 && parts[0]!.toLowerCase() === workspaceId.toLowerCase()) return { ok: false, reason: "working_dir must not be the workspace's whole directory" };
+  if (UUID.test(parts[0]!) && parts[0]!.toLowerCase() !== workspaceId.toLowerCase())
+    return { ok: false, reason: "working_dir must not be inside another workspace's directory" };
+  if (parts.length === 1 && parts[0]!.toLowerCase() === workspaceId.toLowerCase())
+    return { ok: false, reason: "working_dir must not be the workspace's whole directory" };
   return { ok: true, path: requested };
 }

@@ -10,8 +10,14 @@ const TASK = '00000000-0000-4000-8000-000000000001';
 
 describe('tokens (INTERFACES.md, Tokens)', () => {
   it('accepts what the signers mint', async () => {
-    await expect(verifyOperatorToken(SECRET, await signOperatorToken(SECRET, { sub: 'alice', workspaces: ['*'] }))).resolves.toEqual({ sub: 'alice', workspaces: ['*'] });
-    await expect(verifyAgentToken(SECRET, await signAgentToken(SECRET, { task_id: TASK, mode: 'config' }))).resolves.toMatchObject({ task_id: TASK, mode: 'config' });
+    await expect(verifyOperatorToken(SECRET, await signOperatorToken(SECRET, { sub: 'alice', workspaces: ['*'] }))).resolves.toEqual({
+      sub: 'alice',
+      workspaces: ['*'],
+    });
+    await expect(verifyAgentToken(SECRET, await signAgentToken(SECRET, { task_id: TASK, mode: 'config' }))).resolves.toMatchObject({
+      task_id: TASK,
+      mode: 'config',
+    });
   });
 
   it.each(hostileTokens(SECRET, { aud: 'kandev-mcp', sub: `task:${TASK}`, task_id: TASK, mode: 'task' }).filter((c) => c.token !== null))(

@@ -48,7 +48,10 @@ const backendPid = async (q: Sql | postgres.TransactionSql<Record<string, never>
 
 function within<T>(p: Promise<T>, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${RECOVERY_MS} ms`)), RECOVERY_MS)))]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${RECOVERY_MS} ms`)), RECOVERY_MS))),
+  ]).finally(() => clearTimeout(timer));
 }
 
 it('a reserved connection whose backend died rejects its queries, and once released the pool reconnects', async () => {
@@ -56,7 +59,9 @@ it('a reserved connection whose backend died rejects its queries, and once relea
   const reserved = await sql.reserve();
   await killBackend(await backendPid(reserved as unknown as Sql));
   // Once the close is seen every query rejects; before it, one may still be written and fail with the socket.
-  await expect(within(reserved`SELECT 1`, 'first query on the dead connection')).rejects.toMatchObject({ code: expect.stringMatching(/^(CONNECTION_CLOSED|ECONNRESET|57P01)$/) });
+  await expect(within(reserved`SELECT 1`, 'first query on the dead connection')).rejects.toMatchObject({
+    code: expect.stringMatching(/^(CONNECTION_CLOSED|ECONNRESET|57P01)$/),
+  });
   await expect(within(reserved`SELECT 2`, 'second query on the dead connection')).rejects.toMatchObject({ code: 'CONNECTION_CLOSED' });
   reserved.release();
   expect(await within(sql`SELECT 3 AS x`, 'the pool after the release')).toEqual([{ x: 3 }]);
@@ -79,9 +84,17 @@ it('a holder whose connection the pool already reconnected for a waiting query n
   const pid = await backendPid(reserved as unknown as Sql);
   // Waits for the only connection; when it closes, the pool reconnects it for this query.
   const waiting = sql`SELECT 5 AS x`;
-  const waited = within(waiting.then((r) => r), 'the waiting query');
+  const waited = within(
+    waiting.then((r) => r),
+    'the waiting query',
+  );
   await killBackend(pid);
-  await expect(within(reserved`SELECT 1`.catch(() => reserved`SELECT 1`), 'the holder')).rejects.toMatchObject({ code: 'CONNECTION_CLOSED' });
+  await expect(
+    within(
+      reserved`SELECT 1`.catch(() => reserved`SELECT 1`),
+      'the holder',
+    ),
+  ).rejects.toMatchObject({ code: 'CONNECTION_CLOSED' });
   expect(await waited).toEqual([{ x: 5 }]);
   reserved.release(); // the connection is the pool's already: release must leave it alone
   expect(await within(Promise.all([sql`SELECT 6 AS x`, sql`SELECT 7 AS x`]), 'the pool after the release')).toEqual([[{ x: 6 }], [{ x: 7 }]]);
@@ -136,7 +149,11 @@ it('a query sent between a socket error and its close is settled too', async () 
   const inFlight = reserved`SELECT pg_sleep(30)`.then((r) => r);
   const retried = inFlight.catch(() => reserved`SELECT 2 AS x`.then((r) => r));
   // In flight: PostgreSQL runs it.
-  await eventually(async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND wait_event = 'PgSleep'`)[0]!.n > 0, RECOVERY_MS, 20);
+  await eventually(
+    async () => (await admin`SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ${pid} AND wait_event = 'PgSleep'`)[0]!.n > 0,
+    RECOVERY_MS,
+    20,
+  );
   const socket = sockets.at(-1)!;
   socket.destroy(Object.assign(new Error('connection reset'), { code: 'ECONNRESET' }));
   await expect(within(inFlight, 'the query in flight')).rejects.toMatchObject({ code: 'ECONNRESET' });

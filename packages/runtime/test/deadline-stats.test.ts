@@ -6,7 +6,12 @@ import { headers } from '@nats-io/nats-core';
 import { Svcm } from '@nats-io/services';
 import { connectNats, createLogger, on, remainingMs, replyReserveMs, request, serveEndpoints, startService, type NatsConnection } from '../src/index.js';
 
-const ep = (name: string, result: z.ZodType = z.object({})): Endpoint => ({ name: `test.${name}`, subject: `kandev.test.${name}`, request: z.object({}), result });
+const ep = (name: string, result: z.ZodType = z.object({})): Endpoint => ({
+  name: `test.${name}`,
+  subject: `kandev.test.${name}`,
+  request: z.object({}),
+  result,
+});
 const slow = ep('slow', z.object({ ms: z.number() }));
 const failing = ep('failing');
 const front = ep('front', z.object({ waited_ms: z.number(), remaining_ms: z.number().nullable(), header: z.string().nullable(), request_id: z.string() }));
@@ -20,7 +25,10 @@ beforeAll(async () => {
   nc = await connectNats({ url: nats.url, name: 'deadline-test' });
   nc.subscribe(hole.subject, { callback: () => undefined });
   // What the hole saw: the header the front's onward request carried.
-  nc.subscribe('kandev.test.peek', { callback: (_e, m) => m.respond(JSON.stringify({ ok: true, result: { header: m.headers?.get(Headers.timeout) ?? null, rid: m.headers?.get(Headers.requestId) ?? null } })) });
+  nc.subscribe('kandev.test.peek', {
+    callback: (_e, m) =>
+      m.respond(JSON.stringify({ ok: true, result: { header: m.headers?.get(Headers.timeout) ?? null, rid: m.headers?.get(Headers.requestId) ?? null } })),
+  });
   await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'd1', queue: 'deadline', log }, [
     on(slow, async () => {
       await new Promise((r) => setTimeout(r, 30));
@@ -30,7 +38,12 @@ beforeAll(async () => {
       throw new KandevError('CONFLICT', 'no way');
     }),
     on(front, async () => {
-      const peek = { name: 'test.peek', subject: 'kandev.test.peek', request: z.object({}), result: z.object({ header: z.string().nullable(), rid: z.string().nullable() }) };
+      const peek = {
+        name: 'test.peek',
+        subject: 'kandev.test.peek',
+        request: z.object({}),
+        result: z.object({ header: z.string().nullable(), rid: z.string().nullable() }),
+      };
       const seen = await request(nc, peek, {});
       const remaining = remainingMs() ?? null;
       const t = performance.now();
@@ -46,7 +59,7 @@ afterAll(async () => {
 });
 
 describe('deadline', () => {
-  it('travels in a header, and a handler\'s own requests end early enough for its answer to reach the caller', async () => {
+  it("travels in a header, and a handler's own requests end early enough for its answer to reach the caller", async () => {
     // The caller waits 3 s; the front's wait on the hole ends the reply's reserve (250 ms) before
     // that, so the caller gets the front's answer, not a timeout of its own.
     const t = performance.now();
@@ -76,12 +89,17 @@ describe('deadline', () => {
     expect([100, 800, 2_500, 30_000].map(replyReserveMs)).toEqual([10, 80, 250, 250]);
   });
 
-  it('refuses to send once the caller\'s deadline has passed', async () => {
+  it("refuses to send once the caller's deadline has passed", async () => {
     const outer = ep('outer', z.object({ code: z.string() }));
     const svc = await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'd2', queue: 'deadline2', log }, [
       on(outer, async () => {
         await new Promise((r) => setTimeout(r, 300));
-        return { code: await request(nc, slow, {}).then(() => 'sent', (e: KandevError) => e.message) };
+        return {
+          code: await request(nc, slow, {}).then(
+            () => 'sent',
+            (e: KandevError) => e.message,
+          ),
+        };
       }),
     ]);
     // A raw request whose header gives 100 ms: the handler outlives that and must not send onward.
@@ -102,7 +120,14 @@ describe('work a handler leaves running', () => {
       on(target, async () => ({})),
       on(leaver, async () => {
         // Runs after the reply, long after the caller's 100 ms.
-        setTimeout(() => void request(nc, target, {}).then(() => (outcome = 'sent'), (e: Error) => (outcome = e.message)), 300);
+        setTimeout(
+          () =>
+            void request(nc, target, {}).then(
+              () => (outcome = 'sent'),
+              (e: Error) => (outcome = e.message),
+            ),
+          300,
+        );
         return {};
       }),
     ]);
@@ -136,13 +161,27 @@ describe('$SRV.STATS', () => {
 });
 
 describe('in-flight requests', () => {
-  it('are counted per service: stopping one does not wait for another one\'s requests', async () => {
+  it("are counted per service: stopping one does not wait for another one's requests", async () => {
     const env = { ...process.env, NATS_URL: nats.url, LOG_LEVEL: 'silent', SHUTDOWN_TIMEOUT_MS: '10000' };
     const stuck = ep('stuck');
     let release!: () => void;
     let entered = false;
     const held = new Promise<void>((r) => (release = r));
-    const a = await startService({ name: 'holds', async start(rt) { await rt.serve([on(stuck, async () => { entered = true; await held; return {}; })]); } }, env);
+    const a = await startService(
+      {
+        name: 'holds',
+        async start(rt) {
+          await rt.serve([
+            on(stuck, async () => {
+              entered = true;
+              await held;
+              return {};
+            }),
+          ]);
+        },
+      },
+      env,
+    );
     const b = await startService({ name: 'gateway', async start() {} }, env);
     const pending = request(nc, stuck, {}, { timeoutMs: 10_000 });
     const until = Date.now() + 5_000;

@@ -103,7 +103,11 @@ it('consumeEventBatches: one call per session run in delivery order, acked after
     async (evs: EventEnvelope[]) => {
       calls.push({ sessions: new Set(evs.map((e) => e.session_id!)), ids: evs.map((e) => e.id) });
       await transaction(sql, async (tx) => {
-        const fresh = await recordOnce(tx, 'test-batches', evs.map((e) => e.id));
+        const fresh = await recordOnce(
+          tx,
+          'test-batches',
+          evs.map((e) => e.id),
+        );
         for (const ev of evs) if (fresh.has(ev.id)) await tx`INSERT INTO batch_effects (session_id, event_id) VALUES (${ev.session_id ?? null}, ${ev.id})`;
       });
       // The first run committed, then its acks are lost: every message of it comes again.
@@ -113,20 +117,33 @@ it('consumeEventBatches: one call per session run in delivery order, acked after
       }
     },
   );
-  const evs = Array.from({ length: 60 }, (_, i) => buildEvent('turn.completed', { workspace_id: WS, session_id: sessions[i % 2]! }, { execution_id: EXEC, turn_id: TURN, stop_reason: 'end_turn' }) as EventEnvelope);
+  const evs = Array.from(
+    { length: 60 },
+    (_, i) =>
+      buildEvent(
+        'turn.completed',
+        { workspace_id: WS, session_id: sessions[i % 2]! },
+        { execution_id: EXEC, turn_id: TURN, stop_reason: 'end_turn' },
+      ) as EventEnvelope,
+  );
   // Published without waiting one for another: they arrive together, so runs hold more than one.
   await Promise.all(evs.map((ev) => pub.publish(ev)));
-  await eventually(async () => {
-    const [r] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM batch_effects WHERE event_id = ANY(${evs.map((e) => e.id)})`;
-    return r!.n === evs.length && failed !== null && failed.every((id) => calls.filter((c) => c.ids.includes(id)).length >= 2);
-  }, 10_000, 20);
+  await eventually(
+    async () => {
+      const [r] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM batch_effects WHERE event_id = ANY(${evs.map((e) => e.id)})`;
+      return r!.n === evs.length && failed !== null && failed.every((id) => calls.filter((c) => c.ids.includes(id)).length >= 2);
+    },
+    10_000,
+    20,
+  );
   await consumer.stop();
   expect(calls.every((c) => c.sessions.size === 1)).toBe(true);
   expect(calls.some((c) => c.ids.length > 1)).toBe(true);
   const rows = await sql<{ session_id: string; event_id: string }[]>`SELECT session_id, event_id FROM batch_effects ORDER BY n`;
   // Each event once, and each session's events in the order they were published.
   expect(rows).toHaveLength(evs.length);
-  for (const s of sessions) expect(rows.filter((r) => r.session_id === s).map((r) => r.event_id)).toEqual(evs.filter((e) => e.session_id === s).map((e) => e.id));
+  for (const s of sessions)
+    expect(rows.filter((r) => r.session_id === s).map((r) => r.event_id)).toEqual(evs.filter((e) => e.session_id === s).map((e) => e.id));
 });
 
 it('consumeEventBatches: two replicas on one durable, duplicates delivered to either, every event applied once', async () => {
@@ -134,21 +151,36 @@ it('consumeEventBatches: two replicas on one durable, duplicates delivered to ei
   const session = '00000000-0000-4000-8000-00000000000c';
   const handler = (replica: number) => async (evs: EventEnvelope[]) => {
     await transaction(sql, async (tx) => {
-      const fresh = await recordOnce(tx, 'test-replicas', evs.map((e) => e.id));
+      const fresh = await recordOnce(
+        tx,
+        'test-replicas',
+        evs.map((e) => e.id),
+      );
       for (const id of fresh) await tx`INSERT INTO replica_effects VALUES (${replica}, ${id})`;
     });
   };
   const opts = { durable: 'test-replicas', types: ['turn.started'] as const, log, maxBatch: 10, groupBy: (ev: EventEnvelope) => ev.session_id ?? ev.id };
   const replicas = [await consumeEventBatches(nc, opts, handler(1)), await consumeEventBatches(nc, opts, handler(2))];
-  const evs = Array.from({ length: 200 }, () => buildEvent('turn.started', { workspace_id: WS, session_id: session }, { execution_id: EXEC, turn_id: TURN }) as EventEnvelope);
+  const evs = Array.from(
+    { length: 200 },
+    () => buildEvent('turn.started', { workspace_id: WS, session_id: session }, { execution_id: EXEC, turn_id: TURN }) as EventEnvelope,
+  );
   // Each event published twice under different Nats-Msg-Ids (what a redelivery looks like): the copies may reach either replica.
   const js = jetstream(nc);
   const enc = new TextEncoder();
   await Promise.all(evs.flatMap((ev) => [0, 1].map(() => js.publish('kandev.evt.turn.started', enc.encode(JSON.stringify(ev)), { msgID: randomUUID() }))));
   const ids = evs.map((e) => e.id);
-  await eventually(async () => (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM replica_effects WHERE event_id = ANY(${ids})`)[0]!.n === ids.length, 10_000, 20);
+  await eventually(
+    async () => (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM replica_effects WHERE event_id = ANY(${ids})`)[0]!.n === ids.length,
+    10_000,
+    20,
+  );
   // Both queues drained (every copy handled), then nothing more was applied.
-  await eventually(async () => (await jetstreamManager(nc).then((m) => m.consumers.info(Streams.events.name, 'test-replicas'))).num_ack_pending === 0, 10_000, 20);
+  await eventually(
+    async () => (await jetstreamManager(nc).then((m) => m.consumers.info(Streams.events.name, 'test-replicas'))).num_ack_pending === 0,
+    10_000,
+    20,
+  );
   await Promise.all(replicas.map((r) => r.stop()));
   const rows = await sql<{ event_id: string; n: number }[]>`SELECT event_id, count(*)::int AS n FROM replica_effects GROUP BY event_id`;
   expect(rows).toHaveLength(ids.length);

@@ -2,7 +2,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Streams } from '@kandev/contracts';
 import { createTestDatabase, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
-import { connectDb, connectNats, ensureEventStream, EVENT_RETENTION_MS, housekeepOnce, inboxKeepMs, migrate, purgeInbox, purgeOutbox, purgeStatement, type NatsConnection, type Sql } from '../src/index.js';
+import {
+  connectDb,
+  connectNats,
+  ensureEventStream,
+  EVENT_RETENTION_MS,
+  housekeepOnce,
+  inboxKeepMs,
+  migrate,
+  purgeInbox,
+  purgeOutbox,
+  purgeStatement,
+  type NatsConnection,
+  type Sql,
+} from '../src/index.js';
 
 const HOUR = 3_600_000;
 let nats: TestNats;

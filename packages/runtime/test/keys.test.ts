@@ -19,7 +19,9 @@ describe('two keys', () => {
   });
 
   it('a token signed with the other key is refused', async () => {
-    await expect(verifyOperatorToken(OPERATOR, await signOperatorToken(AGENT, { sub: 'mallory', workspaces: ['*'] }))).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
+    await expect(verifyOperatorToken(OPERATOR, await signOperatorToken(AGENT, { sub: 'mallory', workspaces: ['*'] }))).rejects.toMatchObject({
+      code: 'UNAUTHORIZED',
+    });
     await expect(verifyAgentToken(AGENT, await signAgentToken(OPERATOR, { task_id: TASK, mode: 'task' }))).rejects.toMatchObject({ code: 'UNAUTHORIZED' });
   });
 
@@ -50,7 +52,9 @@ describe('start-up refusals', () => {
   it('wants 32 bytes with NODE_ENV=production, 16 characters otherwise', () => {
     const k31 = 'k'.repeat(31);
     expect(resolveKeys({ KANDEV_JWT_SECRET: k31 }, ['agent']).agent).toBe(k31);
-    expect(() => resolveKeys({ NODE_ENV: 'production', KANDEV_JWT_SECRET: k31 }, ['agent'])).toThrow(/KANDEV_JWT_SECRET: must be at least 32 bytes with NODE_ENV=production/);
+    expect(() => resolveKeys({ NODE_ENV: 'production', KANDEV_JWT_SECRET: k31 }, ['agent'])).toThrow(
+      /KANDEV_JWT_SECRET: must be at least 32 bytes with NODE_ENV=production/,
+    );
     expect(resolveKeys({ NODE_ENV: 'production', KANDEV_JWT_SECRET: 'k'.repeat(32) }, ['agent']).agent).toBe('k'.repeat(32));
     expect(() => resolveKeys({ NODE_ENV: 'production' }, ['operator'])).toThrow(/is required \(at least 32 bytes\)/);
   });
@@ -60,7 +64,9 @@ describe('start-up refusals', () => {
     // NATS_URL points nowhere: the refusal comes before any connection attempt.
     const env = { NATS_URL: 'nats://127.0.0.1:1', KANDEV_OPERATOR_JWT_SECRET: OPERATOR };
     await expect(startService(def, env)).rejects.toThrow(/KANDEV_AGENT_JWT_SECRET \(or KANDEV_JWT_SECRET\): is required/);
-    await expect(startService(def, { ...env, NODE_ENV: 'production', KANDEV_AGENT_JWT_SECRET: 'change-me-agent-key-at-least-32-random-bytes' })).rejects.toThrow(/placeholder/);
+    await expect(
+      startService(def, { ...env, NODE_ENV: 'production', KANDEV_AGENT_JWT_SECRET: 'change-me-agent-key-at-least-32-random-bytes' }),
+    ).rejects.toThrow(/placeholder/);
   });
 });
 

@@ -22,7 +22,11 @@ it('profiles only the services KANDEV_CPU_PROF names', () => {
   expect(profilingArgs('orchestrator', { KANDEV_CPU_PROF: 'mcp, gateway' })).toEqual([]);
   expect(profilingArgs('mcp', { KANDEV_CPU_PROF: 'mcp, gateway', KANDEV_CPU_PROF_DIR: '/p' })).toEqual(['--cpu-prof', '--cpu-prof-dir=/p/mcp']);
   expect(profilingArgs('holds', { KANDEV_CPU_PROF: 'all' })).toEqual(['--cpu-prof', '--cpu-prof-dir=cpu-profiles/holds']);
-  expect(profilingArgs('mcp', { KANDEV_CPU_PROF: 'mcp', KANDEV_CPU_PROF_INTERVAL_US: '50' })).toEqual(['--cpu-prof', '--cpu-prof-dir=cpu-profiles/mcp', '--cpu-prof-interval=50']);
+  expect(profilingArgs('mcp', { KANDEV_CPU_PROF: 'mcp', KANDEV_CPU_PROF_INTERVAL_US: '50' })).toEqual([
+    '--cpu-prof',
+    '--cpu-prof-dir=cpu-profiles/mcp',
+    '--cpu-prof-interval=50',
+  ]);
   expect(profilingArgs('mcp', { KANDEV_CPU_PROF: 'mcp', KANDEV_CPU_PROF_INTERVAL_US: 'fast' })).toEqual(['--cpu-prof', '--cpu-prof-dir=cpu-profiles/mcp']);
 });
 

@@ -3,7 +3,18 @@ import { z } from 'zod';
 import { eventually, startNats, type TestNats } from '@kandev/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { eventSubject, Streams, type Endpoint } from '@kandev/contracts';
-import { buildEvent, connectNats, createLogger, ensureEventStream, EventPublisher, linkOf, on, request, serveEndpoints, type NatsConnection } from '../src/index.js';
+import {
+  buildEvent,
+  connectNats,
+  createLogger,
+  ensureEventStream,
+  EventPublisher,
+  linkOf,
+  on,
+  request,
+  serveEndpoints,
+  type NatsConnection,
+} from '../src/index.js';
 
 /**
  * A NATS restart (or a client's own reconnect) must not swallow requests. nats.js resets its
@@ -11,7 +22,12 @@ import { buildEvent, connectNats, createLogger, ensureEventStream, EventPublishe
  * dropped without a trace; before NatsLink, the first requests after a nats-server restart waited
  * their whole deadline (15 s through the gateway) and answered 503. Real nats-server throughout.
  */
-const echo: Endpoint = { name: 'test.echo', subject: 'kandev.test.reconnect.echo', request: z.object({ n: z.number().int() }), result: z.object({ doubled: z.number() }) };
+const echo: Endpoint = {
+  name: 'test.echo',
+  subject: 'kandev.test.reconnect.echo',
+  request: z.object({ n: z.number().int() }),
+  result: z.object({ doubled: z.number() }),
+};
 const held: Endpoint = { name: 'test.held', subject: 'kandev.test.reconnect.held', request: z.object({}), result: z.object({ done: z.boolean() }) };
 const late: Endpoint = { name: 'test.late', subject: 'kandev.test.reconnect.late', request: z.object({}), result: z.object({ late: z.boolean() }) };
 
@@ -40,7 +56,9 @@ describe('requests across a NATS reconnect', () => {
 
   it('sends a request made while nats-server is down once the connection is back, and gets its answer', async () => {
     const responder = await connectTo('responder');
-    await serveEndpoints(responder, { service: 'orchestrator', instanceId: 'r1', queue: 'q', log }, [on(echo, async (req) => ({ doubled: (req as { n: number }).n * 2 }))]);
+    await serveEndpoints(responder, { service: 'orchestrator', instanceId: 'r1', queue: 'q', log }, [
+      on(echo, async (req) => ({ doubled: (req as { n: number }).n * 2 })),
+    ]);
     const caller = await connectTo('caller');
     // Down for a second: the client tries again every 250 ms meanwhile, and each try would have
     // discarded a request published before it.
@@ -97,7 +115,11 @@ describe('requests across a NATS reconnect', () => {
     await ensureEventStream(nc);
     const restarted = nats.restart(1_000);
     await down(nc);
-    const ev = buildEvent('turn.completed', { workspace_id: '00000000-0000-4000-8000-0000000000a1' }, { execution_id: '00000000-0000-4000-8000-0000000000e1', turn_id: '00000000-0000-4000-8000-0000000000f1', stop_reason: 'end_turn' });
+    const ev = buildEvent(
+      'turn.completed',
+      { workspace_id: '00000000-0000-4000-8000-0000000000a1' },
+      { execution_id: '00000000-0000-4000-8000-0000000000e1', turn_id: '00000000-0000-4000-8000-0000000000f1', stop_reason: 'end_turn' },
+    );
     await new EventPublisher(nc).publish(ev);
     await restarted;
     const stored = await (await jetstreamManager(nc)).streams.getMessage(Streams.events.name, { last_by_subj: eventSubject('turn.completed') });

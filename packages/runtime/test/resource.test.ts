@@ -19,7 +19,10 @@ describe('the resource of exported spans', () => {
       serviceName: 'kandev-mcp',
       serviceVersion: '0.1.0',
       instanceId: 'mcp-1',
-      env: { OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=staging, service.namespace=kandev,team=agent%20ops,service.name=from-attributes', OTEL_SERVICE_NAME: 'edge-mcp' },
+      env: {
+        OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment.name=staging, service.namespace=kandev,team=agent%20ops,service.name=from-attributes',
+        OTEL_SERVICE_NAME: 'edge-mcp',
+      },
     });
     expect(a['deployment.environment.name']).toBe('staging');
     expect(a['service.namespace']).toBe('kandev');
@@ -29,7 +32,9 @@ describe('the resource of exported spans', () => {
     // Without OTEL_SERVICE_NAME the attribute list's service.name wins over the default.
     expect(attrs({ serviceName: 'kandev-mcp', env: { OTEL_RESOURCE_ATTRIBUTES: 'service.name=from-attributes' } })[ATTR_SERVICE_NAME]).toBe('from-attributes');
     // An operator may set the version or instance through the variable too (it is the more specific setting).
-    expect(attrs({ serviceName: 's', serviceVersion: '0.1.0', env: { OTEL_RESOURCE_ATTRIBUTES: 'service.version=0.1.0-rc1' } })[ATTR_SERVICE_VERSION]).toBe('0.1.0-rc1');
+    expect(attrs({ serviceName: 's', serviceVersion: '0.1.0', env: { OTEL_RESOURCE_ATTRIBUTES: 'service.version=0.1.0-rc1' } })[ATTR_SERVICE_VERSION]).toBe(
+      '0.1.0-rc1',
+    );
   });
 
   it('keeps its own service identity when told to (agentctl runs in its lifecycle’s environment)', () => {
@@ -38,7 +43,10 @@ describe('the resource of exported spans', () => {
       serviceVersion: '0.1.0',
       instanceId: 'exec-1',
       ownIdentity: true,
-      env: { OTEL_RESOURCE_ATTRIBUTES: 'service.name=kandev-lifecycle,service.instance.id=lifecycle-1,deployment.environment.name=prod', OTEL_SERVICE_NAME: 'kandev-lifecycle' },
+      env: {
+        OTEL_RESOURCE_ATTRIBUTES: 'service.name=kandev-lifecycle,service.instance.id=lifecycle-1,deployment.environment.name=prod',
+        OTEL_SERVICE_NAME: 'kandev-lifecycle',
+      },
     });
     expect(a[ATTR_SERVICE_NAME]).toBe('kandev-agentctl');
     expect(a[ATTR_SERVICE_INSTANCE_ID]).toBe('exec-1');

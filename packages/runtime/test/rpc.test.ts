@@ -4,7 +4,12 @@ import { KandevError, type Endpoint } from '@kandev/contracts';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { connectNats, createLogger, on, request, serveEndpoints, type NatsConnection } from '../src/index.js';
 
-const echo: Endpoint = { name: 'test.echo', subject: 'kandev.test.echo', request: z.object({ n: z.number().int() }), result: z.object({ doubled: z.number() }) };
+const echo: Endpoint = {
+  name: 'test.echo',
+  subject: 'kandev.test.echo',
+  request: z.object({ n: z.number().int() }),
+  result: z.object({ doubled: z.number() }),
+};
 const liar: Endpoint = { name: 'test.liar', subject: 'kandev.test.liar', request: z.object({}), result: z.object({ must_be_string: z.string() }) };
 const failing: Endpoint = { name: 'test.fail', subject: 'kandev.test.fail', request: z.object({}), result: z.object({}) };
 const nobody: Endpoint = { name: 'test.nobody', subject: 'kandev.test.nobody', request: z.object({}), result: z.object({}) };

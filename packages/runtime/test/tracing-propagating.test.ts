@@ -34,7 +34,7 @@ describe('tracing with no exporter', () => {
     expect(sent).toEqual({ traceId: seen.rootCtx.traceId, spanId: seen.rootCtx.spanId, flags: '01' });
   });
 
-  it("continues an incoming traceparent and keeps its sampled flag, sampled or not", async () => {
+  it('continues an incoming traceparent and keeps its sampled flag, sampled or not', async () => {
     for (const flags of ['01', '00']) {
       const incoming = propagation.extract(context.active(), { traceparent: `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-${flags}` });
       const out = await inSpan('server', { parent: incoming }, async () => parse(traceHeaders().traceparent!));

@@ -59,7 +59,11 @@ it('carries W3C trace context across two NATS hops', async () => {
   exporter.reset();
   await request(nc, first, {});
   // The first handler's span ends just after its reply is sent: wait for it.
-  const spans = await eventually(async () => (exporter.getFinishedSpans().some((s) => s.name === 'process kandev.test.first') ? exporter.getFinishedSpans() : null), 5_000, 10);
+  const spans = await eventually(
+    async () => (exporter.getFinishedSpans().some((s) => s.name === 'process kandev.test.first') ? exporter.getFinishedSpans() : null),
+    5_000,
+    10,
+  );
   const byName = (n: string) => spans.find((s) => s.name === n)!;
   const send1 = byName('send kandev.test.first');
   const proc1 = byName('process kandev.test.first');
@@ -78,7 +82,11 @@ it('names and describes NATS spans per the messaging conventions, ids only in at
   await request(nc, first, {});
   await request(nc, owned.at('life-3f2a'), {});
   // A handler's span ends just after its reply is sent: wait for the last one.
-  const spans = await eventually(async () => (exporter.getFinishedSpans().some((s) => s.name === 'process kandev.lifecycle.*.test.owned') ? exporter.getFinishedSpans() : null), 5_000, 10);
+  const spans = await eventually(
+    async () => (exporter.getFinishedSpans().some((s) => s.name === 'process kandev.lifecycle.*.test.owned') ? exporter.getFinishedSpans() : null),
+    5_000,
+    10,
+  );
   const byName = (n: string) => spans.find((s) => s.name === n)!;
   const send = byName('send kandev.test.first');
   const proc = byName('process kandev.test.first');
@@ -153,8 +161,12 @@ describe('PostgreSQL spans', () => {
     expect(summarizeStatement('SELECT * FROM unnest($1::text[]) AS u(id)').name).toBe('SELECT');
     expect(summarizeStatement('INSERT INTO "outbox" (id) VALUES ($1)').attributes[ATTR_DB_COLLECTION_NAME]).toBe('outbox');
     expect(summarizeStatement("SELECT set_config('lock_timeout', $1, true)").name).toBe('SELECT');
-    expect(summarizeStatement('WITH picked AS (SELECT id FROM wakeups WHERE x FOR UPDATE SKIP LOCKED) UPDATE wakeups w SET a = $1 FROM picked').name).toBe('UPDATE wakeups');
+    expect(summarizeStatement('WITH picked AS (SELECT id FROM wakeups WHERE x FOR UPDATE SKIP LOCKED) UPDATE wakeups w SET a = $1 FROM picked').name).toBe(
+      'UPDATE wakeups',
+    );
     expect(summarizeStatement("SELECT id FROM sessions WHERE state = 'FROM x' FOR UPDATE").name).toBe('SELECT sessions');
-    expect(summarizeStatement('DELETE FROM outbox WHERE (id) IN (SELECT id FROM outbox WHERE a < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)').name).toBe('DELETE outbox');
+    expect(summarizeStatement('DELETE FROM outbox WHERE (id) IN (SELECT id FROM outbox WHERE a < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)').name).toBe(
+      'DELETE outbox',
+    );
   });
 });

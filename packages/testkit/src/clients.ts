@@ -11,7 +11,11 @@ export class ApiClient {
   async call<T = any>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
     const res = await fetch(this.baseUrl + path, {
       method,
-      headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(this.token ? { authorization: `Bearer ${this.token}` } : {}), ...headers },
+      headers: {
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+        ...headers,
+      },
       ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
     });
     const text = await res.text();
@@ -120,9 +124,14 @@ export class WsClient {
 const fetchOnOwnSignal = (url: string | URL, init?: RequestInit) => fetch(url, init?.signal ? { ...init, signal: AbortSignal.any([init.signal]) } : init);
 
 /** A real MCP client (Streamable HTTP) acting as an agent with a bearer token. */
-export async function connectMcp(url: string, token: string): Promise<Client & { callJson(name: string, args: Record<string, unknown>): Promise<{ isError: boolean; json: any; text: string }> }> {
+export async function connectMcp(
+  url: string,
+  token: string,
+): Promise<Client & { callJson(name: string, args: Record<string, unknown>): Promise<{ isError: boolean; json: any; text: string }> }> {
   const client = new Client({ name: 'kandev-test-agent', version: '0.1.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } }, fetch: fetchOnOwnSignal }));
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } }, fetch: fetchOnOwnSignal }),
+  );
   return Object.assign(client, {
     async callJson(name: string, args: Record<string, unknown>) {
       const res = (await client.callTool({ name, arguments: args })) as { isError?: boolean; content: Array<{ type: string; text?: string }> };

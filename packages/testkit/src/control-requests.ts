@@ -6,7 +6,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { WsClient } from './clients.js';
 
-export type ControlKind = 'task.stop' | 'child.stop' | 'session.cancel' | 'message.interrupt' | 'tree.pause' | 'tree.cancel' | 'tree.resume' | 'tree.restore' | 'wakeup.create';
+export type ControlKind =
+  'task.stop' | 'child.stop' | 'session.cancel' | 'message.interrupt' | 'tree.pause' | 'tree.cancel' | 'tree.resume' | 'tree.restore' | 'wakeup.create';
 
 /** What the caller was told: a success with its body, an error (any kind), or nothing at all. */
 export type ControlAnswer = { ok: true; body: any } | { ok: false; error: string } | { ok: null; error: 'no answer' };
@@ -121,7 +122,10 @@ export class ControlLog {
     const headers = { authorization: `Bearer ${agentToken}`, 'x-request-id': requestId };
     await client.connect(new StreamableHTTPClientTransport(new URL(this.surfaces.mcpUrl), { requestInit: { headers } }));
     try {
-      const res = (await client.callTool({ name, arguments: args }, undefined, { timeout: this.timeoutMs + CLIENT_TIMEOUT_SLACK_MS })) as { isError?: boolean; content: Array<{ type: string; text?: string }> };
+      const res = (await client.callTool({ name, arguments: args }, undefined, { timeout: this.timeoutMs + CLIENT_TIMEOUT_SLACK_MS })) as {
+        isError?: boolean;
+        content: Array<{ type: string; text?: string }>;
+      };
       const text = res.content.find((c) => c.type === 'text')?.text ?? '';
       return res.isError ? { ok: false, error: text } : { ok: true, body: JSON.parse(text) };
     } finally {

@@ -70,7 +70,8 @@ export async function checkInvariants(stack: Stack, opts: InvariantOptions): Pro
  */
 export async function assertInvariants(stack: Stack, opts: InvariantOptions & { withinMs: number }): Promise<void> {
   const deadline = Date.now() + opts.withinMs;
-  const show = (vs: Violation[]) => vs.map((v) => `  ${v.invariant}: ${v.detail} (${v.boundMs === null ? 'no tolerance' : `bound ${v.boundMs} ms`})`).join('\n');
+  const show = (vs: Violation[]) =>
+    vs.map((v) => `  ${v.invariant}: ${v.detail} (${v.boundMs === null ? 'no tolerance' : `bound ${v.boundMs} ms`})`).join('\n');
   for (;;) {
     let report: InvariantReport;
     try {

@@ -17,7 +17,8 @@ export interface TestNats extends NatsServerHandle {
 /** A real nats-server -js of this test's own, on a random port, with a throwaway store. */
 export async function startNats(opts: { configFile?: string } = {}): Promise<TestNats> {
   const storeDir = mkdtempSync(join(tmpdir(), 'kandev-nats-'));
-  const spawnIt = (port?: number) => spawnNatsServer({ storeDir, ...(opts.configFile ? { configFile: opts.configFile } : {}), ...(port !== undefined ? { port } : {}) });
+  const spawnIt = (port?: number) =>
+    spawnNatsServer({ storeDir, ...(opts.configFile ? { configFile: opts.configFile } : {}), ...(port !== undefined ? { port } : {}) });
   let out = '';
   // What every incarnation of the server logged (permission violations show up here).
   const capture = (h: NatsServerHandle) =>

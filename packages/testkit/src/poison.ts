@@ -51,7 +51,9 @@ export function exampleOf(schema: z.ZodType): unknown {
     case 'string':
       return stringExample(def);
     case 'number': {
-      const min = ((def.checks as Array<{ _zod: { def: { check?: string; value?: number } } }> | undefined) ?? []).find((c) => c._zod.def.check === 'greater_than')?._zod.def.value;
+      const min = ((def.checks as Array<{ _zod: { def: { check?: string; value?: number } } }> | undefined) ?? []).find(
+        (c) => c._zod.def.check === 'greater_than',
+      )?._zod.def.value;
       return typeof min === 'number' ? Math.ceil(min) + 1 : 1;
     }
     case 'boolean':

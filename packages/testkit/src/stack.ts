@@ -122,14 +122,19 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const replicas: ServiceProcess[] = [];
   const replicaEnv = new Map<ServiceProcess, NodeJS.ProcessEnv>();
   const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
-    const p = await spawnServiceProcess({ name, entry: serviceEntry(name), env, onLog: (l) => {
+    const p = await spawnServiceProcess({
+      name,
+      entry: serviceEntry(name),
+      env,
+      onLog: (l) => {
         const tail = tails.get(name) ?? [];
         tail.push(l);
         if (tail.length > 60) tail.shift();
         tails.set(name, tail);
         opts.onLog?.(name, l);
         if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
-      } });
+      },
+    });
     if (env.INSTANCE_ID === `${name}-1`) services.set(name, p);
     return p;
   };

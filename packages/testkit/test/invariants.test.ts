@@ -28,7 +28,9 @@ afterAll(async () => {
 });
 // Each test starts from an empty system (the stream too: its facts are global).
 beforeEach(async () => {
-  await sql.unsafe(`TRUNCATE orchestrator.audit_log, orchestrator.tree_hold_members, orchestrator.tree_holds, orchestrator.queued_messages, orchestrator.turns, orchestrator.sessions, orchestrator.tasks, orchestrator.workspaces, holds.cost_events, holds.task_costs CASCADE`);
+  await sql.unsafe(
+    `TRUNCATE orchestrator.audit_log, orchestrator.tree_hold_members, orchestrator.tree_holds, orchestrator.queued_messages, orchestrator.turns, orchestrator.sessions, orchestrator.tasks, orchestrator.workspaces, holds.cost_events, holds.task_costs CASCADE`,
+  );
   const { jetstreamManager } = await import('@nats-io/jetstream');
   await (await jetstreamManager(nc)).streams.purge('KANDEV_EVENTS');
 });
@@ -38,7 +40,8 @@ const check = async (requests: ControlRequest[] = []) => {
   const stack = { db, nats } as unknown as Stack;
   return (await checkInvariants(stack, { agentPids: new Map(), bounds, requests })).violations;
 };
-const named = async (invariant: InvariantName, requests: ControlRequest[] = []) => (await check(requests)).filter((v) => v.invariant === invariant).map((v) => v.detail);
+const named = async (invariant: InvariantName, requests: ControlRequest[] = []) =>
+  (await check(requests)).filter((v) => v.invariant === invariant).map((v) => v.detail);
 
 async function task() {
   const ws = randomUUID();
@@ -53,7 +56,13 @@ async function session(t: { id: string }, state = 'COMPLETED', cancel_reason: st
   await sql`INSERT INTO orchestrator.sessions (id, task_id, state, cancel_reason, completed_at) VALUES (${id}, ${t.id}, ${state}, ${cancel_reason}, now())`;
   return id;
 }
-async function audit(t: { id: string; workspace_id: string }, action: string, outcome: string, details: Record<string, unknown>, extra: { request_id?: string; created_at?: Date } = {}) {
+async function audit(
+  t: { id: string; workspace_id: string },
+  action: string,
+  outcome: string,
+  details: Record<string, unknown>,
+  extra: { request_id?: string; created_at?: Date } = {},
+) {
   await sql`INSERT INTO orchestrator.audit_log (id, task_id, workspace_id, action, actor, request_id, outcome, details, created_at)
             VALUES (${randomUUID()}, ${t.id}, ${t.workspace_id}, ${action}, 'operator:test', ${extra.request_id ?? null}, ${outcome}, ${sql.json(details as never)}, ${extra.created_at ?? new Date()})`;
 }
@@ -86,7 +95,10 @@ describe('no event effect is applied twice', () => {
     expect(await named('effect_applied_twice')).toEqual([]);
     await audit(t, 'agent.cancel', 'cancelled', {}, { request_id: 'r1' });
     await audit(t, 'session.start', 'started', { wakeup_id: 'w1' }, { request_id: 'r3' });
-    expect((await named('effect_applied_twice')).sort()).toEqual([expect.stringContaining('request r1 recorded 2 times as agent.cancel → cancelled'), 'wakeup w1 started 2 sessions']);
+    expect((await named('effect_applied_twice')).sort()).toEqual([
+      expect.stringContaining('request r1 recorded 2 times as agent.cancel → cancelled'),
+      'wakeup w1 started 2 sessions',
+    ]);
   });
 
   it('one fact on the event stream under two event ids (a republish that lost its id)', async () => {
@@ -145,7 +157,12 @@ describe('no accepted request is lost without an error to its caller', () => {
   it('a stop answered `stopped` whose audit row or session state is not there', async () => {
     const t = await task();
     const s = await session(t, 'CANCELLED', 'stopped_by_operator');
-    const stop = answered({ kind: 'task.stop', task_id: t.id, request_id: 'req-stop', answer: { ok: true, body: { status: 'stopped', executions: [{ session_id: s, orphaned: false }] } } });
+    const stop = answered({
+      kind: 'task.stop',
+      task_id: t.id,
+      request_id: 'req-stop',
+      answer: { ok: true, body: { status: 'stopped', executions: [{ session_id: s, orphaned: false }] } },
+    });
     expect(await named('accepted_request_lost', [stop])).toEqual([expect.stringContaining('no task.stop audit row with outcome stopped for request req-stop')]);
     await audit(t, 'task.stop', 'stopped', { sessions: [s] }, { request_id: 'req-stop' });
     expect(await named('accepted_request_lost', [stop])).toEqual([]);
@@ -180,7 +197,13 @@ describe('no accepted request is lost without an error to its caller', () => {
   it('an interrupt answered `queued` whose message is gone, or is there twice', async () => {
     const t = await task();
     const s = await session(t, 'CREATED');
-    const int = answered({ kind: 'message.interrupt', task_id: t.id, prompt: 'steer-1', request_id: 'req-int', answer: { ok: true, body: { task_id: t.id, session_id: s, status: 'queued' } } });
+    const int = answered({
+      kind: 'message.interrupt',
+      task_id: t.id,
+      prompt: 'steer-1',
+      request_id: 'req-int',
+      answer: { ok: true, body: { task_id: t.id, session_id: s, status: 'queued' } },
+    });
     await audit(t, 'mcp.message_task.interrupt', 'queued', { session_id: s }, { request_id: 'req-int' });
     expect(await named('accepted_request_lost', [int])).toEqual([expect.stringContaining('the message is neither queued nor a turn')]);
     await sql`INSERT INTO orchestrator.queued_messages (id, task_id, session_id, prompt, queued_by) VALUES (${randomUUID()}, ${t.id}, ${s}, 'steer-1', 'agent')`;

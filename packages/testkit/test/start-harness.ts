@@ -49,15 +49,38 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
   mkdirSync(state);
   cleanups.push(() => rmSync(base, { recursive: true, force: true }));
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
-  Object.assign(env, { KANDEV_STATE_DIR: state, GATEWAY_PORT: '0', MCP_PORT: '0', NATS_URL: `nats://127.0.0.1:${await deadPort()}`, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange() }, extraEnv);
+  for (const k of [
+    'DATABASE_URL',
+    'KANDEV_JWT_SECRET',
+    'KANDEV_OPERATOR_JWT_SECRET',
+    'KANDEV_AGENT_JWT_SECRET',
+    'KANDEV_SERVICES',
+    'KANDEV_LOG_STDOUT',
+    'NATS_USER',
+    'NATS_PASS',
+  ])
+    delete env[k];
+  Object.assign(
+    env,
+    {
+      KANDEV_STATE_DIR: state,
+      GATEWAY_PORT: '0',
+      MCP_PORT: '0',
+      NATS_URL: `nats://127.0.0.1:${await deadPort()}`,
+      LOG_LEVEL: 'info',
+      AGENT_UID_RANGE: workerAgentUidRange(),
+    },
+    extraEnv,
+  );
   const [cmd, args] = how === 'npm' ? ['npm', ['start', '--silent']] : [process.execPath, ['scripts/start.mjs', '--no-build']];
   // detached: its own process group, as a terminal's foreground job is.
   const child = spawn(cmd as string, args as string[], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
   let hasExited = false;
   void exited.then(() => (hasExited = true));
   const seen = new Map<string, Proc>();
@@ -96,8 +119,11 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
 
 export async function readyz(gateway: string, deadlineMs: number): Promise<number> {
   let status = 0;
-  for (const deadline = Date.now() + deadlineMs; status !== 200 && Date.now() < deadline; ) {
-    status = await fetch(`${gateway}/readyz`, { signal: AbortSignal.timeout(2_000) }).then((r) => r.status, () => 0);
+  for (const deadline = Date.now() + deadlineMs; status !== 200 && Date.now() < deadline;) {
+    status = await fetch(`${gateway}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (status !== 200) await sleep(200);
   }
   return status;
@@ -106,4 +132,3 @@ export async function readyz(gateway: string, deadlineMs: number): Promise<numbe
 export async function stoppedWithin(s: Started, ms: number) {
   return Promise.race([s.exited, sleep(ms).then(() => null)]);
 }
-

@@ -16,7 +16,10 @@ describe('npm start supervision of its own nats-server and PostgreSQL', () => {
         headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
         ...(body ? { body: JSON.stringify(body) } : {}),
         signal: AbortSignal.timeout(10_000),
-      }).then(async (r) => ({ status: r.status, body: (await r.json().catch(() => null)) as Record<string, unknown> | null }), () => ({ status: 0, body: null }));
+      }).then(
+        async (r) => ({ status: r.status, body: (await r.json().catch(() => null)) as Record<string, unknown> | null }),
+        () => ({ status: 0, body: null }),
+      );
     /** The stack serves: a workspace and task are written (PostgreSQL) and a session starts (NATS, lifecycle). */
     const serves = async () => {
       for (const deadline = Date.now() + 60_000; Date.now() < deadline; await sleep(500)) {
@@ -30,24 +33,28 @@ describe('npm start supervision of its own nats-server and PostgreSQL', () => {
       return false;
     };
     expect(await serves(), s.out()).toBe(true);
-    const direct = (re: RegExp) => descendants(s.child.pid!).find((p) => re.test(p.cmd) && procStat(p.pid)?.ppid !== undefined && /stack\.mjs/.test(cmdline(procStat(p.pid)!.ppid)));
+    const direct = (re: RegExp) =>
+      descendants(s.child.pid!).find((p) => re.test(p.cmd) && procStat(p.pid)?.ppid !== undefined && /stack\.mjs/.test(cmdline(procStat(p.pid)!.ppid)));
 
     const nats = direct(/nats-server/)!;
     expect(nats, s.out()).toBeDefined();
     process.kill(nats.pid, 'SIGKILL');
-    for (const deadline = Date.now() + 30_000; !/nats-server restarted/.test(s.out()) && Date.now() < deadline; ) await sleep(100);
+    for (const deadline = Date.now() + 30_000; !/nats-server restarted/.test(s.out()) && Date.now() < deadline;) await sleep(100);
     expect(s.out()).toMatch(/nats-server exited unexpectedly \(SIGKILL\); restarting/);
     expect(await serves(), s.out()).toBe(true);
 
     const pg = direct(/bin\/postgres/)!;
     expect(pg, s.out()).toBeDefined();
     process.kill(pg.pid, 'SIGKILL');
-    for (const deadline = Date.now() + 60_000; !/PostgreSQL restarted/.test(s.out()) && Date.now() < deadline; ) await sleep(100);
+    for (const deadline = Date.now() + 60_000; !/PostgreSQL restarted/.test(s.out()) && Date.now() < deadline;) await sleep(100);
     expect(s.out()).toMatch(/PostgreSQL exited unexpectedly \(SIGKILL\); restarting/);
     expect(await serves(), s.out()).toBe(true);
 
     s.child.kill('SIGTERM');
     expect(await stoppedWithin(s, 45_000), s.out()).toEqual({ code: 0, signal: null });
-    expect((await s.survivors()).map((p) => `${p.pid} ${p.cmd}`), s.out()).toEqual([]);
+    expect(
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      s.out(),
+    ).toEqual([]);
   }, 240_000);
 });

@@ -11,7 +11,10 @@ describe('npm start supervision', () => {
     s.child.kill('SIGTERM');
     const exit = await stoppedWithin(s, 45_000);
     expect(exit, s.out()).toEqual({ code: 0, signal: null });
-    expect((await s.survivors()).map((p) => `${p.pid} ${p.cmd}`), s.out()).toEqual([]);
+    expect(
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      s.out(),
+    ).toEqual([]);
   }, 150_000);
 
   it('gives up on a crash loop: stops everything and exits 1', async () => {
@@ -28,7 +31,9 @@ describe('npm start supervision', () => {
     const exit = await stoppedWithin(s, 45_000);
     expect(exit, s.out()).toEqual({ code: 1, signal: null });
     expect(s.out()).toMatch(/orchestrator exited \(SIGKILL\): 2 crashes within 60s is a crash loop; giving up/);
-    expect((await s.survivors()).map((p) => `${p.pid} ${p.cmd}`), s.out()).toEqual([]);
+    expect(
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      s.out(),
+    ).toEqual([]);
   }, 150_000);
 });
-

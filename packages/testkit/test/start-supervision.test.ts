@@ -13,7 +13,7 @@ import { cleanups, readyz, runCleanups, sleep, startStack, stoppedWithin } from 
 afterAll(runCleanups);
 
 describe('npm start supervision', () => {
-  it('restarts a service killed with -9 (the stack serves again), and SIGTERM to npm\'s own pid stops everything', async () => {
+  it("restarts a service killed with -9 (the stack serves again), and SIGTERM to npm's own pid stops everything", async () => {
     const s = await startStack('npm');
     expect(await readyz(s.gateway, 30_000)).toBe(200);
     const before = s.servicePid('gateway');
@@ -34,7 +34,10 @@ describe('npm start supervision', () => {
     s.child.kill('SIGTERM'); // npm's own pid, as a process manager would
     const exit = await stoppedWithin(s, 45_000);
     expect(exit, `npm start did not exit within 45 s of SIGTERM\n${s.out()}`).not.toBeNull();
-    expect((await s.survivors()).map((p) => `${p.pid} ${p.cmd}`), s.out()).toEqual([]);
+    expect(
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      s.out(),
+    ).toEqual([]);
   }, 180_000);
 
   it('SIGINT to the process group stops everything', async () => {
@@ -42,7 +45,10 @@ describe('npm start supervision', () => {
     process.kill(-s.child.pid!, 'SIGINT');
     const exit = await stoppedWithin(s, 45_000);
     expect(exit, s.out()).toEqual({ code: 0, signal: null });
-    expect((await s.survivors()).map((p) => `${p.pid} ${p.cmd}`), s.out()).toEqual([]);
+    expect(
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      s.out(),
+    ).toEqual([]);
   }, 150_000);
 });
 
@@ -77,7 +83,10 @@ describe('restart policy and the root check (pure)', () => {
     mkdirSync(join(home, 'checkout', 'node_modules'), { recursive: true });
     chmodSync(home, 0o700);
     const ids = { uid: 4242, groups: [4242] }; // owns nothing here
-    expect(firstUntraversableForPostgres([join(home, 'checkout', 'node_modules'), join(home, 'checkout', '.kandev', 'pg')], ids)).toMatchObject({ dir: home, mode: '700' });
+    expect(firstUntraversableForPostgres([join(home, 'checkout', 'node_modules'), join(home, 'checkout', '.kandev', 'pg')], ids)).toMatchObject({
+      dir: home,
+      mode: '700',
+    });
     chmodSync(home, 0o711);
     expect(firstUntraversableForPostgres([join(home, 'checkout', 'node_modules')], ids)).toBeNull();
   });

@@ -37,7 +37,17 @@ function tempStateDir(): string {
 
 function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['DATABASE_URL', 'KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'KANDEV_SERVICES', 'KANDEV_LOG_STDOUT', 'NATS_USER', 'NATS_PASS']) delete env[k];
+  for (const k of [
+    'DATABASE_URL',
+    'KANDEV_JWT_SECRET',
+    'KANDEV_OPERATOR_JWT_SECRET',
+    'KANDEV_AGENT_JWT_SECRET',
+    'KANDEV_SERVICES',
+    'KANDEV_LOG_STDOUT',
+    'NATS_USER',
+    'NATS_PASS',
+  ])
+    delete env[k];
   return { ...env, AGENT_UID_RANGE: workerAgentUidRange(), ...extra };
 }
 
@@ -93,8 +103,11 @@ describe('npm start', () => {
     const readyAfterMs = Date.now() - started;
 
     let status = 0;
-    for (const deadline = Date.now() + 30_000; status !== 200 && Date.now() < deadline; ) {
-      status = await fetch(`${gateway}/readyz`).then((r) => r.status, () => 0);
+    for (const deadline = Date.now() + 30_000; status !== 200 && Date.now() < deadline;) {
+      status = await fetch(`${gateway}/readyz`).then(
+        (r) => r.status,
+        () => 0,
+      );
       if (status !== 200) await sleep(250);
     }
     expect(status, `GET ${gateway}/readyz\nstderr:\n${stderr}`).toBe(200);
@@ -127,18 +140,33 @@ describe('npm start', () => {
     await api('POST', `/tasks/${task.id}/sessions`, { prompt: JSON.stringify({ script: [{ sleep_ms: 600_000 }], ignore_sigterm: true }) });
     let agentPid: number | null = null;
     for (const deadline = Date.now() + 20_000; agentPid === null && Date.now() < deadline; await sleep(200)) {
-      const execs = (await fetch(`${gateway}/tasks/${task.id}/executions`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.json())) as Array<{ pid: number | null; status: string }>;
+      const execs = (await fetch(`${gateway}/tasks/${task.id}/executions`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.json())) as Array<{
+        pid: number | null;
+        status: string;
+      }>;
       agentPid = execs.find((e) => e.status === 'RUNNING' && e.pid)?.pid ?? null;
     }
     expect(agentPid, 'the agent never ran').not.toBeNull();
 
     sample();
-    expect([...seen.values()].some((p) => p.pid === agentPid), 'agent is a descendant of npm start').toBe(true);
+    expect(
+      [...seen.values()].some((p) => p.pid === agentPid),
+      'agent is a descendant of npm start',
+    ).toBe(true);
     const cmds = [...seen.values()].map((p) => p.cmd);
-    expect(cmds.some((c) => /nats-server/.test(c)), cmds.join('\n')).toBe(true);
-    expect(cmds.some((c) => /bin\/postgres/.test(c)), cmds.join('\n')).toBe(true);
+    expect(
+      cmds.some((c) => /nats-server/.test(c)),
+      cmds.join('\n'),
+    ).toBe(true);
+    expect(
+      cmds.some((c) => /bin\/postgres/.test(c)),
+      cmds.join('\n'),
+    ).toBe(true);
     for (const svc of ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway']) {
-      expect(cmds.some((c) => c.includes(`services/${svc}/dist/main.js`)), `${svc} process`).toBe(true);
+      expect(
+        cmds.some((c) => c.includes(`services/${svc}/dist/main.js`)),
+        `${svc} process`,
+      ).toBe(true);
     }
 
     const stopAt = Date.now();
@@ -150,7 +178,10 @@ describe('npm start', () => {
 
     let survivors = [...seen.values()].filter(alive);
     for (const deadline = Date.now() + 5_000; survivors.length && Date.now() < deadline; await sleep(100)) survivors = survivors.filter(alive);
-    expect(survivors.map((p) => `${p.pid} ${p.cmd}`), `processes left behind\nstderr:\n${stderr}`).toEqual([]);
+    expect(
+      survivors.map((p) => `${p.pid} ${p.cmd}`),
+      `processes left behind\nstderr:\n${stderr}`,
+    ).toEqual([]);
 
     console.info(`npm start: gateway URL after ${readyAfterMs} ms; stopped ${Date.now() - stopAt} ms after SIGINT; ${seen.size} processes`);
   }, 120_000);
@@ -191,7 +222,11 @@ describe('npm run token', () => {
     const fromEnv = run(['operator'], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'another-secret-sixteen-plus' });
     expect(await verifyOperatorToken('another-secret-sixteen-plus', fromEnv.stdout.trim())).toMatchObject({ sub: 'local-operator' });
     // A key's own variable wins over KANDEV_JWT_SECRET.
-    const own = run(['agent', '--task', task], { KANDEV_STATE_DIR: state, KANDEV_JWT_SECRET: 'another-secret-sixteen-plus', KANDEV_AGENT_JWT_SECRET: 'the-agent-key-sixteen-plus' });
+    const own = run(['agent', '--task', task], {
+      KANDEV_STATE_DIR: state,
+      KANDEV_JWT_SECRET: 'another-secret-sixteen-plus',
+      KANDEV_AGENT_JWT_SECRET: 'the-agent-key-sixteen-plus',
+    });
     expect(await verifyAgentToken('the-agent-key-sixteen-plus', own.stdout.trim())).toMatchObject({ task_id: task });
   });
 

@@ -38,29 +38,32 @@ const DAEMON_EXIT_MS = 15_000;
 const POSTMASTER_EXIT_MS = 30_000;
 
 const dirs: string[] = [];
-afterAll(async () => {
-  for (const dir of dirs) {
-    try {
-      const { daemonPid } = JSON.parse(readFileSync(join(dir, 'pg-state', 'state.json'), 'utf8')) as { daemonPid: number };
-      process.kill(daemonPid, 'SIGTERM');
-      for (const deadline = Date.now() + DAEMON_EXIT_MS; alive(daemonPid) && Date.now() < deadline; ) await sleep(100);
-    } catch {
-      /* not running */
+afterAll(
+  async () => {
+    for (const dir of dirs) {
+      try {
+        const { daemonPid } = JSON.parse(readFileSync(join(dir, 'pg-state', 'state.json'), 'utf8')) as { daemonPid: number };
+        process.kill(daemonPid, 'SIGTERM');
+        for (const deadline = Date.now() + DAEMON_EXIT_MS; alive(daemonPid) && Date.now() < deadline;) await sleep(100);
+      } catch {
+        /* not running */
+      }
+      // The daemon's PostgreSQL server shuts down after the daemon itself: wait for its postmaster,
+      // whose last writes would otherwise race the removal (ENOTEMPTY on pg_wal).
+      const postmaster = join(dir, 'pg-state', 'pg', 'postmaster.pid');
+      for (const deadline = Date.now() + POSTMASTER_EXIT_MS; existsSync(postmaster) && Date.now() < deadline;) await sleep(100);
+      try {
+        rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
+      } catch (e) {
+        // A temporary directory left behind is not what this file tests.
+        console.warn(`[test-pg] could not remove ${dir}: ${(e as Error).message}`);
+      }
     }
-    // The daemon's PostgreSQL server shuts down after the daemon itself: wait for its postmaster,
-    // whose last writes would otherwise race the removal (ENOTEMPTY on pg_wal).
-    const postmaster = join(dir, 'pg-state', 'pg', 'postmaster.pid');
-    for (const deadline = Date.now() + POSTMASTER_EXIT_MS; existsSync(postmaster) && Date.now() < deadline; ) await sleep(100);
-    try {
-      rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
-    } catch (e) {
-      // A temporary directory left behind is not what this file tests.
-      console.warn(`[test-pg] could not remove ${dir}: ${(e as Error).message}`);
-    }
-  }
-  // Its own waits, plus the removal's retries and headroom: the config's 30 s hook bound is shorter
-  // than the waits above, and a loaded CI machine reached it.
-}, DAEMON_EXIT_MS + POSTMASTER_EXIT_MS + 15_000);
+    // Its own waits, plus the removal's retries and headroom: the config's 30 s hook bound is shorter
+    // than the waits above, and a loaded CI machine reached it.
+  },
+  DAEMON_EXIT_MS + POSTMASTER_EXIT_MS + 15_000,
+);
 
 describe('embedded test PostgreSQL', () => {
   it('is started once for concurrent callers in different processes, reused, and stops itself when idle', async () => {
@@ -83,7 +86,7 @@ describe('embedded test PostgreSQL', () => {
     await sql.end();
 
     // Without clients and lease touches it stops within idle + one check period.
-    for (const deadline = Date.now() + idleMs + 30_000; (alive(state.daemonPid) || alive(state.pgPid)) && Date.now() < deadline; ) await sleep(200);
+    for (const deadline = Date.now() + idleMs + 30_000; (alive(state.daemonPid) || alive(state.pgPid)) && Date.now() < deadline;) await sleep(200);
     expect(alive(state.pgPid), 'PostgreSQL still runs after the idle bound').toBe(false);
     expect(alive(state.daemonPid)).toBe(false);
     expect(existsSync(join(dir, 'state.json'))).toBe(false);

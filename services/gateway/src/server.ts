@@ -11,7 +11,6 @@ import { registerReadRoutes } from './routes/read.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
 
-
 export interface GatewayServerOptions {
   nc: NatsConnection;
   log: Logger;

@@ -1,5 +1,19 @@
 import { describe, expect, it } from 'vitest';
-import { applyPush, backoffMs, kindWords, columnOf, COLUMNS, flattenTree, formatCost, hasGap, holdBadge, mergeMessages, plainWords, visibleWindow, type TreeNodeState } from '../console/src/model.js';
+import {
+  applyPush,
+  backoffMs,
+  kindWords,
+  columnOf,
+  COLUMNS,
+  flattenTree,
+  formatCost,
+  hasGap,
+  holdBadge,
+  mergeMessages,
+  plainWords,
+  visibleWindow,
+  type TreeNodeState,
+} from '../console/src/model.js';
 import type { Message, TaskItem, TaskStatus } from '../console/src/types.js';
 
 const task = (id: string, parent_id: string | null = null): TaskItem => ({
@@ -35,9 +49,14 @@ describe('console model', () => {
   });
 
   it('turns API errors into plain words, and says when a route is missing rather than a thing', () => {
-    expect(plainWords(404, 'NOT_FOUND', 'no route GET /tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions', '/tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions')).toBe(
-      'This gateway does not offer /tasks/:id/permissions yet (404), so this part of the console is unavailable.',
-    );
+    expect(
+      plainWords(
+        404,
+        'NOT_FOUND',
+        'no route GET /tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions',
+        '/tasks/0b6f1c1e-3c8f-4f5e-9a55-0c2a5b1d9e11/permissions',
+      ),
+    ).toBe('This gateway does not offer /tasks/:id/permissions yet (404), so this part of the console is unavailable.');
     expect(plainWords(404, 'NOT_FOUND', 'task not found', '/tasks/x')).toBe('Not found: task not found.');
     expect(plainWords(409, 'CONFLICT', 'no active pause hold', '/tasks/x/tree/resume')).toBe('This cannot be done in the current state: no active pause hold.');
     expect(plainWords(401, 'UNAUTHORIZED', 'missing token', '/tasks')).toMatch(/Sign in again/);
@@ -78,7 +97,13 @@ describe('console model', () => {
       ['a', { children: ['a1'], cursor: null, loaded: true, loading: false }],
     ]);
     const rows = flattenTree('r', tasks, nodes, new Set(['r', 'a']));
-    expect(rows.map((r) => (r.kind === 'task' ? `${r.task.id}@${r.depth}` : `more:${r.parentId}@${r.depth}`))).toEqual(['r@0', 'a@1', 'a1@2', 'b@1', 'more:r@1']);
+    expect(rows.map((r) => (r.kind === 'task' ? `${r.task.id}@${r.depth}` : `more:${r.parentId}@${r.depth}`))).toEqual([
+      'r@0',
+      'a@1',
+      'a1@2',
+      'b@1',
+      'more:r@1',
+    ]);
     expect(flattenTree('r', tasks, nodes, new Set(['r'])).map((r) => (r.kind === 'task' ? r.task.id : 'more'))).toEqual(['r', 'a', 'b', 'more']);
   });
 

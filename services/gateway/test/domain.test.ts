@@ -32,12 +32,18 @@ describe('parseClientFrame', () => {
     });
   });
   it('answers text that is not JSON with BAD_REQUEST', () => {
-    expect(parseClientFrame('nope')).toEqual({ ok: false, error: { id: null, type: 'error', action: null, payload: { code: 'BAD_REQUEST', message: 'frame is not JSON' } } });
+    expect(parseClientFrame('nope')).toEqual({
+      ok: false,
+      error: { id: null, type: 'error', action: null, payload: { code: 'BAD_REQUEST', message: 'frame is not JSON' } },
+    });
     expect(parseClientFrame('[1]')).toMatchObject({ ok: false, error: { payload: { code: 'BAD_REQUEST' } } });
   });
   it('checks the mcp guard before the rest of the envelope', () => {
     expect(parseClientFrame('{"action":"mcp.stop_task"}')).toMatchObject({ ok: false, error: { action: 'mcp.stop_task', payload: { code: 'FORBIDDEN' } } });
-    expect(parseClientFrame('{"id":9,"type":"request","action":"mcp.stop_task","payload":{}}')).toMatchObject({ ok: false, error: { id: 9, payload: { code: 'FORBIDDEN' } } });
+    expect(parseClientFrame('{"id":9,"type":"request","action":"mcp.stop_task","payload":{}}')).toMatchObject({
+      ok: false,
+      error: { id: 9, payload: { code: 'FORBIDDEN' } },
+    });
   });
   it('needs a request type, an action and an id', () => {
     expect(parseClientFrame('{"id":"1","action":"x"}')).toMatchObject({ ok: false, error: { id: '1', payload: { code: 'BAD_REQUEST' } } });
@@ -45,7 +51,10 @@ describe('parseClientFrame', () => {
     expect(parseClientFrame('{"type":"request","action":"x"}')).toMatchObject({ ok: false, error: { id: null, payload: { code: 'BAD_REQUEST' } } });
   });
   it('defaults a missing payload to {} and keeps an optional traceparent', () => {
-    expect(parseClientFrame('{"id":"1","type":"request","action":"x","traceparent":"00-a-b-01"}')).toMatchObject({ ok: true, frame: { payload: {}, traceparent: '00-a-b-01' } });
+    expect(parseClientFrame('{"id":"1","type":"request","action":"x","traceparent":"00-a-b-01"}')).toMatchObject({
+      ok: true,
+      frame: { payload: {}, traceparent: '00-a-b-01' },
+    });
   });
 });
 
@@ -54,7 +63,18 @@ describe('notifications', () => {
   const task = randomUUID();
   const session = randomUUID();
   const ev = (type: string, data: unknown, extra: Partial<EventEnvelope> = {}): EventEnvelope =>
-    ({ id: 'ev-1', type, version: 1, occurred_at: '2026-01-01T00:00:00.000Z', workspace_id: ws, task_id: task, session_id: session, actor: null, data, ...extra }) as EventEnvelope;
+    ({
+      id: 'ev-1',
+      type,
+      version: 1,
+      occurred_at: '2026-01-01T00:00:00.000Z',
+      workspace_id: ws,
+      task_id: task,
+      session_id: session,
+      actor: null,
+      data,
+      ...extra,
+    }) as EventEnvelope;
 
   it('targets the event task and its workspace for pushed types only', () => {
     expect(notificationTargets(ev('session.agent.cancelled', {}))).toEqual([task, workspaceKey(ws)]);
@@ -85,7 +105,12 @@ describe('notifications', () => {
 
 describe('errorResponseOf', () => {
   it('keeps a KandevError code, message and details with the SPEC status', () => {
-    expect(errorResponseOf(new KandevError('CONFLICT', 'full', { limit: 10 }))).toEqual({ status: 409, body: { error: { code: 'CONFLICT', message: 'full', details: { limit: 10 } } }, unexpected: false, retryAfterS: null });
+    expect(errorResponseOf(new KandevError('CONFLICT', 'full', { limit: 10 }))).toEqual({
+      status: 409,
+      body: { error: { code: 'CONFLICT', message: 'full', details: { limit: 10 } } },
+      unexpected: false,
+      retryAfterS: null,
+    });
     expect(errorResponseOf(new KandevError('UNKNOWN_ACTION', 'x')).status).toBe(400);
     expect(errorResponseOf(new KandevError('UNAVAILABLE', 'x')).status).toBe(503);
   });
@@ -100,12 +125,20 @@ describe('errorResponseOf', () => {
   });
   it('folds Fastify errors into the closed set', () => {
     expect(errorResponseOf({ code: 'FST_ERR_CTP_INVALID_JSON_BODY', statusCode: 400 }).body.error.code).toBe('BAD_REQUEST');
-    expect(errorResponseOf({ code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', statusCode: 415 })).toMatchObject({ status: 400, body: { error: { code: 'BAD_REQUEST' } } });
+    expect(errorResponseOf({ code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE', statusCode: 415 })).toMatchObject({
+      status: 400,
+      body: { error: { code: 'BAD_REQUEST' } },
+    });
     expect(errorResponseOf({ code: 'FST_ERR_CTP_BODY_TOO_LARGE', statusCode: 413 }).status).toBe(400);
     expect(errorResponseOf({ validation: [{ message: 'x' }], statusCode: 400 }).body.error.code).toBe('VALIDATION_ERROR');
   });
   it('hides the message of an unexpected error', () => {
-    expect(errorResponseOf(new Error('db password is hunter2'))).toEqual({ status: 500, body: { error: { code: 'INTERNAL_ERROR', message: 'internal error' } }, unexpected: true, retryAfterS: null });
+    expect(errorResponseOf(new Error('db password is hunter2'))).toEqual({
+      status: 500,
+      body: { error: { code: 'INTERNAL_ERROR', message: 'internal error' } },
+      unexpected: true,
+      retryAfterS: null,
+    });
   });
 });
 

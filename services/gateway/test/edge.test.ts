@@ -52,7 +52,11 @@ beforeEach(() => {
 });
 
 const post = (path: string, body: unknown, method = 'POST') =>
-  fetch(`${gw.http}${path}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  fetch(`${gw.http}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 
 /** Every text field of the operator surface, with a route that carries it. */
 const TEXT_FIELDS: Array<[string, string, string, Record<string, unknown>]> = [
@@ -133,7 +137,14 @@ describe('oversized input', () => {
     new Promise<{ status: number; connection: string | undefined; reused: boolean; json: unknown }>((resolve, reject) => {
       const url = new URL(`${gw.http}${path}`);
       const req = httpRequest(
-        { agent, method: 'POST', host: url.hostname, port: url.port, path: url.pathname, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(length) } },
+        {
+          agent,
+          method: 'POST',
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(length) },
+        },
         (res) => {
           let text = '';
           res.on('data', (c: Buffer) => (text += c.toString()));
@@ -195,11 +206,14 @@ describe('oversized input', () => {
   it('a 20 KB header → 400 with the SPEC body, not the framework own', async () => {
     const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const url = new URL(`${gw.http}/tasks/${TASK}`);
-      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, headers: { authorization: `Bearer ${token}`, 'x-padding': 'a'.repeat(20 * 1024) } }, (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-      });
+      const req = httpRequest(
+        { host: url.hostname, port: url.port, path: url.pathname, headers: { authorization: `Bearer ${token}`, 'x-padding': 'a'.repeat(20 * 1024) } },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => (text += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        },
+      );
       req.on('error', reject);
       req.end();
     });

@@ -48,7 +48,16 @@ export const fixtures = {
     completed_at: null,
     updated_at: now(),
   }),
-  queued: (id: string, taskId: string) => ({ id, task_id: taskId, session_id: taskId, position: 1, prompt: 'later', sender_task_id: null, queued_by: 'operator:alice', queued_at: now() }),
+  queued: (id: string, taskId: string) => ({
+    id,
+    task_id: taskId,
+    session_id: taskId,
+    position: 1,
+    prompt: 'later',
+    sender_task_id: null,
+    queued_by: 'operator:alice',
+    queued_at: now(),
+  }),
 };
 
 /** A WebSocket client that keeps replies and notifications in separate queues. */

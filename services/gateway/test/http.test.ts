@@ -1,7 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { conflict, forbidden, notFound, Orch, type Endpoint } from '@kandev/contracts';
-import { connectNats, createLogger, on, serveEndpoints, signAgentToken, signOperatorToken, trace, type NatsConnection, type RunningService } from '@kandev/runtime';
+import {
+  connectNats,
+  createLogger,
+  on,
+  serveEndpoints,
+  signAgentToken,
+  signOperatorToken,
+  trace,
+  type NatsConnection,
+  type RunningService,
+} from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { fixtures, operatorToken, SECRET, startGateway } from './helpers.js';
 
@@ -92,7 +102,7 @@ describe('authentication', () => {
 
   it('rejects a token signed with another secret, an expired one and an agent token', async () => {
     const foreign = await signOperatorToken('another-secret-0123456789', { sub: 'mallory', workspaces: ['*'] });
-    const expired = await signOperatorToken(SECRET, { sub: 'alice', workspaces: ['*'] }, Math.floor(Date.now() / 1000) - 60 as never);
+    const expired = await signOperatorToken(SECRET, { sub: 'alice', workspaces: ['*'] }, (Math.floor(Date.now() / 1000) - 60) as never);
     const agent = await signAgentToken(SECRET, { task_id: TASK });
     for (const t of [foreign, expired, agent, 'not-a-jwt']) {
       const res = await api(`/tasks/${TASK}`, { token: t });
@@ -171,7 +181,10 @@ describe('errors', () => {
 
   it('answers a path id that is not a UUID with 400 VALIDATION_ERROR', async () => {
     for (const path of ['/tasks/not-a-uuid', '/sessions/123/prompt', '/tasks/x/stop']) {
-      const res = await api(path, { method: path.endsWith('prompt') || path.endsWith('stop') ? 'POST' : 'GET', ...(path.endsWith('prompt') ? { body: '{"prompt":"x"}' } : {}) });
+      const res = await api(path, {
+        method: path.endsWith('prompt') || path.endsWith('stop') ? 'POST' : 'GET',
+        ...(path.endsWith('prompt') ? { body: '{"prompt":"x"}' } : {}),
+      });
       expect(res.status).toBe(400);
       expect(await res.json()).toEqual({ error: { code: 'VALIDATION_ERROR', message: 'path parameter id must be a UUID', details: { param: 'id' } } });
     }
@@ -179,7 +192,11 @@ describe('errors', () => {
   });
 
   it('answers unknown routes and methods with 404 NOT_FOUND in the same shape', async () => {
-    for (const [method, path] of [['GET', '/nope'], ['DELETE', `/tasks/${TASK}`], ['PUT', '/tasks']]) {
+    for (const [method, path] of [
+      ['GET', '/nope'],
+      ['DELETE', `/tasks/${TASK}`],
+      ['PUT', '/tasks'],
+    ]) {
       const res = await api(path!, { method: method! });
       expect(res.status).toBe(404);
       expect(await res.json()).toEqual({ error: { code: 'NOT_FOUND', message: expect.any(String) } });
@@ -188,8 +205,24 @@ describe('errors', () => {
 });
 
 describe('routes', () => {
-  const cases: Array<{ method: string; path: () => string; body?: unknown; endpoint: string; status: number; sent: Record<string, unknown>; reply: (b: any) => void }> = [
-    { method: 'POST', path: () => '/workspaces', body: { name: 'acme' }, endpoint: 'orch.workspace.create', status: 201, sent: { name: 'acme' }, reply: (b) => expect(b).toMatchObject({ id: WS1, name: 'acme' }) },
+  const cases: Array<{
+    method: string;
+    path: () => string;
+    body?: unknown;
+    endpoint: string;
+    status: number;
+    sent: Record<string, unknown>;
+    reply: (b: any) => void;
+  }> = [
+    {
+      method: 'POST',
+      path: () => '/workspaces',
+      body: { name: 'acme' },
+      endpoint: 'orch.workspace.create',
+      status: 201,
+      sent: { name: 'acme' },
+      reply: (b) => expect(b).toMatchObject({ id: WS1, name: 'acme' }),
+    },
     {
       method: 'POST',
       path: () => '/tasks',
@@ -199,12 +232,57 @@ describe('routes', () => {
       sent: { workspace_id: WS1, title: 'Fix it', office: false, agent: 'scripted-acp' },
       reply: (b) => expect(b).toMatchObject({ workspace_id: WS1, title: 'Fix it', status: 'TODO' }),
     },
-    { method: 'GET', path: () => `/tasks/${TASK}`, endpoint: 'orch.task.get', status: 200, sent: { task_id: TASK }, reply: (b) => expect(b.sessions).toHaveLength(1) },
-    { method: 'PATCH', path: () => `/tasks/${TASK}`, body: { status: 'REVIEW', archived: true }, endpoint: 'orch.task.update', status: 200, sent: { task_id: TASK, status: 'REVIEW', archived: true }, reply: (b) => expect(b.status).toBe('REVIEW') },
-    { method: 'POST', path: () => `/tasks/${TASK}/sessions`, body: { prompt: 'go' }, endpoint: 'orch.session.start', status: 201, sent: { task_id: TASK, prompt: 'go' }, reply: (b) => expect(b).toMatchObject({ task_id: TASK, state: 'RUNNING' }) },
-    { method: 'GET', path: () => `/sessions/${SESSION}`, endpoint: 'orch.session.get', status: 200, sent: { session_id: SESSION }, reply: (b) => expect(b).toMatchObject({ id: SESSION, execution: null, turns: [] }) },
-    { method: 'POST', path: () => `/sessions/${SESSION}/prompt`, body: { prompt: 'more' }, endpoint: 'orch.session.prompt', status: 202, sent: { session_id: SESSION, prompt: 'more' }, reply: (b) => expect(b).toEqual({ turn_id: TURN }) },
-    { method: 'POST', path: () => `/sessions/${SESSION}/cancel`, endpoint: 'orch.agent.cancel', status: 200, sent: { session_id: SESSION }, reply: (b) => expect(b).toEqual({ success: true, session_id: SESSION }) },
+    {
+      method: 'GET',
+      path: () => `/tasks/${TASK}`,
+      endpoint: 'orch.task.get',
+      status: 200,
+      sent: { task_id: TASK },
+      reply: (b) => expect(b.sessions).toHaveLength(1),
+    },
+    {
+      method: 'PATCH',
+      path: () => `/tasks/${TASK}`,
+      body: { status: 'REVIEW', archived: true },
+      endpoint: 'orch.task.update',
+      status: 200,
+      sent: { task_id: TASK, status: 'REVIEW', archived: true },
+      reply: (b) => expect(b.status).toBe('REVIEW'),
+    },
+    {
+      method: 'POST',
+      path: () => `/tasks/${TASK}/sessions`,
+      body: { prompt: 'go' },
+      endpoint: 'orch.session.start',
+      status: 201,
+      sent: { task_id: TASK, prompt: 'go' },
+      reply: (b) => expect(b).toMatchObject({ task_id: TASK, state: 'RUNNING' }),
+    },
+    {
+      method: 'GET',
+      path: () => `/sessions/${SESSION}`,
+      endpoint: 'orch.session.get',
+      status: 200,
+      sent: { session_id: SESSION },
+      reply: (b) => expect(b).toMatchObject({ id: SESSION, execution: null, turns: [] }),
+    },
+    {
+      method: 'POST',
+      path: () => `/sessions/${SESSION}/prompt`,
+      body: { prompt: 'more' },
+      endpoint: 'orch.session.prompt',
+      status: 202,
+      sent: { session_id: SESSION, prompt: 'more' },
+      reply: (b) => expect(b).toEqual({ turn_id: TURN }),
+    },
+    {
+      method: 'POST',
+      path: () => `/sessions/${SESSION}/cancel`,
+      endpoint: 'orch.agent.cancel',
+      status: 200,
+      sent: { session_id: SESSION },
+      reply: (b) => expect(b).toEqual({ success: true, session_id: SESSION }),
+    },
     {
       method: 'POST',
       path: () => `/tasks/${TASK}/stop`,
@@ -213,9 +291,30 @@ describe('routes', () => {
       sent: { task_id: TASK },
       reply: (b) => expect(b).toEqual({ task_id: TASK, status: 'stopped', executions: [{ session_id: SESSION, execution_id: EXEC, orphaned: false }] }),
     },
-    { method: 'GET', path: () => `/tasks/${TASK}/executions`, endpoint: 'orch.task.executions', status: 200, sent: { task_id: TASK }, reply: (b) => expect(b).toEqual([{ execution_id: EXEC, session_id: SESSION, status: 'RUNNING', pid: 4242, protocol: 'acp', instance_id: 'life-1' }]) },
-    { method: 'GET', path: () => `/tasks/${TASK}/queue`, endpoint: 'orch.task.queue', status: 200, sent: { task_id: TASK }, reply: (b) => expect(b).toEqual([]) },
-    { method: 'GET', path: () => `/tasks/${TASK}/audit`, endpoint: 'orch.task.audit', status: 200, sent: { task_id: TASK }, reply: (b) => expect(b).toEqual([]) },
+    {
+      method: 'GET',
+      path: () => `/tasks/${TASK}/executions`,
+      endpoint: 'orch.task.executions',
+      status: 200,
+      sent: { task_id: TASK },
+      reply: (b) => expect(b).toEqual([{ execution_id: EXEC, session_id: SESSION, status: 'RUNNING', pid: 4242, protocol: 'acp', instance_id: 'life-1' }]),
+    },
+    {
+      method: 'GET',
+      path: () => `/tasks/${TASK}/queue`,
+      endpoint: 'orch.task.queue',
+      status: 200,
+      sent: { task_id: TASK },
+      reply: (b) => expect(b).toEqual([]),
+    },
+    {
+      method: 'GET',
+      path: () => `/tasks/${TASK}/audit`,
+      endpoint: 'orch.task.audit',
+      status: 200,
+      sent: { task_id: TASK },
+      reply: (b) => expect(b).toEqual([]),
+    },
   ];
 
   it.each(cases)('$method $endpoint answers $status', async (c) => {
@@ -238,7 +337,11 @@ describe('routes', () => {
     expect(calls.at(-1)!.req).toMatchObject({ session_id: SESSION, prompt: 'x', idempotency_key: 'p' });
     // A body naming another key than the header: VALIDATION_ERROR, nothing sent.
     calls.length = 0;
-    const both = await api('/tasks', { method: 'POST', body: JSON.stringify({ workspace_id: WS1, title: 't', idempotency_key: 'a' }), headers: { 'idempotency-key': 'b' } });
+    const both = await api('/tasks', {
+      method: 'POST',
+      body: JSON.stringify({ workspace_id: WS1, title: 't', idempotency_key: 'a' }),
+      headers: { 'idempotency-key': 'b' },
+    });
     expect(both.status).toBe(400);
     expect(calls).toHaveLength(0);
   });
@@ -255,7 +358,10 @@ describe('routes', () => {
   });
 
   it('treats an empty body with a JSON content type as no body', async () => {
-    const res = await fetch(`${gw.http}/sessions/${SESSION}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } });
+    const res = await fetch(`${gw.http}/sessions/${SESSION}/cancel`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    });
     expect(res.status).toBe(200);
   });
 });

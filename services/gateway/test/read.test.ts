@@ -53,7 +53,10 @@ beforeAll(async () => {
     on(OrchRead.sessionMessages, async (req) => {
       calls.push({ endpoint: 'session.messages', req });
       if (req.session_id === FOREIGN_SESSION) throw forbidden('no access to the workspace of this session');
-      return { items: [{ seq: 1, turn_id: TURN, role: 'user' as const, kind: 'prompt' as const, text: 'hi', created_at: new Date().toISOString() }], next_cursor: null };
+      return {
+        items: [{ seq: 1, turn_id: TURN, role: 'user' as const, kind: 'prompt' as const, text: 'hi', created_at: new Date().toISOString() }],
+        next_cursor: null,
+      };
     }),
   ]);
 }, 60_000);
@@ -98,12 +101,21 @@ describe('GET /tasks', () => {
     const r = await get(`/tasks?workspace_id=${WS1}&roots=true&status=TODO,REVIEW&status=BLOCKED&q=${encodeURIComponent('fix 100%')}&limit=20&cursor=c1`);
     expect(r.status).toBe(200);
     expect(r.body.items[0]).toMatchObject({ id: TASK, child_count: 2, active_session_count: 1, hold: null });
-    expect(calls).toEqual([{ endpoint: 'task.list', req: { workspace_id: WS1, roots: true, status: ['TODO', 'REVIEW', 'BLOCKED'], q: 'fix 100%', limit: 20, cursor: 'c1', actor } }]);
+    expect(calls).toEqual([
+      { endpoint: 'task.list', req: { workspace_id: WS1, roots: true, status: ['TODO', 'REVIEW', 'BLOCKED'], q: 'fix 100%', limit: 20, cursor: 'c1', actor } },
+    ]);
     await get(`/tasks?workspace_id=${WS1}&parent_id=${TASK}`);
     expect(calls[1]!.req).toEqual({ workspace_id: WS1, parent_id: TASK, actor });
   });
   it('refuses bad values with VALIDATION_ERROR before asking', async () => {
-    for (const q of [`workspace_id=nope`, `workspace_id=${WS1}&status=DONE`, `workspace_id=${WS1}&roots=yes`, `workspace_id=${WS1}&limit=-1`, `workspace_id=${WS1}&limit=0`, `workspace_id=${WS1}&workspace_id=${WS2}`]) {
+    for (const q of [
+      `workspace_id=nope`,
+      `workspace_id=${WS1}&status=DONE`,
+      `workspace_id=${WS1}&roots=yes`,
+      `workspace_id=${WS1}&limit=-1`,
+      `workspace_id=${WS1}&limit=0`,
+      `workspace_id=${WS1}&workspace_id=${WS2}`,
+    ]) {
       expect((await get(`/tasks?${q}`)).body.error.code, q).toBe('VALIDATION_ERROR');
     }
     expect(calls).toEqual([]);
@@ -133,20 +145,46 @@ describe('GET /sessions/:id/messages', () => {
 
 describe('/ws subscribe {workspace_id}', () => {
   const message = (workspace_id: string, task_id: string, seq: number) =>
-    publisher.emit('session.message', { workspace_id, task_id, session_id: SESSION }, { op: 'created', seq, turn_id: TURN, role: 'agent', kind: 'agent_text', text: `t${seq}`, created_at: new Date().toISOString() });
+    publisher.emit(
+      'session.message',
+      { workspace_id, task_id, session_id: SESSION },
+      { op: 'created', seq, turn_id: TURN, role: 'agent', kind: 'agent_text', text: `t${seq}`, created_at: new Date().toISOString() },
+    );
 
   it('pushes every task event of the workspace, session.message included; unsubscribe stops it', async () => {
     const c = await WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
-    expect(await c.call('subscribe', { workspace_id: WS1 }, 's')).toEqual({ id: 's', type: 'response', action: 'subscribe', payload: { subscribed: true, workspace_id: WS1 } });
+    expect(await c.call('subscribe', { workspace_id: WS1 }, 's')).toEqual({
+      id: 's',
+      type: 'response',
+      action: 'subscribe',
+      payload: { subscribed: true, workspace_id: WS1 },
+    });
     expect(calls).toEqual([{ endpoint: 'workspace.get', req: { workspace_id: WS1, actor } }]);
     await message(WS2, OTHER_TASK, 1); // another workspace: not pushed
     const ev = await message(WS1, OTHER_TASK, 2);
     expect(await c.next('notification')).toEqual({
       type: 'notification',
       action: 'session.message',
-      payload: { op: 'created', seq: 2, turn_id: TURN, role: 'agent', kind: 'agent_text', text: 't2', created_at: expect.any(String), workspace_id: WS1, task_id: OTHER_TASK, session_id: SESSION, event_id: ev.id, occurred_at: ev.occurred_at },
+      payload: {
+        op: 'created',
+        seq: 2,
+        turn_id: TURN,
+        role: 'agent',
+        kind: 'agent_text',
+        text: 't2',
+        created_at: expect.any(String),
+        workspace_id: WS1,
+        task_id: OTHER_TASK,
+        session_id: SESSION,
+        event_id: ev.id,
+        occurred_at: ev.occurred_at,
+      },
     });
-    await publisher.emit('task.state_changed', { workspace_id: WS1, task_id: TASK }, { task: fixtures.task(TASK, WS1), from: 'TODO', to: 'IN_PROGRESS', reason: null });
+    await publisher.emit(
+      'task.state_changed',
+      { workspace_id: WS1, task_id: TASK },
+      { task: fixtures.task(TASK, WS1), from: 'TODO', to: 'IN_PROGRESS', reason: null },
+    );
     expect((await c.next('notification')).action).toBe('task.state_changed');
     // A new task reaches the board at once, not only at its first status change.
     await publisher.emit('task.created', { workspace_id: WS1, task_id: OTHER_TASK }, { task: fixtures.task(OTHER_TASK, WS1) });

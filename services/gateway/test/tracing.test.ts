@@ -1,7 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { InMemorySpanExporter, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_MESSAGING_DESTINATION_NAME, ATTR_MESSAGING_OPERATION_TYPE, ATTR_MESSAGING_SYSTEM_NAME, ATTR_URL_PATH } from '@kandev/runtime';
+import {
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_MESSAGING_DESTINATION_NAME,
+  ATTR_MESSAGING_OPERATION_TYPE,
+  ATTR_MESSAGING_SYSTEM_NAME,
+  ATTR_URL_PATH,
+} from '@kandev/runtime';
 import { Orch } from '@kandev/contracts';
 import { connectNats, createLogger, initTracing, on, serveEndpoints, SpanKind, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
@@ -39,13 +47,20 @@ async function spanNamed(name: string, traceId?: string): Promise<ReadableSpan> 
     if (s) return s;
     await new Promise((r) => setTimeout(r, 20));
   }
-  throw new Error(`no span ${name}; have ${exporter.getFinishedSpans().map((s) => s.name).join(', ')}`);
+  throw new Error(
+    `no span ${name}; have ${exporter
+      .getFinishedSpans()
+      .map((s) => s.name)
+      .join(', ')}`,
+  );
 }
 const parentIdOf = (s: ReadableSpan) => s.parentSpanContext?.spanId;
 
 it('opens one server span per request named by route template, continuing the incoming trace through NATS', async () => {
   const traceId = 'aaaabbbbccccddddeeeeffff00001111';
-  const res = await fetch(`${gw.http}/tasks/${randomUUID()}`, { headers: { authorization: `Bearer ${token}`, traceparent: `00-${traceId}-1111222233334444-01` } });
+  const res = await fetch(`${gw.http}/tasks/${randomUUID()}`, {
+    headers: { authorization: `Bearer ${token}`, traceparent: `00-${traceId}-1111222233334444-01` },
+  });
   expect(res.status).toBe(200);
   const http = await spanNamed('GET /tasks/:id', traceId);
   expect(http.kind).toBe(SpanKind.SERVER);

@@ -61,14 +61,21 @@ function send(path: string, body: Buffer | string, headers: Record<string, strin
   return new Promise((resolve, reject) => {
     const url = new URL(path, gw.http);
     const payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-    const req = httpRequest(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(payload.length), ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
-      });
-    });
+    const req = httpRequest(
+      url,
+      {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(payload.length), ...headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -99,7 +106,16 @@ describe('keys (ADR 0020)', () => {
 describe('every route body: strings refuse NUL and lone surrogates (generated from the contracts)', () => {
   const bodyRoutes = API_ROUTES.filter((r) => r.body);
   it('covers the routes the probe found (this test can fail)', () => {
-    expect(bodyRoutes.map((r) => r.url)).toEqual(expect.arrayContaining(['/tasks/:id/tree/pause', '/tasks/:id/tree/resume', '/tasks/:id/tree/cancel', '/tasks/:id/tree/restore', '/cost-events', '/wakeups']));
+    expect(bodyRoutes.map((r) => r.url)).toEqual(
+      expect.arrayContaining([
+        '/tasks/:id/tree/pause',
+        '/tasks/:id/tree/resume',
+        '/tasks/:id/tree/cancel',
+        '/tasks/:id/tree/restore',
+        '/cost-events',
+        '/wakeups',
+      ]),
+    );
   });
   it.each(bodyRoutes.map((r) => [`${r.method} ${r.url}`, r] as const))('%s: its contract guards every string', (_n, r) => {
     expect(unguardedStrings(r.endpoint.request as z.ZodType)).toEqual([]);
@@ -121,7 +137,7 @@ describe('every route body: strings refuse NUL and lone surrogates (generated fr
     expect(received.slice(before)).toEqual([]);
   });
 
-  it('the probe\'s own cases', async () => {
+  it("the probe's own cases", async () => {
     for (const verb of ['pause', 'resume', 'cancel', 'restore']) {
       for (const reason of ['a\u0000b', 'a\ud800b']) {
         const res = await send(`/tasks/${randomUUID()}/tree/${verb}`, JSON.stringify({ reason }));
@@ -137,11 +153,15 @@ describe('every route body: strings refuse NUL and lone surrogates (generated fr
 function sendWithMethod(method: string, path: string, body: string): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const payload = Buffer.from(body, 'utf8');
-    const req = httpRequest(new URL(path, gw.http), { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(payload.length) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8') || 'null') }));
-    });
+    const req = httpRequest(
+      new URL(path, gw.http),
+      { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(payload.length) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString('utf8') || 'null') }));
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -174,7 +194,10 @@ describe('body encoding (docs/limits.md)', () => {
 });
 
 describe('/ws action payloads: strings refuse NUL and lone surrogates (generated from the contracts)', () => {
-  const actions = [['agent.cancel', Orch.agentCancel], ['task.stop', Orch.taskStop]] as const;
+  const actions = [
+    ['agent.cancel', Orch.agentCancel],
+    ['task.stop', Orch.taskStop],
+  ] as const;
   const cases = actions.flatMap(([action, endpoint]) => {
     const example = validExample(endpoint.request as z.ZodType);
     delete example.actor;
@@ -201,7 +224,9 @@ describe('/ws subscription cap under a burst', () => {
     gate = new Promise<void>((r) => (open = r));
     const lookedBefore = looked.size;
     try {
-      const frames = Array.from({ length: 1_500 }, (_, i) => JSON.stringify({ id: `s${i}`, type: 'request', action: 'subscribe', payload: { task_id: randomUUID() } }));
+      const frames = Array.from({ length: 1_500 }, (_, i) =>
+        JSON.stringify({ id: `s${i}`, type: 'request', action: 'subscribe', payload: { task_id: randomUUID() } }),
+      );
       for (const f of frames) c.sendRaw(f);
       // Refusals come back at once; lookups wait at the gate, so no subscription is added before
       // every frame has been checked against the cap.

@@ -1,7 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { forbidden, notFound, Orch, OrchMcp } from '@kandev/contracts';
-import { connectNats, createLogger, ensureEventStream, EventPublisher, on, request, serveEndpoints, signOperatorToken, type NatsConnection, type RunningService } from '@kandev/runtime';
+import {
+  connectNats,
+  createLogger,
+  ensureEventStream,
+  EventPublisher,
+  on,
+  request,
+  serveEndpoints,
+  signOperatorToken,
+  type NatsConnection,
+  type RunningService,
+} from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { fixtures, operatorToken, refusedUpgrade, SECRET, startGateway, WsTestClient } from './helpers.js';
 
@@ -64,7 +75,11 @@ beforeEach(() => {
 
 const connect = () => WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
 const cancelled = (taskId: string) =>
-  publisher.emit('session.agent.cancelled', { workspace_id: WS1, task_id: taskId, session_id: SESSION }, { execution_id: EXEC, turn_id: TURN, stop_reason: 'cancelled' });
+  publisher.emit(
+    'session.agent.cancelled',
+    { workspace_id: WS1, task_id: taskId, session_id: SESSION },
+    { execution_id: EXEC, turn_id: TURN, stop_reason: 'cancelled' },
+  );
 
 describe('upgrade', () => {
   it('refuses an upgrade without a token with HTTP 401 UNAUTHORIZED', async () => {
@@ -109,13 +124,23 @@ describe('frames', () => {
   });
 
   it('answers an unknown action with UNKNOWN_ACTION, echoing id and action', async () => {
-    expect(await c.call('task.explode', {}, '7')).toEqual({ id: '7', type: 'error', action: 'task.explode', payload: { code: 'UNKNOWN_ACTION', message: expect.any(String) } });
+    expect(await c.call('task.explode', {}, '7')).toEqual({
+      id: '7',
+      type: 'error',
+      action: 'task.explode',
+      payload: { code: 'UNKNOWN_ACTION', message: expect.any(String) },
+    });
     expect((await c.call('constructor', {})).payload.code).toBe('UNKNOWN_ACTION');
   });
 
   it('answers every mcp.* action with FORBIDDEN and never reaches the orchestrator MCP surface', async () => {
     const before = mcpStopCalls;
-    expect(await c.call('mcp.stop_task', { task_id: TASK_A }, 'm1')).toEqual({ id: 'm1', type: 'error', action: 'mcp.stop_task', payload: { code: 'FORBIDDEN', message: expect.any(String) } });
+    expect(await c.call('mcp.stop_task', { task_id: TASK_A }, 'm1')).toEqual({
+      id: 'm1',
+      type: 'error',
+      action: 'mcp.stop_task',
+      payload: { code: 'FORBIDDEN', message: expect.any(String) },
+    });
     for (const action of ['MCP.stop_task', ' mcp.message_task', 'mcp.whoami']) {
       expect((await c.call(action, { task_id: TASK_A })).payload.code).toBe('FORBIDDEN');
     }
@@ -130,13 +155,28 @@ describe('frames', () => {
   });
 
   it('round-trips agent.cancel through Orch.agentCancel with the operator as actor', async () => {
-    expect(await c.call('agent.cancel', { session_id: SESSION }, '1')).toEqual({ id: '1', type: 'response', action: 'agent.cancel', payload: { success: true, session_id: SESSION } });
+    expect(await c.call('agent.cancel', { session_id: SESSION }, '1')).toEqual({
+      id: '1',
+      type: 'response',
+      action: 'agent.cancel',
+      payload: { success: true, session_id: SESSION },
+    });
     expect(calls).toEqual([{ endpoint: 'orch.agent.cancel', req: { session_id: SESSION, actor: { type: 'operator', id: 'alice', workspaces: [WS1] } } }]);
   });
 
   it('round-trips task.stop and carries the orchestrator error codes', async () => {
-    expect(await c.call('task.stop', { task_id: TASK_A }, 's1')).toEqual({ id: 's1', type: 'response', action: 'task.stop', payload: { task_id: TASK_A, status: 'stopped', executions: [] } });
-    expect(await c.call('task.stop', { task_id: TASK_C }, 's2')).toEqual({ id: 's2', type: 'error', action: 'task.stop', payload: { code: 'NOT_FOUND', message: 'execution not found' } });
+    expect(await c.call('task.stop', { task_id: TASK_A }, 's1')).toEqual({
+      id: 's1',
+      type: 'response',
+      action: 'task.stop',
+      payload: { task_id: TASK_A, status: 'stopped', executions: [] },
+    });
+    expect(await c.call('task.stop', { task_id: TASK_C }, 's2')).toEqual({
+      id: 's2',
+      type: 'error',
+      action: 'task.stop',
+      payload: { code: 'NOT_FOUND', message: 'execution not found' },
+    });
   });
 
   it('answers a payload that breaks the contract with VALIDATION_ERROR', async () => {
@@ -157,7 +197,12 @@ describe('frames', () => {
 describe('subscriptions', () => {
   it('pushes a subscribed task event as a notification, and nothing for other tasks', async () => {
     const c = await connect();
-    expect(await c.call('subscribe', { task_id: TASK_A }, 'sub')).toEqual({ id: 'sub', type: 'response', action: 'subscribe', payload: { subscribed: true, task_id: TASK_A } });
+    expect(await c.call('subscribe', { task_id: TASK_A }, 'sub')).toEqual({
+      id: 'sub',
+      type: 'response',
+      action: 'subscribe',
+      payload: { subscribed: true, task_id: TASK_A },
+    });
     expect(calls).toEqual([{ endpoint: 'orch.task.get', req: { task_id: TASK_A, actor: { type: 'operator', id: 'alice', workspaces: [WS1] } } }]);
 
     // An event for another task and a type that is not pushed go first; the first notification
@@ -168,7 +213,16 @@ describe('subscriptions', () => {
     expect(await c.next('notification')).toEqual({
       type: 'notification',
       action: 'session.agent.cancelled',
-      payload: { execution_id: EXEC, turn_id: TURN, stop_reason: 'cancelled', workspace_id: WS1, task_id: TASK_A, session_id: SESSION, event_id: ev.id, occurred_at: ev.occurred_at },
+      payload: {
+        execution_id: EXEC,
+        turn_id: TURN,
+        stop_reason: 'cancelled',
+        workspace_id: WS1,
+        task_id: TASK_A,
+        session_id: SESSION,
+        event_id: ev.id,
+        occurred_at: ev.occurred_at,
+      },
     });
     expect(c.pendingNotifications()).toBe(0);
     await c.close();

@@ -19,7 +19,11 @@ export const holdsService: ServiceDefinition<typeof HoldsEnv> = {
     const dispatcher = startDispatcher(rt);
     rt.onStop(() => dispatcher.stop());
     await rt.serve(holdsEndpoints(rt, dispatcher.kick));
-    const consumer = await consumeEvents(rt.nc, { durable: HOLDS_CONSUMER, types: ['tree_hold.created', 'tree_hold.released', 'usage.recorded'], log: rt.log }, (ev) => onEvent(rt, ev));
+    const consumer = await consumeEvents(
+      rt.nc,
+      { durable: HOLDS_CONSUMER, types: ['tree_hold.created', 'tree_hold.released', 'usage.recorded'], log: rt.log },
+      (ev) => onEvent(rt, ev),
+    );
     rt.onStop(() => consumer.stop());
     // Read when Prometheus scrapes, through the queued-wakeups index: no timer of its own.
     readOnScrape('kandev_wakeup_backlog', async () => (await wakeupBacklog(rt.sql)).queued);

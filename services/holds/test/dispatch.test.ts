@@ -39,7 +39,16 @@ beforeAll(async () => {
       return { launched: true as const, session_id: randomUUID() };
     }),
   ]);
-  const env = (i: number) => ({ ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, LOG_LEVEL: 'silent', INSTANCE_ID: `holds-${i}`, WAKEUP_POLL_MS: '20', WAKEUP_BATCH: '7', WAKEUP_CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS) });
+  const env = (i: number) => ({
+    ...process.env,
+    NATS_URL: nats.url,
+    DATABASE_URL: db.url,
+    LOG_LEVEL: 'silent',
+    INSTANCE_ID: `holds-${i}`,
+    WAKEUP_POLL_MS: '20',
+    WAKEUP_BATCH: '7',
+    WAKEUP_CLAIM_TIMEOUT_MS: String(CLAIM_TIMEOUT_MS),
+  });
   replicas = [await startService(holdsService, env(1)), await startService(holdsService, env(2))];
   sql = postgres(db.url, { max: 2, onnotice: () => undefined });
 });
@@ -50,7 +59,8 @@ afterAll(async () => {
   await Promise.all([nats?.stop(), db?.drop()]);
 });
 
-const wakeup = (task_id: string, extra: Record<string, unknown> = {}) => request(nc, Holds.wakeupCreate, { actor: operator, task_id, reason: 'test', ...extra });
+const wakeup = (task_id: string, extra: Record<string, unknown> = {}) =>
+  request(nc, Holds.wakeupCreate, { actor: operator, task_id, reason: 'test', ...extra });
 const settled = (id: string) =>
   eventually(async () => {
     const w = await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: id });
@@ -174,7 +184,17 @@ describe('cost events', () => {
     expect(await request(nc, Holds.costRecord, input)).toMatchObject({ duplicate: true });
     await request(nc, Holds.costRecord, { ...input, usage_event_id: `v-${task}`, cost_cents: 0.5 });
     // A model without a price: its tokens count, at cost 0, and the summary says so.
-    expect(await request(nc, Holds.costRecord, { ...input, usage_event_id: `w-${task}`, cost_cents: 0, tokens_in: 1, tokens_cached_in: 0, tokens_out: 0, priced: false })).toMatchObject({ priced: false });
+    expect(
+      await request(nc, Holds.costRecord, {
+        ...input,
+        usage_event_id: `w-${task}`,
+        cost_cents: 0,
+        tokens_in: 1,
+        tokens_cached_in: 0,
+        tokens_out: 0,
+        priced: false,
+      }),
+    ).toMatchObject({ priced: false });
     expect(await request(nc, Holds.costSummary, { actor: operator, task_id: task })).toEqual({
       task_id: task,
       task_count: 1,

@@ -26,7 +26,17 @@ it('migrates its own schema and answers its ping', async () => {
   const sql = postgres(db.url, { max: 1 });
   try {
     const tables = await sql`SELECT table_name FROM information_schema.tables WHERE table_schema = 'holds' ORDER BY table_name`;
-    expect(tables.map((t) => t.table_name)).toEqual(['cost_events', 'held_tasks', 'hold_gates', 'inbox', 'outbox', 'schema_migrations', 'task_costs', 'task_tree', 'wakeups']);
+    expect(tables.map((t) => t.table_name)).toEqual([
+      'cost_events',
+      'held_tasks',
+      'hold_gates',
+      'inbox',
+      'outbox',
+      'schema_migrations',
+      'task_costs',
+      'task_tree',
+      'wakeups',
+    ]);
   } finally {
     await sql.end();
   }

@@ -36,9 +36,19 @@ async function main(): Promise<void> {
   if (mode !== 'stop' && mode !== 'wait') throw new Error('--mode must be stop or wait');
   const waitMs = int('--wait-ms', values['wait-ms']) ?? int('DRAIN_WAIT_MS', process.env.DRAIN_WAIT_MS) ?? 20_000;
   const graceMs = int('--grace-ms', values['grace-ms']) ?? int('TEARDOWN_GRACE_MS', process.env.TEARDOWN_GRACE_MS) ?? 2_000;
-  const nc = await connectNats({ url: process.env.NATS_URL ?? 'nats://127.0.0.1:4222', name: `lifecycle-drain:${instance}`, user: process.env.NATS_USER, pass: process.env.NATS_PASS });
+  const nc = await connectNats({
+    url: process.env.NATS_URL ?? 'nats://127.0.0.1:4222',
+    name: `lifecycle-drain:${instance}`,
+    user: process.env.NATS_USER,
+    pass: process.env.NATS_PASS,
+  });
   try {
-    const report = await request(nc, Life.drain.at(instance), { mode, wait_ms: waitMs, grace_ms: graceMs }, { timeoutMs: waitMs + graceMs + TEARDOWN_MARGIN_MS });
+    const report = await request(
+      nc,
+      Life.drain.at(instance),
+      { mode, wait_ms: waitMs, grace_ms: graceMs },
+      { timeoutMs: waitMs + graceMs + TEARDOWN_MARGIN_MS },
+    );
     process.stdout.write(`${JSON.stringify(report)}\n`);
   } finally {
     await nc.close();

@@ -18,7 +18,11 @@ export const LifecycleEnv = BaseEnv.extend({
   /** Upper bound on agentctl reaching `ready` (agent spawned, protocol handshake done). */
   LAUNCH_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
   /** Agents this instance starts at the same time; more wait in its launch queue. */
-  LAUNCH_CONCURRENCY: z.coerce.number().int().positive().default(Math.max(2, availableParallelism() * 2)),
+  LAUNCH_CONCURRENCY: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(Math.max(2, availableParallelism() * 2)),
   /** How long a launch may wait in the queue to start; one predicted to wait longer is refused at once (503, Retry-After). */
   LAUNCH_QUEUE_WAIT_MS: z.coerce.number().int().nonnegative().default(5_000),
   /**
@@ -63,7 +67,10 @@ export const LifecycleEnv = BaseEnv.extend({
    * CAP_SETGID, CAP_CHOWN and CAP_KILL), each execution's agentctl and agent run under a uid and
    * gid of this range of their own. A uid is reused only once no process holds it.
    */
-  AGENT_UID_RANGE: z.string().default('20000-29999').refine((v) => typeof parseUidRange(v) !== 'string', { message: 'must look like "20000-29999", start at 1000 or above and not end before it starts' }),
+  AGENT_UID_RANGE: z
+    .string()
+    .default('20000-29999')
+    .refine((v) => typeof parseUidRange(v) !== 'string', { message: 'must look like "20000-29999", start at 1000 or above and not end before it starts' }),
   /** `off` runs agents under this service's own uid even where it could isolate them (debugging only; /readyz says `same_uid`). */
   AGENT_ISOLATION: z.enum(['auto', 'off']).default('auto'),
   /** Root of the agents' task directories (`<root>/<workspace_id>/<task_id>`); unset = `<KANDEV_STATE_DIR>/work`. */
@@ -73,7 +80,15 @@ export const LifecycleEnv = BaseEnv.extend({
    * locale, proxies and the catalogue entry's own `env`. Nothing else of this environment reaches
    * an agent.
    */
-  AGENT_ENV_PASSTHROUGH: z.string().default('').transform((v) => v.split(',').map((s) => s.trim()).filter((s) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(s))),
+  AGENT_ENV_PASSTHROUGH: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter((s) => /^[A-Za-z_][A-Za-z0-9_]*$/.test(s)),
+    ),
 });
 export type LifecycleEnv = z.infer<typeof LifecycleEnv>;
 

@@ -32,11 +32,15 @@ export class LaunchGate {
 
   private refusal(retryAfterMs: number) {
     metrics.launchRefusals.inc();
-    return overloaded(`lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting, ${this.reservations.size} reserved`, retryAfterMs / 1000, {
-      running: this.running,
-      waiting: this.waiters.length,
-      reserved: this.reservations.size,
-    });
+    return overloaded(
+      `lifecycle is busy: ${this.running} launches running, ${this.waiters.length} waiting, ${this.reservations.size} reserved`,
+      retryAfterMs / 1000,
+      {
+        running: this.running,
+        waiting: this.waiters.length,
+        reserved: this.reservations.size,
+      },
+    );
   }
 
   /**

@@ -54,7 +54,8 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       await supervisor.shutdown();
       stateFile.flush(); // removals still gathering (StateFile.remove) are written now
       // What cannot be published within the budget stays in the journal for the next start.
-      if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2)))) log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
+      if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2))))
+        log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
       journal.close();
     });
     // Not ready once draining: the rollout (and an operator) sees that this pod takes no launches.

@@ -1,4 +1,17 @@
-import { conflict, isKandevError, notFound, overloaded, unavailable, type DrainReport, type Execution, type LaunchRequest, type Life, type LifePermission, type RequestOf, type ResultOf } from '@kandev/contracts';
+import {
+  conflict,
+  isKandevError,
+  notFound,
+  overloaded,
+  unavailable,
+  type DrainReport,
+  type Execution,
+  type LaunchRequest,
+  type Life,
+  type LifePermission,
+  type RequestOf,
+  type ResultOf,
+} from '@kandev/contracts';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readOnScrape } from '@kandev/runtime';
 import { admitUnderCap, drainOutcome, heldExecutions } from './domain/drain.js';
@@ -79,7 +92,10 @@ export class ExecutionSupervisor {
     if (this.draining) throw unavailable('lifecycle instance is draining; another instance takes launches', { instance_id: this.deps.instanceId });
     const d = admitUnderCap(this.held().size + extra, this.deps.env.MAX_EXECUTIONS);
     if (d.kind === 'refuse') {
-      throw overloaded(`lifecycle instance is at its cap of ${this.deps.env.MAX_EXECUTIONS} executions`, d.retryAfterMs / 1000, { instance_id: this.deps.instanceId, max_executions: this.deps.env.MAX_EXECUTIONS });
+      throw overloaded(`lifecycle instance is at its cap of ${this.deps.env.MAX_EXECUTIONS} executions`, d.retryAfterMs / 1000, {
+        instance_id: this.deps.instanceId,
+        max_executions: this.deps.env.MAX_EXECUTIONS,
+      });
     }
   }
 
@@ -104,7 +120,8 @@ export class ExecutionSupervisor {
   async launch(req: LaunchRequest): Promise<Execution> {
     // A retry of a launch this instance runs or is running is answered by the flow, never refused here.
     // Places reserved for other launches count (its own, if it has one, is the place it takes).
-    if (!this.live.has(req.execution_id) && !this.launching.has(req.execution_id)) this.refuseNewExecution(this.gate.state.reserved - (this.gate.isReserved(req.execution_id) ? 1 : 0));
+    if (!this.live.has(req.execution_id) && !this.launching.has(req.execution_id))
+      this.refuseNewExecution(this.gate.state.reserved - (this.gate.isReserved(req.execution_id) ? 1 : 0));
     this.launching.add(req.execution_id);
     try {
       return await launch(this.ctx, this.gate, req);
@@ -131,7 +148,9 @@ export class ExecutionSupervisor {
     const graceMs = teardownGrace(req.grace_ms, env.TEARDOWN_GRACE_MS);
     log.info({ mode, wait_ms: waitMs, executions: this.held().size }, 'draining: this instance takes no more launches');
     // Launches still on their way here are refused by launch() (UNAVAILABLE); new ones go to the others.
-    await this.stopLaunchIntake?.().catch((e: unknown) => log.warn({ err: e }, 'ending the launch subscriptions failed; launches that still arrive are refused'));
+    await this.stopLaunchIntake?.().catch((e: unknown) =>
+      log.warn({ err: e }, 'ending the launch subscriptions failed; launches that still arrive are refused'),
+    );
     const seen = new Set<string>();
     await this.untilNoneHeld(waitMs, seen);
     const waitedMs = Math.round(performance.now() - started);

@@ -48,7 +48,8 @@ describe('agent uids (domain)', () => {
   });
 });
 
-const readyz = async (healthUrl: string) => (await fetch(`${healthUrl}/readyz`)).json() as Promise<{ status: string; details?: { agent_isolation?: string; draining?: boolean; executions?: number } }>;
+const readyz = async (healthUrl: string) =>
+  (await fetch(`${healthUrl}/readyz`)).json() as Promise<{ status: string; details?: { agent_isolation?: string; draining?: boolean; executions?: number } }>;
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
 describe('where lifecycle cannot change uids, agents share its uid and it says so', { timeout: 120_000 }, () => {
@@ -100,7 +101,9 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
       (l) => lines.push(l),
       { uid, gid: uid },
     );
-    const started = lines.map((l) => JSON.parse(l) as { msg?: string; urls?: { health?: string }; agent_isolation?: string; level?: string }).find((l) => l.msg === 'lifecycle started')!;
+    const started = lines
+      .map((l) => JSON.parse(l) as { msg?: string; urls?: { health?: string }; agent_isolation?: string; level?: string })
+      .find((l) => l.msg === 'lifecycle started')!;
     const warnings = lines.filter((l) => l.includes("agents run under this service's own uid"));
     expect(warnings).toHaveLength(1);
     expect(JSON.parse(warnings[0]!)).toMatchObject({ level: 'warn', agent_isolation: 'same_uid' });

@@ -51,36 +51,44 @@ describe('turn cancel (R-3, B-2)', () => {
     return { exec, turnId };
   }
 
-  it.each(['scripted-acp', 'scripted-codex'] as const)('%s: cancels a sleeping turn without killing the agent; READY, turn.completed cancelled, new prompt accepted', async (agent) => {
-    const { exec, turnId } = await runningTurn(agent, script([{ sleep_ms: 20_000 }]));
-    const t0 = performance.now();
-    const res = await cancelAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId });
-    const cancelMs = performance.now() - t0;
-    console.info(`[timing] cancel ${agent}: ${cancelMs.toFixed(0)} ms`);
-    expect(res).toEqual({ cancelled: true, turn_id: turnId, stop_reason: 'cancelled', reason: null });
+  it.each(['scripted-acp', 'scripted-codex'] as const)(
+    '%s: cancels a sleeping turn without killing the agent; READY, turn.completed cancelled, new prompt accepted',
+    async (agent) => {
+      const { exec, turnId } = await runningTurn(agent, script([{ sleep_ms: 20_000 }]));
+      const t0 = performance.now();
+      const res = await cancelAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId });
+      const cancelMs = performance.now() - t0;
+      console.info(`[timing] cancel ${agent}: ${cancelMs.toFixed(0)} ms`);
+      expect(res).toEqual({ cancelled: true, turn_id: turnId, stop_reason: 'cancelled', reason: null });
 
-    // By the time the reply arrives the registry says READY (R-3.3); the turn's events follow it
-    // (queued in the journal, which syncs and publishes them after the reply has gone).
-    expect(await getExecution(nc, exec.execution_id)).toMatchObject({ status: 'READY', turn_id: null });
-    const completed = await events.waitFor('turn.completed', (e) => e.data.execution_id === exec.execution_id);
-    expect(completed.data).toEqual({ execution_id: exec.execution_id, turn_id: turnId, stop_reason: 'cancelled' });
-    expect(completed).toMatchObject({ task_id: exec.task_id, session_id: exec.session_id, workspace_id: exec.workspace_id });
-    expect(processGone(exec.pid!)).toBe(false);
+      // By the time the reply arrives the registry says READY (R-3.3); the turn's events follow it
+      // (queued in the journal, which syncs and publishes them after the reply has gone).
+      expect(await getExecution(nc, exec.execution_id)).toMatchObject({ status: 'READY', turn_id: null });
+      const completed = await events.waitFor('turn.completed', (e) => e.data.execution_id === exec.execution_id);
+      expect(completed.data).toEqual({ execution_id: exec.execution_id, turn_id: turnId, stop_reason: 'cancelled' });
+      expect(completed).toMatchObject({ task_id: exec.task_id, session_id: exec.session_id, workspace_id: exec.workspace_id });
+      expect(processGone(exec.pid!)).toBe(false);
 
-    // agentctl's own turn_completed line arrives too; it must not produce a second event. agentctl's
-    // lines are relayed in order, so once the next turn's completion is out, that line was handled.
-    const next = randomUUID();
-    await promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: next, prompt: 'still there?' });
-    expect((await events.waitFor('turn.completed', (e) => e.data.turn_id === next)).data.stop_reason).toBe('end_turn');
-    expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.turn_id)).toEqual([turnId, next]);
-    // session.agent.cancelled is the orchestrator's, published with the writes that record the cancel (R-3.3).
-    expect(events.of('session.agent.cancelled', exec.execution_id)).toHaveLength(0);
+      // agentctl's own turn_completed line arrives too; it must not produce a second event. agentctl's
+      // lines are relayed in order, so once the next turn's completion is out, that line was handled.
+      const next = randomUUID();
+      await promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: next, prompt: 'still there?' });
+      expect((await events.waitFor('turn.completed', (e) => e.data.turn_id === next)).data.stop_reason).toBe('end_turn');
+      expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.turn_id)).toEqual([turnId, next]);
+      // session.agent.cancelled is the orchestrator's, published with the writes that record the cancel (R-3.3).
+      expect(events.of('session.agent.cancelled', exec.execution_id)).toHaveLength(0);
 
-    // Nothing in flight now: cancel is a successful no-op (R-3.4).
-    expect(await cancelAt(nc, 'life-a', { execution_id: exec.execution_id })).toEqual({ cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' });
-    await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'test_done' });
-    await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
-  });
+      // Nothing in flight now: cancel is a successful no-op (R-3.4).
+      expect(await cancelAt(nc, 'life-a', { execution_id: exec.execution_id })).toEqual({
+        cancelled: false,
+        turn_id: null,
+        stop_reason: null,
+        reason: 'no_active_turn',
+      });
+      await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'test_done' });
+      await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
+    },
+  );
 
   it('B-2: a cancel naming an old turn is CONFLICT and the current turn keeps running', async () => {
     const exec = await launch(nc, launchRequest());
@@ -124,7 +132,11 @@ describe('turn cancel (R-3, B-2)', () => {
     expect(processGone(exec.pid!)).toBe(true);
     expect(processGone(exec.agentctl_pid!)).toBe(true);
     // The key goes right after the event (deleted once execution.stopped is out).
-    await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
+    await eventually(
+      () => getExecution(nc, exec.execution_id),
+      (e) => e === null,
+      2_000,
+    );
     // The stuck turn is closed, so the orchestrator never waits on it.
     await eventually(
       () => events.of('turn.completed', exec.execution_id),

@@ -7,7 +7,21 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { EventLog, FakeOrchestrator, eventually, killHard, kvEntry, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
+import {
+  EventLog,
+  FakeOrchestrator,
+  eventually,
+  killHard,
+  kvEntry,
+  launch,
+  launchRequest,
+  natsClient,
+  processGone,
+  promptAt,
+  script,
+  spawnLifecycle,
+  tmpStateDir,
+} from './helpers.js';
 
 describe('a lifecycle instance killed hard (R-6.4)', () => {
   const children: ChildProcess[] = [];
@@ -39,12 +53,26 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     await FakeOrchestrator.start(nc);
     const events = new EventLog(nc);
     // Agents outlive their instance here (as when agentctl cannot notice), so the restart cleanup is what is tested.
-    const env = { NATS_URL: nats.url, INSTANCE_ID: 'life-crash', KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(ttlMs), AGENTS_EXIT_WITH_LIFECYCLE: exitWithLifecycle ? 'true' : 'false' };
+    const env = {
+      NATS_URL: nats.url,
+      INSTANCE_ID: 'life-crash',
+      KANDEV_STATE_DIR: stateDir,
+      REGISTRY_TTL_MS: String(ttlMs),
+      AGENTS_EXIT_WITH_LIFECYCLE: exitWithLifecycle ? 'true' : 'false',
+    };
     const start = async (onLine?: (line: string) => void) => {
       const c = await spawnLifecycle(env, onLine);
       children.push(c);
       // Its endpoints answer (the subscriptions reached the server) before the test sends anything.
-      await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+      await eventually(
+        () =>
+          request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(
+            () => true,
+            () => false,
+          ),
+        (ok) => ok,
+        10_000,
+      );
       return c;
     };
     await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs });
@@ -59,7 +87,9 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     await promptAt(nc, 'life-crash', { execution_id: execs[0].execution_id, turn_id: busy, prompt: script([{ sleep_ms: 60_000 }]) });
     const pids = execs.flatMap((x) => [x.pid!, x.agentctl_pid!]);
     leftoverPids.push(...pids);
-    const state = JSON.parse(readFileSync(join(stateDir, 'lifecycle', 'life-crash.json'), 'utf8')) as { executions: Array<{ execution_id: string; agent: { pid: number } }> };
+    const state = JSON.parse(readFileSync(join(stateDir, 'lifecycle', 'life-crash.json'), 'utf8')) as {
+      executions: Array<{ execution_id: string; agent: { pid: number } }>;
+    };
     expect(state.executions.map((e) => e.agent.pid).sort()).toEqual(execs.map((x) => x.pid!).sort());
 
     await killHard(first);
@@ -67,7 +97,13 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     for (const pid of pids) expect(processGone(pid)).toBe(false);
     for (const x of execs) expect(await kvEntry(nc, x.execution_id)).not.toBeNull();
     const t0 = performance.now();
-    for (const x of execs) await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, 6_000, 100);
+    for (const x of execs)
+      await eventually(
+        () => kvEntry(nc, x.execution_id),
+        (e) => e === null,
+        6_000,
+        100,
+      );
     console.info(`[timing] registry entries of the killed instance expired ${(performance.now() - t0).toFixed(0)} ms after the kill (TTL 1500 ms)`);
     for (const pid of pids) expect(processGone(pid)).toBe(false);
 
@@ -106,17 +142,24 @@ describe('a lifecycle instance killed hard (R-6.4)', () => {
     await promptAt(nc, 'life-crash', { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
     await killHard(first);
     // agentctl sees its stdin pipe close and stops the agent (grace 2 s for a signal-less exit).
-    await eventually(() => Promise.resolve(processGone(x.pid!) && processGone(x.agentctl_pid!)), (gone) => gone, 10_000, 100);
+    await eventually(
+      () => Promise.resolve(processGone(x.pid!) && processGone(x.agentctl_pid!)),
+      (gone) => gone,
+      10_000,
+      100,
+    );
 
     // Its stderr had no reader any more: what it said while stopping the agent went to a file in the
     // state dir, which the next run relays into its own log (at the lines' own levels) and removes.
     const lines: string[] = [];
     await start((l) => lines.push(l));
     // stderr is captured too: only the JSON log lines are read.
-    const relayed = lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: string; msg: string; execution_id?: string; previous_run?: boolean; agentctl?: { msg: string } }).filter((l) => l.previous_run && l.execution_id === x.execution_id);
+    const relayed = lines
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: string; msg: string; execution_id?: string; previous_run?: boolean; agentctl?: { msg: string } })
+      .filter((l) => l.previous_run && l.execution_id === x.execution_id);
     expect(relayed.map((l) => l.agentctl?.msg)).toContain('parent is gone (stdin closed); stopping the agent');
     expect(relayed.find((l) => l.agentctl?.msg === 'parent is gone (stdin closed); stopping the agent')?.level).toBe('warn');
     expect(existsSync(join(stateDir, 'lifecycle', 'life-crash.agentctl'))).toBe(false);
   });
-
 });

@@ -141,7 +141,10 @@ describe('an abandoned launch (B-1, one failure path)', () => {
     const alone = abandonLaunch({ step: 'ready', cause: new Error('agentctl exited before ready (code 1, signal null)') }, false, X);
     expect(alone.teardown).toEqual({ reason: 'launch_failed', graceful: false });
     expect(alone.answer).toMatchObject({ code: 'UNAVAILABLE', message: 'agent failed to start: agentctl exited before ready (code 1, signal null)' });
-    expect(abandonLaunch({ step: 'ready', cause: new Error('killed') }, true, X).answer).toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching' });
+    expect(abandonLaunch({ step: 'ready', cause: new Error('killed') }, true, X).answer).toMatchObject({
+      code: 'CONFLICT',
+      message: 'execution was stopped while launching',
+    });
   });
 
   it('a fence refusal is the answer and the teardown reason, stop or not', () => {
@@ -154,8 +157,15 @@ describe('an abandoned launch (B-1, one failure path)', () => {
 
   it('a failed first prompt (or a defect) answers with its own error after a graceful teardown', () => {
     const err = new Error('agent not running');
-    expect(abandonLaunch({ step: 'first_prompt', cause: err }, true, X)).toMatchObject({ teardown: { reason: 'first_prompt_failed', graceful: true }, answer: { rethrow: err }, log: { level: 'error' } });
-    expect(abandonLaunch({ step: 'unexpected', cause: err }, false, X)).toMatchObject({ teardown: { reason: 'launch_failed', graceful: true }, answer: { rethrow: err } });
+    expect(abandonLaunch({ step: 'first_prompt', cause: err }, true, X)).toMatchObject({
+      teardown: { reason: 'first_prompt_failed', graceful: true },
+      answer: { rethrow: err },
+      log: { level: 'error' },
+    });
+    expect(abandonLaunch({ step: 'unexpected', cause: err }, false, X)).toMatchObject({
+      teardown: { reason: 'launch_failed', graceful: true },
+      answer: { rethrow: err },
+    });
   });
 });
 
@@ -165,7 +175,14 @@ describe('state file', () => {
     try {
       const f = new StateFile(dir, 'life-x');
       expect(f.readLeftovers()).toEqual({ entries: [], problem: null });
-      const e = { execution_id: 'e1', workspace_id: T1, task_id: T1, session_id: T2, agentctl: { pid: 10, start_time: '5' }, agent: { pid: 11, start_time: '6' } };
+      const e = {
+        execution_id: 'e1',
+        workspace_id: T1,
+        task_id: T1,
+        session_id: T2,
+        agentctl: { pid: 10, start_time: '5' },
+        agent: { pid: 11, start_time: '6' },
+      };
       f.set(e);
       expect(new StateFile(dir, 'life-x').readLeftovers()).toEqual({ entries: [e], problem: null });
       f.remove('e1');

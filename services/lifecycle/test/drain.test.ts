@@ -69,7 +69,10 @@ describe('one instance at its cap, then drained', () => {
 
     const drain = request(nc, Life.drain.at(INSTANCE), { mode: 'wait', wait_ms: 5_000 }, { timeoutMs: 30_000 });
     // Not ready at once; one execution ends (its stop) while the drain waits.
-    await eventually(async () => (await fetch(`${life.healthUrl}/readyz`)).status, (status) => status === 503);
+    await eventually(
+      async () => (await fetch(`${life.healthUrl}/readyz`)).status,
+      (status) => status === 503,
+    );
     await stopAt(nc, INSTANCE, { execution_id: a.execution_id, reason: 'operator stop', grace_ms: 500 });
     const report = DrainReport.parse(await drain);
     expect(report).toMatchObject({ instance_id: INSTANCE, mode: 'wait', finished: [a.execution_id], stopped: [], left: [b.execution_id] });

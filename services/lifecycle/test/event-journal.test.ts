@@ -13,7 +13,22 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { EventJournal } from '../src/store/event-journal.js';
-import { FakeOrchestrator, eventually, getExecution, killHard, launch, launchRequest, log, natsClient, processGone, promptAt, script, spawnLifecycle, startLifecycle, tmpStateDir } from './helpers.js';
+import {
+  FakeOrchestrator,
+  eventually,
+  getExecution,
+  killHard,
+  launch,
+  launchRequest,
+  log,
+  natsClient,
+  processGone,
+  promptAt,
+  script,
+  spawnLifecycle,
+  startLifecycle,
+  tmpStateDir,
+} from './helpers.js';
 
 const cleanups: Array<() => Promise<void> | void> = [];
 afterAll(async () => {
@@ -56,7 +71,15 @@ describe('lifecycle event journal', () => {
     const start = async () => {
       const c: ChildProcess = await spawnLifecycle(env);
       cleanups.push(() => killHard(c));
-      await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+      await eventually(
+        () =>
+          request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(
+            () => true,
+            () => false,
+          ),
+        (ok) => ok,
+        10_000,
+      );
       return c;
     };
     const first = await start();
@@ -71,9 +94,19 @@ describe('lifecycle event journal', () => {
     const turn = randomUUID();
     await promptAt(nc, 'life-journal', { execution_id: x.execution_id, turn_id: turn, prompt: script([{ text: 'done' }]) });
     // The turn ends (lifecycle saw it) while its turn.completed cannot be published...
-    await eventually(() => getExecution(nc, x.execution_id), (e) => e?.status === 'READY' && e.turn_id === null, 15_000, 50);
+    await eventually(
+      () => getExecution(nc, x.execution_id),
+      (e) => e?.status === 'READY' && e.turn_id === null,
+      15_000,
+      50,
+    );
     const journal = join(stateDir, 'lifecycle', 'life-journal.events.jsonl');
-    await eventually(() => (existsSync(journal) ? readFileSync(journal, 'utf8') : ''), (t) => t.includes(turn) && t.includes('"turn.completed"'), 10_000, 50);
+    await eventually(
+      () => (existsSync(journal) ? readFileSync(journal, 'utf8') : ''),
+      (t) => t.includes(turn) && t.includes('"turn.completed"'),
+      10_000,
+      50,
+    );
 
     // ...and the instance dies before JetStream is back.
     await killHard(first);
@@ -82,13 +115,32 @@ describe('lifecycle event journal', () => {
 
     // The next run with the same instance id and state dir publishes it, with its original id.
     await start();
-    const completed = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
+    const completed = await eventually(
+      () => storedEvents(nc, 'turn.completed'),
+      (evs) => evs.length > 0,
+      15_000,
+      100,
+    );
     expect(completed).toHaveLength(1);
     expect(completed[0]!.data).toMatchObject({ execution_id: x.execution_id, turn_id: turn, stop_reason: 'end_turn' });
     // Its start-up cleanup reports the execution the dead run left, after the journalled events.
-    await eventually(() => storedEvents(nc, 'execution.stopped'), (evs) => evs.some((e) => { const d = e.data as { execution_id?: string; how?: string }; return d.execution_id === x.execution_id && d.how === 'lost'; }), 15_000, 100);
+    await eventually(
+      () => storedEvents(nc, 'execution.stopped'),
+      (evs) =>
+        evs.some((e) => {
+          const d = e.data as { execution_id?: string; how?: string };
+          return d.execution_id === x.execution_id && d.how === 'lost';
+        }),
+      15_000,
+      100,
+    );
     // Nothing pending any more: the journal is empty.
-    await eventually(() => readFileSync(journal, 'utf8'), (t) => t === '', 10_000, 50);
+    await eventually(
+      () => readFileSync(journal, 'utf8'),
+      (t) => t === '',
+      10_000,
+      50,
+    );
   }, 90_000);
 
   it('on start publishes exactly the recorded, unacknowledged events, skipping a torn last line', async () => {
@@ -105,7 +157,12 @@ describe('lifecycle event journal', () => {
     );
     const life = await startLifecycle(nats.url, 'life-replay', stateDir);
     cleanups.push(() => life.stop());
-    const stored = await eventually(() => storedEvents(nc, 'turn.completed'), (evs) => evs.length > 0, 15_000, 100);
+    const stored = await eventually(
+      () => storedEvents(nc, 'turn.completed'),
+      (evs) => evs.length > 0,
+      15_000,
+      100,
+    );
     expect(stored.map((e) => e.id)).toEqual([pending.id]);
   }, 60_000);
 
@@ -131,7 +188,15 @@ describe('lifecycle event journal', () => {
       buildEvent('turn.started', scope, { execution_id, turn_id: randomUUID() }),
       // Streamed text is not journalled, and still keeps its place in the order.
       buildEvent('agent.message', scope, { execution_id, turn_id, text: 'bye' }),
-      buildEvent('usage.recorded', scope, { execution_id, usage_event_id: randomUUID(), model: null, cost_cents: 1, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 }),
+      buildEvent('usage.recorded', scope, {
+        execution_id,
+        usage_event_id: randomUUID(),
+        model: null,
+        cost_cents: 1,
+        tokens_in: 1,
+        tokens_cached_in: 0,
+        tokens_out: 1,
+      }),
     ] as EventEnvelope[];
     // Recorded in one turn of the event loop, as a turn's end and the next turn's start can be: record() returns before any sync.
     await Promise.all(events.map((e) => journal.record(e)));

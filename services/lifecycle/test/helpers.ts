@@ -83,7 +83,11 @@ export class EventLog {
   }
   of<T extends EventType>(type: T, executionId?: string): EventEnvelope<T>[] {
     return this.events.filter(
-      (e) => e.type === type && (executionId === undefined || (e.data as { execution_id?: string; execution?: { execution_id: string } }).execution_id === executionId || (e.data as { execution?: { execution_id: string } }).execution?.execution_id === executionId),
+      (e) =>
+        e.type === type &&
+        (executionId === undefined ||
+          (e.data as { execution_id?: string; execution?: { execution_id: string } }).execution_id === executionId ||
+          (e.data as { execution?: { execution_id: string } }).execution?.execution_id === executionId),
     ) as EventEnvelope<T>[];
   }
   async waitFor<T extends EventType>(type: T, match: (e: EventEnvelope<T>) => boolean = () => true, timeoutMs = 15_000): Promise<EventEnvelope<T>> {
@@ -118,11 +122,14 @@ export function launchRequest(overrides: Partial<LaunchRequest> = {}): LaunchReq
 }
 
 export const launch = (nc: NatsConnection, req: LaunchRequest) => request(nc, Life.launch, req, { timeoutMs: 20_000 });
-export const promptAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.prompt>) => request(nc, Life.prompt.at(instance), req, { timeoutMs: 10_000 });
+export const promptAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.prompt>) =>
+  request(nc, Life.prompt.at(instance), req, { timeoutMs: 10_000 });
 export const cancelAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.cancel>): Promise<ResultOf<typeof Life.cancel>> =>
   request(nc, Life.cancel.at(instance), req, { timeoutMs: 15_000 });
-export const stopAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stop>) => request(nc, Life.stop.at(instance), req, { timeoutMs: 10_000 });
-export const stopManyAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stopMany>) => request(nc, Life.stopMany.at(instance), req, { timeoutMs: 10_000 });
+export const stopAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stop>) =>
+  request(nc, Life.stop.at(instance), req, { timeoutMs: 10_000 });
+export const stopManyAt = (nc: NatsConnection, instance: string, req: RequestOf<typeof Life.stopMany>) =>
+  request(nc, Life.stopMany.at(instance), req, { timeoutMs: 10_000 });
 // Registry reads are one KV round trip; the 15 s bound is headroom for a busy 2-core machine (
 // the 5 s default timed out under a full `npm test`), not an expectation.
 export const getExecution = (nc: NatsConnection, executionId: string) => request(nc, Life.get, { execution_id: executionId }, { timeoutMs: 15_000 });
@@ -175,7 +182,11 @@ const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
 /** The lifecycle service as its own OS process, so it can be killed hard. */
 export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void, as?: { uid: number; gid: number }): Promise<ChildProcess> {
   if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
-  const child = spawn(process.execPath, [MAIN], { env: { ...process.env, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange(), ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(as ?? {}) });
+  const child = spawn(process.execPath, [MAIN], {
+    env: { ...process.env, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange(), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(as ?? {}),
+  });
   const lines: string[] = [];
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);

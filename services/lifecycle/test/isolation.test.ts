@@ -6,7 +6,20 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EventLog, FakeOrchestrator, eventually, launch, launchRequest, natsClient, processGone, promptAt, script, startLifecycle, stopAt, tmpStateDir } from './helpers.js';
+import {
+  EventLog,
+  FakeOrchestrator,
+  eventually,
+  launch,
+  launchRequest,
+  natsClient,
+  processGone,
+  promptAt,
+  script,
+  startLifecycle,
+  stopAt,
+  tmpStateDir,
+} from './helpers.js';
 
 /*
  * R-9.1 / R-9.2 against the real thing: this machine's tests run as root, so lifecycle gives every
@@ -23,7 +36,6 @@ const environOf = (pid: number): Record<string, string> =>
       .filter(Boolean)
       .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
   );
-
 
 describe('agents are untrusted: a uid, a directory and a secret per execution (R-9.1, R-9.2)', { timeout: 120_000 }, () => {
   let nats: TestNats;
@@ -53,7 +65,7 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const [a, b] = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
     const me = process.getuid!();
     const [uidA, uidB] = [uidOf(a.pid!), uidOf(b.pid!)];
-    for (const u of [uidA, uidB]) expect(u).toBeGreaterThanOrEqual(RANGE.first), expect(u).toBeLessThanOrEqual(RANGE.last);
+    for (const u of [uidA, uidB]) (expect(u).toBeGreaterThanOrEqual(RANGE.first), expect(u).toBeLessThanOrEqual(RANGE.last));
     expect(uidA).not.toBe(me);
     expect(uidA).not.toBe(uidB);
     // agentctl runs under the agent's uid too (it is the agent's parent).
@@ -72,7 +84,8 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const envA = environOf(a.pid!);
     expect(envA.HOME).toBe(join(workRoot, '.homes', a.workspace_id, a.task_id));
     expect(statSync(envA.HOME!).uid).toBe(uidA);
-    for (const secret of ['KANDEV_JWT_SECRET', 'AGENTCTL_MCP_TOKEN', 'AGENTCTL_SECRET', 'NATS_URL', 'DATABASE_URL', 'INSTANCE_ID', 'KANDEV_STATE_DIR']) expect(envA[secret], secret).toBeUndefined();
+    for (const secret of ['KANDEV_JWT_SECRET', 'AGENTCTL_MCP_TOKEN', 'AGENTCTL_SECRET', 'NATS_URL', 'DATABASE_URL', 'INSTANCE_ID', 'KANDEV_STATE_DIR'])
+      expect(envA[secret], secret).toBeUndefined();
     // agentctl's own environment never held the execution secret either (it came on a pipe).
     expect(Object.keys(environOf(a.agentctl_pid!))).not.toContain('AGENTCTL_SECRET');
 
@@ -92,8 +105,15 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     ]);
     expect(results).toEqual(['EACCES', 'EACCES', 'EACCES', 'EACCES', 'EACCES', 'EACCES', 'EPERM', 'EPERM', 'EPERM', 'ok', 'ok']);
 
-    await Promise.all([stopAt(nc, 'life-iso', { execution_id: a.execution_id, reason: 'test' }), stopAt(nc, 'life-iso', { execution_id: b.execution_id, reason: 'test' })]);
-    await eventually(() => [a.pid!, b.pid!, a.agentctl_pid!, b.agentctl_pid!].every(processGone), (gone) => gone, 15_000);
+    await Promise.all([
+      stopAt(nc, 'life-iso', { execution_id: a.execution_id, reason: 'test' }),
+      stopAt(nc, 'life-iso', { execution_id: b.execution_id, reason: 'test' }),
+    ]);
+    await eventually(
+      () => [a.pid!, b.pid!, a.agentctl_pid!, b.agentctl_pid!].every(processGone),
+      (gone) => gone,
+      15_000,
+    );
     await events.waitFor('execution.stopped', (e) => e.data.execution_id === b.execution_id);
     await events.waitFor('execution.stopped', (e) => e.data.execution_id === a.execution_id);
     // Finished: the directory is handed back to root, so a later holder of the uid reaches nothing.
@@ -105,14 +125,19 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const turnId = randomUUID();
     await promptAt(nc, 'life-iso', { execution_id: x.execution_id, turn_id: turnId, prompt: script([{ sleep_ms: 60_000 }]) });
     await events.waitFor('turn.started', (e) => e.data.turn_id === turnId);
-    const url = (await eventually(async () => (await import('./helpers.js')).getExecution(nc, x.execution_id), (r) => r !== null && r.agentctl_url !== null))!.agentctl_url!;
+    const url = (await eventually(
+      async () => (await import('./helpers.js')).getExecution(nc, x.execution_id),
+      (r) => r !== null && r.agentctl_url !== null,
+    ))!.agentctl_url!;
 
     for (const route of AgentctlRoutes) {
       for (const authorization of [undefined, `Bearer ${'x'.repeat(43)}`, 'Bearer ']) {
         const res = await fetch(new URL(route.path, url), {
           method: route.method,
           headers: { 'content-type': 'application/json', ...(authorization ? { authorization } : {}) },
-          ...(route.method === 'POST' ? { body: JSON.stringify(route.path.endsWith('prompt') ? { prompt: 'hijack' } : route.path.endsWith('stop') ? { grace_ms: 1 } : {}) } : {}),
+          ...(route.method === 'POST'
+            ? { body: JSON.stringify(route.path.endsWith('prompt') ? { prompt: 'hijack' } : route.path.endsWith('stop') ? { grace_ms: 1 } : {}) }
+            : {}),
         });
         expect(res.status, `${route.method} ${route.path} ${authorization ?? '(none)'}`).toBe(route.authenticated ? 401 : 200);
       }
@@ -141,7 +166,10 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const turnId = randomUUID();
     await promptAt(nc, 'life-iso', { execution_id: a.execution_id, turn_id: turnId, prompt: script([{ orphan: { ignore_sigterm: true } }]) });
     await events.waitFor('turn.completed', (e) => e.data.turn_id === turnId);
-    const said = events.of('agent.message', a.execution_id).map((e) => e.data.text).join('');
+    const said = events
+      .of('agent.message', a.execution_id)
+      .map((e) => e.data.text)
+      .join('');
     const orphanPid = Number(/orphan (\d+)/.exec(said)![1]);
     expect(uidOf(orphanPid)).toBe(RANGE.last);
     expect(ppidOf(orphanPid)).not.toBe(a.pid);

@@ -106,14 +106,24 @@ describe('launch, registry and prompts', () => {
     const prompt = script([{ say: 'hello from codex' }, { usage: { cost_cents: 3, tokens_in: 10, tokens_cached_in: 2, tokens_out: 5 } }, { sleep_ms: 300 }]);
     await expect(promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId, prompt })).resolves.toEqual({ turn_id: turnId });
     // In flight: a second prompt is refused and the registry says RUNNING.
-    await expect(promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: randomUUID(), prompt: 'again' })).rejects.toMatchObject({ code: 'CONFLICT' });
+    await expect(promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: randomUUID(), prompt: 'again' })).rejects.toMatchObject({
+      code: 'CONFLICT',
+    });
     expect(await getExecution(nc, exec.execution_id)).toMatchObject({ status: 'RUNNING', turn_id: turnId });
 
     const started = await events.waitFor('turn.started', (e) => e.data.turn_id === turnId);
-    expect(started).toMatchObject({ task_id: req.task_id, session_id: req.session_id, workspace_id: req.workspace_id, data: { execution_id: exec.execution_id } });
+    expect(started).toMatchObject({
+      task_id: req.task_id,
+      session_id: req.session_id,
+      workspace_id: req.workspace_id,
+      data: { execution_id: exec.execution_id },
+    });
     const completed = await events.waitFor('turn.completed', (e) => e.data.turn_id === turnId);
     expect(completed.data).toEqual({ execution_id: exec.execution_id, turn_id: turnId, stop_reason: 'end_turn' });
-    const said = events.of('agent.message', exec.execution_id).map((e) => e.data.text).join('');
+    const said = events
+      .of('agent.message', exec.execution_id)
+      .map((e) => e.data.text)
+      .join('');
     expect(said).toContain('hello from codex');
     const usage = events.of('usage.recorded', exec.execution_id);
     expect(usage).toHaveLength(1);
@@ -163,7 +173,10 @@ describe('launch, registry and prompts', () => {
     try {
       const lonelyEvents = new EventLog(lonelyNc);
       const req = launchRequest();
-      await expect(launch(lonelyNc, req)).rejects.toMatchObject({ code: 'CONFLICT', message: expect.stringMatching(/^launch fenced: orchestrator unreachable/) });
+      await expect(launch(lonelyNc, req)).rejects.toMatchObject({
+        code: 'CONFLICT',
+        message: expect.stringMatching(/^launch fenced: orchestrator unreachable/),
+      });
       const registered = await lonelyEvents.waitFor('execution.registered');
       expect(processGone(registered.data.execution.pid!)).toBe(true);
       expect(await getExecution(lonelyNc, req.execution_id)).toBeNull();

@@ -12,7 +12,8 @@ function recorder() {
 describe('agentctl log lines in the lifecycle log', () => {
   it('keeps warnings and errors at their level and puts the rest at debug', () => {
     const { calls, log } = recorder();
-    for (const level of ['debug', 'info', 'warn', 'error']) relayAgentctlLog(log, JSON.stringify({ level, msg: `a ${level} line`, agent_pid: 7 }), { execution_id: 'x' });
+    for (const level of ['debug', 'info', 'warn', 'error'])
+      relayAgentctlLog(log, JSON.stringify({ level, msg: `a ${level} line`, agent_pid: 7 }), { execution_id: 'x' });
     expect(calls.map(([level, , msg]) => [level, msg])).toEqual([
       ['debug', 'agentctl: a debug line'],
       ['debug', 'agentctl: a info line'],

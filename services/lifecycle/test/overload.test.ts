@@ -91,6 +91,8 @@ describe('launch admission under a burst', () => {
     // Nobody waited for the caller's timeout (20 s): refusals come within the queue bound plus slack.
     for (const r of refused) expect(r.ms).toBeLessThan(WAIT_MS + 5_000);
     for (const s of started) if (s.ok) expect(processGone(s.x.pid!)).toBe(false);
-    console.info(`[overload] 20 launches, concurrency 2: ${started.length} started, ${refused.length} refused; slowest refusal ${Math.max(...refused.map((r) => r.ms)).toFixed(0)} ms, slowest start ${Math.max(...started.map((s) => s.ms)).toFixed(0)} ms`);
+    console.info(
+      `[overload] 20 launches, concurrency 2: ${started.length} started, ${refused.length} refused; slowest refusal ${Math.max(...refused.map((r) => r.ms)).toFixed(0)} ms, slowest start ${Math.max(...started.map((s) => s.ms)).toFixed(0)} ms`,
+    );
   }, 60_000);
 });

@@ -58,15 +58,22 @@ describe('permission requests (R-8.3)', () => {
     expect((await events.waitFor('turn.completed', (e) => e.data.turn_id === turnId)).data.stop_reason).toBe('end_turn');
   });
 
-  it.each(['scripted-acp', 'scripted-codex'] as const)('%s: an answer after a turn cancel settled the request is CONFLICT saying it was cancelled', async (agent) => {
-    const { exec, turnId, asked } = await asking(agent, 'push?');
-    await cancelAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId });
-    const resolved = await events.waitFor('agent.permission_resolved', (e) => e.data.permission_id === asked.data.permission_id);
-    expect(resolved.data).toMatchObject({ outcome: 'cancelled', option_id: null });
-    const late = await respond({ execution_id: exec.execution_id, permission_id: asked.data.permission_id, option_id: asked.data.options[0]!.option_id }).catch((e: unknown) => e);
-    expect(isKandevError(late) && late.code).toBe('CONFLICT');
-    expect(isKandevError(late) && late.details).toMatchObject({ outcome: 'cancelled', option_id: null });
-    const unknown = await respond({ execution_id: exec.execution_id, permission_id: 'never-asked', cancelled: true }).catch((e: unknown) => e);
-    expect(isKandevError(unknown) && unknown.code).toBe('NOT_FOUND');
-  });
+  it.each(['scripted-acp', 'scripted-codex'] as const)(
+    '%s: an answer after a turn cancel settled the request is CONFLICT saying it was cancelled',
+    async (agent) => {
+      const { exec, turnId, asked } = await asking(agent, 'push?');
+      await cancelAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId });
+      const resolved = await events.waitFor('agent.permission_resolved', (e) => e.data.permission_id === asked.data.permission_id);
+      expect(resolved.data).toMatchObject({ outcome: 'cancelled', option_id: null });
+      const late = await respond({
+        execution_id: exec.execution_id,
+        permission_id: asked.data.permission_id,
+        option_id: asked.data.options[0]!.option_id,
+      }).catch((e: unknown) => e);
+      expect(isKandevError(late) && late.code).toBe('CONFLICT');
+      expect(isKandevError(late) && late.details).toMatchObject({ outcome: 'cancelled', option_id: null });
+      const unknown = await respond({ execution_id: exec.execution_id, permission_id: 'never-asked', cancelled: true }).catch((e: unknown) => e);
+      expect(isKandevError(unknown) && unknown.code).toBe('NOT_FOUND');
+    },
+  );
 });

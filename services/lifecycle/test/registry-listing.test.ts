@@ -67,41 +67,45 @@ async function interposed(name: string, onReply: (subject: string) => Promise<vo
 }
 
 describe('registry listing', () => {
-  it.each(Object.keys(removals) as Array<keyof typeof removals>)('answers at once, with what is still there, when an entry %s while it runs', async (how) => {
-    const task = randomUUID();
-    const writer = await ExecutionRegistry.open(admin, 60_000, log);
-    const entries = [entry(task), entry(task), entry(task), entry(task)];
-    for (const e of entries) await writer.put(e);
+  it.each(Object.keys(removals) as Array<keyof typeof removals>)(
+    'answers at once, with what is still there, when an entry %s while it runs',
+    async (how) => {
+      const task = randomUUID();
+      const writer = await ExecutionRegistry.open(admin, 60_000, log);
+      const entries = [entry(task), entry(task), entry(task), entry(task)];
+      for (const e of entries) await writer.put(e);
 
-    // After each JetStream API reply the listing gets, one more entry ages out (the last one
-    // stays): the first listing step sees entries that the next steps no longer find.
-    const doomed = entries.slice(1).map((e) => e.execution_id);
-    let armed = false;
-    const nc = await interposed('registry-listing-aged', async () => {
-      const next = armed ? doomed.shift() : undefined;
-      if (next) await removals[how](`${task}.${next}`);
-    });
-    try {
-      const registry = await ExecutionRegistry.open(nc, 60_000, log);
-      armed = true;
-      const started = performance.now();
-      const listed = await registry.listForTask(task);
-      const took = performance.now() - started;
-      armed = false;
+      // After each JetStream API reply the listing gets, one more entry ages out (the last one
+      // stays): the first listing step sees entries that the next steps no longer find.
+      const doomed = entries.slice(1).map((e) => e.execution_id);
+      let armed = false;
+      const nc = await interposed('registry-listing-aged', async () => {
+        const next = armed ? doomed.shift() : undefined;
+        if (next) await removals[how](`${task}.${next}`);
+      });
+      try {
+        const registry = await ExecutionRegistry.open(nc, 60_000, log);
+        armed = true;
+        const started = performance.now();
+        const listed = await registry.listForTask(task);
+        const took = performance.now() - started;
+        armed = false;
 
-      // Bounded by the listing's own budget, which it must not even need: the old `kv.keys()`
-      // listing waited 30 s here.
-      expect(took).toBeLessThan(DEFAULT_REQUEST_TIMEOUT_MS);
-      expect(doomed.length).toBeLessThan(entries.length - 1); // the fault was injected mid-listing
-      // Correct: the entry that stayed is listed, each entry once, nothing that was never there.
-      const ids = listed.map((e) => e.execution_id);
-      expect(ids).toContain(entries[0]!.execution_id);
-      expect(new Set(ids).size).toBe(ids.length);
-      expect(entries.map((e) => e.execution_id)).toEqual(expect.arrayContaining(ids));
-    } finally {
-      await nc.close();
-    }
-  }, 60_000);
+        // Bounded by the listing's own budget, which it must not even need: the old `kv.keys()`
+        // listing waited 30 s here.
+        expect(took).toBeLessThan(DEFAULT_REQUEST_TIMEOUT_MS);
+        expect(doomed.length).toBeLessThan(entries.length - 1); // the fault was injected mid-listing
+        // Correct: the entry that stayed is listed, each entry once, nothing that was never there.
+        const ids = listed.map((e) => e.execution_id);
+        expect(ids).toContain(entries[0]!.execution_id);
+        expect(new Set(ids).size).toBe(ids.length);
+        expect(entries.map((e) => e.execution_id)).toEqual(expect.arrayContaining(ids));
+      } finally {
+        await nc.close();
+      }
+    },
+    60_000,
+  );
 
   it('stays bounded and complete under churn: puts, deletes, purges and max-age expiry', async () => {
     // A bucket of its own with a short max age, so entries keep ageing out during the listings.
@@ -152,7 +156,9 @@ describe('registry listing', () => {
       expect(n).toBeGreaterThan(LISTINGS / 10); // there was churn to list through
       // A listing leaves nothing on the server. Each kv.keys() left an ephemeral consumer for its
       // 5 min inactivity threshold, and every registry put is matched against every consumer.
-      const info = JSON.parse(new TextDecoder().decode((await nc.request(`$JS.API.STREAM.INFO.${STREAM}`, '', { timeout: 5_000 })).data)) as { state: { consumer_count: number } };
+      const info = JSON.parse(new TextDecoder().decode((await nc.request(`$JS.API.STREAM.INFO.${STREAM}`, '', { timeout: 5_000 })).data)) as {
+        state: { consumer_count: number };
+      };
       expect(info.state.consumer_count).toBe(0);
     } finally {
       churning = false;
@@ -162,7 +168,7 @@ describe('registry listing', () => {
     }
   }, 120_000);
 
-  it('finds an execution without its task id, and lists every task\'s entries', async () => {
+  it("finds an execution without its task id, and lists every task's entries", async () => {
     const registry = await ExecutionRegistry.open(admin, 60_000, log);
     const [a, b] = [entry(randomUUID()), entry(randomUUID())];
     await registry.put(a);

@@ -11,7 +11,21 @@ import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { EventLog, FakeOrchestrator, eventually, killHard, kvEntry, launch, launchRequest, natsClient, processGone, promptAt, script, spawnLifecycle, tmpStateDir } from './helpers.js';
+import {
+  EventLog,
+  FakeOrchestrator,
+  eventually,
+  killHard,
+  kvEntry,
+  launch,
+  launchRequest,
+  natsClient,
+  processGone,
+  promptAt,
+  script,
+  spawnLifecycle,
+  tmpStateDir,
+} from './helpers.js';
 
 const TTL_MS = 1_500;
 const GRACE_MS = 1_000;
@@ -35,14 +49,29 @@ async function stallWorld(instanceId: string, extraEnv: Record<string, string> =
   await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: TTL_MS });
   const logs: string[] = [];
   const child: ChildProcess = await spawnLifecycle(
-    { NATS_URL: nats.url, INSTANCE_ID: instanceId, KANDEV_STATE_DIR: stateDir, REGISTRY_TTL_MS: String(TTL_MS), TEARDOWN_GRACE_MS: String(GRACE_MS), ...extraEnv },
+    {
+      NATS_URL: nats.url,
+      INSTANCE_ID: instanceId,
+      KANDEV_STATE_DIR: stateDir,
+      REGISTRY_TTL_MS: String(TTL_MS),
+      TEARDOWN_GRACE_MS: String(GRACE_MS),
+      ...extraEnv,
+    },
     (l) => logs.push(l),
   );
   cleanups.push(async () => {
     child.kill('SIGCONT');
     await killHard(child);
   });
-  await eventually(() => request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(() => true, () => false), (ok) => ok, 10_000);
+  await eventually(
+    () =>
+      request(nc, pingEndpoint('lifecycle'), {}, { timeoutMs: 1_000 }).then(
+        () => true,
+        () => false,
+      ),
+    (ok) => ok,
+    10_000,
+  );
   const executions = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest())]);
   for (const x of executions) {
     await promptAt(nc, instanceId, { execution_id: x.execution_id, turn_id: randomUUID(), prompt: script([{ sleep_ms: 60_000 }]) });
@@ -62,7 +91,13 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
 
     child.kill('SIGSTOP');
     // The entries lapse while the instance cannot refresh them...
-    for (const x of [kept, givenUp]) await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, TTL_MS * 4, 100);
+    for (const x of [kept, givenUp])
+      await eventually(
+        () => kvEntry(nc, x.execution_id),
+        (e) => e === null,
+        TTL_MS * 4,
+        100,
+      );
     // ...and meanwhile the orchestrator gives one of them up (its reconciler marks the session FAILED).
     orch.decide = (req) => (req.execution_id === givenUp.execution_id ? { admitted: false, reason: 'session is FAILED' } : { admitted: true, reason: null });
     // Reads queued during the stall are answered after it, and must still find the executions.
@@ -75,13 +110,28 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     expect((await queuedList).map((e) => e.execution_id)).toEqual([kept.execution_id]);
 
     // The one still wanted is registered again and keeps running.
-    await eventually(() => kvEntry(nc, kept.execution_id), (e) => e !== null, 10_000, 50);
+    await eventually(
+      () => kvEntry(nc, kept.execution_id),
+      (e) => e !== null,
+      10_000,
+      50,
+    );
     // The one given up is stopped: its agent is gone and its stop is reported.
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === givenUp.execution_id, 20_000);
     expect(stopped.data.reason).toMatch(/^registry_lapsed/);
-    await eventually(() => processGone(givenUp.pid!) && processGone(givenUp.agentctl_pid!), (g) => g, 10_000, 50);
+    await eventually(
+      () => processGone(givenUp.pid!) && processGone(givenUp.agentctl_pid!),
+      (g) => g,
+      10_000,
+      50,
+    );
     const stoppedAfterMs = performance.now() - resumedAt;
-    await eventually(() => kvEntry(nc, givenUp.execution_id), (e) => e === null, 10_000, 50);
+    await eventually(
+      () => kvEntry(nc, givenUp.execution_id),
+      (e) => e === null,
+      10_000,
+      50,
+    );
 
     expect(processGone(kept.pid!), logs.join('\n')).toBe(false);
     const readmissions = orch.admitted.slice(admissionsBefore).map((r) => r.execution_id);
@@ -104,7 +154,13 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     try {
       // No heartbeat comes any more: each agentctl stops its agent and exits on its own, within the
       // bound plus agentctl's stop (its grace), with headroom for a busy machine.
-      for (const x of executions) await eventually(() => processGone(x.pid!) && processGone(x.agentctl_pid!), (g) => g, silenceMs + 15_000, 50);
+      for (const x of executions)
+        await eventually(
+          () => processGone(x.pid!) && processGone(x.agentctl_pid!),
+          (g) => g,
+          silenceMs + 15_000,
+          50,
+        );
       const goneAfterMs = performance.now() - frozenAt;
       expect(goneAfterMs).toBeGreaterThanOrEqual(silenceMs - 100);
       console.info(`[timing] agents of a frozen instance gone ${goneAfterMs.toFixed(0)} ms after SIGSTOP (bound ${silenceMs} ms + stop)`);
@@ -115,7 +171,12 @@ describe('a lifecycle instance stalled longer than the registry TTL', () => {
     for (const x of executions) {
       const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id, 20_000);
       expect(stopped.data.reason, logs.join('\n')).toBe('agentctl_stopped_agent:owner_silent');
-      await eventually(() => kvEntry(nc, x.execution_id), (e) => e === null, 10_000, 50);
+      await eventually(
+        () => kvEntry(nc, x.execution_id),
+        (e) => e === null,
+        10_000,
+        50,
+      );
     }
   }, 90_000);
 });

@@ -32,7 +32,8 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
   let orchestrator: FakeOrchestrator;
   const stateDir = tmpStateDir();
   const stateFile = join(stateDir, 'lifecycle', 'life-a.json');
-  const stateFileIds = () => (JSON.parse(readFileSync(stateFile, 'utf8')) as { executions: Array<{ execution_id: string }> }).executions.map((e) => e.execution_id);
+  const stateFileIds = () =>
+    (JSON.parse(readFileSync(stateFile, 'utf8')) as { executions: Array<{ execution_id: string }> }).executions.map((e) => e.execution_id);
 
   beforeAll(async () => {
     nats = await startNats();
@@ -78,7 +79,11 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(stopped).toMatchObject({ task_id: exec.task_id, session_id: exec.session_id, workspace_id: exec.workspace_id });
     expect(() => process.kill(exec.pid!, 0)).toThrow();
     expect(() => process.kill(exec.agentctl_pid!, 0)).toThrow();
-    await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
+    await eventually(
+      () => getExecution(nc, exec.execution_id),
+      (e) => e === null,
+      2_000,
+    );
     expect(stateFileIds()).not.toContain(exec.execution_id);
     // The cancelled turn was closed before the agent went.
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
@@ -93,8 +98,16 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(a.accepted && b.accepted).toBe(true);
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
     expect(stopped.data).toMatchObject({ how: 'graceful', grace_ms: 1000, reason: 'task_stopped', orphaned: true, signal: 'SIGTERM' });
-    await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
-    expect(await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'again' })).toEqual({ accepted: false, execution_id: exec.execution_id, already_gone: true });
+    await eventually(
+      () => getExecution(nc, exec.execution_id),
+      (e) => e === null,
+      2_000,
+    );
+    expect(await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'again' })).toEqual({
+      accepted: false,
+      execution_id: exec.execution_id,
+      already_gone: true,
+    });
     await new Promise((r) => setTimeout(r, 200));
     expect(events.of('execution.stopped', exec.execution_id)).toHaveLength(1);
     expect(processGone(exec.pid!)).toBe(true);
@@ -108,7 +121,11 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     // The session is relaunched: same task and session, new execution.
     const current = await launch(nc, { ...req, execution_id: randomUUID(), fence_epoch: 2 });
 
-    expect(await stopAt(nc, 'life-a', { execution_id: old.execution_id, reason: 'stale stop' })).toEqual({ accepted: false, execution_id: old.execution_id, already_gone: true });
+    expect(await stopAt(nc, 'life-a', { execution_id: old.execution_id, reason: 'stale stop' })).toEqual({
+      accepted: false,
+      execution_id: old.execution_id,
+      already_gone: true,
+    });
     const unknown = randomUUID();
     expect(await stopAt(nc, 'life-a', { execution_id: unknown, reason: 'stale stop' })).toEqual({ accepted: false, execution_id: unknown, already_gone: true });
 
@@ -130,7 +147,11 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     process.kill(exec.pid!, 'SIGKILL');
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
     expect(stopped.data).toMatchObject({ how: 'exited', reason: 'agent_exited', signal: 'SIGKILL', grace_ms: null, pid: exec.pid });
-    await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
+    await eventually(
+      () => getExecution(nc, exec.execution_id),
+      (e) => e === null,
+      2_000,
+    );
     expect(processGone(exec.agentctl_pid!)).toBe(true);
   });
 
@@ -141,7 +162,11 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     // It died: reported as killed, not as a graceful stop.
     expect(stopped.data).toMatchObject({ reason: 'agentctl_exited', pid: exec.pid, how: 'killed' });
     expect(processGone(exec.pid!)).toBe(true);
-    await eventually(() => getExecution(nc, exec.execution_id), (e) => e === null, 2_000);
+    await eventually(
+      () => getExecution(nc, exec.execution_id),
+      (e) => e === null,
+      2_000,
+    );
   });
 
   it('stop_many: several executions in one request, each answered as a stop, in order; every one torn down', async () => {
@@ -159,22 +184,39 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
       { accepted: false, execution_id: unknown, already_gone: true },
       { accepted: true, execution_id: b.execution_id, already_gone: false },
     ]);
-    for (const [x, orphaned] of [[a, false], [b, true]] as const) {
+    for (const [x, orphaned] of [
+      [a, false],
+      [b, true],
+    ] as const) {
       const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === x.execution_id);
       expect(stopped.data).toMatchObject({ reason: 'tree_paused', grace_ms: 500, orphaned, how: 'graceful' });
       expect(processGone(x.pid!)).toBe(true);
       expect(processGone(x.agentctl_pid!)).toBe(true);
-      await eventually(() => getExecution(nc, x.execution_id), (e) => e === null, 2_000);
+      await eventually(
+        () => getExecution(nc, x.execution_id),
+        (e) => e === null,
+        2_000,
+      );
     }
   });
 
   it('launch vs stop: a stop that lands while the agent is still starting wins, and nothing is left running', async () => {
     const req = launchRequest({ prompt: 'must never run', turn_id: randomUUID() });
     const launching = launch(nc, req);
-    const starting = await eventually(() => getExecution(nc, req.execution_id), (e) => e?.status === 'STARTING', 10_000, 10);
+    const starting = await eventually(
+      () => getExecution(nc, req.execution_id),
+      (e) => e?.status === 'STARTING',
+      10_000,
+      10,
+    );
     expect(starting).toMatchObject({ pid: null, agentctl_url: null });
     // The agent may already be spawned although its pid is not reported yet.
-    const agentsSoFar = await eventually(() => childProcesses(starting!.agentctl_pid!), (l) => l.length > 0, 5_000, 5).catch(() => []);
+    const agentsSoFar = await eventually(
+      () => childProcesses(starting!.agentctl_pid!),
+      (l) => l.length > 0,
+      5_000,
+      5,
+    ).catch(() => []);
     expect(await stopAt(nc, 'life-a', { execution_id: req.execution_id, reason: 'stopped while starting', grace_ms: 500 })).toMatchObject({ accepted: true });
     await expect(launching).rejects.toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching' });
     const stopped = events.of('execution.stopped', req.execution_id);
@@ -194,11 +236,23 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     orchestrator.decide = (a) => (a.execution_id === req.execution_id ? new Promise((r) => (admit = () => r({ admitted: true, reason: null }))) : usual(a));
     try {
       const launching = launch(nc, req);
-      await eventually(() => orchestrator.admitted.some((a) => a.execution_id === req.execution_id), (asked) => asked, 10_000, 10);
+      await eventually(
+        () => orchestrator.admitted.some((a) => a.execution_id === req.execution_id),
+        (asked) => asked,
+        10_000,
+        10,
+      );
       const ready = (await getExecution(nc, req.execution_id))!;
       expect(ready.status).toBe('READY');
-      expect(await stopAt(nc, 'life-a', { execution_id: req.execution_id, reason: 'stopped during admission', grace_ms: 500 })).toMatchObject({ accepted: true });
-      await eventually(() => getExecution(nc, req.execution_id), (e) => e === null || e.status === 'STOPPING', 5_000, 10);
+      expect(await stopAt(nc, 'life-a', { execution_id: req.execution_id, reason: 'stopped during admission', grace_ms: 500 })).toMatchObject({
+        accepted: true,
+      });
+      await eventually(
+        () => getExecution(nc, req.execution_id),
+        (e) => e === null || e.status === 'STOPPING',
+        5_000,
+        10,
+      );
       admit();
       await expect(launching).rejects.toMatchObject({ code: 'CONFLICT', message: 'execution was stopped while launching' });
       const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === req.execution_id);

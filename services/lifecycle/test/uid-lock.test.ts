@@ -50,7 +50,7 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
     await iso.finish(next);
   });
 
-  it('by default, instances with different work roots (replicas, test stacks) share the host\'s locks', async () => {
+  it("by default, instances with different work roots (replicas, test stacks) share the host's locks", async () => {
     const code = `
       const { AgentIsolation } = await import(${JSON.stringify(DIST)});
       const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'stack-a'))}, uidRange: '29990-29991', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });

@@ -34,7 +34,8 @@ export class CallCancellations {
           return void log.warn({ err: e }, 'malformed call cancellation ignored');
         }
         if (m.from_instance === instanceId) return; // applied already, when it was received
-        if (this.abort(m.caller, m.request_id)) log.info({ request_id: m.request_id, from_instance: m.from_instance }, 'tool call cancelled by its caller through another replica');
+        if (this.abort(m.caller, m.request_id))
+          log.info({ request_id: m.request_id, from_instance: m.from_instance }, 'tool call cancelled by its caller through another replica');
       },
     });
     this.ready = nc.flush();

@@ -105,7 +105,14 @@ export function closedEvents(nc: NatsConnection): ClosedEvents {
 }
 
 const detachedOutcome = (w: ClarificationWait): AskOutcome =>
-  outcomeOf(w.bundle) ?? { bundle_id: w.bundle.id, status: 'detached', detached: true, reason: w.bundle.detached_reason, answers: [], questions: w.bundle.questions };
+  outcomeOf(w.bundle) ?? {
+    bundle_id: w.bundle.id,
+    status: 'detached',
+    detached: true,
+    reason: w.bundle.detached_reason,
+    answers: [],
+    questions: w.bundle.questions,
+  };
 
 /**
  * Wait for the outcome of the bundle `ask` just stored. Every exit is typed; only a lost orchestrator

@@ -6,9 +6,31 @@
  * needs Node 22; the test mirrors its server scenarios on Node 20).
  */
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
-import { agentTokenVerifier, ATTR_ERROR_TYPE, ATTR_HTTP_RESPONSE_STATUS_CODE, bearer, context, httpServerAttributes, httpServerSpanName, propagation, SpanKind, trace, tracer, type AgentClaims, type Logger, type NatsConnection } from '@kandev/runtime';
+import {
+  agentTokenVerifier,
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  bearer,
+  context,
+  httpServerAttributes,
+  httpServerSpanName,
+  propagation,
+  SpanKind,
+  trace,
+  tracer,
+  type AgentClaims,
+  type Logger,
+  type NatsConnection,
+} from '@kandev/runtime';
 import { ROOT_CONTEXT, SpanStatusCode } from '@opentelemetry/api';
-import { ErrorCode, JSONRPCMessageSchema, SUPPORTED_PROTOCOL_VERSIONS, type JSONRPCMessage, type JSONRPCRequest, type RequestId } from '@modelcontextprotocol/sdk/types.js';
+import {
+  ErrorCode,
+  JSONRPCMessageSchema,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  type JSONRPCMessage,
+  type JSONRPCRequest,
+  type RequestId,
+} from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -183,10 +205,16 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     for (const id of cancelledIds(messages)) inFlight.cancel(auth.token, id);
     const requests = messages.filter(isRequest);
     const initializing = requests.some((r) => r.method === 'initialize');
-    if (initializing && messages.length > 1) return jsonRpcError(res, 400, ErrorCode.InvalidRequest, 'Invalid Request: Only one initialization request is allowed');
+    if (initializing && messages.length > 1)
+      return jsonRpcError(res, 400, ErrorCode.InvalidRequest, 'Invalid Request: Only one initialization request is allowed');
     const version = first(req.headers['mcp-protocol-version']);
     if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
-      return jsonRpcError(res, 400, JSONRPC_SERVER_ERROR, `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`);
+      return jsonRpcError(
+        res,
+        400,
+        JSONRPC_SERVER_ERROR,
+        `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
+      );
     }
     // Notifications (initialized, cancelled, progress) and responses only: nothing to answer.
     if (requests.length === 0) return void res.writeHead(202).end();

@@ -18,8 +18,7 @@ export const SERVER_INFO = { name: 'kandev', version: '0.1.0' } as const;
 
 /** One JSON-RPC answer: a result or an error, for the request id it answers. */
 export type JsonRpcAnswer =
-  | { jsonrpc: '2.0'; id: RequestId; result: Record<string, unknown> }
-  | { jsonrpc: '2.0'; id: RequestId | null; error: { code: number; message: string } };
+  { jsonrpc: '2.0'; id: RequestId; result: Record<string, unknown> } | { jsonrpc: '2.0'; id: RequestId | null; error: { code: number; message: string } };
 
 /** Everything a mode answers that does not depend on the call: built once at start-up. */
 interface ModeTable {
@@ -34,7 +33,13 @@ function buildTable(mode: McpMode): ModeTable {
   return {
     initialize: { capabilities: { tools: {} }, serverInfo: { ...SERVER_INFO }, ...(instructions ? { instructions } : {}) },
     toolsList: {
-      tools: [...tools.values()].map((t) => ({ name: t.name, title: t.title, description: t.description, inputSchema: t.inputJsonSchema, annotations: t.annotations })),
+      tools: [...tools.values()].map((t) => ({
+        name: t.name,
+        title: t.title,
+        description: t.description,
+        inputSchema: t.inputJsonSchema,
+        annotations: t.annotations,
+      })),
     },
     tools,
   };

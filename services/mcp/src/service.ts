@@ -18,10 +18,11 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
   async start(rt) {
     // Bound on first use, and again after a failure: lifecycle creates the bucket, and may start after mcp.
     let registry: Promise<RegistryReader> | undefined;
-    const bindRegistry = () => (registry ??= RegistryReader.bind(rt.nc, rt.log).catch((e: unknown) => {
-      registry = undefined;
-      throw e;
-    }));
+    const bindRegistry = () =>
+      (registry ??= RegistryReader.bind(rt.nc, rt.log).catch((e: unknown) => {
+        registry = undefined;
+        throw e;
+      }));
     const http = await startMcpHttp({
       host: rt.env.MCP_HOST,
       port: rt.env.MCP_PORT,

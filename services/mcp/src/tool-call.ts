@@ -90,7 +90,14 @@ async function runTool(tool: Tool | undefined, requested: string, args: unknown,
     const summary = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; ');
     return toolFailure(validationError(`invalid arguments for ${tool.name}: ${summary}`, { issues }));
   }
-  const ctx: ToolContext = { nc: scope.nc, caller: scope.caller, callerToken: scope.callerToken, requestId: scope.requestId, requestTimeoutMs: scope.requestTimeoutMs, signal: scope.signal };
+  const ctx: ToolContext = {
+    nc: scope.nc,
+    caller: scope.caller,
+    callerToken: scope.callerToken,
+    requestId: scope.requestId,
+    requestTimeoutMs: scope.requestTimeoutMs,
+    signal: scope.signal,
+  };
   try {
     return toolSuccess(await tool.run(parsed.data, ctx));
   } catch (e) {

@@ -22,7 +22,11 @@ class FakeBundles {
   wait(): ClarificationWait {
     return { bundle: this.view!, expires_in_ms: this.view!.status === 'pending' ? this.expiresInMs : 0, renew_every_ms: this.renewEveryMs };
   }
-  close(status: ClarificationBundleView['status'], questionStatus: 'answered' | 'rejected' | 'cancelled' | 'expired', extra: Partial<ClarificationBundleView> = {}) {
+  close(
+    status: ClarificationBundleView['status'],
+    questionStatus: 'answered' | 'rejected' | 'cancelled' | 'expired',
+    extra: Partial<ClarificationBundleView> = {},
+  ) {
     const v = this.view!;
     this.view = {
       ...v,
@@ -31,7 +35,9 @@ class FakeBundles {
       waiter_live: false,
       active: false,
       agent_resumed: true,
-      questions: v.questions.map((q) => (q.status === 'pending' ? { ...q, status: questionStatus, answer: questionStatus === 'answered' ? `answer to ${q.id}` : null } : q)),
+      questions: v.questions.map((q) =>
+        q.status === 'pending' ? { ...q, status: questionStatus, answer: questionStatus === 'answered' ? `answer to ${q.id}` : null } : q,
+      ),
       ...extra,
     };
   }
@@ -57,7 +63,13 @@ beforeAll(async () => {
         session_id: req.caller_session_id ?? uuid(),
         turn_id: uuid(),
         status: 'pending',
-        questions: req.questions.map((q, i) => ({ id: q.id ?? `q${i + 1}`, text: q.text, options: q.options ?? null, status: 'pending' as const, answer: null })),
+        questions: req.questions.map((q, i) => ({
+          id: q.id ?? `q${i + 1}`,
+          text: q.text,
+          options: q.options ?? null,
+          status: 'pending' as const,
+          answer: null,
+        })),
         created_at: now,
         expires_at: now,
         closed_at: null,
@@ -94,12 +106,26 @@ afterEach(async () => {
 afterAll(async () => h?.stop());
 
 async function agent(claims: { task_id?: string; session_id?: string } = {}) {
-  const client = await connectClient(h.url, await agentToken({ task_id: claims.task_id ?? uuid(), mode: 'task', ...(claims.session_id ? { session_id: claims.session_id } : {}) }));
+  const client = await connectClient(
+    h.url,
+    await agentToken({ task_id: claims.task_id ?? uuid(), mode: 'task', ...(claims.session_id ? { session_id: claims.session_id } : {}) }),
+  );
   clients.push(client);
   return client;
 }
-const askCall = (client: Client, questions: unknown[] = [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }], signal?: AbortSignal) =>
-  client.callTool({ name: 'ask_user_questions', arguments: { questions } }, undefined, signal ? { signal } : undefined) as Promise<{ isError?: boolean; content: Array<{ type: string; text?: string }>; structuredContent?: Record<string, unknown> }>;
+const askCall = (
+  client: Client,
+  questions: unknown[] = [
+    { id: 'a', text: 'A?' },
+    { text: 'B?', options: ['x', 'y'] },
+  ],
+  signal?: AbortSignal,
+) =>
+  client.callTool({ name: 'ask_user_questions', arguments: { questions } }, undefined, signal ? { signal } : undefined) as Promise<{
+    isError?: boolean;
+    content: Array<{ type: string; text?: string }>;
+    structuredContent?: Record<string, unknown>;
+  }>;
 async function until(what: string, pred: () => boolean, ms = 5_000) {
   const end = Date.now() + ms;
   while (!pred()) {
@@ -107,22 +133,42 @@ async function until(what: string, pred: () => boolean, ms = 5_000) {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
-const publishClosed = () => new EventPublisher(h.nc).emit('clarification.closed', { workspace_id: fake.view!.workspace_id, task_id: fake.view!.task_id, session_id: fake.view!.session_id }, { bundle: fake.view! });
+const publishClosed = () =>
+  new EventPublisher(h.nc).emit(
+    'clarification.closed',
+    { workspace_id: fake.view!.workspace_id, task_id: fake.view!.task_id, session_id: fake.view!.session_id },
+    { bundle: fake.view! },
+  );
 
 describe('ask_user_questions', () => {
-  it('asks for the token\'s task and session, then returns the answers as soon as the close event arrives', async () => {
+  it("asks for the token's task and session, then returns the answers as soon as the close event arrives", async () => {
     const task = uuid();
     const session = uuid();
     const client = await agent({ task_id: task, session_id: session });
     fake.renewEveryMs = 60_000; // only the event can end this wait in time
     const pending = askCall(client);
     await until('the bundle', () => fake.view !== null);
-    expect(fake.asked[0]).toEqual({ caller_task_id: task, agent_token: expect.stringMatching(/^eyJ/), caller_session_id: session, questions: [{ id: 'a', text: 'A?' }, { text: 'B?', options: ['x', 'y'] }] });
+    expect(fake.asked[0]).toEqual({
+      caller_task_id: task,
+      agent_token: expect.stringMatching(/^eyJ/),
+      caller_session_id: session,
+      questions: [
+        { id: 'a', text: 'A?' },
+        { text: 'B?', options: ['x', 'y'] },
+      ],
+    });
     fake.close('answered', 'answered');
     await publishClosed();
     const r = await pending;
     expect(r.isError).toBeFalsy();
-    expect(r.structuredContent).toMatchObject({ bundle_id: fake.view!.id, status: 'answered', answers: [{ question_id: 'a', answer: 'answer to a' }, { question_id: 'q2', answer: 'answer to q2' }] });
+    expect(r.structuredContent).toMatchObject({
+      bundle_id: fake.view!.id,
+      status: 'answered',
+      answers: [
+        { question_id: 'a', answer: 'answer to a' },
+        { question_id: 'q2', answer: 'answer to q2' },
+      ],
+    });
     expect(JSON.parse(r.content[0]!.text!)).toEqual(r.structuredContent);
   });
 
@@ -181,13 +227,29 @@ describe('ask_user_questions', () => {
   });
 
   it('a notifications/cancelled that lands on another mcp replica reaches the call and detaches the bundle (ADR 0037)', async () => {
-    const other = await startService(mcpService, { ...process.env, NATS_URL: h.nats.url, MCP_PORT: '0', LOG_LEVEL: 'silent', KANDEV_JWT_SECRET: SECRET, INSTANCE_ID: 'mcp-other' });
+    const other = await startService(mcpService, {
+      ...process.env,
+      NATS_URL: h.nats.url,
+      MCP_PORT: '0',
+      LOG_LEVEL: 'silent',
+      KANDEV_JWT_SECRET: SECRET,
+      INSTANCE_ID: 'mcp-other',
+    });
     try {
       const token = await agentToken({ task_id: uuid(), mode: 'task' });
       fake.renewEveryMs = 60_000; // only the cancel can end this wait in time
       const post = (url: string, token: string, body: unknown) =>
-        fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: JSON.stringify(body) });
-      const pending = post(h.url, token, { jsonrpc: '2.0', id: 41, method: 'tools/call', params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } } });
+        fetch(url, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify(body),
+        });
+      const pending = post(h.url, token, {
+        jsonrpc: '2.0',
+        id: 41,
+        method: 'tools/call',
+        params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } },
+      });
       await until('the bundle', () => fake.view !== null);
       const cancel = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 41, reason: 'the agent gave up' } };
       // Another agent's token naming the same id cancels nothing: the cancel is keyed by the caller.
@@ -208,8 +270,16 @@ describe('ask_user_questions', () => {
     const token = await agentToken({ task_id: uuid(), mode: 'task' });
     fake.renewEveryMs = 60_000;
     const http = await import('node:http');
-    const body = JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } } });
-    const req = http.request(h.url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' } });
+    const body = JSON.stringify({
+      jsonrpc: '2.0',
+      id: 7,
+      method: 'tools/call',
+      params: { name: 'ask_user_questions', arguments: { questions: [{ id: 'a', text: 'A?' }] } },
+    });
+    const req = http.request(h.url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    });
     req.on('error', () => undefined); // destroyed below on purpose
     req.end(body);
     await until('the bundle', () => fake.view !== null);

@@ -18,12 +18,38 @@ const baseline = JSON.parse(readFileSync(new URL('./conformance-baseline.json', 
 };
 /** Server scenarios of @modelcontextprotocol/conformance 0.1.16 (its `list`). */
 const SUITE_SERVER_SCENARIOS = [
-  'server-initialize', 'logging-set-level', 'ping', 'completion-complete', 'tools-list', 'tools-call-simple-text', 'tools-call-image',
-  'tools-call-mixed-content', 'tools-call-with-logging', 'tools-call-error', 'tools-call-with-progress', 'tools-call-sampling', 'tools-call-elicitation',
-  'tools-call-audio', 'tools-call-embedded-resource', 'json-schema-2020-12', 'elicitation-sep1034-defaults', 'elicitation-sep1330-enums',
-  'server-sse-polling', 'server-sse-multiple-streams', 'resources-list', 'resources-read-text', 'resources-read-binary', 'resources-templates-read',
-  'resources-subscribe', 'resources-unsubscribe', 'prompts-list', 'prompts-get-simple', 'prompts-get-with-args', 'prompts-get-embedded-resource',
-  'prompts-get-with-image', 'dns-rebinding-protection',
+  'server-initialize',
+  'logging-set-level',
+  'ping',
+  'completion-complete',
+  'tools-list',
+  'tools-call-simple-text',
+  'tools-call-image',
+  'tools-call-mixed-content',
+  'tools-call-with-logging',
+  'tools-call-error',
+  'tools-call-with-progress',
+  'tools-call-sampling',
+  'tools-call-elicitation',
+  'tools-call-audio',
+  'tools-call-embedded-resource',
+  'json-schema-2020-12',
+  'elicitation-sep1034-defaults',
+  'elicitation-sep1330-enums',
+  'server-sse-polling',
+  'server-sse-multiple-streams',
+  'resources-list',
+  'resources-read-text',
+  'resources-read-binary',
+  'resources-templates-read',
+  'resources-subscribe',
+  'resources-unsubscribe',
+  'prompts-list',
+  'prompts-get-simple',
+  'prompts-get-with-args',
+  'prompts-get-embedded-resource',
+  'prompts-get-with-image',
+  'dns-rebinding-protection',
 ];
 
 let h: Harness;
@@ -39,19 +65,38 @@ afterAll(async () => {
 function post(msg: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const payload = Buffer.from(JSON.stringify(msg));
-    const req = httpRequest(new URL(h.url), { method: 'POST', headers: { accept: 'application/json, text/event-stream', 'content-type': 'application/json', 'content-length': String(payload.length), authorization: `Bearer ${token}`, 'mcp-protocol-version': '2025-11-25', ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
-      });
-    });
+    const req = httpRequest(
+      new URL(h.url),
+      {
+        method: 'POST',
+        headers: {
+          accept: 'application/json, text/event-stream',
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+          authorization: `Bearer ${token}`,
+          'mcp-protocol-version': '2025-11-25',
+          ...headers,
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
 }
-const initialize = (clientName = 'conformance-test-client') => ({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: clientName, version: '1.0.0' } } });
+const initialize = (clientName = 'conformance-test-client') => ({
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: clientName, version: '1.0.0' } },
+});
 
 describe('baseline', () => {
   it('accounts for every server scenario of the suite, once', () => {
@@ -64,7 +109,15 @@ describe('server-initialize', () => {
   it('answers initialize with protocol version, server info and capabilities; accepts initialized', async () => {
     const res = await post(initialize());
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ jsonrpc: '2.0', id: 1, result: { protocolVersion: '2025-11-25', serverInfo: { name: expect.any(String), version: expect.any(String) }, capabilities: { tools: expect.any(Object) } } });
+    expect(res.body).toMatchObject({
+      jsonrpc: '2.0',
+      id: 1,
+      result: {
+        protocolVersion: '2025-11-25',
+        serverInfo: { name: expect.any(String), version: expect.any(String) },
+        capabilities: { tools: expect.any(Object) },
+      },
+    });
     expect((await post({ jsonrpc: '2.0', method: 'notifications/initialized' })).status).toBe(202);
   });
 });

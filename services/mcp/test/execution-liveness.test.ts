@@ -22,7 +22,7 @@ function fakeRegistry(entry: () => Partial<Execution> | null | Error) {
 }
 
 describe('ExecutionLiveness (ADR 0021)', () => {
-  it('reads the entry under the token\'s task, remembers a live answer, and shares one read among concurrent checks', async () => {
+  it("reads the entry under the token's task, remembers a live answer, and shares one read among concurrent checks", async () => {
     const f = fakeRegistry(() => ({ task_id: TASK, execution_id: EXEC, status: 'RUNNING' }));
     const live = new ExecutionLiveness(f.registry, 60_000);
     await Promise.all([1, 2, 3].map(() => live.check({ task_id: TASK, execution_id: EXEC, mode: 'task' })));

@@ -1,6 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { OrchMcp, type Endpoint } from '@kandev/contracts';
-import { connectNats, createLogger, on, serveEndpoints, signAgentToken, startService, type Handler, type NatsConnection, type RunningService } from '@kandev/runtime';
+import {
+  connectNats,
+  createLogger,
+  on,
+  serveEndpoints,
+  signAgentToken,
+  startService,
+  type Handler,
+  type NatsConnection,
+  type RunningService,
+} from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';

@@ -73,7 +73,11 @@ describe('task mode', () => {
     const client = await clientFor('task');
     const { tools } = await client.listTools();
     const instructions = client.getInstructions() ?? '';
-    for (const text of [tools.find((t) => t.name === 'stop_task_kandev')!.description!, tools.find((t) => t.name === 'message_task_kandev')!.description!, instructions]) {
+    for (const text of [
+      tools.find((t) => t.name === 'stop_task_kandev')!.description!,
+      tools.find((t) => t.name === 'message_task_kandev')!.description!,
+      instructions,
+    ]) {
       expect(text).toContain('delivery_mode="interrupt"');
       expect(text).toContain('stop_task_kandev');
       expect(text).toContain('halt-only');
@@ -98,7 +102,8 @@ describe.each(['config', 'office', 'external'] as const)('%s mode', (mode) => {
     expect(tools.map((t) => t.name)).toEqual(['whoami_kandev']);
     const instructions = client.getInstructions() ?? '';
     expect(instructions).toContain(`${mode} mode`);
-    for (const word of ['delivery_mode', 'interrupt', 'stop_task_kandev', 'message_task_kandev', 'halt-only', 'stop-and-steer']) expect(instructions).not.toContain(word);
+    for (const word of ['delivery_mode', 'interrupt', 'stop_task_kandev', 'message_task_kandev', 'halt-only', 'stop-and-steer'])
+      expect(instructions).not.toContain(word);
   });
 
   it('refuses a call to a task tool it does not list, without asking the orchestrator', async () => {
@@ -141,7 +146,7 @@ describe('stop_task_kandev', () => {
     expect(h.wire).toEqual([{ subject: OrchMcp.stopChildTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child } }]);
   });
 
-  it('forwards the caller\'s own token as agent_token, so the orchestrator can verify it (issue 10)', async () => {
+  it("forwards the caller's own token as agent_token, so the orchestrator can verify it (issue 10)", async () => {
     const parent = uuid();
     const token = await agentToken({ task_id: parent, mode: 'task' });
     const client = await connectClient(h.url, token);
@@ -209,13 +214,33 @@ describe('message_task_kandev', () => {
     const child = uuid();
     const session = uuid();
     const client = await clientFor('task', parent);
-    h.handlers.messageTask = async (req) => ({ task_id: req.task_id, session_id: req.session_id ?? uuid(), status: req.delivery_mode === 'interrupt' ? 'sent' : 'queued' });
-    const r = await call(client, 'message_task_kandev', { task_id: child, prompt: 'switch to plan B', session_id: session, delivery_mode: 'interrupt', sender_task_id: uuid() });
+    h.handlers.messageTask = async (req) => ({
+      task_id: req.task_id,
+      session_id: req.session_id ?? uuid(),
+      status: req.delivery_mode === 'interrupt' ? 'sent' : 'queued',
+    });
+    const r = await call(client, 'message_task_kandev', {
+      task_id: child,
+      prompt: 'switch to plan B',
+      session_id: session,
+      delivery_mode: 'interrupt',
+      sender_task_id: uuid(),
+    });
     expect(r.isError).toBeFalsy();
     expect(JSON.parse(textOf(r))).toEqual({ task_id: child, session_id: session, status: 'sent' });
     expect(r.structuredContent).toEqual({ task_id: child, session_id: session, status: 'sent' });
     expect(h.wire).toEqual([
-      { subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child, prompt: 'switch to plan B', session_id: session, delivery_mode: 'interrupt' } },
+      {
+        subject: OrchMcp.messageTask.subject,
+        body: {
+          caller_task_id: parent,
+          agent_token: expect.any(String),
+          task_id: child,
+          prompt: 'switch to plan B',
+          session_id: session,
+          delivery_mode: 'interrupt',
+        },
+      },
     ]);
   });
 
@@ -226,7 +251,9 @@ describe('message_task_kandev', () => {
     h.handlers.messageTask = async (req) => ({ task_id: req.task_id, session_id: uuid(), status: 'queued' });
     const r = await call(client, 'message_task_kandev', { task_id: child, prompt: 'fyi' });
     expect(r.structuredContent).toMatchObject({ task_id: child, status: 'queued' });
-    expect(h.wire).toEqual([{ subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child, prompt: 'fyi' } }]);
+    expect(h.wire).toEqual([
+      { subject: OrchMcp.messageTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), task_id: child, prompt: 'fyi' } },
+    ]);
   });
 
   it('rejects an unknown delivery_mode and a missing prompt with VALIDATION_ERROR', async () => {
@@ -260,12 +287,23 @@ describe('create_task_kandev', () => {
       child = { ...fakeTask({ parent_id: req.caller_task_id, title: req.title, status: 'IN_PROGRESS', agent: req.agent ?? null }), session_id: uuid() };
       return child;
     };
-    const r = await call(client, 'create_task_kandev', { title: 'write the tests', agent: 'scripted-acp', prompt: 'go', parent_id: uuid(), workspace_id: uuid() });
+    const r = await call(client, 'create_task_kandev', {
+      title: 'write the tests',
+      agent: 'scripted-acp',
+      prompt: 'go',
+      parent_id: uuid(),
+      workspace_id: uuid(),
+    });
     expect(r.isError).toBeFalsy();
     expect(r.structuredContent).toEqual(child);
     expect(JSON.parse(textOf(r))).toEqual(child);
     expect(child.parent_id).toBe(parent);
-    expect(h.wire).toEqual([{ subject: OrchMcp.createTask.subject, body: { caller_task_id: parent, agent_token: expect.any(String), title: 'write the tests', agent: 'scripted-acp', prompt: 'go' } }]);
+    expect(h.wire).toEqual([
+      {
+        subject: OrchMcp.createTask.subject,
+        body: { caller_task_id: parent, agent_token: expect.any(String), title: 'write the tests', agent: 'scripted-acp', prompt: 'go' },
+      },
+    ]);
   });
 
   it('rejects a missing title with VALIDATION_ERROR', async () => {
@@ -281,7 +319,12 @@ describe('authentication', () => {
     fetch(h.url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } } }),
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+      }),
     });
 
   it('answers 401 with a JSON-RPC error when there is no token', async () => {
@@ -310,7 +353,19 @@ describe('authentication', () => {
     const me = uuid();
     const table = hostileTokens(SECRET, { aud: 'kandev-mcp', sub: `task:${me}`, task_id: me, mode: 'task' });
     it('covers the cases of the issue', () => {
-      expect(table.map((c) => c.name)).toEqual(expect.arrayContaining(['missing', 'malformed', 'expired', 'without exp', 'without mode', 'wrong audience', 'wrong issuer', 'wrong secret', 'alg none']));
+      expect(table.map((c) => c.name)).toEqual(
+        expect.arrayContaining([
+          'missing',
+          'malformed',
+          'expired',
+          'without exp',
+          'without mode',
+          'wrong audience',
+          'wrong issuer',
+          'wrong secret',
+          'alg none',
+        ]),
+      );
     });
     it.each(table.map((c) => [c.name, c.token] as const))('%s → 401, nothing reaches the orchestrator', async (_name, token) => {
       h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
@@ -339,7 +394,11 @@ describe('authentication', () => {
   it('answers malformed JSON with a JSON-RPC parse error', async () => {
     const res = await fetch(h.url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${await agentToken({ task_id: uuid() })}` },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        authorization: `Bearer ${await agentToken({ task_id: uuid() })}`,
+      },
       body: '{"jsonrpc": "2.0", "id": 1, "method":',
     });
     expect(res.status).toBe(400);

@@ -52,9 +52,13 @@ describe('tools/call with params that are not what the method takes', () => {
 });
 
 describe('JSON-RPC', () => {
-  it('negotiates the protocol version: the client\'s when supported, else the latest', async () => {
+  it("negotiates the protocol version: the client's when supported, else the latest", async () => {
     const init = (v: string) => rpc(1, 'initialize', { protocolVersion: v, capabilities: {}, clientInfo: { name: 'raw', version: '0' } });
-    expect((await post(init('2025-03-26'))).json.result).toMatchObject({ protocolVersion: '2025-03-26', serverInfo: { name: 'kandev' }, capabilities: { tools: {} } });
+    expect((await post(init('2025-03-26'))).json.result).toMatchObject({
+      protocolVersion: '2025-03-26',
+      serverInfo: { name: 'kandev' },
+      capabilities: { tools: {} },
+    });
     expect((await post(init('1999-01-01'))).json.result.protocolVersion).toBe(LATEST_PROTOCOL_VERSION);
     expect((await post(rpc(2, 'initialize', { protocolVersion: 7 }))).json.error.code).toBe(-32602);
   });
@@ -72,7 +76,12 @@ describe('JSON-RPC', () => {
 
   it('answers a batch with an array of answers, one per request, notifications skipped', async () => {
     h.handlers.whoami = async (req) => ({ id: req.caller_task_id }) as never;
-    const r = await post([rpc(1, 'ping'), { jsonrpc: '2.0', method: 'notifications/initialized' }, rpc(2, 'tools/list'), rpc(3, 'tools/call', { name: 'stop_task_kandev', arguments: 'x' })]);
+    const r = await post([
+      rpc(1, 'ping'),
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+      rpc(2, 'tools/list'),
+      rpc(3, 'tools/call', { name: 'stop_task_kandev', arguments: 'x' }),
+    ]);
     expect(r.status).toBe(200);
     expect(r.json.map((a: { id: number }) => a.id)).toEqual([1, 2, 3]);
     expect(r.json[1].result.tools.map((t: { name: string }) => t.name)).toContain('stop_task_kandev');
@@ -99,7 +108,12 @@ describe('JSON-RPC', () => {
     const chunked = await fetch(h.url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` },
-      body: new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode(huge)); c.close(); } }),
+      body: new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(huge));
+          c.close();
+        },
+      }),
       duplex: 'half',
     } as RequestInit);
     expect(chunked.status).toBe(413);

@@ -21,7 +21,12 @@ it('hands the tool the verified caller, the raw token, the request id and the ti
   const caller = { task_id: '00000000-0000-4000-8000-000000000001', mode: 'task' as const };
   const nc = {} as NatsConnection;
   const signal = new AbortController().signal;
-  const r = await callTool(echo, 'echo_kandev', { text: 'hi', extra: 1 }, { nc, log: createLogger('t', 'silent'), caller, callerToken: 'the.raw.token', requestId: 'r-1', requestTimeoutMs: 1234, trace: context.active(), signal });
+  const r = await callTool(
+    echo,
+    'echo_kandev',
+    { text: 'hi', extra: 1 },
+    { nc, log: createLogger('t', 'silent'), caller, callerToken: 'the.raw.token', requestId: 'r-1', requestTimeoutMs: 1234, trace: context.active(), signal },
+  );
   expect(r.structuredContent).toEqual({ text: 'hi' });
   expect(seen).toEqual({ nc, caller, callerToken: 'the.raw.token', requestId: 'r-1', requestTimeoutMs: 1234, signal });
 });

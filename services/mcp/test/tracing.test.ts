@@ -1,5 +1,14 @@
 import { OrchMcp } from '@kandev/contracts';
-import { ATTR_ERROR_TYPE, ATTR_GEN_AI_OPERATION_NAME, ATTR_GEN_AI_TOOL_NAME, ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_HTTP_ROUTE, ATTR_MCP_METHOD_NAME, initTracing } from '@kandev/runtime';
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_GEN_AI_OPERATION_NAME,
+  ATTR_GEN_AI_TOOL_NAME,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_MCP_METHOD_NAME,
+  initTracing,
+} from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { eventually } from '@kandev/testkit';
 import { afterAll, beforeAll, expect, it } from 'vitest';

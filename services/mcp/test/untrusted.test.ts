@@ -29,20 +29,29 @@ afterAll(async () => {
   await h?.stop();
 });
 
-const INIT = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '0' } } };
+const INIT = {
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '0' } },
+};
 const ACCEPT = 'application/json, text/event-stream';
 
 function post(body: Buffer | string, headers: Record<string, string>, url = h.url): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
-    const req = httpRequest(new URL(url), { method: 'POST', headers: { accept: ACCEPT, 'content-type': 'application/json', 'content-length': String(payload.length), ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
-      });
-    });
+    const req = httpRequest(
+      new URL(url),
+      { method: 'POST', headers: { accept: ACCEPT, 'content-type': 'application/json', 'content-length': String(payload.length), ...headers } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : null });
+        });
+      },
+    );
     req.on('error', reject);
     req.end(payload);
   });
@@ -108,7 +117,7 @@ describe('agent tokens live as long as their execution (SPEC R-9.3)', () => {
     expect((await toolsList(await signAgentToken(AGENT_KEY, { task_id: task, execution_id: uuid(), mode: 'task' }))).status).toBe(401);
   });
 
-  it('never valid for another task: the execution is looked up under the token\'s task', async () => {
+  it("never valid for another task: the execution is looked up under the token's task", async () => {
     const task = uuid();
     const exec = uuid();
     await register(execution(task, exec, 'RUNNING'));
@@ -149,7 +158,12 @@ describe('Origin and Host (DNS rebinding, SPEC R-9.4)', () => {
 describe('configured Origin and Host lists', () => {
   let h2: Harness;
   beforeAll(async () => {
-    h2 = await Harness.start({ KANDEV_JWT_SECRET: '', KANDEV_AGENT_JWT_SECRET: AGENT_KEY, MCP_ALLOWED_ORIGINS: 'https://console.example.com, http://agents.internal:8090', MCP_ALLOWED_HOSTS: 'mcp,mcp.kandev.svc:8090' });
+    h2 = await Harness.start({
+      KANDEV_JWT_SECRET: '',
+      KANDEV_AGENT_JWT_SECRET: AGENT_KEY,
+      MCP_ALLOWED_ORIGINS: 'https://console.example.com, http://agents.internal:8090',
+      MCP_ALLOWED_HOSTS: 'mcp,mcp.kandev.svc:8090',
+    });
   });
   afterAll(async () => {
     await h2?.stop();
@@ -192,7 +206,11 @@ describe('body encoding (docs/limits.md)', () => {
   it('refuses a body that is not UTF-8 (400 parse error) instead of reading U+FFFD', async () => {
     const token = await signAgentToken(AGENT_KEY, { task_id: uuid(), mode: 'task' });
     h.reset();
-    const args = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"create_task_kandev","arguments":{"title":"a'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}}}')]);
+    const args = Buffer.concat([
+      Buffer.from('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"create_task_kandev","arguments":{"title":"a'),
+      Buffer.from([0xed, 0xa0, 0x80]),
+      Buffer.from('"}}}'),
+    ]);
     const res = await post(args, { authorization: `Bearer ${token}` });
     expect(res.status).toBe(400);
     expect(res.body.error).toEqual({ code: -32700, message: 'Parse error: the body is not valid UTF-8' });

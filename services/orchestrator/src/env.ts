@@ -35,7 +35,11 @@ export const OrchestratorEnv = BaseEnv.extend({
    * /sessions/:id/prompt; idempotency_key of the MCP tools) is kept: a retry within this answers the
    * first result. The reconciler purges older keys (docs/operations.md).
    */
-  IDEMPOTENCY_KEEP_MS: z.coerce.number().int().positive().default(24 * 3_600_000),
+  IDEMPOTENCY_KEEP_MS: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(24 * 3_600_000),
   /** An idempotency key whose first request never finished (a crash) may be taken over after this long. */
   IDEMPOTENCY_STALE_MS: z.coerce.number().int().positive().default(300_000),
   /**
@@ -64,8 +68,16 @@ export const OrchestratorEnv = BaseEnv.extend({
    */
   TEARDOWN_YIELD_MS: z.coerce.number().int().nonnegative().max(2_000).default(500),
   /** Transcript caps (R-8.2, docs/limits.md): bytes of one item's text, of a session's items, and items per session. */
-  TRANSCRIPT_ITEM_BYTES: z.coerce.number().int().min(1_024).default(64 * 1024),
-  TRANSCRIPT_SESSION_BYTES: z.coerce.number().int().min(1_024).default(5 * 1024 * 1024),
+  TRANSCRIPT_ITEM_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1_024)
+    .default(64 * 1024),
+  TRANSCRIPT_SESSION_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1_024)
+    .default(5 * 1024 * 1024),
   TRANSCRIPT_SESSION_ITEMS: z.coerce.number().int().min(2).default(10_000),
   /** Root of the agents' task directories (R-9.1), to check a task's `working_dir` against; unset = `<KANDEV_STATE_DIR>/work` (as lifecycle). */
   KANDEV_WORK_DIR: z.string().min(1).optional(),

@@ -11,7 +11,14 @@ import { OrchestratorEnv } from './env.js';
 import type { OrchRuntime } from './flows/context.js';
 import { LIFECYCLE_CONSUMER, LIFECYCLE_EVENT_TYPES, onLifecycleEvent } from './flows/lifecycle-events.js';
 import { startReconciler } from './flows/reconcile.js';
-import { onAgentEvents, TRANSCRIPT_BATCH, TRANSCRIPT_CONSUMER, TRANSCRIPT_EVENT_TYPES, TRANSCRIPT_FILTER_SUBJECT, transcriptGroup } from './flows/transcript.js';
+import {
+  onAgentEvents,
+  TRANSCRIPT_BATCH,
+  TRANSCRIPT_CONSUMER,
+  TRANSCRIPT_EVENT_TYPES,
+  TRANSCRIPT_FILTER_SUBJECT,
+  transcriptGroup,
+} from './flows/transcript.js';
 import { TeardownYield } from './flows/teardown-yield.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
@@ -29,13 +36,28 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
       teardownYield: new TeardownYield(runtime.env.TEARDOWN_YIELD_MS),
     });
     rt.onStop(() => rt.teardownYield.close());
-    await rt.serve([...operatorEndpoints(rt), ...mcpEndpoints(rt), ...lifecycleEndpoints(rt), ...treeEndpoints(rt), ...clarificationEndpoints(rt), ...readEndpoints(rt), ...permissionEndpoints(rt)]);
+    await rt.serve([
+      ...operatorEndpoints(rt),
+      ...mcpEndpoints(rt),
+      ...lifecycleEndpoints(rt),
+      ...treeEndpoints(rt),
+      ...clarificationEndpoints(rt),
+      ...readEndpoints(rt),
+      ...permissionEndpoints(rt),
+    ]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());
     // Transcripts have their own durable consumer: a chatty agent never delays turn ends.
     const transcript = await consumeEventBatches(
       rt.nc,
-      { durable: TRANSCRIPT_CONSUMER, types: TRANSCRIPT_EVENT_TYPES, filterSubject: TRANSCRIPT_FILTER_SUBJECT, log: rt.log, maxBatch: TRANSCRIPT_BATCH, groupBy: transcriptGroup },
+      {
+        durable: TRANSCRIPT_CONSUMER,
+        types: TRANSCRIPT_EVENT_TYPES,
+        filterSubject: TRANSCRIPT_FILTER_SUBJECT,
+        log: rt.log,
+        maxBatch: TRANSCRIPT_BATCH,
+        groupBy: transcriptGroup,
+      },
       (evs) => onAgentEvents(rt, evs),
     );
     rt.onStop(() => transcript.stop());

@@ -22,7 +22,12 @@ it('audits a session start, a prompt, and an operator moving and archiving the c
   const s = await h.startSession(task.id);
   expect((await audit(task.id))[0]).toMatchObject({ action: 'session.start', actor: 'operator:op-1', outcome: 'started', details: { session_id: s.id } });
   const { turn_id } = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'go' }, { requestId: 'req-prompt-1' });
-  expect((await audit(task.id))[0]).toMatchObject({ action: 'session.prompt', request_id: 'req-prompt-1', outcome: 'sent', details: { session_id: s.id, turn_id } });
+  expect((await audit(task.id))[0]).toMatchObject({
+    action: 'session.prompt',
+    request_id: 'req-prompt-1',
+    outcome: 'sent',
+    details: { session_id: s.id, turn_id },
+  });
   await request(h.nc, Orch.taskUpdate, { actor: operator, task_id: task.id, status: 'BLOCKED' });
   expect((await audit(task.id))[0]).toMatchObject({ action: 'task.update', outcome: 'updated', details: { from: 'IN_PROGRESS', to: 'BLOCKED' } });
   await request(h.nc, Orch.taskUpdate, { actor: operator, task_id: task.id, archived: true });
@@ -38,9 +43,20 @@ it('audits a launch refused by the fence, with both epochs', async () => {
   const task = await h.task(ws.id, 'fenced');
   const s = await h.startSession(task.id);
   const [row] = await h.sql`SELECT fence_epoch::int AS e FROM orchestrator.tasks WHERE id = ${task.id}`;
-  const verdict = await request(h.nc, Orch.executionAdmit, { execution_id: '00000000-0000-4000-8000-000000000001', task_id: task.id, session_id: s.id, fence_epoch: row!.e + 7, instance_id: 'life-x' });
+  const verdict = await request(h.nc, Orch.executionAdmit, {
+    execution_id: '00000000-0000-4000-8000-000000000001',
+    task_id: task.id,
+    session_id: s.id,
+    fence_epoch: row!.e + 7,
+    instance_id: 'life-x',
+  });
   expect(verdict.admitted).toBe(false);
-  expect((await audit(task.id))[0]).toMatchObject({ action: 'execution.admit', outcome: 'refused', actor: 'system:lifecycle:life-x', details: { fence_epoch: row!.e + 7, current_epoch: row!.e } });
+  expect((await audit(task.id))[0]).toMatchObject({
+    action: 'execution.admit',
+    outcome: 'refused',
+    actor: 'system:lifecycle:life-x',
+    details: { fence_epoch: row!.e + 7, current_epoch: row!.e },
+  });
 });
 
 /**
@@ -61,7 +77,9 @@ describe('message interrupt audit', () => {
   // A failing audit write, installed for one test: the action must fail with it.
   const failAudit = async (op: 'INSERT' | 'UPDATE', body: () => Promise<void>) => {
     await h.sql.unsafe(`CREATE FUNCTION orchestrator.fail_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'audit refused'; END $$`);
-    await h.sql.unsafe(`CREATE TRIGGER fail_audit BEFORE ${op} ON orchestrator.audit_log FOR EACH ROW WHEN (NEW.action = 'mcp.message_task.interrupt') EXECUTE FUNCTION orchestrator.fail_audit()`);
+    await h.sql.unsafe(
+      `CREATE TRIGGER fail_audit BEFORE ${op} ON orchestrator.audit_log FOR EACH ROW WHEN (NEW.action = 'mcp.message_task.interrupt') EXECUTE FUNCTION orchestrator.fail_audit()`,
+    );
     try {
       await body();
     } finally {
@@ -73,12 +91,21 @@ describe('message interrupt audit', () => {
     const { parent, child } = await family();
     const s = await h.startSession(child.id, 'wrong approach');
     const before = (await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id })).turns[0]!.id;
-    const res = await request(h.nc, OrchMcp.messageTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id, prompt: 'change course', delivery_mode: 'interrupt' }, { requestId: 'req-int-1' });
+    const res = await request(
+      h.nc,
+      OrchMcp.messageTask,
+      { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id, prompt: 'change course', delivery_mode: 'interrupt' },
+      { requestId: 'req-int-1' },
+    );
     expect(res.status).toBe('sent');
     const turns = (await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id })).turns;
     const rows = await interruptRows(child.id);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ outcome: 'sent', request_id: 'req-int-1', details: { session_id: s.id, cancelled_turn_id: before, turn_id: turns[1]!.id } });
+    expect(rows[0]).toMatchObject({
+      outcome: 'sent',
+      request_id: 'req-int-1',
+      details: { session_id: s.id, cancelled_turn_id: before, turn_id: turns[1]!.id },
+    });
   });
 
   it('an interrupt that stays queued is audited in the transaction that stored the message', async () => {
@@ -128,8 +155,16 @@ it('a turn the agent runtime reports cancelled, with no cancel of ours recorded,
   const turn = e.turn_id!;
   e.status = 'READY';
   e.turn_id = null;
-  const report = () => new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
-  const rows = () => h.sql<{ details: Record<string, string>; created_at: Date }[]>`SELECT details, created_at FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'turn.cancelled'`;
+  const report = () =>
+    new EventPublisher(h.nc).emit(
+      'turn.completed',
+      { workspace_id: ws.id, task_id: task.id, session_id: s.id },
+      { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' },
+    );
+  const rows = () =>
+    h.sql<
+      { details: Record<string, string>; created_at: Date }[]
+    >`SELECT details, created_at FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'turn.cancelled'`;
   await report();
   await eventually(async () => (await rows()).length === 1);
   const [t] = await h.sql<{ completed_at: Date }[]>`SELECT completed_at FROM orchestrator.turns WHERE id = ${turn}`;
@@ -140,7 +175,11 @@ it('a turn the agent runtime reports cancelled, with no cancel of ours recorded,
   // A turn our own cancel closed is the cancel's row: its later report adds nothing.
   const { turn_id: second } = await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: s.id, prompt: 'again' });
   await request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id });
-  await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: second, stop_reason: 'cancelled' });
+  await new EventPublisher(h.nc).emit(
+    'turn.completed',
+    { workspace_id: ws.id, task_id: task.id, session_id: s.id },
+    { execution_id: e.execution_id, turn_id: second, stop_reason: 'cancelled' },
+  );
   // Applied once it is in the consumer's inbox (both reports are).
   await eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE consumer = 'orchestrator-lifecycle'`).length >= 2);
   expect(await rows()).toHaveLength(1);

@@ -48,7 +48,9 @@ describe('orch.agent.cancel', () => {
         const ev = JSON.parse(new TextDecoder().decode(m.data)) as EventEnvelope<'session.agent.cancelled'>;
         if (ev.session_id !== sessionId) continue;
         const [row] = await h.sql<{ state: string }[]>`SELECT state FROM orchestrator.sessions WHERE id = ${sessionId}`;
-        const turns = await h.sql<{ stop_reason: string | null }[]>`SELECT stop_reason FROM orchestrator.turns WHERE session_id = ${sessionId} ORDER BY started_at`;
+        const turns = await h.sql<
+          { stop_reason: string | null }[]
+        >`SELECT stop_reason FROM orchestrator.turns WHERE session_id = ${sessionId} ORDER BY started_at`;
         seen.push({ data: ev.data, state: row!.state, stopReasons: turns.map((t) => t.stop_reason) });
       }
     })();
@@ -65,10 +67,16 @@ describe('orch.agent.cancel', () => {
     try {
       await cancel(s.id);
       await eventually(async () => watch.seen.length > 0);
-      expect(watch.seen).toEqual([{ data: { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] }]);
+      expect(watch.seen).toEqual([
+        { data: { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] },
+      ]);
       // The lifecycle's own report of the turn's end, later: the turn is closed already, no second event.
       const pub = new EventPublisher(h.nc);
-      const late = await pub.emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' });
+      const late = await pub.emit(
+        'turn.completed',
+        { workspace_id: ws.id, task_id: task.id, session_id: s.id },
+        { execution_id: e.execution_id, turn_id: turn, stop_reason: 'cancelled' },
+      );
       await eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE event_id = ${late.id}`).length > 0);
       await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id }); // one more round trip for a stray event to arrive
       expect(watch.seen).toHaveLength(1);
@@ -84,9 +92,15 @@ describe('orch.agent.cancel', () => {
     const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
     const watch = watchAgentCancelled(s.id);
     try {
-      await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: e.turn_id!, stop_reason: 'cancelled' });
+      await new EventPublisher(h.nc).emit(
+        'turn.completed',
+        { workspace_id: ws.id, task_id: task.id, session_id: s.id },
+        { execution_id: e.execution_id, turn_id: e.turn_id!, stop_reason: 'cancelled' },
+      );
       await eventually(async () => watch.seen.length > 0);
-      expect(watch.seen).toEqual([{ data: { execution_id: e.execution_id, turn_id: e.turn_id, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] }]);
+      expect(watch.seen).toEqual([
+        { data: { execution_id: e.execution_id, turn_id: e.turn_id, stop_reason: 'cancelled' }, state: 'WAITING_FOR_INPUT', stopReasons: ['cancelled'] },
+      ]);
     } finally {
       watch.stop();
     }
@@ -122,14 +136,16 @@ describe('orch.agent.cancel', () => {
     }
   });
 
-  it('an owner that never answers (died mid-cancel) holds the session for LIFECYCLE_CANCEL_WAIT_MS, not the caller\'s deadline', async () => {
+  it("an owner that never answers (died mid-cancel) holds the session for LIFECYCLE_CANCEL_WAIT_MS, not the caller's deadline", async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 't');
     const s = await h.startSession(task.id, 'x');
     h.life.cancelBehaviour = 'hang';
     try {
       const t0 = performance.now();
-      await expect(request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id }, { timeoutMs: 30_000 })).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+      await expect(request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id }, { timeoutMs: 30_000 })).rejects.toMatchObject({
+        code: 'UNAVAILABLE',
+      });
       const waited = performance.now() - t0;
       expect(waited).toBeGreaterThanOrEqual(LIFECYCLE_CANCEL_WAIT_MS - 50);
       expect(waited).toBeLessThan(LIFECYCLE_CANCEL_WAIT_MS + 5_000);

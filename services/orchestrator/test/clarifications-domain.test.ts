@@ -1,5 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { decideAnswers, decideCancel, decideExpiry, decideRejection, decideRenewal, pickActiveBundle, questionsAsked, viewOf, waiterOf, type BundleFacts } from '../src/domain/clarifications.js';
+import {
+  decideAnswers,
+  decideCancel,
+  decideExpiry,
+  decideRejection,
+  decideRenewal,
+  pickActiveBundle,
+  questionsAsked,
+  viewOf,
+  waiterOf,
+  type BundleFacts,
+} from '../src/domain/clarifications.js';
 
 const bundle = (over: Partial<BundleFacts> = {}): BundleFacts => ({
   id: '00000000-0000-4000-8000-000000000001',
@@ -27,7 +38,11 @@ const bundle = (over: Partial<BundleFacts> = {}): BundleFacts => ({
 describe('waiterOf', () => {
   it.each([
     ['live', {}, { live: true, detached: false, detached_reason: null }],
-    ['recorded detach wins over everything', { detached_at: 'x', detached_reason: 'turn_cancelled', superseded: true }, { live: false, detached: true, detached_reason: 'turn_cancelled' }],
+    [
+      'recorded detach wins over everything',
+      { detached_at: 'x', detached_reason: 'turn_cancelled', superseded: true },
+      { live: false, detached: true, detached_reason: 'turn_cancelled' },
+    ],
     ['superseded', { superseded: true, turn_open: false, lease_valid: false }, { live: false, detached: true, detached_reason: 'superseded' }],
     ['turn ended', { turn_open: false, lease_valid: false }, { live: false, detached: true, detached_reason: 'turn_ended' }],
     ['lease lapsed', { lease_valid: false }, { live: false, detached: true, detached_reason: 'waiter_lost' }],
@@ -52,12 +67,22 @@ describe('decisions', () => {
   it('answers keep the bundle open until nothing is pending', () => {
     const b = bundle({ questions: bundle().questions.map((q) => ({ ...q, status: 'pending' as const, answer: null })) });
     expect(decideAnswers(b, [{ question_id: 'a', answer: '1' }])).toMatchObject({ status: 'pending', closes: false });
-    expect(decideAnswers(b, [{ question_id: 'a', answer: '1' }, { question_id: 'b', answer: '2' }])).toMatchObject({ status: 'answered', closes: true, detach: null });
+    expect(
+      decideAnswers(b, [
+        { question_id: 'a', answer: '1' },
+        { question_id: 'b', answer: '2' },
+      ]),
+    ).toMatchObject({ status: 'answered', closes: true, detach: null });
   });
   it('an answer to a question that is no longer pending is CONFLICT; unknown or twice-named ones are VALIDATION_ERROR', () => {
     expect(() => decideAnswers(bundle(), [{ question_id: 'a', answer: 'again' }])).toThrow(expect.objectContaining({ code: 'CONFLICT' }));
     expect(() => decideAnswers(bundle(), [{ question_id: 'zz', answer: '' }])).toThrow(expect.objectContaining({ code: 'VALIDATION_ERROR' }));
-    expect(() => decideAnswers(bundle(), [{ question_id: 'b', answer: '1' }, { question_id: 'b', answer: '2' }])).toThrow(expect.objectContaining({ code: 'VALIDATION_ERROR' }));
+    expect(() =>
+      decideAnswers(bundle(), [
+        { question_id: 'b', answer: '1' },
+        { question_id: 'b', answer: '2' },
+      ]),
+    ).toThrow(expect.objectContaining({ code: 'VALIDATION_ERROR' }));
   });
   it('rejection touches only pending questions and records the detach when nobody waits', () => {
     const d = decideRejection(bundle({ turn_open: false }));
@@ -83,7 +108,10 @@ describe('decisions', () => {
     expect(decideRenewal(bundle({ detached_at: 'x', lease_valid: true }))).toEqual({ kind: 'none' });
   });
   it('question ids default to their position and must be unique', () => {
-    expect(questionsAsked([{ text: 'x' }, { id: 'k', text: 'y', options: ['1'] }]).map((q) => [q.id, q.options])).toEqual([['q1', null], ['k', ['1']]]);
+    expect(questionsAsked([{ text: 'x' }, { id: 'k', text: 'y', options: ['1'] }]).map((q) => [q.id, q.options])).toEqual([
+      ['q1', null],
+      ['k', ['1']],
+    ]);
     expect(() => questionsAsked([{ text: 'x' }, { id: 'q1', text: 'y' }])).toThrow(expect.objectContaining({ code: 'VALIDATION_ERROR' }));
   });
 });

@@ -25,14 +25,31 @@ describe('clarifications', () => {
     const session = await h.startSession(task.id, 'work');
     return { ws, task, session };
   }
-  const ask = async (task_id: string, session_id?: string, questions: Array<{ id?: string; text: string; options?: string[] }> = [{ id: 'a', text: 'A?' }, { id: 'b', text: 'B?' }]) =>
-    request(h.nc, OrchMcpClarification.ask, { caller_task_id: task_id, agent_token: await agentToken(task_id), ...(session_id ? { caller_session_id: session_id } : {}), questions });
-  const respond = (bundle_id: string, body: { answers?: Array<{ question_id: string; answer: string }>; rejected?: true; reason?: string }, actor: OperatorActor = operator) =>
-    request(h.nc, OrchClarification.respond, { actor, bundle_id, ...body });
+  const ask = async (
+    task_id: string,
+    session_id?: string,
+    questions: Array<{ id?: string; text: string; options?: string[] }> = [
+      { id: 'a', text: 'A?' },
+      { id: 'b', text: 'B?' },
+    ],
+  ) =>
+    request(h.nc, OrchMcpClarification.ask, {
+      caller_task_id: task_id,
+      agent_token: await agentToken(task_id),
+      ...(session_id ? { caller_session_id: session_id } : {}),
+      questions,
+    });
+  const respond = (
+    bundle_id: string,
+    body: { answers?: Array<{ question_id: string; answer: string }>; rejected?: true; reason?: string },
+    actor: OperatorActor = operator,
+  ) => request(h.nc, OrchClarification.respond, { actor, bundle_id, ...body });
   const get = (bundle_id: string) => request(h.nc, OrchClarification.get, { actor: operator, bundle_id });
   const cancel = (bundle_id: string) => request(h.nc, OrchClarification.cancel, { actor: operator, bundle_id });
-  const renew = async (task_id: string, bundle_id: string) => request(h.nc, OrchMcpClarification.renew, { caller_task_id: task_id, agent_token: await agentToken(task_id), bundle_id });
-  const lapseLease = (bundle_id: string) => h.sql`UPDATE orchestrator.clarification_bundles SET waiter_lease_until = now() - interval '1 second' WHERE id = ${bundle_id}`;
+  const renew = async (task_id: string, bundle_id: string) =>
+    request(h.nc, OrchMcpClarification.renew, { caller_task_id: task_id, agent_token: await agentToken(task_id), bundle_id });
+  const lapseLease = (bundle_id: string) =>
+    h.sql`UPDATE orchestrator.clarification_bundles SET waiter_lease_until = now() - interval '1 second' WHERE id = ${bundle_id}`;
   const statuses = (b: ClarificationBundleView) => Object.fromEntries(b.questions.map((q) => [q.id, q.status]));
   async function until<T>(what: string, fn: () => T | undefined | Promise<T | undefined>, ms = 5_000): Promise<T> {
     const end = Date.now() + ms;
@@ -47,7 +64,10 @@ describe('clarifications', () => {
   it('persists the bundle on the turn in flight with every question pending and publishes clarification.requested', async () => {
     const { task, session } = await working();
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: session.id });
-    const wait = await ask(task.id, session.id, [{ text: 'Which db?', options: ['pg', 'sqlite'] }, { id: 'why', text: 'Why?' }]);
+    const wait = await ask(task.id, session.id, [
+      { text: 'Which db?', options: ['pg', 'sqlite'] },
+      { id: 'why', text: 'Why?' },
+    ]);
     expect(wait.expires_in_ms).toBeGreaterThan(0);
     expect(wait.renew_every_ms).toBeGreaterThan(0);
     expect(wait.bundle).toMatchObject({
@@ -80,7 +100,12 @@ describe('clarifications', () => {
     await expect(ask(idle.id)).rejects.toMatchObject({ code: 'CONFLICT' });
     await expect(ask(idle.id, s.id)).rejects.toMatchObject({ code: 'CONFLICT' });
     await expect(ask(idle.id, (await working()).session.id)).rejects.toMatchObject({ code: 'NOT_FOUND' }); // another task's session
-    await expect(ask(task.id, undefined, [{ id: 'x', text: '1' }, { id: 'x', text: '2' }])).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+    await expect(
+      ask(task.id, undefined, [
+        { id: 'x', text: '1' },
+        { id: 'x', text: '2' },
+      ]),
+    ).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
   });
 
   it('an agent asking while the prompt that started its turn is still being dispatched gets that turn, not CONFLICT', async () => {
@@ -95,7 +120,9 @@ describe('clarifications', () => {
     let newTurn = '';
     const dispatch = h.sql.begin(async (tx) => {
       await tx`SELECT id FROM orchestrator.sessions WHERE id = ${session.id} FOR UPDATE`;
-      [{ id: newTurn }] = await tx<{ id: string }[]>`INSERT INTO orchestrator.turns (id, session_id, prompt) VALUES (gen_random_uuid(), ${session.id}, 'next') RETURNING id`;
+      [{ id: newTurn }] = await tx<
+        { id: string }[]
+      >`INSERT INTO orchestrator.turns (id, session_id, prompt) VALUES (gen_random_uuid(), ${session.id}, 'next') RETURNING id`;
       await tx`UPDATE orchestrator.sessions SET state = 'RUNNING' WHERE id = ${session.id}`;
       await dispatched;
     });
@@ -104,7 +131,9 @@ describe('clarifications', () => {
     try {
       // Both asks queue behind the guard (neither answers before the dispatch commits).
       await until('both asks to wait on the guard', async () => {
-        const [{ n }] = await h.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`;
+        const [{ n }] = await h.sql<
+          { n: number }[]
+        >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`;
         return n >= 2 ? true : undefined;
       }).catch(() => undefined);
     } finally {
@@ -119,10 +148,16 @@ describe('clarifications', () => {
   it('a released waiter (its client went away) detaches the bundle at once; a later answer resumes nobody; a closed bundle stays as it is', async () => {
     const { task, session } = await working();
     const { bundle } = await ask(task.id, session.id);
-    const release = async (bundle_id: string) => request(h.nc, OrchMcpClarification.release, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id });
+    const release = async (bundle_id: string) =>
+      request(h.nc, OrchMcpClarification.release, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id });
     const released = await release(bundle.id);
     expect(released.bundle).toMatchObject({ status: 'pending', waiter_live: false, detached: true, detached_reason: 'caller_gone' });
-    const answered = await respond(bundle.id, { answers: [{ question_id: 'a', answer: '1' }, { question_id: 'b', answer: '2' }] });
+    const answered = await respond(bundle.id, {
+      answers: [
+        { question_id: 'a', answer: '1' },
+        { question_id: 'b', answer: '2' },
+      ],
+    });
     expect(answered).toMatchObject({ status: 'answered', agent_resumed: false, detached: true });
     expect((await release(bundle.id)).bundle).toMatchObject({ status: 'answered', detached_reason: 'caller_gone' });
     const other = await working();
@@ -148,7 +183,14 @@ describe('clarifications', () => {
   it('refuses a response naming an unknown question and applies none of it', async () => {
     const { task, session } = await working();
     const { bundle } = await ask(task.id, session.id);
-    await expect(respond(bundle.id, { answers: [{ question_id: 'a', answer: 'x' }, { question_id: 'nope', answer: 'y' }] })).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+    await expect(
+      respond(bundle.id, {
+        answers: [
+          { question_id: 'a', answer: 'x' },
+          { question_id: 'nope', answer: 'y' },
+        ],
+      }),
+    ).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
     expect(statuses(await get(bundle.id))).toEqual({ a: 'pending', b: 'pending' });
   });
 
@@ -166,8 +208,31 @@ describe('clarifications', () => {
 
   it.each([
     ['reject vs reject', { rejected: true as const }, { rejected: true as const }],
-    ['answer vs reject', { answers: [{ question_id: 'a', answer: '1' }, { question_id: 'b', answer: '2' }] }, { rejected: true as const }],
-    ['answer vs answer', { answers: [{ question_id: 'a', answer: '1' }, { question_id: 'b', answer: '2' }] }, { answers: [{ question_id: 'a', answer: '3' }, { question_id: 'b', answer: '4' }] }],
+    [
+      'answer vs reject',
+      {
+        answers: [
+          { question_id: 'a', answer: '1' },
+          { question_id: 'b', answer: '2' },
+        ],
+      },
+      { rejected: true as const },
+    ],
+    [
+      'answer vs answer',
+      {
+        answers: [
+          { question_id: 'a', answer: '1' },
+          { question_id: 'b', answer: '2' },
+        ],
+      },
+      {
+        answers: [
+          { question_id: 'a', answer: '3' },
+          { question_id: 'b', answer: '4' },
+        ],
+      },
+    ],
   ])('two concurrent responses (%s): exactly one wins, the other learns it lost', async (_name, first, second) => {
     const { task, session } = await working();
     for (let round = 0; round < 5; round++) {
@@ -233,21 +298,31 @@ describe('clarifications', () => {
       const other = await working();
       const { bundle } = await ask(task.id, session.id);
       await expect(renew(other.task.id, bundle.id)).rejects.toMatchObject({ code: 'NOT_FOUND' });
-      await expect(request(h.nc, OrchMcpClarification.expire, { caller_task_id: other.task.id, agent_token: await agentToken(other.task.id), bundle_id: bundle.id })).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      await expect(
+        request(h.nc, OrchMcpClarification.expire, { caller_task_id: other.task.id, agent_token: await agentToken(other.task.id), bundle_id: bundle.id }),
+      ).rejects.toMatchObject({ code: 'NOT_FOUND' });
     });
 
-    it('expires the live waiter\'s still-pending questions; a detached bundle is left for the operator', async () => {
+    it("expires the live waiter's still-pending questions; a detached bundle is left for the operator", async () => {
       const { task, session } = await working();
       const { bundle } = await ask(task.id, session.id);
       await respond(bundle.id, { answers: [{ question_id: 'a', answer: 'kept' }] });
-      const expired = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id: bundle.id });
+      const expired = await request(h.nc, OrchMcpClarification.expire, {
+        caller_task_id: task.id,
+        agent_token: await agentToken(task.id),
+        bundle_id: bundle.id,
+      });
       expect(expired.expires_in_ms).toBe(0);
       expect(expired.bundle).toMatchObject({ status: 'expired', agent_resumed: true });
       expect(statuses(expired.bundle)).toEqual({ a: 'answered', b: 'expired' });
 
       const second = await ask(task.id, session.id);
       await lapseLease(second.bundle.id);
-      const untouched = await request(h.nc, OrchMcpClarification.expire, { caller_task_id: task.id, agent_token: await agentToken(task.id), bundle_id: second.bundle.id });
+      const untouched = await request(h.nc, OrchMcpClarification.expire, {
+        caller_task_id: task.id,
+        agent_token: await agentToken(task.id),
+        bundle_id: second.bundle.id,
+      });
       expect(untouched.bundle).toMatchObject({ status: 'pending', detached: true });
     });
   });
@@ -283,7 +358,7 @@ describe('clarifications', () => {
       expect(await respond(bundle.id, { rejected: true })).toMatchObject({ status: 'rejected', agent_resumed: false });
     });
 
-    it('a parent\'s MCP stop of the child detaches the child\'s bundle', async () => {
+    it("a parent's MCP stop of the child detaches the child's bundle", async () => {
       const ws = await h.workspace();
       const parent = await h.task(ws.id, 'parent');
       const child = await h.task(ws.id, 'child', parent.id);
@@ -295,7 +370,7 @@ describe('clarifications', () => {
   });
 
   describe('superseded bundles (R-5.4)', () => {
-    it('a bundle of an older turn is never active and a late answer to it resumes nothing; the new turn\'s bundle is unaffected', async () => {
+    it("a bundle of an older turn is never active and a late answer to it resumes nothing; the new turn's bundle is unaffected", async () => {
       const { ws, task, session } = await working();
       const old = await ask(task.id, session.id);
       // The turn ends without the agent's call returning (e.g. its client gave up), then newer work is accepted.
@@ -303,8 +378,14 @@ describe('clarifications', () => {
       const turn = e.turn_id!;
       e.status = 'READY';
       e.turn_id = null;
-      await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: task.id, session_id: session.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' });
-      await until('turn completed', async () => ((await request(h.nc, Orch.sessionGet, { actor: operator, session_id: session.id })).turns[0]!.completed_at ? true : undefined));
+      await new EventPublisher(h.nc).emit(
+        'turn.completed',
+        { workspace_id: ws.id, task_id: task.id, session_id: session.id },
+        { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' },
+      );
+      await until('turn completed', async () =>
+        (await request(h.nc, Orch.sessionGet, { actor: operator, session_id: session.id })).turns[0]!.completed_at ? true : undefined,
+      );
       await request(h.nc, Orch.sessionPrompt, { actor: operator, session_id: session.id, prompt: 'newer work' });
 
       expect(await get(old.bundle.id)).toMatchObject({ status: 'pending', superseded: true, active: false, waiter_live: false, detached_reason: 'superseded' });
@@ -314,7 +395,12 @@ describe('clarifications', () => {
       expect(fresh.bundle).toMatchObject({ active: true, superseded: false });
       expect((await request(h.nc, OrchClarification.ofTask, { actor: operator, task_id: task.id })).active?.id).toBe(fresh.bundle.id);
 
-      const late = await respond(old.bundle.id, { answers: [{ question_id: 'a', answer: 'late' }, { question_id: 'b', answer: 'late' }] });
+      const late = await respond(old.bundle.id, {
+        answers: [
+          { question_id: 'a', answer: 'late' },
+          { question_id: 'b', answer: 'late' },
+        ],
+      });
       expect(late).toMatchObject({ status: 'answered', agent_resumed: false, detached: true, detached_reason: 'superseded' });
       expect((await renew(task.id, old.bundle.id)).bundle.detached).toBe(true);
       expect(await get(fresh.bundle.id)).toMatchObject({ status: 'pending', waiter_live: true, active: true });

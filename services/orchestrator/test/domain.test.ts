@@ -4,7 +4,13 @@ import { assertDirectParent } from '../src/domain/access.js';
 import { assertQueueHasRoom, EVENT_PROMPT_PREVIEW, queueEventMessage } from '../src/domain/messages.js';
 import { decideStops, decisionStops, livenessOf, planChildStop, planIsEmpty, planTaskStop, planTreeStop } from '../src/domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../src/domain/tree.js';
-import { mayMoveToReview, sessionStateAfterExecutionEnd, statusAfterFailedLaunch, statusOfStalledTask, turnEndAfterExecutionEnd } from '../src/domain/transitions.js';
+import {
+  mayMoveToReview,
+  sessionStateAfterExecutionEnd,
+  statusAfterFailedLaunch,
+  statusOfStalledTask,
+  turnEndAfterExecutionEnd,
+} from '../src/domain/transitions.js';
 
 const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
 const exec = (n: number, session: number, status: Execution['status'] = 'RUNNING'): Execution => ({
@@ -71,14 +77,16 @@ describe('task stop plan', () => {
     const plan = planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'life-2' }], []);
     expect(plan.cancel).toEqual([{ session_id: id(11), execution: { execution_id: id(101), session_id: id(11), instance_id: 'life-2', listed: false } }]);
     // A row that names no owner has nowhere to send it.
-    expect(planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: null }], []).cancel).toEqual([{ session_id: id(11), execution: null }]);
+    expect(planTaskStop([{ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: null }], []).cancel).toEqual([
+      { session_id: id(11), execution: null },
+    ]);
   });
   it('classifies a session whose execution is gone as not live', () => {
     expect(livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' }, []).kind).toBe('gone');
     expect(livenessOf({ id: id(11), state: 'STARTING', execution_id: null, instance_id: null }, []).kind).toBe('launching');
     expect(livenessOf({ id: id(11), state: 'FAILED', execution_id: id(101), instance_id: 'i' }, [exec(1, 11)]).kind).toBe('inactive');
   });
-  it('never captures an execution other than the session\'s own', () => {
+  it("never captures an execution other than the session's own", () => {
     const l = livenessOf({ id: id(11), state: 'RUNNING', execution_id: id(101), instance_id: 'i' }, [exec(2, 11)]);
     expect(l.kind).toBe('gone');
   });

@@ -37,7 +37,9 @@ describe('validation before effects', () => {
   it('refuses a task naming an unknown agent at creation, and one whose agent left the catalogue at session start', async () => {
     const ws = await h.workspace();
     let before = await h.snapshot();
-    await expect(request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: ws.id, title: 't', agent: 'ghost-agent' })).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+    await expect(request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: ws.id, title: 't', agent: 'ghost-agent' })).rejects.toMatchObject({
+      code: 'VALIDATION_ERROR',
+    });
     expect(await h.snapshot()).toEqual(before);
     h.life.agents.add('ghost-agent');
     const task = await request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: ws.id, title: 't', agent: 'ghost-agent' });
@@ -105,7 +107,12 @@ describe('validation before effects', () => {
     const { parent } = await family();
     const other = await h.workspace('other');
     const foreign = await request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: other.id, title: 'x', parent_id: parent.id }).catch((e) => e);
-    const missing = await request(h.nc, Orch.taskCreate, { actor: operator, workspace_id: other.id, title: 'x', parent_id: '00000000-0000-4000-8000-00000000dead' }).catch((e) => e);
+    const missing = await request(h.nc, Orch.taskCreate, {
+      actor: operator,
+      workspace_id: other.id,
+      title: 'x',
+      parent_id: '00000000-0000-4000-8000-00000000dead',
+    }).catch((e) => e);
     expect(foreign).toMatchObject({ code: 'NOT_FOUND' });
     expect(foreign.toBody()).toEqual(missing.toBody());
   });
@@ -155,15 +162,28 @@ describe('kandev.orch.mcp.> trusts only a verified agent token', () => {
     const raw = await h.nc.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode(JSON.stringify(payload)), { timeout: 5000 });
     return JSON.parse(new TextDecoder().decode(raw.data)) as { ok: boolean; error?: { code: string; message: string } };
   };
-  const noExp = (task_id: string) => new SignJWT({ task_id, mode: 'task' }).setProtectedHeader({ alg: 'HS256' }).setAudience('kandev-mcp').setIssuer('kandev').sign(new TextEncoder().encode(SECRET));
+  const noExp = (task_id: string) =>
+    new SignJWT({ task_id, mode: 'task' })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setAudience('kandev-mcp')
+      .setIssuer('kandev')
+      .sign(new TextEncoder().encode(SECRET));
 
   it.each([
     ['no token', async () => undefined, 'UNAUTHORIZED'],
     ['a token of another task (the target itself)', async (f: Awaited<ReturnType<typeof family>>) => agentToken(f.child.id), 'UNAUTHORIZED'],
     ['a token of a sibling', async (f: Awaited<ReturnType<typeof family>>) => agentToken(f.sibling.id), 'UNAUTHORIZED'],
-    ['an expired token', async (f: Awaited<ReturnType<typeof family>>) => signAgentToken(SECRET, { task_id: f.parent.id, mode: 'task' }, '-1m'), 'UNAUTHORIZED'],
+    [
+      'an expired token',
+      async (f: Awaited<ReturnType<typeof family>>) => signAgentToken(SECRET, { task_id: f.parent.id, mode: 'task' }, '-1m'),
+      'UNAUTHORIZED',
+    ],
     ['a token without exp', async (f: Awaited<ReturnType<typeof family>>) => noExp(f.parent.id), 'UNAUTHORIZED'],
-    ['a token signed with another secret', async (f: Awaited<ReturnType<typeof family>>) => signAgentToken('another-secret-0123456789', { task_id: f.parent.id, mode: 'task' }), 'UNAUTHORIZED'],
+    [
+      'a token signed with another secret',
+      async (f: Awaited<ReturnType<typeof family>>) => signAgentToken('another-secret-0123456789', { task_id: f.parent.id, mode: 'task' }),
+      'UNAUTHORIZED',
+    ],
     ['an operator token (wrong audience)', async () => signOperatorToken(SECRET, { sub: 'mallory', workspaces: ['*'] }), 'UNAUTHORIZED'],
     ['a config-mode token of the parent', async (f: Awaited<ReturnType<typeof family>>) => agentToken(f.parent.id, 'config'), 'FORBIDDEN'],
     ['garbage', async () => 'not.a.jwt', 'UNAUTHORIZED'],
@@ -214,7 +234,9 @@ describe('workspace scope', () => {
   it('a workspace-scoped operator may not create workspaces; an all-workspaces one may', async () => {
     const ws = await h.workspace();
     const before = await h.snapshot();
-    await expect(request(h.nc, Orch.workspaceCreate, { actor: { type: 'operator', id: 'scoped', workspaces: [ws.id] }, name: 'mine' })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    await expect(request(h.nc, Orch.workspaceCreate, { actor: { type: 'operator', id: 'scoped', workspaces: [ws.id] }, name: 'mine' })).rejects.toMatchObject({
+      code: 'FORBIDDEN',
+    });
     expect(await h.snapshot()).toEqual(before);
     await expect(request(h.nc, Orch.workspaceCreate, { actor: operator, name: 'ok' })).resolves.toMatchObject({ name: 'ok' });
   });

@@ -101,7 +101,8 @@ export class FakeLifecycle {
         await this.stall();
         this.stopManyRequests.push(req.stops.map((x) => x.execution_id));
         const results = [];
-        for (const stop of req.stops) results.push(await this.stopOne(stop).catch((e: KandevError) => ({ execution_id: stop.execution_id, error: e.toBody() })));
+        for (const stop of req.stops)
+          results.push(await this.stopOne(stop).catch((e: KandevError) => ({ execution_id: stop.execution_id, error: e.toBody() })));
         return { results };
       }),
       on(Life.cancel.at(this.instanceId), async (req) => {
@@ -161,7 +162,13 @@ export class FakeLifecycle {
     this.registry.set(e.execution_id, e);
     await this.save(e);
     if (this.beforeAdmit) await this.beforeAdmit(req);
-    const verdict = await request(this.nc, Orch.executionAdmit, { execution_id: e.execution_id, task_id: e.task_id, session_id: e.session_id, fence_epoch: e.fence_epoch, instance_id: this.instanceId });
+    const verdict = await request(this.nc, Orch.executionAdmit, {
+      execution_id: e.execution_id,
+      task_id: e.task_id,
+      session_id: e.session_id,
+      fence_epoch: e.fence_epoch,
+      instance_id: this.instanceId,
+    });
     if (!verdict.admitted) {
       await this.forget(e.execution_id);
       throw conflict(`launch fenced: ${verdict.reason}`);

@@ -21,7 +21,23 @@ export const LIFECYCLE_PROMPT_WAIT_MS = 1_500;
  */
 export async function startHarness(env: Record<string, string> = {}, opts: { dbDebug?: DbDebug } = {}) {
   const [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
-  const svc: RunningService = await startService(orchestratorService, { ...process.env, NATS_URL: nats.url, DATABASE_URL: db.url, KANDEV_JWT_SECRET: SECRET, LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', INSTANCE_ID: 'orch-test', RECONCILE_INTERVAL_MS: '3600000', AGENT_CATALOGUE_TTL_MS: '200', LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS), LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_PROMPT_WAIT_MS), ...env }, opts);
+  const svc: RunningService = await startService(
+    orchestratorService,
+    {
+      ...process.env,
+      NATS_URL: nats.url,
+      DATABASE_URL: db.url,
+      KANDEV_JWT_SECRET: SECRET,
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      INSTANCE_ID: 'orch-test',
+      RECONCILE_INTERVAL_MS: '3600000',
+      AGENT_CATALOGUE_TTL_MS: '200',
+      LIFECYCLE_CANCEL_WAIT_MS: String(LIFECYCLE_CANCEL_WAIT_MS),
+      LIFECYCLE_PROMPT_WAIT_MS: String(LIFECYCLE_PROMPT_WAIT_MS),
+      ...env,
+    },
+    opts,
+  );
   const nc: NatsConnection = await connectNats({ url: nats.url, name: 'orch-test-client' });
   const life = new FakeLifecycle(nc);
   await life.start();
@@ -66,7 +82,12 @@ export async function startHarness(env: Record<string, string> = {}, opts: { dbD
      * executions has been asked to stop (bounded by a NATS request's own time, with headroom).
      */
     async teardownsOf(executionIds: readonly string[]) {
-      return eventually(async () => (executionIds.every((id) => life.stops.some((s) => s.execution_id === id)) ? life.stops.filter((s) => executionIds.includes(s.execution_id)) : null), 5_000, 5);
+      return eventually(
+        async () =>
+          executionIds.every((id) => life.stops.some((s) => s.execution_id === id)) ? life.stops.filter((s) => executionIds.includes(s.execution_id)) : null,
+        5_000,
+        5,
+      );
     },
     /** Every row of the orchestrator's tables, to compare before and after a refused request. */
     async snapshot() {

@@ -130,7 +130,10 @@ describe('tree pause and cancel reach orphans', () => {
     await h.sql`UPDATE orchestrator.sessions SET state = 'FAILED', error_message = 'agent exited unexpectedly' WHERE id = ${s.id}`;
     await request(h.nc, mode === 'pause' ? OrchTree.pause : OrchTree.cancel, { actor: operator, task_id: root.id });
     await h.teardownsOf([e.execution_id]);
-    expect(h.life.stops.find((x) => x.execution_id === e.execution_id)).toMatchObject({ orphaned: true, reason: mode === 'pause' ? 'tree_paused' : 'tree_cancelled' });
+    expect(h.life.stops.find((x) => x.execution_id === e.execution_id)).toMatchObject({
+      orphaned: true,
+      reason: mode === 'pause' ? 'tree_paused' : 'tree_cancelled',
+    });
     // R-2.4: the orphan's session keeps its terminal state and message.
     expect((await h.getTask(child.id)).sessions[0]).toMatchObject({ state: 'FAILED', error_message: 'agent exited unexpectedly' });
   });
@@ -153,14 +156,18 @@ describe('tree pause and cancel reach orphans', () => {
   });
 });
 
-describe('the queue is the task\'s', () => {
+describe("the queue is the task's", () => {
   async function endTurn(ws: string, taskId: string, sessionId: string) {
     const e = execOf(sessionId);
     const turn = e.turn_id!;
     e.status = 'READY';
     e.turn_id = null;
     await h.life.save(e);
-    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws, task_id: taskId, session_id: sessionId }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' });
+    await new EventPublisher(h.nc).emit(
+      'turn.completed',
+      { workspace_id: ws, task_id: taskId, session_id: sessionId },
+      { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' },
+    );
   }
   const queue = (taskId: string) => request(h.nc, Orch.taskQueue, { actor: operator, task_id: taskId });
 
@@ -248,11 +255,16 @@ describe('the queue is the task\'s', () => {
     const removed = await request(h.nc, Orch.taskQueueDelete, { actor: operator, task_id: child.id, message_id: drop!.id });
     expect(removed).toMatchObject({ id: drop!.id, prompt: 'drop' });
     expect((await queue(child.id)).map((m) => m.prompt)).toEqual(['keep']);
-    expect((await audit(child.id)).find((a) => a.action === 'queue.delete')).toMatchObject({ outcome: 'deleted', details: expect.objectContaining({ message_id: drop!.id }) });
+    expect((await audit(child.id)).find((a) => a.action === 'queue.delete')).toMatchObject({
+      outcome: 'deleted',
+      details: expect.objectContaining({ message_id: drop!.id }),
+    });
     const again = await request(h.nc, Orch.taskQueueDelete, { actor: operator, task_id: child.id, message_id: drop!.id }).catch((e: KandevError) => e);
     expect(again).toMatchObject({ code: 'NOT_FOUND' });
     // Another task's message is not reachable through this task.
-    const other = await request(h.nc, Orch.taskQueueDelete, { actor: operator, task_id: parent.id, message_id: (await queue(child.id))[0]!.id }).catch((e: KandevError) => e);
+    const other = await request(h.nc, Orch.taskQueueDelete, { actor: operator, task_id: parent.id, message_id: (await queue(child.id))[0]!.id }).catch(
+      (e: KandevError) => e,
+    );
     expect(other).toMatchObject({ code: 'NOT_FOUND' });
   });
 
@@ -290,11 +302,22 @@ describe('Idempotency-Key on a start (B-7) and a prompt', () => {
     expect([a.replayed, b.replayed].filter(Boolean)).toHaveLength(1);
     expect(h.life.launches.length - launches).toBe(1);
     // A different body under the same key is refused, and changes nothing.
-    const other = await request(h.nc, Orch.sessionStart, { actor: operator, task_id: t.id, prompt: 'else', idempotency_key: 'k-1' }).catch((e: KandevError) => e);
+    const other = await request(h.nc, Orch.sessionStart, { actor: operator, task_id: t.id, prompt: 'else', idempotency_key: 'k-1' }).catch(
+      (e: KandevError) => e,
+    );
     expect(other).toMatchObject({ code: 'CONFLICT' });
     // The orchestrator restarts (a new instance on the same database): the key is durable.
     await h.svc.stop();
-    h.svc = restarted = await startService(orchestratorService, { ...process.env, NATS_URL: h.nats.url, DATABASE_URL: h.db.url, KANDEV_JWT_SECRET: SECRET, LOG_LEVEL: 'silent', INSTANCE_ID: 'orch-test-restarted', RECONCILE_INTERVAL_MS: '3600000', STALLED_TASK_AFTER_MS: String(STALLED_MS) });
+    h.svc = restarted = await startService(orchestratorService, {
+      ...process.env,
+      NATS_URL: h.nats.url,
+      DATABASE_URL: h.db.url,
+      KANDEV_JWT_SECRET: SECRET,
+      LOG_LEVEL: 'silent',
+      INSTANCE_ID: 'orch-test-restarted',
+      RECONCILE_INTERVAL_MS: '3600000',
+      STALLED_TASK_AFTER_MS: String(STALLED_MS),
+    });
     const c = await start();
     expect(c).toMatchObject({ id: a.id, replayed: true });
     expect(h.life.launches.length - launches).toBe(1);

@@ -50,7 +50,11 @@ describe('orch.mcp.message_task', () => {
     const turn = e.turn_id!;
     e.status = 'READY';
     e.turn_id = null;
-    await new EventPublisher(h.nc).emit('turn.completed', { workspace_id: ws.id, task_id: child.id, session_id: s.id }, { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' });
+    await new EventPublisher(h.nc).emit(
+      'turn.completed',
+      { workspace_id: ws.id, task_id: child.id, session_id: s.id },
+      { execution_id: e.execution_id, turn_id: turn, stop_reason: 'end_turn' },
+    );
     await until(async () => (await request(h.nc, Orch.taskQueue, { actor: operator, task_id: child.id })).length === 1);
     expect(h.life.prompts.at(-1)).toMatchObject({ prompt: 'first', context: expect.stringContaining(parent.id) });
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
@@ -72,7 +76,9 @@ describe('orch.mcp.message_task', () => {
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
     expect(detail.turns.map((t) => t.stop_reason)).toEqual(['cancelled', null]);
     // R-3.3: the interrupted turn is reported cancelled, staged with the writes that closed it.
-    const staged = await h.sql<{ data: unknown }[]>`SELECT payload->'data' AS data FROM orchestrator.outbox WHERE payload->>'type' = 'session.agent.cancelled' AND payload->>'session_id' = ${s.id}`;
+    const staged = await h.sql<
+      { data: unknown }[]
+    >`SELECT payload->'data' AS data FROM orchestrator.outbox WHERE payload->>'type' = 'session.agent.cancelled' AND payload->>'session_id' = ${s.id}`;
     expect(staged.map((r) => r.data)).toEqual([{ execution_id: execOf(s.id).execution_id, turn_id: detail.turns[0]!.id, stop_reason: 'cancelled' }]);
   });
 
@@ -96,7 +102,12 @@ describe('orch.mcp.message_task', () => {
     h.life.promptBehaviour = 'hang';
     try {
       const t0 = performance.now();
-      const res = await request(h.nc, OrchMcp.messageTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id, prompt: 'change course', delivery_mode: 'interrupt' }, { timeoutMs: 30_000 });
+      const res = await request(
+        h.nc,
+        OrchMcp.messageTask,
+        { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id, prompt: 'change course', delivery_mode: 'interrupt' },
+        { timeoutMs: 30_000 },
+      );
       const waited = performance.now() - t0;
       // R-1.8: never an error once stored; the dispatch rolled back, so the message waits in the queue.
       expect(res.status).toBe('queued');

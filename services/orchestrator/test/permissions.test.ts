@@ -22,7 +22,11 @@ describe('permission requests', () => {
   const list = (task_id: string, actor: OperatorActor = operator) => request(h.nc, OrchPermission.ofTask, { actor, task_id });
   const respond = (id: string, answer: { option_id: string } | { cancelled: true }, actor: OperatorActor = operator) =>
     request(h.nc, OrchPermission.respond, { actor, permission_request_id: id, ...answer });
-  const failure = (p: Promise<unknown>) => p.then(() => null, (e: unknown) => (isKandevError(e) ? e : Promise.reject(e)));
+  const failure = (p: Promise<unknown>) =>
+    p.then(
+      () => null,
+      (e: unknown) => (isKandevError(e) ? e : Promise.reject(e)),
+    );
 
   /** A task with a running session on the fake lifecycle, and the scope its events carry. */
   async function running() {
@@ -41,8 +45,20 @@ describe('permission requests', () => {
     const { task, e, scope } = await running();
     const { permission_id, event } = await agent.ask(scope, e.execution_id, e.turn_id);
     const row = await rowFor(task.id, permission_id);
-    expect(row).toMatchObject({ task_id: task.id, session_id: scope.session_id, execution_id: e.execution_id, turn_id: e.turn_id, title: 'run ls?', status: 'pending', chosen_option_id: null, closed_at: null });
-    expect(row.options).toEqual([{ option_id: 'allow', name: 'Allow', kind: 'allow_once' }, { option_id: 'reject', name: 'Reject', kind: 'reject_once' }]);
+    expect(row).toMatchObject({
+      task_id: task.id,
+      session_id: scope.session_id,
+      execution_id: e.execution_id,
+      turn_id: e.turn_id,
+      title: 'run ls?',
+      status: 'pending',
+      chosen_option_id: null,
+      closed_at: null,
+    });
+    expect(row.options).toEqual([
+      { option_id: 'allow', name: 'Allow', kind: 'allow_once' },
+      { option_id: 'reject', name: 'Reject', kind: 'reject_once' },
+    ]);
     // Delivered again as is (same event id, a new stream message past JetStream's dedupe: the inbox
     // keeps it out), and re-sent as a new event (same agentctl id: the unique key keeps it out).
     await jetstream(h.nc).publish(eventSubject(event.type), JSON.stringify(event), { msgID: randomUUID() });
@@ -50,9 +66,12 @@ describe('permission requests', () => {
     const marker = await agent.ask(scope, e.execution_id, e.turn_id, 'marker'); // consumed after the copies
     await rowFor(task.id, marker.permission_id);
     expect((await list(task.id)).filter((p) => p.permission_id === permission_id)).toHaveLength(1);
-    const staged = await h.sql`SELECT 1 FROM orchestrator.outbox WHERE payload->>'type' = 'permission.requested' AND payload->'data'->>'permission_id' = ${permission_id}`;
+    const staged =
+      await h.sql`SELECT 1 FROM orchestrator.outbox WHERE payload->>'type' = 'permission.requested' AND payload->'data'->>'permission_id' = ${permission_id}`;
     expect(staged).toHaveLength(1);
-    const [ev] = await h.sql<{ payload: { data: Record<string, unknown> } }[]>`SELECT payload FROM orchestrator.outbox WHERE payload->>'type' = 'permission.requested' AND payload->'data'->>'permission_id' = ${permission_id}`;
+    const [ev] = await h.sql<
+      { payload: { data: Record<string, unknown> } }[]
+    >`SELECT payload FROM orchestrator.outbox WHERE payload->>'type' = 'permission.requested' AND payload->'data'->>'permission_id' = ${permission_id}`;
     const { permission: nested, ...flat } = ev!.payload.data;
     expect(flat).toEqual(row);
     expect(nested).toEqual(row);
@@ -75,7 +94,13 @@ describe('permission requests', () => {
 
     const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: task.id });
     const mine = audit.filter((a) => a.details.permission_request_id === row.id);
-    expect(mine.map((a) => [a.action, a.outcome])).toEqual(expect.arrayContaining([['permission.answer', 'answered'], ['permission.answer', 'error:CONFLICT'], ['permission.cancel', 'error:CONFLICT']]));
+    expect(mine.map((a) => [a.action, a.outcome])).toEqual(
+      expect.arrayContaining([
+        ['permission.answer', 'answered'],
+        ['permission.answer', 'error:CONFLICT'],
+        ['permission.cancel', 'error:CONFLICT'],
+      ]),
+    );
     const ok = mine.find((a) => a.outcome === 'answered')!;
     expect(ok.actor).toBe('operator:op-1');
     expect(ok.request_id).toBeTruthy();
@@ -128,7 +153,10 @@ describe('permission requests', () => {
       const turnId = h.life.registry.get(e.execution_id)!.turn_id;
       const { permission_id } = await agent.ask(scope, e.execution_id, turnId);
       const row = await rowFor(task.id, permission_id);
-      const [answer, cancel] = await Promise.allSettled([respond(row.id, { option_id: 'allow' }), request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id })]);
+      const [answer, cancel] = await Promise.allSettled([
+        respond(row.id, { option_id: 'allow' }),
+        request(h.nc, Orch.agentCancel, { actor: operator, session_id: s.id }),
+      ]);
       expect(cancel.status).toBe('fulfilled');
       const settled = agent.requests.get(permission_id)!.settled!;
       const closed = await rowFor(task.id, permission_id, (p) => p.status !== 'pending');
@@ -165,19 +193,32 @@ describe('permission requests', () => {
     expect(res?.details).toMatchObject({ status: 'cancelled', closed_by: 'system:agent' });
     expect((await list(task.id)).find((p) => p.id === row.id)).toMatchObject({ status: 'cancelled', chosen_option_id: null, closed_by: 'system:agent' });
     const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: task.id });
-    expect(audit.filter((a) => a.details.permission_request_id === row.id).map((a) => [a.action, a.outcome, a.actor])).toEqual([['permission.answer', 'conflict:already_cancelled', 'operator:op-1']]);
+    expect(audit.filter((a) => a.details.permission_request_id === row.id).map((a) => [a.action, a.outcome, a.actor])).toEqual([
+      ['permission.answer', 'conflict:already_cancelled', 'operator:op-1'],
+    ]);
   });
 
   it('a stopped execution cancels what it still had pending, and an answer after that is CONFLICT', async () => {
     const { task, e, scope } = await running();
     const { permission_id } = await agent.ask(scope, e.execution_id, e.turn_id);
     const row = await rowFor(task.id, permission_id);
-    await new EventPublisher(h.nc).emit('execution.stopped', scope, { execution_id: e.execution_id, how: 'killed', grace_ms: 0, reason: 'test', pid: null, exit_code: null, signal: 'SIGKILL' });
+    await new EventPublisher(h.nc).emit('execution.stopped', scope, {
+      execution_id: e.execution_id,
+      how: 'killed',
+      grace_ms: 0,
+      reason: 'test',
+      pid: null,
+      exit_code: null,
+      signal: 'SIGKILL',
+    });
     const closed = await rowFor(task.id, permission_id, (p) => p.status !== 'pending');
     expect(closed).toMatchObject({ id: row.id, status: 'cancelled', closed_by: 'system:execution_stopped' });
     expect((await failure(respond(row.id, { option_id: 'allow' })))?.code).toBe('CONFLICT');
     const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: task.id });
-    expect(audit.find((a) => a.action === 'permission.closed' && a.details.permission_request_id === row.id)).toMatchObject({ actor: 'system:lifecycle', outcome: 'cancelled' });
+    expect(audit.find((a) => a.action === 'permission.closed' && a.details.permission_request_id === row.id)).toMatchObject({
+      actor: 'system:lifecycle',
+      outcome: 'cancelled',
+    });
   });
 
   it('a resolution that arrives before its request records the row closed; the late request adds nothing', async () => {
@@ -185,7 +226,14 @@ describe('permission requests', () => {
     const pub = new EventPublisher(h.nc);
     const permission_id = 'resolved-first';
     const asked = { title: 'late', options: [{ option_id: 'allow', name: 'Allow', kind: 'allow_once' }] };
-    await pub.emit('agent.permission_resolved', scope, { execution_id: e.execution_id, permission_id, turn_id: null, outcome: 'cancelled', option_id: null, asked });
+    await pub.emit('agent.permission_resolved', scope, {
+      execution_id: e.execution_id,
+      permission_id,
+      turn_id: null,
+      outcome: 'cancelled',
+      option_id: null,
+      asked,
+    });
     await rowFor(task.id, permission_id);
     await pub.emit('agent.permission_requested', scope, { execution_id: e.execution_id, permission_id, turn_id: null, ...asked });
     const marker = await agent.ask(scope, e.execution_id, null, 'marker');

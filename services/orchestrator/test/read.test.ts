@@ -23,7 +23,8 @@ describe('read surface', () => {
       () => null,
       (e: unknown) => (e instanceof KandevError ? e.code : String(e)),
     );
-  const listTasks = (workspace_id: string, extra: Record<string, unknown> = {}, actor: OperatorActor = operator) => request(h.nc, OrchRead.taskList, { actor, workspace_id, ...extra });
+  const listTasks = (workspace_id: string, extra: Record<string, unknown> = {}, actor: OperatorActor = operator) =>
+    request(h.nc, OrchRead.taskList, { actor, workspace_id, ...extra });
 
   /** `n` tasks of a workspace inserted in one statement, with one created_at (ties broken by id). */
   async function bulkTasks(workspaceId: string, n: number, opts: { parent?: string; at?: string; title?: string } = {}) {
@@ -64,7 +65,11 @@ describe('read surface', () => {
     });
 
     it('refuses a cursor it did not make', async () => {
-      for (const cursor of ['garbage', Buffer.from('["x","y"]').toString('base64url'), Buffer.from("[\"2020-01-01 00:00:00+00'; --\",\"" + randomUUID() + '"]').toString('base64url')]) {
+      for (const cursor of [
+        'garbage',
+        Buffer.from('["x","y"]').toString('base64url'),
+        Buffer.from('["2020-01-01 00:00:00+00\'; --","' + randomUUID() + '"]').toString('base64url'),
+      ]) {
         expect(await refusal(request(h.nc, OrchRead.workspaceList, { actor: operator, cursor }))).toBe('VALIDATION_ERROR');
       }
     });
@@ -83,7 +88,16 @@ describe('read surface', () => {
       const all = await listTasks(ws.id);
       expect(all.items.map((t) => t.id)).toEqual([other.id, child.id, root.id]);
       const r = all.items.find((t) => t.id === root.id)!;
-      expect(r).toMatchObject({ id: root.id, workspace_id: ws.id, parent_id: null, title: 'Root of 100% things', status: 'TODO', child_count: 1, active_session_count: 0, hold: null });
+      expect(r).toMatchObject({
+        id: root.id,
+        workspace_id: ws.id,
+        parent_id: null,
+        title: 'Root of 100% things',
+        status: 'TODO',
+        child_count: 1,
+        active_session_count: 0,
+        hold: null,
+      });
       expect(all.items.find((t) => t.id === child.id)).toMatchObject({ status: 'IN_PROGRESS', child_count: 0, active_session_count: 1 });
 
       expect((await listTasks(ws.id, { roots: true })).items.map((t) => t.id)).toEqual([other.id, root.id]);
@@ -178,7 +192,12 @@ describe('read surface', () => {
     }
     const messages = (session_id: string, extra: { after_seq?: number; limit?: number } = {}, actor: OperatorActor = operator) =>
       request(h.nc, OrchRead.sessionMessages, { actor, session_id, ...extra });
-    const consumed = (eventId: string) => eventually(async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ${eventId}`).length > 0, 10_000, 20);
+    const consumed = (eventId: string) =>
+      eventually(
+        async () => (await h.sql`SELECT 1 FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ${eventId}`).length > 0,
+        10_000,
+        20,
+      );
     function watch(sessionId: string) {
       const seen: SessionMessageData[] = [];
       const sub = h.nc.subscribe(eventSubject('session.message'), {
@@ -196,7 +215,8 @@ describe('read surface', () => {
         if (m.op === 'appended') {
           if (!texts.has(m.seq)) throw new Error(`appended to item ${m.seq} before it was created`);
           // The offset is the item's size in UTF-8 bytes before this chunk (what a console checks it against).
-          if (m.offset !== raw.encode(texts.get(m.seq)!).length) throw new Error(`appended to item ${m.seq} at offset ${m.offset}, held ${raw.encode(texts.get(m.seq)!).length} bytes`);
+          if (m.offset !== raw.encode(texts.get(m.seq)!).length)
+            throw new Error(`appended to item ${m.seq} at offset ${m.offset}, held ${raw.encode(texts.get(m.seq)!).length} bytes`);
           texts.set(m.seq, texts.get(m.seq)! + m.text);
         } else texts.set(m.seq, m.text);
       }
@@ -234,8 +254,28 @@ describe('read surface', () => {
       expect(w.seen.every((m) => m.seq === 2)).toBe(true);
 
       // A tool call closes the item; text after it is a new item; a new turn's prompt and text are new items.
-      const t1 = (await pub.emit('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: turn, tool_call_id: 'tc1', phase: 'started', title: 'ls', kind: 'execute', text: '{"path":"."}' })).id;
-      const t2 = (await pub.emit('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: turn, tool_call_id: 'tc1', phase: 'completed', title: null, kind: null, text: 'a b c' })).id;
+      const t1 = (
+        await pub.emit('agent.tool_call', scope, {
+          execution_id: e.execution_id,
+          turn_id: turn,
+          tool_call_id: 'tc1',
+          phase: 'started',
+          title: 'ls',
+          kind: 'execute',
+          text: '{"path":"."}',
+        })
+      ).id;
+      const t2 = (
+        await pub.emit('agent.tool_call', scope, {
+          execution_id: e.execution_id,
+          turn_id: turn,
+          tool_call_id: 'tc1',
+          phase: 'completed',
+          title: null,
+          kind: null,
+          text: 'a b c',
+        })
+      ).id;
       const after = (await pub.emit('agent.message', scope, { execution_id: e.execution_id, turn_id: turn, text: 'done' })).id;
       await Promise.all([consumed(t1), consumed(t2), consumed(after)]);
       // The turn ends (the agent is idle again); the next prompt opens another.
@@ -325,7 +365,9 @@ describe('read surface', () => {
       w.stop();
       // Batched: one push per run, not per chunk.
       expect(w.seen.length).toBeLessThan(chunks.length);
-      const [n] = await h.sql<{ n: number }[]>`SELECT count(*)::int AS n FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ANY(${[...chunks, tail].map((c) => c.id)})`;
+      const [n] = await h.sql<
+        { n: number }[]
+      >`SELECT count(*)::int AS n FROM orchestrator.inbox WHERE consumer = 'orchestrator-transcript' AND event_id = ANY(${[...chunks, tail].map((c) => c.id)})`;
       expect(n!.n).toBe(chunks.length + 1);
     });
 
@@ -353,7 +395,15 @@ describe('read surface', () => {
       // 100 chunks of 100 bytes, with a tool call in the middle: crosses the item cap and then the session's.
       const evs: EventEnvelope[] = Array.from({ length: 100 }, (_, i) =>
         i === 40
-          ? (buildEvent('agent.tool_call', scope, { execution_id: e.execution_id, turn_id: e.turn_id!, tool_call_id: 'tc', phase: 'started', title: 'ls', kind: 'execute', text: 'x'.repeat(3000) }) as EventEnvelope)
+          ? (buildEvent('agent.tool_call', scope, {
+              execution_id: e.execution_id,
+              turn_id: e.turn_id!,
+              tool_call_id: 'tc',
+              phase: 'started',
+              title: 'ls',
+              kind: 'execute',
+              text: 'x'.repeat(3000),
+            }) as EventEnvelope)
           : chunkEv(scope, e.execution_id, e.turn_id!, String(i).padStart(3, '0').repeat(33) + '|'),
       );
       const w = watch(s.id);

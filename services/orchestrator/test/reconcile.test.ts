@@ -61,20 +61,23 @@ it.each([
   ['a parent', 'stopped_by_parent_task', 'stopped_by_parent_task'],
   ['a tree pause', 'tree_paused', 'tree_paused'],
   ['an unrecorded', null, 'stopped_by_operator'],
-])('sends the stop again for a CANCELLED session whose process is still registered and not stopping, with the reason of %s stop', async (_, cancelReason, sent) => {
-  const ws = await h.workspace();
-  const task = await h.task(ws.id, 't');
-  const s = await h.startSession(task.id, 'work');
-  const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
-  // As if the teardown request had been lost: the session says CANCELLED, the execution still runs.
-  await h.sql`UPDATE orchestrator.sessions SET state = 'CANCELLED', cancel_reason = ${cancelReason}, updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
-  const before = h.life.stops.filter((x) => x.execution_id === e.execution_id).length;
-  expect((await reconcileOnce(rt())).restopped).toBe(1);
-  expect(h.life.stops.filter((x) => x.execution_id === e.execution_id).length).toBe(before + 1);
-  expect(h.life.stops.at(-1)).toMatchObject({ execution_id: e.execution_id, reason: sent });
-  // Now STOPPING in the registry: nothing more to do.
-  expect((await reconcileOnce(rt())).restopped).toBe(0);
-});
+])(
+  'sends the stop again for a CANCELLED session whose process is still registered and not stopping, with the reason of %s stop',
+  async (_, cancelReason, sent) => {
+    const ws = await h.workspace();
+    const task = await h.task(ws.id, 't');
+    const s = await h.startSession(task.id, 'work');
+    const e = [...h.life.registry.values()].find((x) => x.session_id === s.id)!;
+    // As if the teardown request had been lost: the session says CANCELLED, the execution still runs.
+    await h.sql`UPDATE orchestrator.sessions SET state = 'CANCELLED', cancel_reason = ${cancelReason}, updated_at = now() - interval '1 minute' WHERE id = ${s.id}`;
+    const before = h.life.stops.filter((x) => x.execution_id === e.execution_id).length;
+    expect((await reconcileOnce(rt())).restopped).toBe(1);
+    expect(h.life.stops.filter((x) => x.execution_id === e.execution_id).length).toBe(before + 1);
+    expect(h.life.stops.at(-1)).toMatchObject({ execution_id: e.execution_id, reason: sent });
+    // Now STOPPING in the registry: nothing more to do.
+    expect((await reconcileOnce(rt())).restopped).toBe(0);
+  },
+);
 
 it('closes a turn whose turn.completed never arrived once lifecycle reports the execution idle past the grace', async () => {
   const ws = await h.workspace();
@@ -103,7 +106,9 @@ it('closes a turn whose turn.completed never arrived once lifecycle reports the 
   expect((await reconcileOnce(rt())).turnsClosed).toBe(1);
   const t = await h.getTask(task.id);
   expect(t.sessions[0]!.state).toBe('WAITING_FOR_INPUT');
-  const [turn] = await h.sql<{ stop_reason: string; completed_at: Date | null }[]>`SELECT stop_reason, completed_at FROM orchestrator.turns WHERE session_id = ${s.id}`;
+  const [turn] = await h.sql<
+    { stop_reason: string; completed_at: Date | null }[]
+  >`SELECT stop_reason, completed_at FROM orchestrator.turns WHERE session_id = ${s.id}`;
   expect(turn).toMatchObject({ stop_reason: 'lost', completed_at: expect.any(Date) });
   expect((await reconcileOnce(rt())).turnsClosed).toBe(0);
 });

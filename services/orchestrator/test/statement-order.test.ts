@@ -44,24 +44,41 @@ describe('statement order of the control transactions', () => {
   }
 
   const label = (q: string): string =>
-    /^begin\b/i.test(q) ? 'BEGIN'
-    : /^commit\b/i.test(q) ? 'COMMIT'
-    : /set_config\('lock_timeout'/.test(q) ? 'deadline'
-    : /^UPDATE tasks .*fence_epoch = .*fence_epoch \+ 1/.test(q) ? 'fence bump'
-    : /FROM sessions .*FOR UPDATE/.test(q) ? 'session lock'
-    : /^UPDATE sessions SET state = 'CANCELLED'/.test(q) ? 'sessions cancelled'
-    : /^UPDATE sessions SET queue_paused/.test(q) ? 'queue paused'
-    : /^UPDATE sessions SET state = \$2/.test(q) ? 'session state'
-    : /review_after_stop/.test(q) ? 'review'
-    : /^INSERT INTO audit_log/.test(q) ? 'audit'
-    : /^INSERT INTO outbox/.test(q) ? 'outbox'
-    : 'other';
+    /^begin\b/i.test(q)
+      ? 'BEGIN'
+      : /^commit\b/i.test(q)
+        ? 'COMMIT'
+        : /set_config\('lock_timeout'/.test(q)
+          ? 'deadline'
+          : /^UPDATE tasks .*fence_epoch = .*fence_epoch \+ 1/.test(q)
+            ? 'fence bump'
+            : /FROM sessions .*FOR UPDATE/.test(q)
+              ? 'session lock'
+              : /^UPDATE sessions SET state = 'CANCELLED'/.test(q)
+                ? 'sessions cancelled'
+                : /^UPDATE sessions SET queue_paused/.test(q)
+                  ? 'queue paused'
+                  : /^UPDATE sessions SET state = \$2/.test(q)
+                    ? 'session state'
+                    : /review_after_stop/.test(q)
+                      ? 'review'
+                      : /^INSERT INTO audit_log/.test(q)
+                        ? 'audit'
+                        : /^INSERT INTO outbox/.test(q)
+                          ? 'outbox'
+                          : 'other';
 
   /** `expected` occur in `order` in this order (other statements may sit between them). */
   const inOrder = (order: string[], expected: string[]) => {
     const positions = expected.map((e) => order.indexOf(e));
-    expect(positions.every((p) => p >= 0), `all of ${expected.join(', ')} in ${order.join(', ')}`).toBe(true);
-    expect([...positions].sort((a, b) => a - b), order.join(' → ')).toEqual(positions);
+    expect(
+      positions.every((p) => p >= 0),
+      `all of ${expected.join(', ')} in ${order.join(', ')}`,
+    ).toBe(true);
+    expect(
+      [...positions].sort((a, b) => a - b),
+      order.join(' → '),
+    ).toEqual(positions);
   };
 
   it('a child stop: BEGIN → fence bump → session lock → writes → review → outbox → COMMIT', async () => {

@@ -137,7 +137,14 @@ describe('orch.mcp.stop_child_task', () => {
   it('ignores unknown arguments such as reason, force and sender_task_id', async () => {
     const f = await family();
     await h.startSession(f.child.id, 'work');
-    const payload = { caller_task_id: f.parent.id, agent_token: await agentToken(f.parent.id), task_id: f.child.id, reason: 'rm -rf', force: true, sender_task_id: f.grand.id };
+    const payload = {
+      caller_task_id: f.parent.id,
+      agent_token: await agentToken(f.parent.id),
+      task_id: f.child.id,
+      reason: 'rm -rf',
+      force: true,
+      sender_task_id: f.grand.id,
+    };
     const res = await request(h.nc, OrchMcp.stopChildTask, payload as never);
     expect(res.status).toBe('stopped');
     const [row] = await h.sql`SELECT cancel_reason FROM orchestrator.sessions WHERE task_id = ${f.child.id}`;
@@ -154,7 +161,10 @@ describe('orch.mcp.stop_child_task', () => {
       [a.id, 'CANCELLED', true],
       [b.id, 'CANCELLED', false],
     ]);
-    const ids = [...h.life.registry.values()].filter((e) => e.task_id === f.child.id).map((e) => e.execution_id).sort();
+    const ids = [...h.life.registry.values()]
+      .filter((e) => e.task_id === f.child.id)
+      .map((e) => e.execution_id)
+      .sort();
     expect((await h.teardownsOf(ids)).map((s) => s.execution_id).sort()).toEqual(ids);
   });
 
@@ -218,7 +228,9 @@ describe('orch.mcp.stop_child_task', () => {
     expect(await h.stopChild(parent.id, child.id)).toEqual({ task_id: child.id, status: 'not_running' });
     expect((await h.getTask(child.id)).sessions[0]).toMatchObject({ state: 'FAILED', error_message: expect.stringMatching(/gone/) });
     // Terminal once the stop commits, so what still runs of it is an orphan.
-    expect(await h.teardownsOf([exec.execution_id])).toEqual([expect.objectContaining({ execution_id: exec.execution_id, orphaned: true, reason: 'stopped_by_parent_task' })]);
+    expect(await h.teardownsOf([exec.execution_id])).toEqual([
+      expect.objectContaining({ execution_id: exec.execution_id, orphaned: true, reason: 'stopped_by_parent_task' }),
+    ]);
     expect(h.life.registry.get(exec.execution_id)?.status).toBe('STOPPING');
     const [audit] = await h.sql`SELECT outcome FROM orchestrator.audit_log WHERE task_id = ${child.id} AND action = 'mcp.stop_task'`;
     expect(audit).toEqual({ outcome: 'not_running' });
@@ -311,7 +323,12 @@ describe('orch.mcp.stop_child_task', () => {
     const parent = await h.task(ws.id, 'parent');
     const child = await h.task(ws.id, 'child', parent.id);
     await h.startSession(child.id, 'work');
-    await request(h.nc, OrchMcp.stopChildTask, { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id }, { requestId: 'req-audit-1' });
+    await request(
+      h.nc,
+      OrchMcp.stopChildTask,
+      { caller_task_id: parent.id, agent_token: await agentToken(parent.id), task_id: child.id },
+      { requestId: 'req-audit-1' },
+    );
     const [row] = await h.sql`SELECT action, actor, request_id, outcome FROM orchestrator.audit_log WHERE task_id = ${child.id}`;
     expect(row).toEqual({ action: 'mcp.stop_task', actor: `agent:${parent.id}`, request_id: 'req-audit-1', outcome: 'stopped' });
   });

@@ -67,7 +67,9 @@ describe('orch.task.stop', () => {
     const task = await h.task(ws.id, 'private');
     await h.startSession(task.id, 'work');
     const stops = h.life.stops.length;
-    await expect(stop(task.id, { type: 'operator', id: 'op-2', workspaces: ['00000000-0000-4000-8000-000000000000'] })).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    await expect(stop(task.id, { type: 'operator', id: 'op-2', workspaces: ['00000000-0000-4000-8000-000000000000'] })).rejects.toMatchObject({
+      code: 'FORBIDDEN',
+    });
     expect(h.life.stops.length).toBe(stops);
   });
 
@@ -108,11 +110,15 @@ describe('orch.task.stop', () => {
       h.life.stalled = false;
       h.life.releaseHung();
     }
-    expect(await pending).toEqual({ task_id: task.id, status: 'stopped', executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }] });
+    expect(await pending).toEqual({
+      task_id: task.id,
+      status: 'stopped',
+      executions: [{ session_id: s.id, execution_id: exec.execution_id, orphaned: false }],
+    });
     expect(h.life.stops.at(-1)).toMatchObject({ execution_id: exec.execution_id, orphaned: false });
   });
 
-  it('answers its own audited error, not the caller\'s timeout, when a stalled owner does not accept within the caller\'s deadline', async () => {
+  it("answers its own audited error, not the caller's timeout, when a stalled owner does not accept within the caller's deadline", async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 'owner stalled past the deadline');
     await h.startSession(task.id, 'work');

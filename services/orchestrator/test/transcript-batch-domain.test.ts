@@ -41,7 +41,11 @@ function randomStream(r: () => number, n: number): TranscriptPiece[] {
     const len = Math.floor(r() * 8);
     const text = Array.from({ length: len }, () => ALPHABET[Math.floor(r() * ALPHABET.length)]).join('');
     const input: TranscriptInput =
-      x < 0.1 ? { turn_id: `t${turn}`, role: 'user', kind: 'prompt', text } : x < 0.15 ? { turn_id: `t${turn}`, role: 'agent', kind: 'tool_call', text, meta: { tool_call_id: `c${i}` } } : { turn_id: `t${turn}`, role: 'agent', kind: 'agent_text', text };
+      x < 0.1
+        ? { turn_id: `t${turn}`, role: 'user', kind: 'prompt', text }
+        : x < 0.15
+          ? { turn_id: `t${turn}`, role: 'agent', kind: 'tool_call', text, meta: { tool_call_id: `c${i}` } }
+          : { turn_id: `t${turn}`, role: 'agent', kind: 'agent_text', text };
     out.push({ id: `e${i}`, input });
   }
   return out;
@@ -155,7 +159,10 @@ describe('batched transcript planning (ADR 0035)', () => {
 
   it('a run crossing the session cap ends in one marker, and later runs add nothing', () => {
     const caps = { itemBytes: 10, sessionBytes: 25, sessionItems: 100 };
-    const pieces = Array.from({ length: 10 }, (_, i): TranscriptPiece => ({ id: `e${i}`, input: { turn_id: 't', role: 'agent', kind: 'agent_text', text: 'abcd' } }));
+    const pieces = Array.from({ length: 10 }, (_, i): TranscriptPiece => ({
+      id: `e${i}`,
+      input: { turn_id: 't', role: 'agent', kind: 'agent_text', text: 'abcd' },
+    }));
     const r = planTranscriptRun(EMPTY_TRANSCRIPT, pieces, new Set(pieces.map((p) => p.id)), caps);
     expect(r.writes.map((w) => [w.op, w.seq, w.kind, w.text.length])).toEqual([
       ['created', 1, 'agent_text', 10],
@@ -169,8 +176,18 @@ describe('batched transcript planning (ADR 0035)', () => {
   });
 
   it('coalesceWrites leaves writes to different items alone', () => {
-    const w = (op: 'created' | 'appended', seq: number, text: string): TranscriptWrite => ({ op, seq, turn_id: 't', role: 'agent', kind: 'agent_text', text, meta: {} });
-    expect(coalesceWrites([w('appended', 1, 'a'), w('created', 2, 'b'), w('appended', 2, 'c'), w('created', 3, 'd')]).map((x) => [x.op, x.seq, x.text])).toEqual([
+    const w = (op: 'created' | 'appended', seq: number, text: string): TranscriptWrite => ({
+      op,
+      seq,
+      turn_id: 't',
+      role: 'agent',
+      kind: 'agent_text',
+      text,
+      meta: {},
+    });
+    expect(
+      coalesceWrites([w('appended', 1, 'a'), w('created', 2, 'b'), w('appended', 2, 'c'), w('created', 3, 'd')]).map((x) => [x.op, x.seq, x.text]),
+    ).toEqual([
       ['appended', 1, 'a'],
       ['created', 2, 'bc'],
       ['created', 3, 'd'],

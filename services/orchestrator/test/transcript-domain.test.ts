@@ -74,7 +74,8 @@ describe('keyset paging (R-8.1)', () => {
   it('round-trips a cursor and refuses anything else', () => {
     const k = { ts: '2026-12-03 09:30:01.123456+00', id: '0b7c7d3e-4a3b-4b8e-9a0e-1c2d3e4f5a6b' };
     expect(decodeCursor(encodeCursor(k))).toEqual(k);
-    for (const bad of ['', 'x', encodeCursor({ ts: 'now()', id: k.id }), encodeCursor({ ts: k.ts, id: 'x' })]) expect(() => decodeCursor(bad)).toThrow(/invalid cursor/);
+    for (const bad of ['', 'x', encodeCursor({ ts: 'now()', id: k.id }), encodeCursor({ ts: k.ts, id: 'x' })])
+      expect(() => decodeCursor(bad)).toThrow(/invalid cursor/);
   });
   it('pages with one row more than the limit', () => {
     const rows = [1, 2, 3].map((i) => ({ id: `00000000-0000-4000-8000-00000000000${i}`, sort_ts: `2026-01-01 00:00:0${i}+00` }));

@@ -61,10 +61,12 @@ describe('holds', () => {
 
   it('previews without changing anything', async () => {
     const { root, kids } = await family();
-    const before = await h.sql`SELECT id, status, updated_at, fence_epoch FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]}) ORDER BY id`;
+    const before =
+      await h.sql`SELECT id, status, updated_at, fence_epoch FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]}) ORDER BY id`;
     const p = await request(h.nc, OrchTree.preview, { actor: operator, task_id: root.id });
     expect(p).toMatchObject({ task_count: 3, active_wakeup_count: 3, active_hold: null });
-    const after = await h.sql`SELECT id, status, updated_at, fence_epoch FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]}) ORDER BY id`;
+    const after =
+      await h.sql`SELECT id, status, updated_at, fence_epoch FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]}) ORDER BY id`;
     expect(after).toEqual(before);
   });
 
@@ -77,9 +79,11 @@ describe('holds', () => {
     const m = new Map(hold.members.map((x) => [x.task_id, x]));
     expect(m.get(kids[1]!.id)).toMatchObject({ task_status: 'CANCELLED', skip_reason: 'already_cancelled' });
     expect(m.get(kids[2]!.id)).toMatchObject({ task_status: 'BLOCKED', skip_reason: null });
-    const rows = await h.sql`SELECT id, status, cancelled_at, checkout_agent_id, checkout_at FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]})`;
+    const rows =
+      await h.sql`SELECT id, status, cancelled_at, checkout_agent_id, checkout_at FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]})`;
     for (const r of rows) expect(r).toMatchObject({ status: 'CANCELLED', checkout_agent_id: null, checkout_at: null, cancelled_at: expect.anything() });
-    const events = await h.sql`SELECT payload->'data'->>'from' AS "from" FROM orchestrator.outbox WHERE payload->>'type' = 'task.state_changed' AND payload->>'task_id' = ${kids[2]!.id} AND payload->'data'->>'to' = 'CANCELLED'`;
+    const events =
+      await h.sql`SELECT payload->'data'->>'from' AS "from" FROM orchestrator.outbox WHERE payload->>'type' = 'task.state_changed' AND payload->>'task_id' = ${kids[2]!.id} AND payload->'data'->>'to' = 'CANCELLED'`;
     expect(events).toEqual([{ from: 'BLOCKED' }]);
     const audit = await request(h.nc, Orch.taskAudit, { actor: operator, task_id: kids[2]!.id });
     expect(audit[0]).toMatchObject({ action: 'tree.cancel', outcome: 'held', details: expect.objectContaining({ hold_id: hold.id, task_status: 'BLOCKED' }) });
@@ -89,7 +93,9 @@ describe('holds', () => {
 
     const restored = await tree('restore', root.id, 'undo');
     expect(restored.hold).toMatchObject({ id: hold.id, released_reason: 'undo', released_by: 'operator:op-1' });
-    const back = new Map((await h.sql`SELECT id, status, cancelled_at FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]})`).map((r) => [r.id, r]));
+    const back = new Map(
+      (await h.sql`SELECT id, status, cancelled_at FROM orchestrator.tasks WHERE id = ANY(${[root.id, ...kids.map((k) => k.id)]})`).map((r) => [r.id, r]),
+    );
     expect(back.get(root.id)).toMatchObject({ status: 'TODO', cancelled_at: null });
     expect(back.get(kids[0]!.id)).toMatchObject({ status: 'TODO', cancelled_at: null });
     expect(back.get(kids[1]!.id)!.status).toBe('CANCELLED');
@@ -107,13 +113,18 @@ describe('holds', () => {
 });
 
 describe('failures are audited on the root (B-3)', () => {
-  const auditOf = (taskId: string) => h.sql`SELECT action, outcome, details FROM orchestrator.audit_log WHERE task_id = ${taskId} AND action LIKE 'tree.%' ORDER BY created_at, id`;
+  const auditOf = (taskId: string) =>
+    h.sql`SELECT action, outcome, details FROM orchestrator.audit_log WHERE task_id = ${taskId} AND action LIKE 'tree.%' ORDER BY created_at, id`;
 
   it('a pause whose writes fail changes nothing, answers INTERNAL_ERROR and records the failure', async () => {
     const { root, kids } = await family(1);
     const s = await h.startSession(kids[0]!.id, 'work');
-    await h.sql.unsafe(`CREATE OR REPLACE FUNCTION orchestrator.refuse_hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hold refused for this test'; END $$`);
-    await h.sql.unsafe(`CREATE TRIGGER refuse_hold BEFORE INSERT ON orchestrator.tree_holds FOR EACH ROW WHEN (NEW.root_task_id = '${root.id}') EXECUTE FUNCTION orchestrator.refuse_hold()`);
+    await h.sql.unsafe(
+      `CREATE OR REPLACE FUNCTION orchestrator.refuse_hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hold refused for this test'; END $$`,
+    );
+    await h.sql.unsafe(
+      `CREATE TRIGGER refuse_hold BEFORE INSERT ON orchestrator.tree_holds FOR EACH ROW WHEN (NEW.root_task_id = '${root.id}') EXECUTE FUNCTION orchestrator.refuse_hold()`,
+    );
     try {
       const err = await tree('pause', root.id, 'refused').catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'INTERNAL_ERROR' });
@@ -150,7 +161,9 @@ describe('failures are audited on the root (B-3)', () => {
         const r = (await auditOf(root.id)).filter((x) => x.outcome === 'error:INTERNAL_ERROR');
         return r.length >= 1 ? r : null;
       }, 10_000);
-      expect(rows).toEqual([{ action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'teardown', failed: expect.any(Array), hold_id: hold.id } }]);
+      expect(rows).toEqual([
+        { action: 'tree.pause', outcome: 'error:INTERNAL_ERROR', details: { stage: 'teardown', failed: expect.any(Array), hold_id: hold.id } },
+      ]);
       // Each refused stop is named (the first sessions' executions, still listed by this fake owner, are
       // halted with the hold too: planTreeStop includes a member's orphans).
       expect((rows[0]!.details as { failed: string[] }).failed).toEqual(expect.arrayContaining(execsAgain));
@@ -217,7 +230,8 @@ describe('races', () => {
     const members = new Set(hold.members.map((m) => m.task_id));
     for (const id of [root.id, mid.id, ...snapshot]) expect(members.has(id)).toBe(true);
     // Every member is a real descendant; every task created later is no member.
-    const all = await h.sql`WITH RECURSIVE t AS (SELECT id FROM orchestrator.tasks WHERE id = ${root.id} UNION ALL SELECT c.id FROM orchestrator.tasks c JOIN t ON c.parent_id = t.id) SELECT id FROM t`;
+    const all =
+      await h.sql`WITH RECURSIVE t AS (SELECT id FROM orchestrator.tasks WHERE id = ${root.id} UNION ALL SELECT c.id FROM orchestrator.tasks c JOIN t ON c.parent_id = t.id) SELECT id FROM t`;
     const ids = new Set(all.map((r) => r.id as string));
     for (const id of members) expect(ids.has(id)).toBe(true);
     await tree('resume', root.id);
@@ -256,6 +270,9 @@ describe('wakeup launches', () => {
     expect(again).toEqual(first);
     expect((await h.getTask(kids[0]!.id)).sessions).toHaveLength(1);
     await tree('pause', root.id);
-    expect(await request(h.nc, OrchTree.wakeupLaunch, { wakeup_id: randomUUID(), task_id: kids[0]!.id })).toMatchObject({ launched: false, hold_mode: 'pause' });
+    expect(await request(h.nc, OrchTree.wakeupLaunch, { wakeup_id: randomUUID(), task_id: kids[0]!.id })).toMatchObject({
+      launched: false,
+      hold_mode: 'pause',
+    });
   });
 });

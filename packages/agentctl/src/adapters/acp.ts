@@ -30,7 +30,12 @@ const KandevUsageMeta = z.object({
 const PromptQuotaMeta = z.looseObject({
   quota: z.looseObject({
     model_usage: z
-      .array(z.looseObject({ model: z.string().min(1), token_count: z.looseObject({ input_tokens: z.number().int().nonnegative(), output_tokens: z.number().int().nonnegative() }) }))
+      .array(
+        z.looseObject({
+          model: z.string().min(1),
+          token_count: z.looseObject({ input_tokens: z.number().int().nonnegative(), output_tokens: z.number().int().nonnegative() }),
+        }),
+      )
       .default([]),
   }),
 });
@@ -62,7 +67,6 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
   /** Title and kind of each tool call since its start, for its end's report. */
   private readonly toolNames = new Map<string, { title: string | null; kind: string | null }>();
   private cumulativeCostUsd = 0;
-
 
   private get session(): { connection: acp.ClientConnection; sessionId: string } {
     if (!this.connection || !this.sessionId) throw new Error('ACP session not established');
@@ -115,7 +119,10 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     this.toolNames.clear();
     try {
       const response = await unlessAgentExits(
-        connection.agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: [...(context ? [{ type: 'text' as const, text: context }] : []), { type: 'text', text }] }),
+        connection.agent.request(acp.methods.agent.session.prompt, {
+          sessionId,
+          prompt: [...(context ? [{ type: 'text' as const, text: context }] : []), { type: 'text', text }],
+        }),
         this.agent.exited,
       );
       this.reportPromptUsage(turnId, response._meta);
@@ -182,7 +189,14 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
       case 'tool_call':
         this.toolCalls.set(update.toolCallId, update.status ?? 'pending');
         this.toolNames.set(update.toolCallId, { title: update.title ?? null, kind: update.kind ?? null });
-        if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: 'started', title: update.title ?? null, kind: update.kind ?? null, text: toolText(update.content, update.rawInput) });
+        if (this.turnId)
+          this.sink.toolCall(this.turnId, {
+            tool_call_id: update.toolCallId,
+            phase: 'started',
+            title: update.title ?? null,
+            kind: update.kind ?? null,
+            text: toolText(update.content, update.rawInput),
+          });
         break;
       case 'tool_call_update':
         if (update.status === 'completed' || update.status === 'failed') {
@@ -190,7 +204,14 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
           // An update carries only what changed: the title and kind are the start's unless it renames them.
           const named = this.toolNames.get(update.toolCallId);
           this.toolNames.delete(update.toolCallId);
-          if (this.turnId) this.sink.toolCall(this.turnId, { tool_call_id: update.toolCallId, phase: update.status, title: update.title ?? named?.title ?? null, kind: update.kind ?? named?.kind ?? null, text: toolText(update.content, update.rawOutput) });
+          if (this.turnId)
+            this.sink.toolCall(this.turnId, {
+              tool_call_id: update.toolCallId,
+              phase: update.status,
+              title: update.title ?? named?.title ?? null,
+              kind: update.kind ?? named?.kind ?? null,
+              text: toolText(update.content, update.rawOutput),
+            });
         } else if (update.status && this.toolCalls.get(update.toolCallId) !== 'cancelled') this.toolCalls.set(update.toolCallId, update.status);
         break;
       case 'usage_update':

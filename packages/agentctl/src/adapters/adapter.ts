@@ -1,9 +1,4 @@
-import type {
-  AgentctlPermissionOutcome,
-  AgentctlPermissionRequestedEvent,
-  AgentctlProtocol,
-  AgentctlStopReason,
-} from '@kandev/contracts/agentctl';
+import type { AgentctlPermissionOutcome, AgentctlPermissionRequestedEvent, AgentctlProtocol, AgentctlStopReason } from '@kandev/contracts/agentctl';
 import type { AgentExit, Termination } from '../agent-process.js';
 import type { PermissionAnswerChoice, PermissionAnswerResult } from './permissions.js';
 

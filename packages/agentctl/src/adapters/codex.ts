@@ -127,7 +127,6 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
   private readonly toolItems = new Map<string, { title: string; kind: string }>();
   private readonly earlyCompletions = new Map<string, z.infer<typeof TurnCompleted>['turn']>();
 
-
   private get thread(): { rpc: JsonLineRpc; threadId: string } {
     if (!this.rpc || !this.threadId) throw new Error('Codex thread not established');
     return { rpc: this.rpc, threadId: this.threadId };
@@ -147,7 +146,9 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     rpc.notify('initialized');
     const mcp = this.options.mcp;
     const config = mcp ? { mcp_servers: { kandev: codexMcpServer(mcp) } } : undefined;
-    const started = ThreadStartResult.parse(await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'));
+    const started = ThreadStartResult.parse(
+      await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'),
+    );
     this.threadId = started.thread.id;
     this.model = started.model ?? (typeof started.thread.model === 'string' ? started.thread.model : undefined);
     this.log.info('Codex thread ready', { thread_id: this.threadId, model: this.model, mcp: mcp !== undefined });
@@ -162,7 +163,12 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     if (!turn) throw new Error('turn bookkeeping failed');
     this.lastTurnId = turnId;
     try {
-      const started = TurnStartResult.parse(await unlessAgentExits(rpc.request('turn/start', { threadId, input: [...(context ? [{ type: 'text', text: context }] : []), { type: 'text', text }] }), this.agent.exited));
+      const started = TurnStartResult.parse(
+        await unlessAgentExits(
+          rpc.request('turn/start', { threadId, input: [...(context ? [{ type: 'text', text: context }] : []), { type: 'text', text }] }),
+          this.agent.exited,
+        ),
+      );
       turn.codexTurnId = started.turn.id;
       const early = this.earlyCompletions.get(started.turn.id);
       this.earlyCompletions.clear();
@@ -228,7 +234,8 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
         const type = item.type ?? known?.kind;
         if (!type || !TOOL_ITEM_TYPES.has(type)) return;
         const command = Array.isArray(item.command) ? item.command.join(' ') : item.command;
-        const title = command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? known?.title ?? type;
+        const title =
+          command ?? (item.tool ? `${item.server ? `${item.server}.` : ''}${item.tool}` : item.changes?.map((c) => c.path).join(', ')) ?? known?.title ?? type;
         const json = (v: unknown) => (v === undefined || v === null ? '' : typeof v === 'string' ? v : JSON.stringify(v));
         if (method === 'item/started') {
           this.toolItems.set(item.id, { title, kind: type });
@@ -236,7 +243,13 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
         } else {
           this.toolItems.delete(item.id);
           const failed = item.status === 'failed' || item.status === 'declined';
-          this.sink.toolCall(turnId, { tool_call_id: item.id, phase: failed ? 'failed' : 'completed', title, kind: type, text: item.aggregatedOutput ?? json(item.result) });
+          this.sink.toolCall(turnId, {
+            tool_call_id: item.id,
+            phase: failed ? 'failed' : 'completed',
+            title,
+            kind: type,
+            text: item.aggregatedOutput ?? json(item.result),
+          });
         }
         return;
       }

@@ -64,14 +64,21 @@ export class PendingPermissions<Answer> {
       const before = this.settled.get(permissionId);
       if (!before) return { kind: 'not_found' };
       // The same answer again is a retry of the one that settled it.
-      const same = 'cancel' in choice ? before.outcome === 'cancelled' : 'option_id' in choice ? before.option_id === choice.option_id : before.outcome === (choice.decision === 'allow' ? 'allowed' : 'denied');
+      const same =
+        'cancel' in choice
+          ? before.outcome === 'cancelled'
+          : 'option_id' in choice
+            ? before.option_id === choice.option_id
+            : before.outcome === (choice.decision === 'allow' ? 'allowed' : 'denied');
       return { kind: same ? 'settled' : 'already_settled', settlement: before };
     }
     if ('cancel' in choice) return { kind: 'settled', settlement: this.settle(permissionId, entry, entry.answers.cancel, 'cancelled', null) };
     const wanted = chosenOption(entry.answers.choices, choice);
     if ('option_id' in choice && !wanted) return { kind: 'unknown_option' };
     // A decision the agent offered no option for (no reject option, say) ends the request cancelled.
-    const settlement = wanted ? this.settle(permissionId, entry, wanted.answer, wanted.outcome, wanted.optionId) : this.settle(permissionId, entry, entry.answers.cancel, 'cancelled', null);
+    const settlement = wanted
+      ? this.settle(permissionId, entry, wanted.answer, wanted.outcome, wanted.optionId)
+      : this.settle(permissionId, entry, entry.answers.cancel, 'cancelled', null);
     return { kind: 'settled', settlement };
   }
 
@@ -97,7 +104,10 @@ export class PendingPermissions<Answer> {
   }
 }
 
-function chosenOption<Answer>(choices: PermissionChoice<Answer>[], choice: { option_id: string } | { decision: AgentctlPermissionDecision }): PermissionChoice<Answer> | undefined {
+function chosenOption<Answer>(
+  choices: PermissionChoice<Answer>[],
+  choice: { option_id: string } | { decision: AgentctlPermissionDecision },
+): PermissionChoice<Answer> | undefined {
   if ('option_id' in choice) return choices.find((c) => c.optionId === choice.option_id);
   const outcome = choice.decision === 'allow' ? 'allowed' : 'denied';
   return choices.find((c) => c.outcome === outcome);

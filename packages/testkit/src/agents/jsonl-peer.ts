@@ -103,7 +103,10 @@ export class JsonLinePeer {
           (result) => this.write({ id: message.id, result: result ?? {} }),
           (err: unknown) => {
             const failure = err instanceof RpcFailure ? err : new RpcFailure(-32603, err instanceof Error ? err.message : String(err));
-            this.write({ id: message.id, error: { code: failure.code, message: failure.message, ...(failure.data !== undefined ? { data: failure.data } : {}) } });
+            this.write({
+              id: message.id,
+              error: { code: failure.code, message: failure.message, ...(failure.data !== undefined ? { data: failure.data } : {}) },
+            });
           },
         );
         break;

@@ -34,7 +34,9 @@ export class McpToolCaller {
     const text = Array.isArray(content)
       ? content
           .map((block: unknown) =>
-            typeof block === 'object' && block !== null && 'type' in block && block.type === 'text' && 'text' in block && typeof block.text === 'string' ? block.text : '',
+            typeof block === 'object' && block !== null && 'type' in block && block.type === 'text' && 'text' in block && typeof block.text === 'string'
+              ? block.text
+              : '',
           )
           .join('')
       : JSON.stringify(result.structuredContent ?? result.toolResult ?? null);

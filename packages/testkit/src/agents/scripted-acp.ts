@@ -107,7 +107,12 @@ const app = acp
     };
     sessions.set(session.id, session);
     // The token itself never reaches the log: only whether one was given.
-    const servers = params.mcpServers.map((s) => ({ name: s.name, type: 'type' in s ? s.type : 'stdio', url: 'url' in s ? s.url : undefined, headers: 'headers' in s ? s.headers.map((h) => h.name) : [] }));
+    const servers = params.mcpServers.map((s) => ({
+      name: s.name,
+      type: 'type' in s ? s.type : 'stdio',
+      url: 'url' in s ? s.url : undefined,
+      headers: 'headers' in s ? s.headers.map((h) => h.name) : [],
+    }));
     log('start', { session_id: session.id, cwd: params.cwd, mcp_servers: servers, mcp_token: session.mcp?.token !== undefined });
     logger('info', 'session created', { session_id: session.id, mcp_servers: servers });
     return { sessionId: session.id };

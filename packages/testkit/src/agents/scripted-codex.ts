@@ -147,7 +147,8 @@ peer.onRequest(async (method, params) => {
       const servers = p.config?.mcp_servers ?? {};
       const kandev = servers.kandev ?? Object.values(servers)[0];
       for (const [name, server] of Object.entries(servers)) {
-        if (server.bearer_token !== undefined) throw new RpcFailure(-32600, `failed to load configuration: bearer_token is not supported for streamable_http\nin \`mcp_servers.${name}\`\n`);
+        if (server.bearer_token !== undefined)
+          throw new RpcFailure(-32600, `failed to load configuration: bearer_token is not supported for streamable_http\nin \`mcp_servers.${name}\`\n`);
       }
       const fromConfig = kandev ? { url: kandev.url, token: mcpToken(kandev) } : undefined;
       const thread: Thread = {
@@ -157,7 +158,13 @@ peer.onRequest(async (method, params) => {
         totals: { cost_cents: 0, tokens_in: 0, tokens_cached_in: 0, tokens_out: 0 },
       };
       threads.set(thread.id, thread);
-      log('start', { thread_id: thread.id, cwd: p.cwd ?? null, mcp_servers: Object.keys(servers), mcp_url: thread.mcp?.url ?? null, mcp_token: thread.mcp?.token !== undefined });
+      log('start', {
+        thread_id: thread.id,
+        cwd: p.cwd ?? null,
+        mcp_servers: Object.keys(servers),
+        mcp_url: thread.mcp?.url ?? null,
+        mcp_token: thread.mcp?.token !== undefined,
+      });
       setImmediate(() => peer.notify('thread/started', { thread: { id: thread.id } }));
       return { thread: { id: thread.id } };
     }
@@ -168,7 +175,11 @@ peer.onRequest(async (method, params) => {
       if (thread.turn) throw new RpcFailure(-32600, `turn ${thread.turn.id} is still in progress`);
       const { text, context } = splitPromptBlocks(p.input.flatMap((i) => ('text' in i && typeof i.text === 'string' ? [i.text] : [])));
       const turnId = `turn_${randomUUID()}`;
-      const scripted = new ScriptedTurn(text, { context, io: turnIO(thread, turnId), log, mcp: thread.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() }, turnId);
+      const scripted = new ScriptedTurn(
+        text,
+        { context, io: turnIO(thread, turnId), log, mcp: thread.mcp, mcpCaller, ignoreSigterm: () => sigterm.ignore() },
+        turnId,
+      );
       thread.turn = { id: turnId, scripted };
       // The response goes out first (a microtask), the turn's notifications after it.
       setImmediate(() => void runTurn(thread, turnId, scripted));

@@ -24,7 +24,8 @@ export async function auditViolations(tx: Tx): Promise<Violation[]> {
         SELECT 1 FROM orchestrator.audit_log a
         WHERE a.task_id = s.task_id AND a.action IN ('task.stop', 'mcp.stop_task') AND a.outcome = 'stopped'
           AND a.details->'sessions' ? s.id::text)`;
-  for (const s of stopped) out.push(at('control_action_unaudited', `session ${s.id} of task ${s.task_id} is CANCELLED (${s.cancel_reason}) but no stop's audit row names it`));
+  for (const s of stopped)
+    out.push(at('control_action_unaudited', `session ${s.id} of task ${s.task_id} is CANCELLED (${s.cancel_reason}) but no stop's audit row names it`));
 
   const held = await tx<{ id: string; task_id: string; cancel_reason: string }[]>`
     SELECT s.id, s.task_id, s.cancel_reason FROM orchestrator.sessions s
@@ -32,7 +33,8 @@ export async function auditViolations(tx: Tx): Promise<Violation[]> {
       AND NOT EXISTS (
         SELECT 1 FROM orchestrator.audit_log a
         WHERE a.task_id = s.task_id AND a.action = CASE s.cancel_reason WHEN 'tree_paused' THEN 'tree.pause' ELSE 'tree.cancel' END AND a.outcome = 'held')`;
-  for (const s of held) out.push(at('control_action_unaudited', `session ${s.id} of task ${s.task_id} is CANCELLED (${s.cancel_reason}) but its task has no hold's audit row`));
+  for (const s of held)
+    out.push(at('control_action_unaudited', `session ${s.id} of task ${s.task_id} is CANCELLED (${s.cancel_reason}) but its task has no hold's audit row`));
 
   const members = await tx<{ hold_id: string; task_id: string; action: string }[]>`
     SELECT m.hold_id, m.task_id, x.action FROM orchestrator.tree_holds h
@@ -52,6 +54,12 @@ export async function auditViolations(tx: Tx): Promise<Violation[]> {
           AND ((a.action = 'agent.cancel' AND a.outcome = 'cancelled' AND a.created_at = t.completed_at)
                OR (a.action = 'mcp.message_task.interrupt' AND a.details->>'cancelled_turn_id' = t.id::text)
                OR (a.action = 'turn.cancelled' AND a.details->>'turn_id' = t.id::text)))`;
-  for (const t of turns) out.push(at('control_action_unaudited', `turn ${t.id} of session ${t.session_id} (task ${t.task_id}) was cancelled but no cancel or interrupt audit row accounts for it`));
+  for (const t of turns)
+    out.push(
+      at(
+        'control_action_unaudited',
+        `turn ${t.id} of session ${t.session_id} (task ${t.task_id}) was cancelled but no cancel or interrupt audit row accounts for it`,
+      ),
+    );
   return out;
 }

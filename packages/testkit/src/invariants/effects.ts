@@ -32,7 +32,12 @@ export async function effectsInDatabase(tx: Tx): Promise<Violation[]> {
       FROM holds.task_costs c FULL JOIN agg a ON a.task_id = c.task_id)
     SELECT task_id, rollup::text, events::text FROM both_sides WHERE rollup <> events`;
   for (const c of costs) {
-    out.push(at('effect_applied_twice', `task ${c.task_id}: cost rollup [events, unpriced, cents, in, cached, out] ${c.rollup} but its cost events sum to ${c.events}`));
+    out.push(
+      at(
+        'effect_applied_twice',
+        `task ${c.task_id}: cost rollup [events, unpriced, cents, in, cached, out] ${c.rollup} but its cost events sum to ${c.events}`,
+      ),
+    );
   }
   const open = await tx<{ session_id: string; n: number }[]>`
     SELECT session_id, count(*)::int AS n FROM orchestrator.turns WHERE completed_at IS NULL GROUP BY session_id HAVING count(*) > 1`;
@@ -40,7 +45,8 @@ export async function effectsInDatabase(tx: Tx): Promise<Violation[]> {
   const audits = await tx<{ request_id: string; task_id: string; action: string; outcome: string; n: number }[]>`
     SELECT request_id, task_id, action, outcome, count(*)::int AS n FROM orchestrator.audit_log
     WHERE request_id IS NOT NULL GROUP BY 1, 2, 3, 4 HAVING count(*) > 1`;
-  for (const a of audits) out.push(at('effect_applied_twice', `request ${a.request_id} recorded ${a.n} times as ${a.action} → ${a.outcome} on task ${a.task_id}`));
+  for (const a of audits)
+    out.push(at('effect_applied_twice', `request ${a.request_id} recorded ${a.n} times as ${a.action} → ${a.outcome} on task ${a.task_id}`));
   const wakeups = await tx<{ wakeup_id: string; n: number }[]>`
     SELECT details->>'wakeup_id' AS wakeup_id, count(*)::int AS n FROM orchestrator.audit_log
     WHERE action = 'session.start' AND details ? 'wakeup_id' GROUP BY 1 HAVING count(*) > 1`;
@@ -94,5 +100,7 @@ export async function effectsOnStream(nc: NatsConnection): Promise<Violation[]> 
   } finally {
     await messages.close();
   }
-  return [...ids].filter(([, s]) => s.size > 1).map(([fact, s]) => at('effect_applied_twice', `${fact} reported under ${s.size} event ids (${[...s].join(', ')})`));
+  return [...ids]
+    .filter(([, s]) => s.size > 1)
+    .map(([fact, s]) => at('effect_applied_twice', `${fact} reported under ${s.size} event ids (${[...s].join(', ')})`));
 }

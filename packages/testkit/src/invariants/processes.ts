@@ -36,7 +36,12 @@ function pidAlive(pid: number): boolean {
 }
 
 /** `agentPids` maps session id → the agent pid the test saw for it (the API reports it while the execution lives). */
-export async function processViolations(sql: postgres.Sql, nc: NatsConnection, agentPids: ReadonlyMap<string, number>, bounds: InvariantBounds): Promise<Violation[]> {
+export async function processViolations(
+  sql: postgres.Sql,
+  nc: NatsConnection,
+  agentPids: ReadonlyMap<string, number>,
+  bounds: InvariantBounds,
+): Promise<Violation[]> {
   const out: Violation[] = [];
   const sessions = await sql<SessionRow[]>`
     SELECT id, task_id, state, execution_id, (extract(epoch FROM now() - updated_at) * 1000)::int AS age_ms
@@ -44,13 +49,23 @@ export async function processViolations(sql: postgres.Sql, nc: NatsConnection, a
   for (const s of sessions) {
     const pid = agentPids.get(s.id);
     if (!ACTIVE.includes(s.state) && pid !== undefined && pidAlive(pid)) {
-      out.push({ invariant: 'agent_outlived_stop', detail: `session ${s.id} is ${s.state} for ${s.age_ms} ms but its agent pid ${pid} still runs`, ageMs: s.age_ms, boundMs: bounds.graceMs });
+      out.push({
+        invariant: 'agent_outlived_stop',
+        detail: `session ${s.id} is ${s.state} for ${s.age_ms} ms but its agent pid ${pid} still runs`,
+        ageMs: s.age_ms,
+        boundMs: bounds.graceMs,
+      });
     }
     if (NEEDS_EXECUTION.includes(s.state)) {
       let e: Execution | null = null;
       if (s.execution_id) e = await request(nc, Life.get, { execution_id: s.execution_id, task_id: s.task_id }, { timeoutMs: 10_000 });
       if (!e || !isLiveExecution(e.status)) {
-        out.push({ invariant: 'active_session_without_execution', detail: `session ${s.id} is ${s.state} for ${s.age_ms} ms; its execution ${s.execution_id ?? '(none)'} is ${e ? e.status : 'not registered'}`, ageMs: s.age_ms, boundMs: bounds.reconcileMs });
+        out.push({
+          invariant: 'active_session_without_execution',
+          detail: `session ${s.id} is ${s.state} for ${s.age_ms} ms; its execution ${s.execution_id ?? '(none)'} is ${e ? e.status : 'not registered'}`,
+          ageMs: s.age_ms,
+          boundMs: bounds.reconcileMs,
+        });
       }
     }
   }
@@ -68,7 +83,12 @@ export async function processViolations(sql: postgres.Sql, nc: NatsConnection, a
   for (const t of tasks) {
     const lastSession = sessions.filter((s) => s.task_id === t.id).reduce((min, s) => Math.min(min, s.age_ms), Infinity);
     const quietFor = Math.min(t.age_ms, lastSession);
-    out.push({ invariant: 'task_in_progress_without_session', detail: `task ${t.id} is IN_PROGRESS with no active session for ${quietFor} ms`, ageMs: quietFor, boundMs: bounds.reconcileMs });
+    out.push({
+      invariant: 'task_in_progress_without_session',
+      detail: `task ${t.id} is IN_PROGRESS with no active session for ${quietFor} ms`,
+      ageMs: quietFor,
+      boundMs: bounds.reconcileMs,
+    });
   }
   return out;
 }

@@ -19,11 +19,18 @@ const CLOCK_SLACK_MS = 2_000;
 export async function requestViolations(tx: Tx, requests: readonly ControlRequest[]): Promise<Violation[]> {
   const out: Violation[] = [];
   const lost = (r: ControlRequest, why: string) =>
-    out.push(at('accepted_request_lost', `${r.kind} of task ${r.task_id}${r.session_id ? ` session ${r.session_id}` : ''} answered ${JSON.stringify(r.answer.ok ? r.answer.body : r.answer.error)}, but ${why}`));
+    out.push(
+      at(
+        'accepted_request_lost',
+        `${r.kind} of task ${r.task_id}${r.session_id ? ` session ${r.session_id}` : ''} answered ${JSON.stringify(r.answer.ok ? r.answer.body : r.answer.error)}, but ${why}`,
+      ),
+    );
   const byRequest = (r: ControlRequest) =>
     tx<AuditRow[]>`SELECT action, outcome, details, created_at FROM orchestrator.audit_log WHERE request_id = ${r.request_id ?? ''} AND task_id = ${r.task_id}`;
   const sessionStates = async (ids: readonly string[]) =>
-    new Map((await tx<{ id: string; state: string }[]>`SELECT id, state FROM orchestrator.sessions WHERE id = ANY(${[...ids]}::uuid[])`).map((s) => [s.id, s.state]));
+    new Map(
+      (await tx<{ id: string; state: string }[]>`SELECT id, state FROM orchestrator.sessions WHERE id = ANY(${[...ids]}::uuid[])`).map((s) => [s.id, s.state]),
+    );
 
   for (const r of requests) {
     if (r.answer.ok === null) {
@@ -36,7 +43,8 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
         SELECT (SELECT count(*)::int FROM orchestrator.turns t JOIN orchestrator.sessions s ON s.id = t.session_id WHERE s.task_id = ${r.task_id} AND t.prompt = ${r.prompt!}) AS turns,
                (SELECT count(*)::int FROM orchestrator.queued_messages WHERE task_id = ${r.task_id} AND prompt = ${r.prompt!}) AS queued`;
       const copies = n!.turns + n!.queued;
-      if (copies > 1) out.push(at('effect_applied_twice', `interrupt of task ${r.task_id} "${r.prompt}" is there ${copies} times (${n!.turns} turns, ${n!.queued} queued)`));
+      if (copies > 1)
+        out.push(at('effect_applied_twice', `interrupt of task ${r.task_id} "${r.prompt}" is there ${copies} times (${n!.turns} turns, ${n!.queued} queued)`));
       if (r.answer.ok && copies === 0) lost(r, 'the message is neither queued nor a turn');
     }
     if (!r.answer.ok) continue;
@@ -51,7 +59,9 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
           lost(r, `no ${action} audit row with outcome ${expected} for request ${r.request_id}`);
           break;
         }
-        const named: string[] = [...new Set<string>([...(row.details.sessions ?? []), ...(body.executions ?? []).filter((e: any) => !e.orphaned).map((e: any) => e.session_id)])];
+        const named: string[] = [
+          ...new Set<string>([...(row.details.sessions ?? []), ...(body.executions ?? []).filter((e: any) => !e.orphaned).map((e: any) => e.session_id)]),
+        ];
         const states = await sessionStates(named);
         for (const id of named) if (states.get(id) !== 'CANCELLED') lost(r, `session ${id} it stopped is ${states.get(id) ?? 'missing'}`);
         break;
@@ -87,14 +97,17 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
           break;
         }
         if (body.status === 'sent') {
-          const [turn] = await tx`SELECT id FROM orchestrator.turns WHERE id = ${row.details.turn_id ?? null} AND session_id = ${body.session_id} AND prompt = ${r.prompt!}`;
+          const [turn] =
+            await tx`SELECT id FROM orchestrator.turns WHERE id = ${row.details.turn_id ?? null} AND session_id = ${body.session_id} AND prompt = ${r.prompt!}`;
           if (!turn) lost(r, `the turn ${row.details.turn_id} its audit row names does not carry the message`);
         }
         break;
       }
       case 'tree.pause':
       case 'tree.cancel': {
-        const [hold] = await tx<{ id: string; released_at: Date | null }[]>`SELECT id, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null} AND mode = ${r.kind.slice('tree.'.length)} AND request_id = ${r.request_id ?? ''}`;
+        const [hold] = await tx<
+          { id: string; released_at: Date | null }[]
+        >`SELECT id, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null} AND mode = ${r.kind.slice('tree.'.length)} AND request_id = ${r.request_id ?? ''}`;
         if (!hold) {
           lost(r, `hold ${body.hold?.id} is not recorded`);
           break;
@@ -111,7 +124,9 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
       case 'tree.resume':
       case 'tree.restore': {
         // Released once, by this request: the hold it names is released and its members' release rows carry this request id.
-        const [hold] = await tx<{ id: string; mode: string; released_at: Date | null }[]>`SELECT id, mode, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null}`;
+        const [hold] = await tx<
+          { id: string; mode: string; released_at: Date | null }[]
+        >`SELECT id, mode, released_at FROM orchestrator.tree_holds WHERE id = ${body.hold?.id ?? null}`;
         if (!hold?.released_at) {
           lost(r, `hold ${body.hold?.id} is ${hold ? 'still active' : 'not recorded'}`);
           break;
@@ -119,7 +134,8 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
         const rows = await tx<{ task_id: string; n: number }[]>`
           SELECT task_id, count(*)::int AS n FROM orchestrator.audit_log WHERE request_id = ${r.request_id ?? ''} AND action = ${r.kind} AND outcome = 'released' GROUP BY task_id`;
         if (!rows.some((x) => x.task_id === r.task_id)) lost(r, `no ${r.kind} audit row of the root with outcome released for request ${r.request_id}`);
-        for (const x of rows.filter((y) => y.n > 1)) out.push(at('effect_applied_twice', `${r.kind} request ${r.request_id} released task ${x.task_id} ${x.n} times`));
+        for (const x of rows.filter((y) => y.n > 1))
+          out.push(at('effect_applied_twice', `${r.kind} request ${r.request_id} released task ${x.task_id} ${x.n} times`));
         if (r.kind === 'tree.restore') {
           const still = await tx<{ task_id: string }[]>`
             SELECT m.task_id FROM orchestrator.tree_hold_members m JOIN orchestrator.tasks t ON t.id = m.task_id
@@ -130,13 +146,16 @@ export async function requestViolations(tx: Tx, requests: readonly ControlReques
       }
       case 'wakeup.create': {
         // One wakeup per idempotency key, whatever the retries; once dispatched, its session is the task's.
-        const ws = await tx<{ id: string; status: string; session_id: string | null }[]>`SELECT id, status, session_id FROM holds.wakeups WHERE idempotency_key = ${r.idempotency_key ?? ''}`;
+        const ws = await tx<
+          { id: string; status: string; session_id: string | null }[]
+        >`SELECT id, status, session_id FROM holds.wakeups WHERE idempotency_key = ${r.idempotency_key ?? ''}`;
         if (ws.length !== 1 || ws[0]!.id !== body.id) {
           lost(r, `wakeup ${body.id} is ${ws.length ? `not the one stored for its key (${ws.map((x) => x.id).join(', ')})` : 'not stored'}`);
           break;
         }
         const sid = ws[0]!.session_id;
-        if (sid && !(await tx`SELECT 1 FROM orchestrator.sessions WHERE id = ${sid} AND task_id = ${r.task_id}`).length) lost(r, `its session ${sid} is not a session of the task`);
+        if (sid && !(await tx`SELECT 1 FROM orchestrator.sessions WHERE id = ${sid} AND task_id = ${r.task_id}`).length)
+          lost(r, `its session ${sid} is not a session of the task`);
         break;
       }
     }

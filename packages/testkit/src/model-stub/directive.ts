@@ -28,7 +28,11 @@ export const stubPrompt = (d: z.input<typeof Directive>, lead = 'Follow the test
 export function findDirective(text: string): Directive | undefined {
   const at = text.lastIndexOf(STUB_MARKER);
   if (at < 0) return undefined;
-  const line = text.slice(at + STUB_MARKER.length).split('\n')[0]?.trim() ?? '';
+  const line =
+    text
+      .slice(at + STUB_MARKER.length)
+      .split('\n')[0]
+      ?.trim() ?? '';
   // The JSON may be followed by whatever the agent appended on the same line; take the balanced object.
   const json = balancedObject(line);
   if (!json) return undefined;

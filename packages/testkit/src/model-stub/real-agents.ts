@@ -40,11 +40,16 @@ export function findRealAgents(): RealAgentBins | undefined {
 /** Codex's `-c` overrides that make the stub its model provider (OpenAI Responses API). */
 export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[] {
   return [
-    '-c', 'model_provider="kandev-stub"',
-    '-c', 'model_providers.kandev-stub.name="kandev stub"',
-    '-c', `model_providers.kandev-stub.base_url="${stubUrl}/v1"`,
-    '-c', 'model_providers.kandev-stub.wire_api="responses"',
-    '-c', `model="${model}"`,
+    '-c',
+    'model_provider="kandev-stub"',
+    '-c',
+    'model_providers.kandev-stub.name="kandev stub"',
+    '-c',
+    `model_providers.kandev-stub.base_url="${stubUrl}/v1"`,
+    '-c',
+    'model_providers.kandev-stub.wire_api="responses"',
+    '-c',
+    `model="${model}"`,
   ];
 }
 
@@ -76,7 +81,11 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
   // workspace as untrusted and falls back from --approval-mode yolo to "default" (every shell command then asks).
   // Usage statistics and update checks are off: tests run offline, and neither may reach Google from a CI machine.
   const gemini = seed('gemini', {
-    '.gemini/settings.json': { security: { folderTrust: { enabled: false } }, privacy: { usageStatisticsEnabled: false }, general: { enableAutoUpdate: false, enableAutoUpdateNotification: false } },
+    '.gemini/settings.json': {
+      security: { folderTrust: { enabled: false } },
+      privacy: { usageStatisticsEnabled: false },
+      general: { enableAutoUpdate: false, enableAutoUpdateNotification: false },
+    },
   });
   const codex = seed('codex', {});
   const wrapper = join(dir, 'agent-home.sh');
@@ -109,9 +118,17 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
   const geminiEnv = { AGENT_HOME_SEED: gemini, GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
   const run = (bin: string, args: string[]) => ({ command: wrapper, args: [bin, ...args] });
   const catalogue = {
-    codex: { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"']), env: codexEnv },
+    codex: {
+      protocol: 'codex',
+      ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"']),
+      env: codexEnv,
+    },
     'codex-asks': { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"']), env: codexEnv },
-    'codex-unpriced': { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"']), env: codexEnv },
+    'codex-unpriced': {
+      protocol: 'codex',
+      ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"']),
+      env: codexEnv,
+    },
     'claude-code': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAllow) },
     'claude-code-asks': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAsk) },
     gemini: { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'yolo']), env: geminiEnv },

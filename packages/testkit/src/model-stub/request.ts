@@ -50,13 +50,15 @@ export function normaliseResponses(body: Json): NormalisedRequest {
   for (const t of arr(body.tools)) {
     if (!isObj(t) || typeof t.name !== 'string') continue;
     if (t.type === 'namespace') {
-      for (const inner of arr(t.tools)) if (isObj(inner) && typeof inner.name === 'string') tools.push({ name: inner.name, namespace: t.name, qualified: `${t.name}__${inner.name}` });
+      for (const inner of arr(t.tools))
+        if (isObj(inner) && typeof inner.name === 'string') tools.push({ name: inner.name, namespace: t.name, qualified: `${t.name}__${inner.name}` });
     } else tools.push({ name: t.name, qualified: t.name });
   }
   const input = typeof body.input === 'string' ? [{ type: 'message', role: 'user', content: body.input }] : arr(body.input).filter(isObj);
   const toolResults: ToolResult[] = [];
   let i = input.length - 1;
-  for (; i >= 0 && input[i]!.type === 'function_call_output'; i--) toolResults.unshift({ callId: str(input[i]!.call_id), output: textOf(input[i]!.output) || str(input[i]!.output) });
+  for (; i >= 0 && input[i]!.type === 'function_call_output'; i--)
+    toolResults.unshift({ callId: str(input[i]!.call_id), output: textOf(input[i]!.output) || str(input[i]!.output) });
   const userTexts: string[] = [];
   if (toolResults.length === 0) {
     for (; i >= 0; i--) {
@@ -76,11 +78,17 @@ export function normaliseMessages(body: Json): NormalisedRequest {
     .map((t) => ({ name: t.name as string, qualified: t.name as string }));
   const messages = arr(body.messages).filter(isObj);
   const last = messages.at(-1);
-  const blocks = last && last.role === 'user' ? (typeof last.content === 'string' ? [{ type: 'text', text: last.content }] : arr(last.content).filter(isObj)) : [];
+  const blocks =
+    last && last.role === 'user' ? (typeof last.content === 'string' ? [{ type: 'text', text: last.content }] : arr(last.content).filter(isObj)) : [];
   const toolResults: ToolResult[] = blocks
     .filter((b) => b.type === 'tool_result')
     .map((b) => ({ callId: str(b.tool_use_id), output: textOf(b.content) || str(b.content) }));
-  const userText = toolResults.length ? '' : blocks.map((b) => (b.type === 'text' ? str(b.text) : '')).filter(Boolean).join('\n');
+  const userText = toolResults.length
+    ? ''
+    : blocks
+        .map((b) => (b.type === 'text' ? str(b.text) : ''))
+        .filter(Boolean)
+        .join('\n');
   return { api: 'messages', model: str(body.model), stream: body.stream === true, tools, userText, toolResults };
 }
 
@@ -88,7 +96,8 @@ export function normaliseMessages(body: Json): NormalisedRequest {
 export function normaliseGemini(body: Json, model: string, stream: boolean): NormalisedRequest {
   const tools: ToolOffer[] = [];
   for (const t of arr(body.tools).filter(isObj)) {
-    for (const f of arr(t.functionDeclarations ?? t.function_declarations).filter(isObj)) if (typeof f.name === 'string') tools.push({ name: f.name, qualified: f.name });
+    for (const f of arr(t.functionDeclarations ?? t.function_declarations).filter(isObj))
+      if (typeof f.name === 'string') tools.push({ name: f.name, qualified: f.name });
   }
   const contents = arr(body.contents).filter(isObj);
   const last = contents.at(-1);
@@ -102,7 +111,13 @@ export function normaliseGemini(body: Json, model: string, stream: boolean): Nor
   const userTexts: string[] = [];
   if (toolResults.length === 0) {
     for (let i = contents.length - 1; i >= 0 && contents[i]!.role === 'user'; i--) {
-      userTexts.unshift(arr(contents[i]!.parts).filter(isObj).map((p) => (typeof p.text === 'string' ? p.text : '')).filter(Boolean).join('\n'));
+      userTexts.unshift(
+        arr(contents[i]!.parts)
+          .filter(isObj)
+          .map((p) => (typeof p.text === 'string' ? p.text : ''))
+          .filter(Boolean)
+          .join('\n'),
+      );
     }
   }
   return { api: 'gemini', model, stream, tools, userText: userTexts.join('\n'), toolResults };

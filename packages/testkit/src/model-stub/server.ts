@@ -46,10 +46,7 @@ export interface ToolCallRecord {
   result: string | undefined;
 }
 
-type Reply =
-  | { kind: 'text'; text: string }
-  | { kind: 'slow'; ms: number; everyMs: number }
-  | { kind: 'tool'; call: ToolCallRecord };
+type Reply = { kind: 'text'; text: string } | { kind: 'slow'; ms: number; everyMs: number } | { kind: 'tool'; call: ToolCallRecord };
 
 export interface ModelStub {
   /** `http://127.0.0.1:<port>`; Codex wants `${url}/v1` as base_url, Claude Code `url` as ANTHROPIC_BASE_URL. */
@@ -85,7 +82,9 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
 
   function decide(req: NormalisedRequest): Reply {
     if (req.toolResults.length > 0) {
-      const answered = req.toolResults.map((r) => ({ r, call: toolCalls.find((c) => c.callId === r.callId) ?? toolCalls.find((c) => c.result === undefined && c.tool.name === r.callId) })).filter((x) => x.call);
+      const answered = req.toolResults
+        .map((r) => ({ r, call: toolCalls.find((c) => c.callId === r.callId) ?? toolCalls.find((c) => c.result === undefined && c.tool.name === r.callId) }))
+        .filter((x) => x.call);
       for (const { r, call } of answered) call!.result = r.output;
       const first = answered[0];
       return { kind: 'text', text: first ? `${first.call!.then}: ${first.r.output.slice(0, 2000)}` : 'ok' };
@@ -97,7 +96,13 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
     if ('slow' in directive) return { kind: 'slow', ms: directive.slow.ms, everyMs: directive.slow.every_ms };
     const tool = findTool(req.tools, directive.tool);
     if (!tool) return { kind: 'text', text: `the script names tool ${directive.tool}, which the agent did not offer` };
-    const call: ToolCallRecord = { callId: nextId(req.api === 'messages' ? 'toolu' : 'call'), tool, args: directive.args, then: directive.then, result: undefined };
+    const call: ToolCallRecord = {
+      callId: nextId(req.api === 'messages' ? 'toolu' : 'call'),
+      tool,
+      args: directive.args,
+      then: directive.then,
+      result: undefined,
+    };
     toolCalls.push(call);
     return { kind: 'tool', call };
   }
@@ -118,7 +123,11 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
     const api: ModelApi | undefined = path.endsWith('/responses') ? 'responses' : path.endsWith('/messages') ? 'messages' : gemini ? 'gemini' : undefined;
     if (!api) return void json(res, 404, { error: { message: `the model stub does not serve ${path}` } });
     const normalised =
-      api === 'responses' ? normaliseResponses(body) : api === 'messages' ? normaliseMessages(body) : normaliseGemini(body, gemini![1]!, gemini![2] === 'streamGenerateContent');
+      api === 'responses'
+        ? normaliseResponses(body)
+        : api === 'messages'
+          ? normaliseMessages(body)
+          : normaliseGemini(body, gemini![1]!, gemini![2] === 'streamGenerateContent');
     const reply = decide(normalised);
     const record: RecordedRequest = { ...normalised, index: requests.length, at: preciseEpoch(), path, reply: reply.kind };
     requests.push(record);
@@ -129,7 +138,12 @@ export async function startModelStub(opts: ModelStubOptions = {}): Promise<Model
     }
     const stream: RecordedStream = { request: record.index, api, openedAt: preciseEpoch(), endedAt: undefined, closedByClient: false };
     streams.push(stream);
-    const writer = api === 'responses' ? responsesWriter(res, nextId, usage) : api === 'messages' ? messagesWriter(res, normalised.model, nextId, usage) : geminiWriter(res, usage);
+    const writer =
+      api === 'responses'
+        ? responsesWriter(res, nextId, usage)
+        : api === 'messages'
+          ? messagesWriter(res, normalised.model, nextId, usage)
+          : geminiWriter(res, usage);
     res.on('close', () => {
       if (stream.endedAt === undefined) {
         stream.endedAt = preciseEpoch();
@@ -205,14 +219,20 @@ function responsesWriter(res: ServerResponse, nextId: (p: string) => string, usa
     startText() {
       messageId = nextId('msg');
       text = '';
-      sse(res, 'response.output_item.added', { output_index: output, item: { type: 'message', id: messageId, role: 'assistant', status: 'in_progress', content: [] } });
+      sse(res, 'response.output_item.added', {
+        output_index: output,
+        item: { type: 'message', id: messageId, role: 'assistant', status: 'in_progress', content: [] },
+      });
     },
     delta(t) {
       text += t;
       sse(res, 'response.output_text.delta', { item_id: messageId, output_index: output, content_index: 0, delta: t });
     },
     endText() {
-      sse(res, 'response.output_item.done', { output_index: output++, item: { type: 'message', id: messageId, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] } });
+      sse(res, 'response.output_item.done', {
+        output_index: output++,
+        item: { type: 'message', id: messageId, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] },
+      });
     },
     text(t) {
       w.startText();
@@ -264,7 +284,12 @@ function messagesWriter(res: ServerResponse, model: string, nextId: (p: string) 
           content: [],
           stop_reason: null,
           stop_sequence: null,
-          usage: { input_tokens: usage.input - usage.cachedInput, cache_read_input_tokens: usage.cachedInput, cache_creation_input_tokens: 0, output_tokens: 1 },
+          usage: {
+            input_tokens: usage.input - usage.cachedInput,
+            cache_read_input_tokens: usage.cachedInput,
+            cache_creation_input_tokens: 0,
+            output_tokens: 1,
+          },
         },
       }),
     startText: () => sse(res, 'content_block_start', { index: block, content_block: { type: 'text', text: '' } }),
@@ -308,7 +333,16 @@ function geminiWriter(res: ServerResponse, usage: StubUsage): StreamWriter {
 function geminiChunk(parts: unknown[], finishReason: string | undefined, usage: StubUsage | undefined): Record<string, unknown> {
   return {
     candidates: [{ content: { role: 'model', parts }, index: 0, ...(finishReason ? { finishReason } : {}) }],
-    ...(usage ? { usageMetadata: { promptTokenCount: usage.input, cachedContentTokenCount: usage.cachedInput, candidatesTokenCount: usage.output, totalTokenCount: usage.input + usage.output } } : {}),
+    ...(usage
+      ? {
+          usageMetadata: {
+            promptTokenCount: usage.input,
+            cachedContentTokenCount: usage.cachedInput,
+            candidatesTokenCount: usage.output,
+            totalTokenCount: usage.input + usage.output,
+          },
+        }
+      : {}),
   };
 }
 
@@ -333,7 +367,12 @@ function anthropicMessage(reply: Reply, model: string, usage: StubUsage, nextId:
     content,
     stop_reason: reply.kind === 'tool' ? 'tool_use' : 'end_turn',
     stop_sequence: null,
-    usage: { input_tokens: usage.input - usage.cachedInput, cache_read_input_tokens: usage.cachedInput, cache_creation_input_tokens: 0, output_tokens: usage.output },
+    usage: {
+      input_tokens: usage.input - usage.cachedInput,
+      cache_read_input_tokens: usage.cachedInput,
+      cache_creation_input_tokens: 0,
+      output_tokens: usage.output,
+    },
   };
 }
 

@@ -20,7 +20,10 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-function connect(env: Record<string, string> = {}, answerPermission: acp.RequestPermissionResponse = { outcome: { outcome: 'selected', optionId: 'allow' } }): AcpHarness {
+function connect(
+  env: Record<string, string> = {},
+  answerPermission: acp.RequestPermissionResponse = { outcome: { outcome: 'selected', optionId: 'allow' } },
+): AcpHarness {
   const agent = spawnAgent('scripted-acp', env);
   cleanups.push(() => agent.kill());
   const updates: acp.SessionUpdate[] = [];
@@ -34,12 +37,11 @@ function connect(env: Record<string, string> = {}, answerPermission: acp.Request
       permissions.push(params);
       return answerPermission;
     })
-    .connect(acp.ndJsonStream(Writable.toWeb(agent.child.stdin) as WritableStream<Uint8Array>, Readable.toWeb(agent.child.stdout) as ReadableStream<Uint8Array>));
+    .connect(
+      acp.ndJsonStream(Writable.toWeb(agent.child.stdin) as WritableStream<Uint8Array>, Readable.toWeb(agent.child.stdout) as ReadableStream<Uint8Array>),
+    );
   cleanups.push(async () => connection.close());
-  const text = () =>
-    updates
-      .flatMap((u) => (u.sessionUpdate === 'agent_message_chunk' && u.content.type === 'text' ? [u.content.text] : []))
-      .join('\n');
+  const text = () => updates.flatMap((u) => (u.sessionUpdate === 'agent_message_chunk' && u.content.type === 'text' ? [u.content.text] : [])).join('\n');
   return { agent, connection, updates, permissions, text };
 }
 

@@ -148,7 +148,9 @@ describe('scripted-codex', () => {
 
   it('refuses a bearer_token in mcp_servers, as Codex 0.169 does', async () => {
     const h = connect();
-    await expect(startThread(h, { mcp_servers: { kandev: { url: 'http://127.0.0.1:9/mcp', bearer_token: 'tok' } } })).rejects.toThrow(/bearer_token is not supported/);
+    await expect(startThread(h, { mcp_servers: { kandev: { url: 'http://127.0.0.1:9/mcp', bearer_token: 'tok' } } })).rejects.toThrow(
+      /bearer_token is not supported/,
+    );
   }, 20_000);
 
   it('calls MCP tools through config.mcp_servers.kandev with its Authorization header', async () => {

@@ -60,7 +60,15 @@ function SignIn({ onSignedIn }: { onSignedIn: (t: string) => void }) {
       <form onSubmit={submit} class="card">
         <h1>Kandev operator console</h1>
         <label for="token">Operator token</label>
-        <textarea id="token" rows={4} value={value} onInput={(e) => setValue((e.target as HTMLTextAreaElement).value)} placeholder="eyJhbGciOi…" autoFocus spellcheck={false} />
+        <textarea
+          id="token"
+          rows={4}
+          value={value}
+          onInput={(e) => setValue((e.target as HTMLTextAreaElement).value)}
+          placeholder="eyJhbGciOi…"
+          autoFocus
+          spellcheck={false}
+        />
         <p class="hint">
           Print one with <code>npm run token -- operator</code>. It is kept in this tab only (sessionStorage).
         </p>

@@ -67,7 +67,14 @@ export function Board({ workspace }: { workspace: string }) {
         <label for="board-q" class="sr-only">
           Search task titles
         </label>
-        <input id="board-q" type="search" placeholder="Search task titles" value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} data-testid="board-search" />
+        <input
+          id="board-q"
+          type="search"
+          placeholder="Search task titles"
+          value={q}
+          onInput={(e) => setQ((e.target as HTMLInputElement).value)}
+          data-testid="board-search"
+        />
         {loading ? <Spinner label="Loading tasks" /> : null}
         {refused ? <span class="note">Live updates for the whole workspace are not offered by this gateway; reload to refresh.</span> : null}
       </div>

@@ -15,7 +15,8 @@ const CODE_WORDS: Record<string, string> = {
 
 /** An API error in words an operator reads. A missing route (a gateway without that feature) says so. */
 export function plainWords(status: number, code: string, message: string, path: string): string {
-  if (status === 404 && /^(no route|Route) /i.test(message)) return `This gateway does not offer ${path.split('?')[0]!.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/gi, ':id')} yet (404), so this part of the console is unavailable.`;
+  if (status === 404 && /^(no route|Route) /i.test(message))
+    return `This gateway does not offer ${path.split('?')[0]!.replace(/[0-9a-f]{8}-[0-9a-f-]{27}/gi, ':id')} yet (404), so this part of the console is unavailable.`;
   if (code === 'NOT_FOUND') return `Not found: ${message}.`;
   const words = CODE_WORDS[code];
   if (!words) return `The request failed (${status || 'no answer'}${code ? ` ${code}` : ''}): ${message}.`;
@@ -124,9 +125,13 @@ export function hasGap(have: Message[], next: Message): boolean {
 
 /** One visible row of the task tree: a task, or the "load more" row after a parent's last loaded child. */
 export type TreeRow =
-  | { kind: 'task'; task: TaskItem; depth: number; expanded: boolean; loading: boolean }
-  | { kind: 'more'; parentId: string; depth: number; loading: boolean };
-export interface TreeNodeState { children: string[]; cursor: string | null; loaded: boolean; loading: boolean }
+  { kind: 'task'; task: TaskItem; depth: number; expanded: boolean; loading: boolean } | { kind: 'more'; parentId: string; depth: number; loading: boolean };
+export interface TreeNodeState {
+  children: string[];
+  cursor: string | null;
+  loaded: boolean;
+  loading: boolean;
+}
 
 /**
  * The rows a tree shows: depth-first from the root, children only under expanded nodes. A node whose

@@ -44,7 +44,10 @@ export function TaskPage({ workspace, taskId }: { workspace: string; taskId: str
       t = await get<TaskDetail>(`/tasks/${t.parent_id}`);
       seen.add(t.id);
     }
-    if (!store.tasks.has(t.id)) store.upsert([{ ...t, child_count: undefined as unknown as number, active_session_count: t.sessions.filter((s) => ACTIVE.includes(s.state)).length, hold: null }]);
+    if (!store.tasks.has(t.id))
+      store.upsert([
+        { ...t, child_count: undefined as unknown as number, active_session_count: t.sessions.filter((s) => ACTIVE.includes(s.state)).length, hold: null },
+      ]);
     return { rootId: t.id, path };
   }, [taskId]);
   return (
@@ -54,7 +57,13 @@ export function TaskPage({ workspace, taskId }: { workspace: string; taskId: str
       </nav>
       <div class="task-grid">
         <div class="left">
-          {chain.value ? <TreeView workspace={workspace} rootId={chain.value.rootId} path={chain.value.path} selected={taskId} /> : chain.error ? <ErrorNote error={chain.error} what="Task tree" /> : <Spinner label="Loading tree" />}
+          {chain.value ? (
+            <TreeView workspace={workspace} rootId={chain.value.rootId} path={chain.value.path} selected={taskId} />
+          ) : chain.error ? (
+            <ErrorNote error={chain.error} what="Task tree" />
+          ) : (
+            <Spinner label="Loading tree" />
+          )}
         </div>
         <div class="right">
           <TaskDetailView taskId={taskId} workspace={workspace} />
@@ -75,7 +84,11 @@ function TaskDetailView({ taskId, workspace }: { taskId: string; workspace: stri
     return { t, executions };
   }, [taskId, resync]);
   useTaskPushes(
-    (n) => n.payload.task_id === taskId && ['task.state_changed', 'session.state_changed', 'execution.stopped', 'session.agent.cancelled', 'tree_hold.created', 'tree_hold.released'].includes(n.action),
+    (n) =>
+      n.payload.task_id === taskId &&
+      ['task.state_changed', 'session.state_changed', 'execution.stopped', 'session.agent.cancelled', 'tree_hold.created', 'tree_hold.released'].includes(
+        n.action,
+      ),
     () => task.reload(),
     [taskId],
   );
@@ -110,7 +123,12 @@ function TaskDetailView({ taskId, workspace }: { taskId: string; workspace: stri
         <ErrorNote error={task.error} what="Refreshing the task" />
         <div class="controls">
           {canStop ? (
-            <ActionButton kind="danger" testid="stop-task" title="Stop every live agent process of this task (POST /tasks/:id/stop)" onClick={() => post(`/tasks/${t.id}/stop`).finally(task.reload)}>
+            <ActionButton
+              kind="danger"
+              testid="stop-task"
+              title="Stop every live agent process of this task (POST /tasks/:id/stop)"
+              onClick={() => post(`/tasks/${t.id}/stop`).finally(task.reload)}
+            >
               Stop
             </ActionButton>
           ) : null}
@@ -123,7 +141,13 @@ function TaskDetailView({ taskId, workspace }: { taskId: string; workspace: stri
           <h2>Sessions</h2>
           <div class="session-tabs" role="tablist">
             {sessions.map((s) => (
-              <button type="button" role="tab" aria-selected={s.id === current?.id} class={`tab${s.id === current?.id ? ' active' : ''}`} onClick={() => setPicked(s.id)}>
+              <button
+                type="button"
+                role="tab"
+                aria-selected={s.id === current?.id}
+                class={`tab${s.id === current?.id ? ' active' : ''}`}
+                onClick={() => setPicked(s.id)}
+              >
                 {s.agent ?? 'session'} · <span class={`state state-${s.state.toLowerCase()}`}>{s.state.toLowerCase().replace(/_/g, ' ')}</span>
                 {s.started_at ? <span class="when"> {ago(s.started_at)}</span> : null}
               </button>
@@ -180,7 +204,11 @@ function SessionView({ sessionId }: { sessionId: string }) {
       <ErrorNote error={s.error} what="Refreshing the session" />
       {canCancel ? (
         <div class="controls">
-          <ActionButton testid="cancel-turn" title="Cancel the current turn; the agent stays up (POST /sessions/:id/cancel)" onClick={() => post(`/sessions/${sessionId}/cancel`).finally(s.reload)}>
+          <ActionButton
+            testid="cancel-turn"
+            title="Cancel the current turn; the agent stays up (POST /sessions/:id/cancel)"
+            onClick={() => post(`/sessions/${sessionId}/cancel`).finally(s.reload)}
+          >
             Cancel turn
           </ActionButton>
         </div>
@@ -319,10 +347,18 @@ function Transcript({ sessionId }: { sessionId: string }) {
 function Permissions({ taskId }: { taskId: string }) {
   const resync = useResync();
   const list = useLoad(() => get<Permission[]>(`/tasks/${taskId}/permissions`), [taskId, resync]);
-  useTaskPushes((n) => n.payload.task_id === taskId && (n.action === 'permission.requested' || n.action === 'permission.closed'), () => list.reload(), [taskId]);
+  useTaskPushes(
+    (n) => n.payload.task_id === taskId && (n.action === 'permission.requested' || n.action === 'permission.closed'),
+    () => list.reload(),
+    [taskId],
+  );
   if (list.error && !list.value) {
     const missing = list.error instanceof ApiError && list.error.routeMissing;
-    return missing ? <p class="note card">Permission requests: {(list.error as ApiError).message}</p> : <ErrorNote error={list.error} what="Permission requests" />;
+    return missing ? (
+      <p class="note card">Permission requests: {(list.error as ApiError).message}</p>
+    ) : (
+      <ErrorNote error={list.error} what="Permission requests" />
+    );
   }
   const items = list.value ?? [];
   const pending = items.filter((p) => p.status === 'pending');
@@ -337,11 +373,18 @@ function Permissions({ taskId }: { taskId: string }) {
           <p class="meta">asked {ago(p.created_at)}</p>
           <div class="controls">
             {p.options.map((o) => (
-              <ActionButton kind={o.kind.startsWith('allow') ? 'primary' : 'plain'} testid={`permission-option-${o.option_id}`} onClick={() => post(`/permissions/${p.id}/respond`, { option_id: o.option_id }).finally(list.reload)}>
+              <ActionButton
+                kind={o.kind.startsWith('allow') ? 'primary' : 'plain'}
+                testid={`permission-option-${o.option_id}`}
+                onClick={() => post(`/permissions/${p.id}/respond`, { option_id: o.option_id }).finally(list.reload)}
+              >
                 {o.name}
               </ActionButton>
             ))}
-            <ActionButton title="Answer the agent with a cancelled outcome" onClick={() => post(`/permissions/${p.id}/respond`, { cancelled: true }).finally(list.reload)}>
+            <ActionButton
+              title="Answer the agent with a cancelled outcome"
+              onClick={() => post(`/permissions/${p.id}/respond`, { cancelled: true }).finally(list.reload)}
+            >
               Dismiss
             </ActionButton>
           </div>
@@ -353,7 +396,9 @@ function Permissions({ taskId }: { taskId: string }) {
           <ul class="history">
             {closed.map((p) => (
               <li>
-                {p.title}: {p.status === 'answered' ? `answered “${p.options.find((o) => o.option_id === p.chosen_option_id)?.name ?? p.chosen_option_id}”` : 'cancelled'} {ago(p.closed_at)}
+                {p.title}:{' '}
+                {p.status === 'answered' ? `answered “${p.options.find((o) => o.option_id === p.chosen_option_id)?.name ?? p.chosen_option_id}”` : 'cancelled'}{' '}
+                {ago(p.closed_at)}
               </li>
             ))}
           </ul>
@@ -367,7 +412,11 @@ function Permissions({ taskId }: { taskId: string }) {
 function Clarifications({ taskId }: { taskId: string }) {
   const resync = useResync();
   const list = useLoad(() => get<{ active: Bundle | null; bundles: Bundle[] }>(`/tasks/${taskId}/clarifications`), [taskId, resync]);
-  useTaskPushes((n) => n.payload.task_id === taskId && n.action.startsWith('clarification.'), () => list.reload(), [taskId]);
+  useTaskPushes(
+    (n) => n.payload.task_id === taskId && n.action.startsWith('clarification.'),
+    () => list.reload(),
+    [taskId],
+  );
   if (list.error && !list.value) return <ErrorNote error={list.error} what="Questions" />;
   // Only the bundle an operator should answer: pending and not superseded by a newer turn (R-5.4).
   const pending = (list.value?.bundles ?? []).filter((b) => b.status === 'pending' && (b.active ?? !b.superseded));
@@ -389,7 +438,12 @@ function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
     <section class="card questions attention" aria-label="Questions from the agent" data-testid="clarification">
       <div class="head-row">
         <h2>The agent asks</h2>
-        <ActionButton kind="plain" testid="skip-questions" title="Reject every pending question; the agent continues without answers" onClick={() => post(`/clarification/${bundle.id}/respond`, { rejected: true }).finally(done)}>
+        <ActionButton
+          kind="plain"
+          testid="skip-questions"
+          title="Reject every pending question; the agent continues without answers"
+          onClick={() => post(`/clarification/${bundle.id}/respond`, { rejected: true }).finally(done)}
+        >
           ✕ Skip all questions
         </ActionButton>
       </div>
@@ -409,15 +463,33 @@ function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
             ) : q.options && q.options.length ? (
               q.options.map((o) => (
                 <label class="option">
-                  <input type="radio" name={`q-${bundle.id}-${q.id}`} value={o} checked={answers[q.id] === o} onChange={() => setAnswers({ ...answers, [q.id]: o })} /> {o}
+                  <input
+                    type="radio"
+                    name={`q-${bundle.id}-${q.id}`}
+                    value={o}
+                    checked={answers[q.id] === o}
+                    onChange={() => setAnswers({ ...answers, [q.id]: o })}
+                  />{' '}
+                  {o}
                 </label>
               ))
             ) : (
-              <input type="text" aria-label={`Answer to: ${q.text}`} value={answers[q.id] ?? ''} onInput={(e) => setAnswers({ ...answers, [q.id]: (e.target as HTMLInputElement).value })} />
+              <input
+                type="text"
+                aria-label={`Answer to: ${q.text}`}
+                value={answers[q.id] ?? ''}
+                onInput={(e) => setAnswers({ ...answers, [q.id]: (e.target as HTMLInputElement).value })}
+              />
             )}
           </fieldset>
         ))}
-        <ActionButton kind="primary" disabled={!complete || open.length === 0} onClick={() => post(`/clarification/${bundle.id}/respond`, { answers: open.map((q) => ({ question_id: q.id, answer: answers[q.id]!.trim() })) }).finally(done)}>
+        <ActionButton
+          kind="primary"
+          disabled={!complete || open.length === 0}
+          onClick={() =>
+            post(`/clarification/${bundle.id}/respond`, { answers: open.map((q) => ({ question_id: q.id, answer: answers[q.id]!.trim() })) }).finally(done)
+          }
+        >
           Send answers
         </ActionButton>
       </form>
@@ -429,7 +501,11 @@ function Audit({ taskId }: { taskId: string }) {
   const [open, setOpen] = useState(false);
   const resync = useResync();
   const list = useLoad(() => (open ? get<AuditEntry[] | { items: AuditEntry[] }>(`/tasks/${taskId}/audit`) : Promise.resolve(null)), [taskId, open, resync]);
-  useTaskPushes((n) => open && n.payload.task_id === taskId, () => list.reload(), [taskId, open]);
+  useTaskPushes(
+    (n) => open && n.payload.task_id === taskId,
+    () => list.reload(),
+    [taskId, open],
+  );
   const items = Array.isArray(list.value) ? list.value : (list.value?.items ?? []);
   return (
     <section class="card audit">

@@ -22,8 +22,14 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
         <h2>Task tree</h2>
         {p ? (
           <p class="meta" data-testid="tree-preview">
-            {formatCount(p.task_count)} task{p.task_count === 1 ? '' : 's'} in this tree · {formatCount(p.active_wakeup_count)} active wakeup{p.active_wakeup_count === 1 ? '' : 's'}
-            {hold ? <> · {hold.mode === 'pause' ? 'paused' : 'cancelled as a tree'} {hold.created_by ? `by ${hold.created_by}` : ''}</> : null}
+            {formatCount(p.task_count)} task{p.task_count === 1 ? '' : 's'} in this tree · {formatCount(p.active_wakeup_count)} active wakeup
+            {p.active_wakeup_count === 1 ? '' : 's'}
+            {hold ? (
+              <>
+                {' '}
+                · {hold.mode === 'pause' ? 'paused' : 'cancelled as a tree'} {hold.created_by ? `by ${hold.created_by}` : ''}
+              </>
+            ) : null}
           </p>
         ) : preview.loading ? (
           <Spinner label="Counting the tree" />
@@ -45,7 +51,11 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
               </ActionButton>
             ) : (
               <>
-                <ActionButton testid="pause-tree" title={`Stop every live session of the ${p.task_count} tasks now and gate their wakeups`} onClick={act('pause')}>
+                <ActionButton
+                  testid="pause-tree"
+                  title={`Stop every live session of the ${p.task_count} tasks now and gate their wakeups`}
+                  onClick={act('pause')}
+                >
                   Pause tree ({formatCount(p.task_count)})
                 </ActionButton>
                 <ActionButton
@@ -67,8 +77,9 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
       {confirm ? (
         <Dialog title="Cancel this task tree?" onClose={() => setConfirm(null)}>
           <p data-testid="cancel-dialog-counts">
-            This cancels <strong>{formatCount(confirm.task_count)}</strong> task{confirm.task_count === 1 ? '' : 's'} (this one and every subtask), stops their running sessions now, and cancels{' '}
-            <strong>{formatCount(confirm.active_wakeup_count)}</strong> active wakeup{confirm.active_wakeup_count === 1 ? '' : 's'}.
+            This cancels <strong>{formatCount(confirm.task_count)}</strong> task{confirm.task_count === 1 ? '' : 's'} (this one and every subtask), stops their
+            running sessions now, and cancels <strong>{formatCount(confirm.active_wakeup_count)}</strong> active wakeup
+            {confirm.active_wakeup_count === 1 ? '' : 's'}.
           </p>
           <p class="meta">Each task's status is kept, so Restore tree can put them back.</p>
           <ErrorNote error={confirmError} />
@@ -131,7 +142,8 @@ function CostCard({ taskId }: { taskId: string }) {
           </dl>
           {c.unpriced_events ? (
             <p class="note" data-testid="unpriced">
-              {formatCount(c.unpriced_events)} usage report{c.unpriced_events === 1 ? '' : 's'} came from a model without a price: their tokens are counted above, their cost is not.
+              {formatCount(c.unpriced_events)} usage report{c.unpriced_events === 1 ? '' : 's'} came from a model without a price: their tokens are counted
+              above, their cost is not.
             </p>
           ) : null}
         </>

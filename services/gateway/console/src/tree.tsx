@@ -88,7 +88,10 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
   return (
     <section class="tree card" aria-label="Task tree">
       <h2>
-        Tree <span class="count" data-testid="tree-count">{rows.filter((r) => r.kind === 'task').length} shown</span>
+        Tree{' '}
+        <span class="count" data-testid="tree-count">
+          {rows.filter((r) => r.kind === 'task').length} shown
+        </span>
       </h2>
       <ErrorNote error={error} what="Subtasks" />
       <div class="tree-scroll" ref={box} onScroll={(e) => setScrollTop((e.target as HTMLDivElement).scrollTop)} data-testid="tree-scroll">
@@ -106,7 +109,20 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
               );
             const node = nodes.get(r.task.id);
             const leaf = r.task.child_count === 0 || (!!node?.loaded && node.children.length === 0 && !node.cursor);
-            return <TreeRowView key={r.task.id} leaf={leaf} top={top} pad={pad} task={r.task} expanded={r.expanded} loading={r.loading} selected={r.task.id === selected} workspace={workspace} toggle={toggle} />;
+            return (
+              <TreeRowView
+                key={r.task.id}
+                leaf={leaf}
+                top={top}
+                pad={pad}
+                task={r.task}
+                expanded={r.expanded}
+                loading={r.loading}
+                selected={r.task.id === selected}
+                workspace={workspace}
+                toggle={toggle}
+              />
+            );
           })}
         </div>
       </div>
@@ -114,16 +130,38 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
   );
 }
 
-function TreeRowView(props: { leaf: boolean; top: number; pad: number; task: TaskItem; expanded: boolean; loading: boolean; selected: boolean; workspace: string; toggle: (id: string) => void }) {
+function TreeRowView(props: {
+  leaf: boolean;
+  top: number;
+  pad: number;
+  task: TaskItem;
+  expanded: boolean;
+  loading: boolean;
+  selected: boolean;
+  workspace: string;
+  toggle: (id: string) => void;
+}) {
   const { task } = props;
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
   // The root row of a freshly opened tree has no child_count (GET /tasks/:id) until its children are read.
   const hasChildren = !props.leaf;
   return (
-    <div class={`tree-row${props.selected ? ' selected' : ''}`} style={{ top: `${props.top}px`, paddingLeft: `${props.pad}px` }} role="treeitem" aria-expanded={hasChildren ? props.expanded : undefined} data-testid="tree-row" data-task-id={task.id}>
+    <div
+      class={`tree-row${props.selected ? ' selected' : ''}`}
+      style={{ top: `${props.top}px`, paddingLeft: `${props.pad}px` }}
+      role="treeitem"
+      aria-expanded={hasChildren ? props.expanded : undefined}
+      data-testid="tree-row"
+      data-task-id={task.id}
+    >
       {hasChildren ? (
-        <button type="button" class="toggle" aria-label={props.expanded ? `Collapse ${task.title}` : `Expand ${task.title}`} onClick={() => props.toggle(task.id)}>
+        <button
+          type="button"
+          class="toggle"
+          aria-label={props.expanded ? `Collapse ${task.title}` : `Expand ${task.title}`}
+          onClick={() => props.toggle(task.id)}
+        >
           {props.loading ? <Spinner /> : props.expanded ? '▾' : '▸'}
         </button>
       ) : (

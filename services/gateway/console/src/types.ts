@@ -3,8 +3,15 @@
 export type TaskStatus = 'TODO' | 'SCHEDULING' | 'IN_PROGRESS' | 'REVIEW' | 'BLOCKED' | 'WAITING_FOR_INPUT' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 export type SessionState = 'CREATED' | 'STARTING' | 'RUNNING' | 'WAITING_FOR_INPUT' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 
-export interface Workspace { id: string; name: string; created_at: string }
-export interface Page<T> { items: T[]; next_cursor: string | null }
+export interface Workspace {
+  id: string;
+  name: string;
+  created_at: string;
+}
+export interface Page<T> {
+  items: T[];
+  next_cursor: string | null;
+}
 
 export interface Task {
   id: string;
@@ -36,14 +43,32 @@ export interface Session {
   completed_at: string | null;
   updated_at: string;
 }
-export interface TaskDetail extends Task { sessions: Session[] }
-export interface Turn { id: string; started_at: string; completed_at: string | null; stop_reason: string | null }
+export interface TaskDetail extends Task {
+  sessions: Session[];
+}
+export interface Turn {
+  id: string;
+  started_at: string;
+  completed_at: string | null;
+  stop_reason: string | null;
+}
 export interface SessionDetail extends Session {
   execution: { execution_id: string; status: string; pid: number | null; protocol: string } | null;
   turns: Turn[];
 }
-export interface Message { seq: number; turn_id: string | null; role: string; kind: string; text: string; created_at: string }
-export interface PermissionOption { option_id: string; name: string; kind: string }
+export interface Message {
+  seq: number;
+  turn_id: string | null;
+  role: string;
+  kind: string;
+  text: string;
+  created_at: string;
+}
+export interface PermissionOption {
+  option_id: string;
+  name: string;
+  kind: string;
+}
 export interface Permission {
   id: string;
   session_id: string;
@@ -55,7 +80,13 @@ export interface Permission {
   created_at: string;
   closed_at: string | null;
 }
-export interface Question { id: string; text: string; options: string[] | null; status: string; answer: string | null }
+export interface Question {
+  id: string;
+  text: string;
+  options: string[] | null;
+  status: string;
+  answer: string | null;
+}
 export interface Bundle {
   id: string;
   task_id: string;
@@ -67,7 +98,12 @@ export interface Bundle {
   superseded?: boolean;
   created_at?: string;
 }
-export interface HoldMember { task_id: string; depth: number; task_status: TaskStatus; skip_reason: string | null }
+export interface HoldMember {
+  task_id: string;
+  depth: number;
+  task_status: TaskStatus;
+  skip_reason: string | null;
+}
 export interface Hold {
   id: string;
   workspace_id: string;
@@ -94,5 +130,17 @@ export interface CostSummary {
   tokens_out: number;
   unpriced_events?: number;
 }
-export interface AuditEntry { id: string; action: string; actor: string; reason: string | null; outcome: string; details: Record<string, unknown>; created_at: string }
-export interface Notification { type: 'notification'; action: string; payload: Record<string, any> }
+export interface AuditEntry {
+  id: string;
+  action: string;
+  actor: string;
+  reason: string | null;
+  outcome: string;
+  details: Record<string, unknown>;
+  created_at: string;
+}
+export interface Notification {
+  type: 'notification';
+  action: string;
+  payload: Record<string, any>;
+}

@@ -45,7 +45,15 @@ export function ActionButton(props: {
   };
   return (
     <span class="action">
-      <button type="button" class={`btn ${props.kind ?? 'plain'}`} disabled={busy || props.disabled} aria-busy={busy} title={props.title} data-testid={props.testid} onClick={run}>
+      <button
+        type="button"
+        class={`btn ${props.kind ?? 'plain'}`}
+        disabled={busy || props.disabled}
+        aria-busy={busy}
+        title={props.title}
+        data-testid={props.testid}
+        onClick={run}
+      >
         {busy ? <Spinner /> : null}
         {props.children}
       </button>

@@ -11,7 +11,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  */
 export function decodeJsonBody(contentType: string | undefined, body: Buffer | string): string | KandevError {
   const charset = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType ?? '')?.[1];
-  if (charset !== undefined && !/^utf-?8$/i.test(charset)) return badRequest('request body must be UTF-8 JSON (charset=utf-8)', { charset: charset.slice(0, 40) });
+  if (charset !== undefined && !/^utf-?8$/i.test(charset))
+    return badRequest('request body must be UTF-8 JSON (charset=utf-8)', { charset: charset.slice(0, 40) });
   if (typeof body === 'string') return body;
   try {
     return utf8.decode(body);

@@ -55,7 +55,8 @@ export function parseClientFrame(text: string): ParsedFrame {
     const denied = guardAction(action);
     if (denied) return { ok: false, error: errorFrame(id, action, denied) };
   }
-  if (action === null || action.length === 0) return { ok: false, error: errorFrame(id, null, { code: 'BAD_REQUEST', message: 'frame needs a string "action"' }) };
+  if (action === null || action.length === 0)
+    return { ok: false, error: errorFrame(id, null, { code: 'BAD_REQUEST', message: 'frame needs a string "action"' }) };
   if (raw.type !== 'request') return { ok: false, error: errorFrame(id, action, { code: 'BAD_REQUEST', message: 'frame "type" must be "request"' }) };
   if (id === null) return { ok: false, error: errorFrame(null, action, { code: 'BAD_REQUEST', message: 'frame needs an "id" (string or number)' }) };
   const traceparent = typeof raw.traceparent === 'string' ? raw.traceparent : null;

@@ -37,7 +37,13 @@ export function taskListQuery(q: Query) {
   const workspaceId = single(q, 'workspace_id');
   if (workspaceId === undefined) throw validationError('query parameter workspace_id is required', { param: 'workspace_id' });
   const raw = q.status;
-  const statuses = raw === undefined ? undefined : (Array.isArray(raw) ? raw : [raw]).flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== '');
+  const statuses =
+    raw === undefined
+      ? undefined
+      : (Array.isArray(raw) ? raw : [raw])
+          .flatMap((s) => s.split(','))
+          .map((s) => s.trim())
+          .filter((s) => s !== '');
   return defined({
     workspace_id: workspaceId,
     parent_id: single(q, 'parent_id'),
@@ -54,6 +60,7 @@ export function taskListQuery(q: Query) {
 export function messagesQuery(q: Query) {
   const afterSeq = int(q, 'after_seq');
   const cursor = int(q, 'cursor');
-  if (afterSeq !== undefined && cursor !== undefined && afterSeq !== cursor) throw validationError('after_seq and cursor disagree', { params: ['after_seq', 'cursor'] });
+  if (afterSeq !== undefined && cursor !== undefined && afterSeq !== cursor)
+    throw validationError('after_seq and cursor disagree', { params: ['after_seq', 'cursor'] });
   return defined({ after_seq: afterSeq ?? cursor, limit: int(q, 'limit') });
 }

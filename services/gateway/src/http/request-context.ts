@@ -1,5 +1,19 @@
 import { ROOT_CONTEXT, SpanStatusCode, type Context, type Span } from '@opentelemetry/api';
-import { ATTR_ENDUSER_ID, ATTR_ERROR_TYPE, ATTR_HTTP_RESPONSE_STATUS_CODE, bearer, context, httpServerAttributes, httpServerSpanName, metrics, propagation, SpanKind, trace, tracer, type Logger } from '@kandev/runtime';
+import {
+  ATTR_ENDUSER_ID,
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  bearer,
+  context,
+  httpServerAttributes,
+  httpServerSpanName,
+  metrics,
+  propagation,
+  SpanKind,
+  trace,
+  tracer,
+  type Logger,
+} from '@kandev/runtime';
 import { unavailable, type OperatorActor } from '@kandev/contracts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator } from '../auth.js';
@@ -59,10 +73,21 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       const parent = propagation.extract(ROOT_CONTEXT, req.headers);
       span = tracer().startSpan(httpServerSpanName(req.method, route), { kind: SpanKind.SERVER }, parent);
       // Built only for a span that records: with no exporter every span here is id-only.
-      if (span.isRecording()) span.setAttributes({ ...httpServerAttributes(req.method, route, req.url.split('?', 1)[0] ?? ''), 'kandev.request_id': requestId });
+      if (span.isRecording())
+        span.setAttributes({ ...httpServerAttributes(req.method, route, req.url.split('?', 1)[0] ?? ''), 'kandev.request_id': requestId });
       otel = trace.setSpan(parent, span);
     }
-    req.kandev = { requestId, log: deps.log.child({ request_id: requestId }), span, otel, started: performance.now(), operator: null, route, errorCode: null, finished: false };
+    req.kandev = {
+      requestId,
+      log: deps.log.child({ request_id: requestId }),
+      span,
+      otel,
+      started: performance.now(),
+      operator: null,
+      route,
+      errorCode: null,
+      finished: false,
+    };
     if (config.auth) {
       // Draining: refuse new API work (503, so a load balancer retries elsewhere); probes still answer.
       if (deps.isStopping()) throw unavailable('gateway is shutting down');
@@ -115,7 +140,14 @@ export function finishRequest(req: FastifyRequest, status: number): void {
   }
   // Untraced routes (probes, /metrics, console files) are not the API: RED metrics are for the API.
   if (k.span) metrics.httpRequestDuration.observe({ route: k.route, method: req.method, code: String(status) }, durationMs / 1000);
-  const line = { method: req.method, route: k.route, status, duration_ms: durationMs, ...(k.errorCode ? { code: k.errorCode } : {}), ...(traceId ? { trace_id: traceId } : {}) };
+  const line = {
+    method: req.method,
+    route: k.route,
+    status,
+    duration_ms: durationMs,
+    ...(k.errorCode ? { code: k.errorCode } : {}),
+    ...(traceId ? { trace_id: traceId } : {}),
+  };
   // Probes and scrapes are untraced and would drown the log at info.
   if (k.span) k.log.info(line, 'http request');
   else k.log.debug(line, 'http request');

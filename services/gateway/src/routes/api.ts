@@ -37,11 +37,27 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'POST', url: '/tasks', endpoint: Orch.taskCreate, status: 201, idField: null, body: true, idempotencyHeader: true },
   { method: 'GET', url: '/tasks/:id', endpoint: Orch.taskGet, status: 200, idField: 'task_id', body: false },
   { method: 'PATCH', url: '/tasks/:id', endpoint: Orch.taskUpdate, status: 200, idField: 'task_id', body: true },
-  { method: 'POST', url: '/tasks/:id/sessions', endpoint: Orch.sessionStart, status: createdUnlessReplayed(201), idField: 'task_id', body: true, idempotencyHeader: true },
+  {
+    method: 'POST',
+    url: '/tasks/:id/sessions',
+    endpoint: Orch.sessionStart,
+    status: createdUnlessReplayed(201),
+    idField: 'task_id',
+    body: true,
+    idempotencyHeader: true,
+  },
   { method: 'POST', url: '/tasks/:id/stop', endpoint: Orch.taskStop, status: 200, idField: 'task_id', body: true },
   { method: 'GET', url: '/tasks/:id/executions', endpoint: Orch.taskExecutions, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/tasks/:id/queue', endpoint: Orch.taskQueue, status: 200, idField: 'task_id', body: false },
-  { method: 'DELETE', url: '/tasks/:id/queue/:message_id', endpoint: Orch.taskQueueDelete, status: 200, idField: 'task_id', body: false, params: { message_id: 'message_id' } },
+  {
+    method: 'DELETE',
+    url: '/tasks/:id/queue/:message_id',
+    endpoint: Orch.taskQueueDelete,
+    status: 200,
+    idField: 'task_id',
+    body: false,
+    params: { message_id: 'message_id' },
+  },
   { method: 'POST', url: '/tasks/:id/queue/resume', endpoint: Orch.taskQueueResume, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/tasks/:id/audit', endpoint: Orch.taskAudit, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
@@ -54,7 +70,14 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'POST', url: '/tasks/:id/tree/cancel', endpoint: OrchTree.cancel, status: 200, idField: 'task_id', body: true },
   { method: 'POST', url: '/tasks/:id/tree/restore', endpoint: OrchTree.restore, status: 200, idField: 'task_id', body: true },
   { method: 'GET', url: '/tasks/:id/tree/cost-summary', endpoint: Holds.costSummary, status: 200, idField: 'task_id', body: false },
-  { method: 'POST', url: '/cost-events', endpoint: Holds.costRecord, status: (r) => ((r as { duplicate?: boolean }).duplicate ? 200 : 201), idField: null, body: true },
+  {
+    method: 'POST',
+    url: '/cost-events',
+    endpoint: Holds.costRecord,
+    status: (r) => ((r as { duplicate?: boolean }).duplicate ? 200 : 201),
+    idField: null,
+    body: true,
+  },
   { method: 'POST', url: '/wakeups', endpoint: Holds.wakeupCreate, status: 201, idField: null, body: true },
   { method: 'GET', url: '/wakeups/:id', endpoint: Holds.wakeupGet, status: 200, idField: 'wakeup_id', body: false },
   { method: 'GET', url: '/tasks/:id/clarifications', endpoint: OrchClarification.ofTask, status: 200, idField: 'task_id', body: false },
@@ -87,7 +110,8 @@ function idempotencyField(req: FastifyRequest, fields: Record<string, unknown>):
   const header = req.headers['idempotency-key'];
   if (header === undefined) return {};
   const key = Array.isArray(header) ? header[0] : header;
-  if (fields.idempotency_key !== undefined && fields.idempotency_key !== key) throw validationError('Idempotency-Key header and body idempotency_key differ', { field: 'idempotency_key' });
+  if (fields.idempotency_key !== undefined && fields.idempotency_key !== key)
+    throw validationError('Idempotency-Key header and body idempotency_key differ', { field: 'idempotency_key' });
   return { idempotency_key: key };
 }
 

@@ -11,7 +11,12 @@ import { bodyFields, pathId } from './api.js';
 export function registerPermissionRoutes(app: FastifyInstance, deps: { nc: NatsConnection; timeoutMs: number }): void {
   app.get('/tasks/:id/permissions', { config: { auth: true, traced: true } }, (req, reply) =>
     inRequestContext(req, async () => {
-      const result = await request(deps.nc, OrchPermission.ofTask, { task_id: pathId(req), actor: operatorOf(req) }, { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
+      const result = await request(
+        deps.nc,
+        OrchPermission.ofTask,
+        { task_id: pathId(req), actor: operatorOf(req) },
+        { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs },
+      );
       return reply.code(200).send(result);
     }),
   );
@@ -19,7 +24,10 @@ export function registerPermissionRoutes(app: FastifyInstance, deps: { nc: NatsC
     inRequestContext(req, async () => {
       // Path id and actor last: a body cannot name another request or claim another identity.
       const payload = { ...bodyFields(req.body), permission_request_id: pathId(req), actor: operatorOf(req) };
-      const result = await request(deps.nc, OrchPermission.respond, payload as Parameters<typeof request<typeof OrchPermission.respond>>[2], { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
+      const result = await request(deps.nc, OrchPermission.respond, payload as Parameters<typeof request<typeof OrchPermission.respond>>[2], {
+        requestId: req.kandev.requestId,
+        timeoutMs: deps.timeoutMs,
+      });
       return reply.code(200).send(result);
     }),
   );

@@ -26,7 +26,8 @@ function payloadObject(payload: unknown): Record<string, unknown> {
 }
 function taskRef(payload: unknown): string {
   const p = TaskRef.safeParse(payloadObject(payload));
-  if (!p.success) throw validationError('payload needs task_id (UUID)', { issues: p.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
+  if (!p.success)
+    throw validationError('payload needs task_id (UUID)', { issues: p.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
   return p.data.task_id;
 }
 const opts = (ctx: ActionContext) => ({ requestId: ctx.requestId, timeoutMs: ctx.timeoutMs });
@@ -37,8 +38,14 @@ const opts = (ctx: ActionContext) => ({ requestId: ctx.requestId, timeoutMs: ctx
  */
 export const ACTIONS: ReadonlyMap<string, ActionHandler> = new Map<string, ActionHandler>([
   // Payload fields are checked against the contract by `request` (VALIDATION_ERROR with its issues).
-  ['agent.cancel', (payload, ctx) => request(ctx.nc, Orch.agentCancel, { ...payloadObject(payload), actor: ctx.actor } as RequestOf<typeof Orch.agentCancel>, opts(ctx))],
-  ['task.stop', (payload, ctx) => request(ctx.nc, Orch.taskStop, { ...payloadObject(payload), actor: ctx.actor } as RequestOf<typeof Orch.taskStop>, opts(ctx))],
+  [
+    'agent.cancel',
+    (payload, ctx) => request(ctx.nc, Orch.agentCancel, { ...payloadObject(payload), actor: ctx.actor } as RequestOf<typeof Orch.agentCancel>, opts(ctx)),
+  ],
+  [
+    'task.stop',
+    (payload, ctx) => request(ctx.nc, Orch.taskStop, { ...payloadObject(payload), actor: ctx.actor } as RequestOf<typeof Orch.taskStop>, opts(ctx)),
+  ],
   [
     'subscribe',
     async (payload, ctx) => {

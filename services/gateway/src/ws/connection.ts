@@ -54,10 +54,13 @@ export class WsHub {
     if (operator.expiresAt !== null) {
       const ms = operator.expiresAt - Date.now();
       if (ms <= MAX_TIMER_MS) {
-        expiry = setTimeout(() => {
-          client.send(errorFrame(null, null, { code: 'UNAUTHORIZED', message: 'token expired' }));
-          socket.close(4401, 'token expired');
-        }, Math.max(ms, 0));
+        expiry = setTimeout(
+          () => {
+            client.send(errorFrame(null, null, { code: 'UNAUTHORIZED', message: 'token expired' }));
+            socket.close(4401, 'token expired');
+          },
+          Math.max(ms, 0),
+        );
         expiry.unref();
       }
     }
@@ -87,7 +90,10 @@ export class WsHub {
     if (!parsed.ok) return client.send(parsed.error);
     const { frame } = parsed;
     const handler = ACTIONS.get(frame.action);
-    if (!handler) return client.send(errorFrame(frame.id, frame.action, { code: 'UNKNOWN_ACTION', message: `unknown action ${JSON.stringify(frame.action.slice(0, 100))}` }));
+    if (!handler)
+      return client.send(
+        errorFrame(frame.id, frame.action, { code: 'UNKNOWN_ACTION', message: `unknown action ${JSON.stringify(frame.action.slice(0, 100))}` }),
+      );
 
     const requestId = randomUUID();
     const parent = frame.traceparent ? propagation.extract(ROOT_CONTEXT, { traceparent: frame.traceparent }) : ROOT_CONTEXT;
@@ -97,7 +103,15 @@ export class WsHub {
       const result = await inSpan(
         `WS ${frame.action}`,
         { kind: SpanKind.SERVER, parent, attributes: { 'kandev.ws.action': frame.action, 'kandev.request_id': requestId, [ATTR_ENDUSER_ID]: client.actor.id } },
-        () => handler(frame.payload, { actor: client.actor, client, requestId, nc: this.deps.nc, timeoutMs: this.deps.timeoutMs, subscriptions: this.subscriptions }),
+        () =>
+          handler(frame.payload, {
+            actor: client.actor,
+            client,
+            requestId,
+            nc: this.deps.nc,
+            timeoutMs: this.deps.timeoutMs,
+            subscriptions: this.subscriptions,
+          }),
       );
       log.info({ outcome: 'ok', duration_ms: elapsed(started) }, 'websocket request');
       metrics.wsActionDuration.observe({ action: frame.action, code: 'OK' }, (performance.now() - started) / 1000);

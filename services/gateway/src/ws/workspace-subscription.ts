@@ -18,7 +18,8 @@ export function workspaceRefOf(payload: unknown): string | null {
   const p = payload as Record<string, unknown>;
   if (!('workspace_id' in p) || 'task_id' in p) return null;
   const parsed = WorkspaceRef.safeParse(p);
-  if (!parsed.success) throw validationError('payload needs workspace_id (UUID)', { issues: parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
+  if (!parsed.success)
+    throw validationError('payload needs workspace_id (UUID)', { issues: parsed.error.issues.map((i) => ({ path: i.path.join('.'), message: i.message })) });
   return parsed.data.workspace_id;
 }
 

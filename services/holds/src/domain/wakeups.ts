@@ -2,13 +2,9 @@ import { skipReasonOf, type HoldMode } from '@kandev/contracts';
 
 /** How a launch attempt ends a claimed wakeup (R-4.3, docs/requirements.md; POST /wakeups). */
 export type LaunchVerdict =
-  | { kind: 'launched'; session_id: string }
-  | { kind: 'refused'; hold_mode: HoldMode | null; reason: string }
-  | { kind: 'failed'; error: string };
+  { kind: 'launched'; session_id: string } | { kind: 'refused'; hold_mode: HoldMode | null; reason: string } | { kind: 'failed'; error: string };
 
-export type WakeupOutcome =
-  | { status: 'finished'; skip_reason: string | null; session_id: string | null }
-  | { status: 'queued' };
+export type WakeupOutcome = { status: 'finished'; skip_reason: string | null; session_id: string | null } | { status: 'queued' };
 
 export const WakeupSkipReasons = { launchRefused: 'launch_refused', launchFailed: 'launch_failed' } as const;
 

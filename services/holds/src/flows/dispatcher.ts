@@ -22,10 +22,15 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
     let verdict: LaunchVerdict;
     try {
       const prompt = promptOf(w.payload);
-      const res = await request(rt.nc, OrchTree.wakeupLaunch, { wakeup_id: w.id, task_id: w.task_id, ...(prompt ? { prompt } : {}) }, {
-        requestId: `wakeup-${w.id}`,
-        timeoutMs: rt.env.WAKEUP_LAUNCH_TIMEOUT_MS,
-      });
+      const res = await request(
+        rt.nc,
+        OrchTree.wakeupLaunch,
+        { wakeup_id: w.id, task_id: w.task_id, ...(prompt ? { prompt } : {}) },
+        {
+          requestId: `wakeup-${w.id}`,
+          timeoutMs: rt.env.WAKEUP_LAUNCH_TIMEOUT_MS,
+        },
+      );
       verdict = res.launched ? { kind: 'launched', session_id: res.session_id } : { kind: 'refused', hold_mode: res.hold_mode, reason: res.reason };
     } catch (e) {
       verdict = { kind: 'failed', error: isKandevError(e) ? `${e.code}: ${e.message}` : String(e) };
@@ -48,17 +53,25 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
   // Claims are renewed three times per WAKEUP_CLAIM_TIMEOUT_MS while their launch runs, so a claim
   // goes stale only when its dispatcher stopped (died, froze, lost the database): another replica
   // then takes it after that bound, however long a launch may take (WAKEUP_LAUNCH_TIMEOUT_MS).
-  const renewer = setInterval(() => {
-    renewClaims(rt.sql, [...claimedHere], rt.instanceId).catch((e: unknown) => log.warn({ err: e }, 'renewing wakeup claims failed; they may be taken again (the launch is keyed, so once)'));
-  }, Math.max(50, Math.floor(rt.env.WAKEUP_CLAIM_TIMEOUT_MS / 3))).unref();
+  const renewer = setInterval(
+    () => {
+      renewClaims(rt.sql, [...claimedHere], rt.instanceId).catch((e: unknown) =>
+        log.warn({ err: e }, 'renewing wakeup claims failed; they may be taken again (the launch is keyed, so once)'),
+      );
+    },
+    Math.max(50, Math.floor(rt.env.WAKEUP_CLAIM_TIMEOUT_MS / 3)),
+  ).unref();
 
   async function round(): Promise<number> {
     await requeueStaleClaims(rt.sql, rt.env.WAKEUP_CLAIM_TIMEOUT_MS);
     // Claim no more than there is room to launch; the rest waits in the queue (it is durable).
     const room = Math.max(0, rt.env.WAKEUP_BATCH * 4 - launching.size);
     if (room === 0) return 0;
-    const claimed = (await transaction(rt.sql, (tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room), rt.instanceId))) as Array<WakeupRow & { gate_mode: string | null }>;
-    for (const w of claimed.filter((x) => x.gate_mode)) log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
+    const claimed = (await transaction(rt.sql, (tx) => claimWakeups(tx, Math.min(rt.env.WAKEUP_BATCH, room), rt.instanceId))) as Array<
+      WakeupRow & { gate_mode: string | null }
+    >;
+    for (const w of claimed.filter((x) => x.gate_mode))
+      log.info({ wakeup_id: w.id, task_id: w.task_id, skip_reason: w.skip_reason }, 'wakeup gated by a tree hold');
     for (const w of claimed.filter((x) => !x.gate_mode)) {
       claimedHere.add(w.id);
       const p: Promise<void> = launch(w)

@@ -38,7 +38,13 @@ export async function activeWakeups(rt: HoldsRuntime, taskIds: readonly string[]
 export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancelled_wakeups: number }> {
   return transaction(rt.sql, async (tx) => {
     if (!(await gateHold(tx, hold))) return { cancelled_wakeups: 0 };
-    return { cancelled_wakeups: await cancelWakeupsOf(tx, hold.members.map((m) => m.task_id), skipReasonOf(hold.mode)) };
+    return {
+      cancelled_wakeups: await cancelWakeupsOf(
+        tx,
+        hold.members.map((m) => m.task_id),
+        skipReasonOf(hold.mode),
+      ),
+    };
   }) as Promise<{ cancelled_wakeups: number }>;
 }
 

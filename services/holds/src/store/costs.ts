@@ -44,7 +44,18 @@ const COLS = 'id, task_id, session_id, usage_event_id, model, cost_cents, tokens
  */
 export async function recordCost(
   tx: Tx,
-  e: { task_id: string; session_id: string | null; usage_event_id: string; model: string | null; cost_cents: number; tokens_in: number; tokens_cached_in: number; tokens_out: number; occurred_at: string | null; priced: boolean },
+  e: {
+    task_id: string;
+    session_id: string | null;
+    usage_event_id: string;
+    model: string | null;
+    cost_cents: number;
+    tokens_in: number;
+    tokens_cached_in: number;
+    tokens_out: number;
+    occurred_at: string | null;
+    priced: boolean;
+  },
 ): Promise<{ row: CostRow; duplicate: boolean }> {
   const [row] = await tx.unsafe<CostRow[]>(
     `INSERT INTO cost_events (id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced)
@@ -68,7 +79,9 @@ export async function recordCost(
 
 /** R-4.7: one recursive query over the subtree (archived and hidden tasks included) joined with the per-task rollups. */
 export async function treeCost(q: Q, rootId: string): Promise<Omit<CostSummary, 'task_id' | 'include_descendants'>> {
-  const [row] = await q.unsafe<{ task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string; unpriced_events: string }[]>(
+  const [row] = await q.unsafe<
+    { task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string; unpriced_events: string }[]
+  >(
     `WITH RECURSIVE tree AS (
        SELECT task_id FROM task_tree WHERE task_id = $1
        UNION ALL
@@ -81,5 +94,12 @@ export async function treeCost(q: Q, rootId: string): Promise<Omit<CostSummary, 
     [rootId],
     { prepare: true },
   );
-  return { task_count: row!.task_count, cost_cents: Number(row!.cost_cents), tokens_in: Number(row!.tokens_in), tokens_cached_in: Number(row!.tokens_cached_in), tokens_out: Number(row!.tokens_out), unpriced_events: Number(row!.unpriced_events) };
+  return {
+    task_count: row!.task_count,
+    cost_cents: Number(row!.cost_cents),
+    tokens_in: Number(row!.tokens_in),
+    tokens_cached_in: Number(row!.tokens_cached_in),
+    tokens_out: Number(row!.tokens_out),
+    unpriced_events: Number(row!.unpriced_events),
+  };
 }

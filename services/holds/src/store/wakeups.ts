@@ -3,7 +3,8 @@ import { HoldSkipReasons, type HoldMode, type Wakeup } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 
 type Q = Sql | Tx;
-const COLS = 'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, run_at, claimed_at, finished_at';
+const COLS =
+  'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, run_at, claimed_at, finished_at';
 
 export interface WakeupRow extends Wakeup {
   workspace_id: string | null;
@@ -21,7 +22,9 @@ export async function insertWakeup(
     VALUES (${randomUUID()}, ${w.task_id}, ${w.workspace_id}, ${w.reason}, ${payload}, 'queued', ${w.idempotency_key}, ${w.run_at})
     ON CONFLICT (task_id, idempotency_key) DO NOTHING RETURNING ${q.unsafe(COLS)}`;
   if (row) return { wakeup: row, created: true };
-  const [existing] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE task_id = $1 AND idempotency_key = $2`, [w.task_id, w.idempotency_key], { prepare: true });
+  const [existing] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE task_id = $1 AND idempotency_key = $2`, [w.task_id, w.idempotency_key], {
+    prepare: true,
+  });
   return { wakeup: existing!, created: false };
 }
 
@@ -31,7 +34,9 @@ export async function getWakeup(q: Q, id: string): Promise<WakeupRow | null> {
 }
 
 export async function countActiveWakeups(q: Q, taskIds: readonly string[]): Promise<number> {
-  const [row] = await q<{ n: number }[]>`SELECT count(*)::int AS n FROM wakeups WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed')`;
+  const [row] = await q<
+    { n: number }[]
+  >`SELECT count(*)::int AS n FROM wakeups WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed')`;
   return row!.n;
 }
 
@@ -55,7 +60,9 @@ export async function claimWakeups(tx: Tx, limit: number, instanceId: string): P
        finished_at = CASE WHEN p.mode IS NULL THEN NULL ELSE now() END,
        attempts = w.attempts + CASE WHEN p.mode IS NULL THEN 1 ELSE 0 END
      FROM picked p WHERE w.id = p.id
-     RETURNING ${COLS.split(', ').map((c) => `w.${c}`).join(', ')}, p.mode AS gate_mode`,
+     RETURNING ${COLS.split(', ')
+       .map((c) => `w.${c}`)
+       .join(', ')}, p.mode AS gate_mode`,
     [limit, HoldSkipReasons.pause, HoldSkipReasons.cancel, instanceId],
     { prepare: true },
   );

@@ -7,7 +7,17 @@ import {
   type AgentctlPermissionAnswerRequest,
   AgentctlStopResponse,
 } from '@kandev/contracts';
-import { ATTR_HTTP_REQUEST_METHOD, ATTR_HTTP_RESPONSE_STATUS_CODE, ATTR_SERVER_ADDRESS, ATTR_SERVER_PORT, ATTR_URL_FULL, ATTR_URL_PATH, SpanKind, inSpan, traceHeaders } from '@kandev/runtime';
+import {
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_SERVER_ADDRESS,
+  ATTR_SERVER_PORT,
+  ATTR_URL_FULL,
+  ATTR_URL_PATH,
+  SpanKind,
+  inSpan,
+  traceHeaders,
+} from '@kandev/runtime';
 import { Agent, request as httpRequest } from 'node:http';
 import type { z } from 'zod';
 
@@ -96,36 +106,43 @@ export class AgentctlClient {
 
   private post<S extends z.ZodType>(path: string, body: unknown, schema: S, timeoutMs: number): Promise<z.infer<S>> {
     // The HTTP client conventions' `{method} {url.template}`: agentctl's paths carry no ids.
-    return inSpan(
-      `POST ${path}`,
-      { kind: SpanKind.CLIENT },
-      async (span) => {
-        const url = new URL(path, this.baseUrl);
-        if (span.isRecording()) {
-          span.setAttributes({ [ATTR_HTTP_REQUEST_METHOD]: 'POST', [ATTR_URL_FULL]: url.href, [ATTR_URL_PATH]: path, [ATTR_SERVER_ADDRESS]: url.hostname, [ATTR_SERVER_PORT]: Number(url.port) });
-        }
-        let res: { status: number; ok: boolean; text: string };
-        try {
-          res = await postJson(url, JSON.stringify(body), { ...traceHeaders(), authorization: `Bearer ${this.secret}` }, timeoutMs);
-        } catch (e) {
-          throw new AgentctlUnreachable(`agentctl ${path} failed: ${(e as Error).message}`, { cause: e });
-        }
-        span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.status);
-        let json: unknown;
-        try {
-          json = JSON.parse(res.text);
-        } catch (e) {
-          if (res.ok) throw new AgentctlUnreachable(`agentctl ${path} answered ${res.status} without JSON`, { cause: e });
-          json = undefined;
-        }
-        if (!res.ok) {
-          const err = AgentctlErrorResponse.safeParse(json);
-          throw new AgentctlHttpError(res.status, err.success ? err.data.error.code : null, err.success ? err.data.error.message : `agentctl ${path} answered ${res.status}`, err.success ? err.data.error.details : undefined);
-        }
-        const parsed = schema.safeParse(json);
-        if (!parsed.success) throw new AgentctlHttpError(res.status, 'INVALID_REPLY', `agentctl ${path} reply breaks its contract`);
-        return parsed.data;
-      },
-    );
+    return inSpan(`POST ${path}`, { kind: SpanKind.CLIENT }, async (span) => {
+      const url = new URL(path, this.baseUrl);
+      if (span.isRecording()) {
+        span.setAttributes({
+          [ATTR_HTTP_REQUEST_METHOD]: 'POST',
+          [ATTR_URL_FULL]: url.href,
+          [ATTR_URL_PATH]: path,
+          [ATTR_SERVER_ADDRESS]: url.hostname,
+          [ATTR_SERVER_PORT]: Number(url.port),
+        });
+      }
+      let res: { status: number; ok: boolean; text: string };
+      try {
+        res = await postJson(url, JSON.stringify(body), { ...traceHeaders(), authorization: `Bearer ${this.secret}` }, timeoutMs);
+      } catch (e) {
+        throw new AgentctlUnreachable(`agentctl ${path} failed: ${(e as Error).message}`, { cause: e });
+      }
+      span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.status);
+      let json: unknown;
+      try {
+        json = JSON.parse(res.text);
+      } catch (e) {
+        if (res.ok) throw new AgentctlUnreachable(`agentctl ${path} answered ${res.status} without JSON`, { cause: e });
+        json = undefined;
+      }
+      if (!res.ok) {
+        const err = AgentctlErrorResponse.safeParse(json);
+        throw new AgentctlHttpError(
+          res.status,
+          err.success ? err.data.error.code : null,
+          err.success ? err.data.error.message : `agentctl ${path} answered ${res.status}`,
+          err.success ? err.data.error.details : undefined,
+        );
+      }
+      const parsed = schema.safeParse(json);
+      if (!parsed.success) throw new AgentctlHttpError(res.status, 'INVALID_REPLY', `agentctl ${path} reply breaks its contract`);
+      return parsed.data;
+    });
   }
 }

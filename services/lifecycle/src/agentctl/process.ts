@@ -54,12 +54,16 @@ export interface ProcessExit {
  * not the JWT secret, database or NATS credentials, nor anything added later. agentctl passes its
  * agent less still (agentEnvironment in @kandev/agentctl/config).
  */
-const AGENTCTL_ENV = /^(PATH|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|KANDEV_AGENT_CATALOGUE|AGENTCTL_[A-Z_]+|OTEL_[A-Z_]+)$/;
+const AGENTCTL_ENV =
+  /^(PATH|LANG|LANGUAGE|LC_[A-Z_]+|TZ|TERM|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|KANDEV_AGENT_CATALOGUE|AGENTCTL_[A-Z_]+|OTEL_[A-Z_]+)$/;
 /** Never, whatever AGENT_ENV_PASSTHROUGH says: credentials of the control plane itself. */
 const WITHHELD_ENV = /^(KANDEV_JWT_SECRET|KANDEV_.*SECRET.*|DATABASE_URL|NATS_USER|NATS_PASS|NATS_URL|NATS_TOKEN|NATS_CREDS|PG.*|AGENTCTL_SECRET)$/;
 
 /** agentctl's environment (see AGENTCTL_ENV); exported for tests. */
-export function agentctlEnvironment(source: NodeJS.ProcessEnv, opts: Pick<AgentctlSpawnOptions, 'mcpToken' | 'cwd' | 'home' | 'tmp' | 'passEnv' | 'identity'>): NodeJS.ProcessEnv {
+export function agentctlEnvironment(
+  source: NodeJS.ProcessEnv,
+  opts: Pick<AgentctlSpawnOptions, 'mcpToken' | 'cwd' | 'home' | 'tmp' | 'passEnv' | 'identity'>,
+): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(source)) if (v !== undefined && !WITHHELD_ENV.test(k) && (AGENTCTL_ENV.test(k) || opts.passEnv.includes(k))) env[k] = v;
   const passed = opts.passEnv.filter((k) => env[k] !== undefined);
@@ -152,17 +156,29 @@ export class AgentctlProcess {
     const env = agentctlEnvironment(process.env, opts);
     const args = [
       opts.bin,
-      '--agent', opts.agent,
-      '--port', '0',
-      '--execution-id', opts.executionId,
-      '--session-id', opts.sessionId,
-      '--task-id', opts.taskId,
-      '--mcp-url', opts.mcpUrl,
-      '--cancel-timeout-ms', String(Math.max(1, opts.cancelTimeoutMs)),
-      '--handshake-timeout-ms', String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
-      '--agent-nice', String(Math.min(19, Math.max(0, opts.agentNice))),
-      '--secret-fd', '3',
-      ...(opts.exitWithParent ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000)), '--log-file', opts.logFile] : []),
+      '--agent',
+      opts.agent,
+      '--port',
+      '0',
+      '--execution-id',
+      opts.executionId,
+      '--session-id',
+      opts.sessionId,
+      '--task-id',
+      opts.taskId,
+      '--mcp-url',
+      opts.mcpUrl,
+      '--cancel-timeout-ms',
+      String(Math.max(1, opts.cancelTimeoutMs)),
+      '--handshake-timeout-ms',
+      String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
+      '--agent-nice',
+      String(Math.min(19, Math.max(0, opts.agentNice))),
+      '--secret-fd',
+      '3',
+      ...(opts.exitWithParent
+        ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000)), '--log-file', opts.logFile]
+        : []),
     ];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
     // when an agent dies.

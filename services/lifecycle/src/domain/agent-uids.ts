@@ -70,5 +70,11 @@ export function isolationMode(probe: { euid: number | null; capEff: bigint | nul
   const capable = probe.capEff !== null && NEEDED.every((c) => (probe.capEff! >> BigInt(c)) & 1n);
   if (capable) return { mode: 'uid_per_execution', why: probe.euid === 0 ? 'running as root' : 'holds CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL' };
   // Root in a user namespace or with capabilities dropped has no CapEff bits: it cannot setuid either.
-  return { mode: 'same_uid', why: probe.euid === 0 ? 'root without CAP_SETUID/CAP_SETGID/CAP_CHOWN/CAP_KILL' : `not root (uid ${probe.euid}) and without CAP_SETUID/CAP_SETGID/CAP_CHOWN/CAP_KILL` };
+  return {
+    mode: 'same_uid',
+    why:
+      probe.euid === 0
+        ? 'root without CAP_SETUID/CAP_SETGID/CAP_CHOWN/CAP_KILL'
+        : `not root (uid ${probe.euid}) and without CAP_SETUID/CAP_SETGID/CAP_CHOWN/CAP_KILL`,
+  };
 }

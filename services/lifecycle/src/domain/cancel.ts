@@ -5,10 +5,7 @@ import { isEndingExecution, type ExecutionStatus } from '@kandev/contracts';
  * captured. A mismatch fails closed: nothing is cancelled.
  */
 export type CancelDecision =
-  | { kind: 'not_running' }
-  | { kind: 'no_active_turn' }
-  | { kind: 'turn_mismatch'; current: string; requested: string }
-  | { kind: 'cancel'; turnId: string };
+  { kind: 'not_running' } | { kind: 'no_active_turn' } | { kind: 'turn_mismatch'; current: string; requested: string } | { kind: 'cancel'; turnId: string };
 
 export function decideCancel(current: { status: ExecutionStatus; turn_id: string | null }, requestedTurnId: string | null | undefined): CancelDecision {
   if (isEndingExecution(current.status)) return { kind: 'not_running' };

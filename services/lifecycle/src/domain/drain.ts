@@ -26,7 +26,11 @@ export type DrainMode = 'stop' | 'wait';
  * Those gone meanwhile finished on their own (or by another stop); with `stop` the rest are to be
  * torn down, with `wait` they are left running.
  */
-export function drainOutcome(before: ReadonlySet<string>, remaining: ReadonlySet<string>, mode: DrainMode): { finished: string[]; toStop: string[]; left: string[] } {
+export function drainOutcome(
+  before: ReadonlySet<string>,
+  remaining: ReadonlySet<string>,
+  mode: DrainMode,
+): { finished: string[]; toStop: string[]; left: string[] } {
   const finished = [...before].filter((id) => !remaining.has(id));
   const rest = [...remaining];
   return mode === 'stop' ? { finished, toStop: rest, left: [] } : { finished, toStop: [], left: rest };

@@ -49,12 +49,24 @@ export function abandonLaunch(f: LaunchFailure, stoppedMeanwhile: boolean, execu
       };
     case 'admit': {
       const reason = `launch fenced: ${f.refusal}`;
-      return { teardown: { reason, graceful: true }, log: { level: 'warn', message: 'launch refused by the fence; tearing down' }, answer: conflict(reason, { execution_id: executionId }) };
+      return {
+        teardown: { reason, graceful: true },
+        log: { level: 'warn', message: 'launch refused by the fence; tearing down' },
+        answer: conflict(reason, { execution_id: executionId }),
+      };
     }
     case 'first_prompt':
-      return { teardown: { reason: 'first_prompt_failed', graceful: true }, log: { level: 'error', message: 'first prompt failed; tearing down' }, answer: { rethrow: f.cause } };
+      return {
+        teardown: { reason: 'first_prompt_failed', graceful: true },
+        log: { level: 'error', message: 'first prompt failed; tearing down' },
+        answer: { rethrow: f.cause },
+      };
     case 'unexpected':
-      return { teardown: { reason: 'launch_failed', graceful: true }, log: { level: 'error', message: 'launch failed; tearing down' }, answer: { rethrow: f.cause } };
+      return {
+        teardown: { reason: 'launch_failed', graceful: true },
+        log: { level: 'error', message: 'launch failed; tearing down' },
+        answer: { rethrow: f.cause },
+      };
   }
 }
 

@@ -91,7 +91,12 @@ async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol:
     if (e instanceof CatalogueError) throw validationError(e.message, { agent: req.agent });
     throw e;
   }
-  const token = await signAgentToken(agentKey, { task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id, mode: req.mcp_mode ?? env.AGENT_MCP_MODE });
+  const token = await signAgentToken(agentKey, {
+    task_id: req.task_id,
+    session_id: req.session_id,
+    execution_id: req.execution_id,
+    mode: req.mcp_mode ?? env.AGENT_MCP_MODE,
+  });
   return { protocol, token };
 }
 
@@ -169,7 +174,10 @@ function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execut
       void ctx.teardowns.teardown(x, { reason: 'agentctl_exited', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false, agentctlDied: exit });
     }),
   );
-  log.info({ agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch, uid: placement.identity?.uid ?? null, cwd: placement.cwd }, 'launching execution');
+  log.info(
+    { agent: req.agent, agentctl_pid: proc.pid, fence_epoch: req.fence_epoch, uid: placement.identity?.uid ?? null, cwd: placement.cwd },
+    'launching execution',
+  );
   return x;
 }
 
@@ -209,7 +217,12 @@ async function admit(ctx: Executions, x: LiveExecution, req: LaunchRequest): Pro
   const { nc, instanceId, env } = ctx.deps;
   let admission: { admitted: boolean; reason: string | null };
   try {
-    admission = await request(nc, Orch.executionAdmit, { execution_id: x.id, task_id: req.task_id, session_id: req.session_id, fence_epoch: req.fence_epoch, instance_id: instanceId }, { timeoutMs: env.REQUEST_TIMEOUT_MS });
+    admission = await request(
+      nc,
+      Orch.executionAdmit,
+      { execution_id: x.id, task_id: req.task_id, session_id: req.session_id, fence_epoch: req.fence_epoch, instance_id: instanceId },
+      { timeoutMs: env.REQUEST_TIMEOUT_MS },
+    );
   } catch (e) {
     admission = { admitted: false, reason: `orchestrator unreachable (${(e as Error).message})` };
   }

@@ -45,7 +45,11 @@ export function permissionAsked(x: LiveExecution, ev: AgentctlPermissionRequeste
     options: ev.options
       .slice(0, PERMISSION_LIMITS.options)
       .filter((o) => o.id.length > 0)
-      .map((o) => ({ option_id: cut(o.id, PERMISSION_LIMITS.optionId), name: cut(o.name, PERMISSION_LIMITS.optionName), kind: cut(o.kind, PERMISSION_LIMITS.optionKind) })),
+      .map((o) => ({
+        option_id: cut(o.id, PERMISSION_LIMITS.optionId),
+        name: cut(o.name, PERMISSION_LIMITS.optionName),
+        kind: cut(o.kind, PERMISSION_LIMITS.optionKind),
+      })),
   };
   let mine = waiting.get(x);
   if (!mine) waiting.set(x, (mine = new Map()));

@@ -17,7 +17,10 @@ export async function readmit(ctx: Executions, x: LiveExecution, gapMs: number):
   const { env } = deps;
   if (x.teardown || x.record.status === 'STARTING') return;
   metrics.registryLapses.inc();
-  x.log.warn({ gap_ms: gapMs, registry_ttl_ms: env.REGISTRY_TTL_MS }, 'registry entry may have lapsed (refresh gap above the TTL); re-registered, asking the launch fence again');
+  x.log.warn(
+    { gap_ms: gapMs, registry_ttl_ms: env.REGISTRY_TTL_MS },
+    'registry entry may have lapsed (refresh gap above the TTL); re-registered, asking the launch fence again',
+  );
   for (let attempt = 0; !x.teardown && !ctx.shuttingDown(); attempt++) {
     let verdict: { admitted: boolean; reason: string | null };
     try {

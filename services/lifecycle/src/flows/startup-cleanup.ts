@@ -19,7 +19,13 @@ const LEFTOVER_KILL_WINDOW_MS = 5_000;
  * instance id still owns is deleted; each execution is reported once as `execution.stopped`
  * with how `lost`. Runs before any endpoint is served.
  */
-export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: StateFile; registry: ExecutionRegistry; journal: EventJournal; log: Logger }): Promise<number> {
+export async function cleanUpLeftovers(deps: {
+  instanceId: string;
+  stateFile: StateFile;
+  registry: ExecutionRegistry;
+  journal: EventJournal;
+  log: Logger;
+}): Promise<number> {
   const { instanceId, stateFile, registry, journal, log } = deps;
   const { entries, problem } = stateFile.readLeftovers();
   if (problem) log.error({ path: stateFile.path, problem }, 'cannot read the state file; leftover processes (if any) are not killed');
@@ -62,12 +68,23 @@ export async function cleanUpLeftovers(deps: { instanceId: string; stateFile: St
     const ev = buildEvent(
       'execution.stopped',
       { workspace_id: l.workspace_id, task_id: l.task_id, session_id: l.session_id },
-      { execution_id: l.execution_id, how: 'lost', grace_ms: null, reason: 'lifecycle_instance_restarted', pid: l.pid, exit_code: null, signal: null, orphaned: false },
+      {
+        execution_id: l.execution_id,
+        how: 'lost',
+        grace_ms: null,
+        reason: 'lifecycle_instance_restarted',
+        pid: l.pid,
+        exit_code: null,
+        signal: null,
+        orphaned: false,
+      },
       // The teardown's own report, if it got that far before the crash, has this id too: one stop.
       stoppedEventId(l.execution_id),
     );
     await journal.record(ev);
-    await registry.delete(l.execution_id, l.task_id).catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
+    await registry
+      .delete(l.execution_id, l.task_id)
+      .catch((e) => log.warn({ err: e, execution_id: l.execution_id }, 'registry delete failed; the entry lapses with its TTL'));
     log.warn({ execution_id: l.execution_id, task_id: l.task_id, session_id: l.session_id, pid: l.pid }, 'execution left behind by a previous run cleaned up');
   }
   relayAgentctlLogs(stateFile.agentctlLogDir, log);

@@ -33,8 +33,10 @@ export class TeardownExecutor {
   constructor(private readonly deps: TeardownDeps) {}
 
   teardown(x: LiveExecution, req: TeardownRequest): Promise<void> {
-    x.teardown ??= inSpan('execution teardown', { kind: SpanKind.INTERNAL, attributes: { 'kandev.execution_id': x.id, 'kandev.reason': req.reason, 'kandev.grace_ms': req.graceMs } }, () =>
-      this.run(x, req),
+    x.teardown ??= inSpan(
+      'execution teardown',
+      { kind: SpanKind.INTERNAL, attributes: { 'kandev.execution_id': x.id, 'kandev.reason': req.reason, 'kandev.grace_ms': req.graceMs } },
+      () => this.run(x, req),
     ).catch((e) => x.log.error({ err: e }, 'teardown failed'));
     return x.teardown;
   }
@@ -86,7 +88,9 @@ export class TeardownExecutor {
       if (survivors.length === 0 && x.placement.identity) log.debug({ uid: x.placement.identity.uid }, "execution's uid released");
     }
     // Journalled, then published until JetStream acknowledges it (ADR 0008).
-    await this.deps.journal.record(buildEvent('execution.stopped', x.scope, data, stoppedEventId(data.execution_id))).catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
+    await this.deps.journal
+      .record(buildEvent('execution.stopped', x.scope, data, stoppedEventId(data.execution_id)))
+      .catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
     await x.unregister();
     this.deps.stateFile.remove(x.id);
     this.deps.forget(x.id);

@@ -37,7 +37,11 @@ export async function cancelTurn(ctx: Executions, x: LiveExecution, req: Request
       throw conflict('agent not running', { execution_id: x.id, status: x.record.status });
     case 'turn_mismatch':
       x.log.warn({ requested_turn_id: decision.requested, turn_id: decision.current }, 'cancel names another turn; nothing cancelled');
-      throw conflict('cancel names a turn that is not the current one', { execution_id: x.id, turn_id: decision.current, requested_turn_id: decision.requested });
+      throw conflict('cancel names a turn that is not the current one', {
+        execution_id: x.id,
+        turn_id: decision.current,
+        requested_turn_id: decision.requested,
+      });
     case 'no_active_turn':
       return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
     case 'cancel':
@@ -55,7 +59,10 @@ export async function cancelTurn(ctx: Executions, x: LiveExecution, req: Request
     // No acknowledgement (504, or silence): report it, and escalate so the session is never wedged (R-3.4, R-6.3).
     const silent = e instanceof AgentctlUnreachable || (e instanceof AgentctlHttpError && (e.status === 504 || e.code === 'UNAVAILABLE'));
     const escalate = req.escalate !== false;
-    x.log.warn({ err: e, turn_id: decision.turnId, escalate }, escalate ? 'agent did not acknowledge cancel; tearing down' : 'agent did not acknowledge cancel');
+    x.log.warn(
+      { err: e, turn_id: decision.turnId, escalate },
+      escalate ? 'agent did not acknowledge cancel; tearing down' : 'agent did not acknowledge cancel',
+    );
     if (escalate) void ctx.teardowns.teardown(x, { reason: 'cancel_unacknowledged', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
     if (silent) throw unavailable(`agent did not acknowledge cancel within ${env.CANCEL_TIMEOUT_MS} ms`, e);
     throw unavailable(`cancel failed: ${(e as Error).message}`, e);

@@ -81,7 +81,6 @@ export class AgentIsolation {
     this.why = why;
   }
 
-
   /**
    * Start-up: the work root exists and is reachable (traverse only) by agent uids; this service's
    * own state (`stateDir/lifecycle`) is not. An ancestor of the work root that agents cannot
@@ -97,7 +96,10 @@ export class AgentIsolation {
     }
     mkdirSync(this.workRoot, { recursive: true, mode: 0o711 });
     if (this.mode === 'same_uid') {
-      this.log.warn({ agent_isolation: this.mode, why: this.why }, 'agents run under this service\'s own uid: an agent can read this process\'s environment and signal other executions (docs/security.md)');
+      this.log.warn(
+        { agent_isolation: this.mode, why: this.why },
+        "agents run under this service's own uid: an agent can read this process's environment and signal other executions (docs/security.md)",
+      );
       return;
     }
     for (let dir = this.workRoot; ; dir = dirname(dir)) {
@@ -112,11 +114,18 @@ export class AgentIsolation {
             // reported below
           }
         }
-        if (!fixed) this.log.error({ dir, mode: mode.toString(8), work_dir: this.workRoot }, 'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)');
+        if (!fixed)
+          this.log.error(
+            { dir, mode: mode.toString(8), work_dir: this.workRoot },
+            'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)',
+          );
       }
       if (dirname(dir) === dir) break;
     }
-    this.log.info({ agent_isolation: this.mode, why: this.why, uid_range: `${this.range.first}-${this.range.last}`, work_dir: this.workRoot }, 'agents run under a uid of their own per execution');
+    this.log.info(
+      { agent_isolation: this.mode, why: this.why, uid_range: `${this.range.first}-${this.range.last}`, work_dir: this.workRoot },
+      'agents run under a uid of their own per execution',
+    );
   }
 
   /** The directory a launch runs in: the task's `working_dir` (checked again here) or the default. */
@@ -181,13 +190,17 @@ export class AgentIsolation {
       await sleep(20);
       survivors = pidsOfUid(uid);
     }
-    if (survivors.length > 0) this.log.error({ uid, pids: survivors, execution_id: p.executionId }, "processes of a finished execution's uid survive SIGKILL; the uid stays out of use while they live");
+    if (survivors.length > 0)
+      this.log.error(
+        { uid, pids: survivors, execution_id: p.executionId },
+        "processes of a finished execution's uid survive SIGKILL; the uid stays out of use while they live",
+      );
     for (const dir of [p.cwd, p.home]) {
       try {
         // Only if it is still ours: a later execution of the same task may have taken it over.
         if (statSync(dir).uid === uid) await chown(dir, 0, 0);
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: e, dir }, 'cannot hand a finished execution\'s directory back to root');
+        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: e, dir }, "cannot hand a finished execution's directory back to root");
       }
     }
     if (this.held.get(uid) === p.executionId) {

@@ -2,7 +2,20 @@ import type { EventEnvelope } from '@kandev/contracts';
 import { EventEnvelope as EventEnvelopeSchema } from '@kandev/contracts';
 import { injectTrace, type EventPublisher, type Logger } from '@kandev/runtime';
 import { headers as natsHeaders } from '@nats-io/nats-core';
-import { appendFileSync, closeSync, fdatasync, fdatasyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  fdatasync,
+  fdatasyncSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 
 /*
@@ -27,7 +40,14 @@ import { dirname, join } from 'node:path';
  */
 
 /** Events whose loss leaves state wrong (a session RUNNING forever, a turn never closed, cost missing). */
-const DURABLE: ReadonlySet<string> = new Set(['turn.started', 'turn.completed', 'execution.registered', 'execution.ready', 'execution.stopped', 'usage.recorded']);
+const DURABLE: ReadonlySet<string> = new Set([
+  'turn.started',
+  'turn.completed',
+  'execution.registered',
+  'execution.ready',
+  'execution.stopped',
+  'usage.recorded',
+]);
 /** Streamed text is not journalled (one fsync per chunk); it still goes out in order, best effort. */
 const MAX_VOLATILE_PENDING = 10_000;
 const COMPACT_BYTES = 4 * 1024 * 1024;
@@ -175,7 +195,11 @@ export class EventJournal {
         this.outage = true;
         // Everything queued behind the head waits for it: release those callers too.
         for (const p of this.queue) p.settled();
-        if (failures === 1 || failures % 20 === 0) this.log.warn({ err: e, event_id: head.event.id, type: head.event.type, attempt: failures, pending: this.queue.length }, 'event publish failed; retrying until JetStream acknowledges');
+        if (failures === 1 || failures % 20 === 0)
+          this.log.warn(
+            { err: e, event_id: head.event.id, type: head.event.type, attempt: failures, pending: this.queue.length },
+            'event publish failed; retrying until JetStream acknowledges',
+          );
         await this.sleep(Math.min(MAX_BACKOFF_MS, 50 * 2 ** Math.min(failures, 6)));
         continue;
       }
@@ -224,7 +248,8 @@ export class EventJournal {
         const fd = this.fd;
         if (fd === null) return resolve();
         fdatasync(fd, (err) => {
-          if (err && fd === this.fd) this.log.error({ err, path: this.path }, 'event journal could not be synced; its latest records would not survive a crash');
+          if (err && fd === this.fd)
+            this.log.error({ err, path: this.path }, 'event journal could not be synced; its latest records would not survive a crash');
           resolve();
         });
       }),

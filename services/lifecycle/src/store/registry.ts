@@ -28,7 +28,11 @@ export class ExecutionRegistry extends RegistryReader {
   static async open(nc: NatsConnection, ttlMs: number, log: Logger, replicas = 1): Promise<ExecutionRegistry> {
     const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs, replicas });
     const status = await kv.status();
-    if (status.replicas !== replicas) log.warn({ bucket_replicas: status.replicas, configured_replicas: replicas }, 'registry bucket has a different replica count than KANDEV_JS_REPLICAS; left as is');
+    if (status.replicas !== replicas)
+      log.warn(
+        { bucket_replicas: status.replicas, configured_replicas: replicas },
+        'registry bucket has a different replica count than KANDEV_JS_REPLICAS; left as is',
+      );
     // The first instance creates the bucket; later ones get its TTL. A mismatch means replicas were
     // configured differently, and entries of the one with the longer refresh period could lapse.
     if (status.ttl !== ttlMs) log.warn({ bucket_ttl_ms: status.ttl, configured_ttl_ms: ttlMs }, 'registry bucket has a different TTL than REGISTRY_TTL_MS');

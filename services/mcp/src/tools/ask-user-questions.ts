@@ -33,7 +33,12 @@ export const askUserQuestionsTool = defineTool({
     const first = await request(
       ctx.nc,
       OrchMcpClarification.ask,
-      { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken, ...(ctx.caller.session_id ? { caller_session_id: ctx.caller.session_id } : {}), questions: args.questions },
+      {
+        caller_task_id: ctx.caller.task_id,
+        agent_token: ctx.callerToken,
+        ...(ctx.caller.session_id ? { caller_session_id: ctx.caller.session_id } : {}),
+        questions: args.questions,
+      },
       { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
     );
     return awaitOutcome(ctx, first);

@@ -14,7 +14,9 @@ export const createTaskTool = defineTool({
   input: {
     title: text({ min: 1, max: Limits.title }).describe('Short title of the child task.'),
     description: text({ max: Limits.description }).optional().describe('Longer description of the work.'),
-    agent: text({ min: 1, max: Limits.agent }).optional().describe('Agent to run it (default: the workspace default). An unknown agent is refused before anything is created.'),
+    agent: text({ min: 1, max: Limits.agent })
+      .optional()
+      .describe('Agent to run it (default: the workspace default). An unknown agent is refused before anything is created.'),
     prompt: text({ min: 1, max: Limits.prompt }).optional().describe('First prompt; when given, the child starts working immediately.'),
     idempotency_key: text({ min: 1, max: Limits.idempotencyKey })
       .optional()

@@ -25,7 +25,9 @@ export const messageTaskTool = defineTool({
     task_id: z.uuid().describe('Full UUID of the child task.'),
     prompt: text({ min: 1, max: Limits.prompt }).describe('The message for the child agent.'),
     session_id: z.uuid().optional().describe("A specific session of the child; default: the child's primary session."),
-    delivery_mode: DeliveryMode.optional().describe('"queued" (default): information that can wait. "interrupt": stop the current approach and act on this now.'),
+    delivery_mode: DeliveryMode.optional().describe(
+      '"queued" (default): information that can wait. "interrupt": stop the current approach and act on this now.',
+    ),
     idempotency_key: text({ min: 1, max: Limits.idempotencyKey })
       .optional()
       .describe('Any unique string. Retrying with the same key (e.g. after a timeout) returns the first answer and queues nothing more.'),

@@ -27,6 +27,11 @@ export const stopTaskTool = defineTool({
     openWorldHint: false,
   },
   async run(args, ctx) {
-    return request(ctx.nc, OrchMcp.stopChildTask, { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken, task_id: args.task_id }, { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs });
+    return request(
+      ctx.nc,
+      OrchMcp.stopChildTask,
+      { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken, task_id: args.task_id },
+      { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
+    );
   },
 });

@@ -11,6 +11,11 @@ export const whoamiTool = defineTool({
   input: {},
   annotations: { title: 'Who am I', readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async run(_args, ctx) {
-    return request(ctx.nc, OrchMcp.whoami, { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken }, { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs });
+    return request(
+      ctx.nc,
+      OrchMcp.whoami,
+      { caller_task_id: ctx.caller.task_id, agent_token: ctx.callerToken },
+      { requestId: ctx.requestId, timeoutMs: ctx.requestTimeoutMs },
+    );
   },
 });

@@ -134,7 +134,8 @@ function closing(b: BundleFacts, questions: Question[], status: BundleStatus): D
   return { questions, status, closes: true, detach: !w.live && !b.detached_at ? w.detached_reason : null };
 }
 
-const closeStillPending = (questions: readonly Question[], to: QuestionStatus): Question[] => questions.map((q) => (q.status === 'pending' ? { ...q, status: to } : q));
+const closeStillPending = (questions: readonly Question[], to: QuestionStatus): Question[] =>
+  questions.map((q) => (q.status === 'pending' ? { ...q, status: to } : q));
 
 /**
  * Answers (R-5.2): each names a still-pending question of this bundle. Questions may be answered
@@ -149,7 +150,8 @@ export function decideAnswers(b: BundleFacts, answers: readonly Answer[]): Decis
     const q = byId.get(a.question_id);
     if (!q) throw validationError(`no question ${a.question_id} in this clarification`, { question_id: a.question_id });
     if (given.has(a.question_id)) throw validationError(`question ${a.question_id} is answered twice`, { question_id: a.question_id });
-    if (q.status !== 'pending') throw conflict(`question ${a.question_id} is already ${q.status}`, { question_id: a.question_id, status: q.status, bundle: viewOf(b) });
+    if (q.status !== 'pending')
+      throw conflict(`question ${a.question_id} is already ${q.status}`, { question_id: a.question_id, status: q.status, bundle: viewOf(b) });
     given.set(a.question_id, a.answer);
   }
   const questions = b.questions.map((q) => (given.has(q.id) ? { ...q, status: 'answered' as const, answer: given.get(q.id)! } : q));

@@ -27,7 +27,14 @@ export function decodeCursor(cursor: string): SortKey {
   } catch {
     throw validationError('invalid cursor', { param: 'cursor' });
   }
-  if (!Array.isArray(parsed) || parsed.length !== 2 || typeof parsed[0] !== 'string' || typeof parsed[1] !== 'string' || !PG_TS.test(parsed[0]) || !UUID.test(parsed[1])) {
+  if (
+    !Array.isArray(parsed) ||
+    parsed.length !== 2 ||
+    typeof parsed[0] !== 'string' ||
+    typeof parsed[1] !== 'string' ||
+    !PG_TS.test(parsed[0]) ||
+    !UUID.test(parsed[1])
+  ) {
     throw validationError('invalid cursor', { param: 'cursor' });
   }
   return { ts: parsed[0], id: parsed[1] };

@@ -14,7 +14,10 @@ export function checkAnswer(row: PermissionRequest, answer: OperatorAnswer): voi
     throw conflict(`permission request is already ${row.status}`, { status: row.status, chosen_option_id: row.chosen_option_id, closed_by: row.closed_by });
   }
   if ('option_id' in answer && !row.options.some((o) => o.option_id === answer.option_id)) {
-    throw validationError('option_id is not one of the options the agent offered', { option_id: answer.option_id, options: row.options.map((o) => o.option_id) });
+    throw validationError('option_id is not one of the options the agent offered', {
+      option_id: answer.option_id,
+      options: row.options.map((o) => o.option_id),
+    });
   }
 }
 

@@ -69,7 +69,11 @@ export function splitAtBytes(s: string, maxBytes: number): [string, string] {
  * `truncated: true`). When the session's byte or item cap would be passed, the piece is dropped and
  * one `truncated` marker item is written instead (once: after it, everything is dropped).
  */
-export function planTranscriptAppend(state: TranscriptState, input: TranscriptInput, caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS): { writes: TranscriptWrite[]; state: TranscriptState } {
+export function planTranscriptAppend(
+  state: TranscriptState,
+  input: TranscriptInput,
+  caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS,
+): { writes: TranscriptWrite[]; state: TranscriptState } {
   if (state.truncated) return { writes: [], state };
   const writes: TranscriptWrite[] = [];
   let s: TranscriptState = { ...state };
@@ -88,7 +92,15 @@ export function planTranscriptAppend(state: TranscriptState, input: TranscriptIn
       truncate();
       return { writes, state: s };
     }
-    writes.push({ op: 'created', seq: s.next_seq, turn_id: input.turn_id, role: input.role, kind: input.kind, text: kept, meta: rest ? { ...meta, truncated: true } : meta });
+    writes.push({
+      op: 'created',
+      seq: s.next_seq,
+      turn_id: input.turn_id,
+      role: input.role,
+      kind: input.kind,
+      text: kept,
+      meta: rest ? { ...meta, truncated: true } : meta,
+    });
     s = { ...s, next_seq: s.next_seq + 1, bytes: s.bytes + bytes, items: s.items + 1, open: null };
     return { writes, state: s };
   }

@@ -47,7 +47,11 @@ export function sessionStateAfterTurn(current: SessionState): SessionState | nul
 export type ExecutionEnd = 'graceful' | 'killed' | 'exited' | 'lost';
 
 /** What an active session becomes when its execution is gone without a stop having cancelled it. */
-export function sessionStateAfterExecutionEnd(how: ExecutionEnd, exitCode: number | null, reason?: string | null): { state: SessionState; error: string | null } {
+export function sessionStateAfterExecutionEnd(
+  how: ExecutionEnd,
+  exitCode: number | null,
+  reason?: string | null,
+): { state: SessionState; error: string | null } {
   const why = reason ? ` (${reason})` : '';
   if (how === 'exited' && exitCode === 0) return { state: 'COMPLETED', error: null };
   if (how === 'exited') return { state: 'FAILED', error: `agent exited with code ${exitCode ?? 'unknown'}${why}` };

@@ -18,7 +18,13 @@ export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
   on(Orch.taskUpdate, (req, ctx) => updateTask(rt, ctx, req)),
   on(Orch.sessionStart, async (req, ctx) => {
     const task = assertCanAccess(req.actor, await getTask(rt.sql, req.task_id)); // access check before any effect
-    const started = await startSession(rt, ctx, { actor: req.actor, task_id: task.id, agent: req.agent, prompt: req.prompt, idempotency_key: req.idempotency_key });
+    const started = await startSession(rt, ctx, {
+      actor: req.actor,
+      task_id: task.id,
+      agent: req.agent,
+      prompt: req.prompt,
+      idempotency_key: req.idempotency_key,
+    });
     return { ...toSession(started.session), ...(started.replayed ? { replayed: true } : {}) };
   }),
   on(Orch.sessionGet, (req) => sessionDetail(rt, req.actor, req.session_id)),

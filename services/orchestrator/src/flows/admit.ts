@@ -37,6 +37,9 @@ export async function admitExecution(rt: OrchRuntime, req: RequestOf<typeof Orch
     await attachExecution(tx, s.id, req.execution_id, req.instance_id ?? null);
     return { admitted: true, reason: null };
   });
-  rt.log.info({ task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id, ...verdict }, verdict.admitted ? 'execution admitted' : 'execution refused by launch fence');
+  rt.log.info(
+    { task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id, ...verdict },
+    verdict.admitted ? 'execution admitted' : 'execution refused by launch fence',
+  );
   return verdict;
 }

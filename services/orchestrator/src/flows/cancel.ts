@@ -20,7 +20,16 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
   const log = rt.log.child({ session_id: sessionId, request_id: call.requestId });
   // Known once the session is read; audits of refusals before that have no task to hang on.
   let task: { id: string; workspace_id: string } | null = null;
-  const audit = (outcome: string) => ({ task_id: task!.id, workspace_id: task!.workspace_id, action: 'agent.cancel', actor: actorLabel(actor), reason, request_id: call.requestId, outcome, details: { session_id: sessionId } });
+  const audit = (outcome: string) => ({
+    task_id: task!.id,
+    workspace_id: task!.workspace_id,
+    action: 'agent.cancel',
+    actor: actorLabel(actor),
+    reason,
+    request_id: call.requestId,
+    outcome,
+    details: { session_id: sessionId },
+  });
   try {
     // One plain transaction, each step awaited in turn (ADR 0033): BEGIN; lookup, access check and
     // guard; the owner's answer; the writes; the outbox rows; COMMIT. The answer goes at commit, the
@@ -55,7 +64,8 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
       ]);
       const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
-      if (after) await emit('session.state_changed', { ...scope, actor }, { session: toSession(after), from: s.state, to: after.state, reason: 'turn_cancelled' });
+      if (after)
+        await emit('session.state_changed', { ...scope, actor }, { session: toSession(after), from: s.state, to: after.state, reason: 'turn_cancelled' });
       if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
       return { s, res };
     });
@@ -64,7 +74,8 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
     afterReply(call, publish);
   } catch (e) {
     const refusedBeforeLookup = task === null || (isKandevError(e) && (e.code === 'NOT_FOUND' || e.code === 'FORBIDDEN'));
-    if (!refusedBeforeLookup) await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
+    if (!refusedBeforeLookup)
+      await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
     throw e;
   }
   return { success: true as const, session_id: sessionId };

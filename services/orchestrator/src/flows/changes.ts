@@ -35,12 +35,24 @@ export async function changeSessionState(
  * closed and the session waiting for input. A stop's teardown, which cancels the turn of a session
  * it ends, is reported by the session's own CANCELLED instead.
  */
-export function emitAgentCancelled(emit: Emit, scope: { workspace_id: string; task_id: string; session_id: string }, executionId: string, turnId: string, actor: Actor | null = null): Promise<void> {
+export function emitAgentCancelled(
+  emit: Emit,
+  scope: { workspace_id: string; task_id: string; session_id: string },
+  executionId: string,
+  turnId: string,
+  actor: Actor | null = null,
+): Promise<void> {
   return emit('session.agent.cancelled', { ...scope, actor }, { execution_id: executionId, turn_id: turnId, stop_reason: 'cancelled' });
 }
 
 /** Every task status change goes through here, so each one publishes its event. */
-export async function changeTaskStatus(tx: Tx, emit: Emit, task: TaskRow, to: TaskStatus, opts: { reason?: string | null; actor?: Actor | null } = {}): Promise<TaskRow> {
+export async function changeTaskStatus(
+  tx: Tx,
+  emit: Emit,
+  task: TaskRow,
+  to: TaskStatus,
+  opts: { reason?: string | null; actor?: Actor | null } = {},
+): Promise<TaskRow> {
   if (task.status === to) return task;
   const updated = await updateTaskFields(tx, task.id, { status: to });
   await emit(

@@ -86,7 +86,8 @@ export async function askQuestions(rt: OrchRuntime, call: CallContext, req: McpR
     const s = req.caller_session_id ? await lockSessionWithOpenTurn(tx, req.caller_session_id) : await lockSessionAskingFor(tx, task.id);
     if (req.caller_session_id && (!s || s.task_id !== task.id)) throw notFound('session not found');
     if (!s) throw conflict('no agent turn in flight to attach the questions to');
-    if (!isActiveSession(s.state) || !s.open_turn_id) throw conflict('no agent turn in flight to attach the questions to', { session_id: s.id, state: s.state });
+    if (!isActiveSession(s.state) || !s.open_turn_id)
+      throw conflict('no agent turn in flight to attach the questions to', { session_id: s.id, state: s.state });
     const id = randomUUID();
     await insertBundle(tx, {
       id,
@@ -101,16 +102,25 @@ export async function askQuestions(rt: OrchRuntime, call: CallContext, req: McpR
     const b = (await getBundle(tx, id))!;
     await emit('clarification.requested', scopeOf(b, { type: 'agent', task_id: task.id, session_id: s.id }), { bundle: pinnedOf(viewOf(b)) });
     // the questions belong to the session's transcript too (the bundle keeps their answers).
-    await recordTranscript(rt, tx, emit, { ...scopeOf(b, null), session_id: s.id }, {
-      turn_id: s.open_turn_id,
-      role: 'agent',
-      kind: 'question',
-      text: questions.map((q) => q.text).join('\n'),
-      meta: { bundle_id: id, question_ids: questions.map((q) => q.id) },
-    });
+    await recordTranscript(
+      rt,
+      tx,
+      emit,
+      { ...scopeOf(b, null), session_id: s.id },
+      {
+        turn_id: s.open_turn_id,
+        role: 'agent',
+        kind: 'question',
+        text: questions.map((q) => q.text).join('\n'),
+        meta: { bundle_id: id, question_ids: questions.map((q) => q.id) },
+      },
+    );
     return b;
   });
-  rt.log.info({ task_id: task.id, session_id: bundle.session_id, turn_id: bundle.turn_id, bundle_id: bundle.id, request_id: call.requestId, questions: questions.length }, 'clarification requested');
+  rt.log.info(
+    { task_id: task.id, session_id: bundle.session_id, turn_id: bundle.turn_id, bundle_id: bundle.id, request_id: call.requestId, questions: questions.length },
+    'clarification requested',
+  );
   return waitOf(rt, bundle);
 }
 
@@ -186,12 +196,20 @@ export async function respondToClarification(rt: OrchRuntime, call: CallContext,
       reason,
       request_id: call.requestId,
       outcome: after.status,
-      details: { bundle_id: after.id, session_id: after.session_id, agent_resumed: viewOf(after).agent_resumed, detached_reason: viewOf(after).detached_reason },
+      details: {
+        bundle_id: after.id,
+        session_id: after.session_id,
+        agent_resumed: viewOf(after).agent_resumed,
+        detached_reason: viewOf(after).detached_reason,
+      },
     });
     return after;
   });
   const view = viewOf(b);
-  rt.log.info({ task_id: b.task_id, session_id: b.session_id, bundle_id: b.id, status: b.status, agent_resumed: view.agent_resumed, request_id: call.requestId }, 'clarification response');
+  rt.log.info(
+    { task_id: b.task_id, session_id: b.session_id, bundle_id: b.id, status: b.status, agent_resumed: view.agent_resumed, request_id: call.requestId },
+    'clarification response',
+  );
   return view;
 }
 
@@ -203,7 +221,16 @@ export async function cancelClarification(rt: OrchRuntime, call: CallContext, re
     const b = await lockBundle(tx, req.bundle_id);
     assertCanAccess(req.actor, b ? { id: b.id, workspace_id: b.workspace_id } : null, 'clarification');
     const after = await apply(tx, emit, b!, decideCancel(b!), req.actor, label, reason);
-    await recordAudit(tx, { task_id: after.task_id, workspace_id: after.workspace_id, action: 'clarification.cancel', actor: label, reason, request_id: call.requestId, outcome: 'cancelled', details: { bundle_id: after.id, session_id: after.session_id } });
+    await recordAudit(tx, {
+      task_id: after.task_id,
+      workspace_id: after.workspace_id,
+      action: 'clarification.cancel',
+      actor: label,
+      reason,
+      request_id: call.requestId,
+      outcome: 'cancelled',
+      details: { bundle_id: after.id, session_id: after.session_id },
+    });
     return after;
   });
   rt.log.info({ task_id: b.task_id, session_id: b.session_id, bundle_id: b.id, request_id: call.requestId }, 'clarification cancelled');

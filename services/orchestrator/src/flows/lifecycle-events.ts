@@ -95,7 +95,8 @@ export async function endTurn(
   const first = await completeTurn(tx, turnId, stopReason);
   // A turn another path already closed (a cancel, an interrupt or a stop did) changes nothing here.
   if (!first) return { closed: false, drained: false };
-  if (stopReason === 'cancelled' && s.execution_id && isActiveSession(s.state)) await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, turnId);
+  if (stopReason === 'cancelled' && s.execution_id && isActiveSession(s.state))
+    await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, turnId);
   if (await openTurn(tx, s.id)) return { closed: true, drained: false };
   const next = sessionStateAfterTurn(s.state);
   const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;

@@ -21,7 +21,11 @@ type MessageResult = { task_id: string; session_id: string; status: Status };
 /** The task's queue as it is now (R-1.6: the queue is the task's), on the event of the session it concerns. */
 export async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string) {
   const messages = await queueOfTask(tx, task.id);
-  await emit('queue.changed', { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId }, { session_id: sessionId, size: messages.length, messages: messages.map(queueEventMessage) });
+  await emit(
+    'queue.changed',
+    { workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId },
+    { session_id: sessionId, size: messages.length, messages: messages.map(queueEventMessage) },
+  );
 }
 
 /** The session a message goes to: the one named (it must belong to the task), else the newest active one. */
@@ -43,10 +47,17 @@ async function targetSession(rt: OrchRuntime, task: TaskRow, sessionId: string |
  */
 export async function messageTask(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>): Promise<MessageResult> {
   // With an idempotency_key, a retry after a timeout gets the first answer and queues nothing more.
-  return once<MessageResult>(rt, { scope: `agent:${req.caller_task_id}`, operation: 'orch.mcp.message_task', key: req.idempotency_key }, req, (idem) => deliverMessage(rt, call, req, idem));
+  return once<MessageResult>(rt, { scope: `agent:${req.caller_task_id}`, operation: 'orch.mcp.message_task', key: req.idempotency_key }, req, (idem) =>
+    deliverMessage(rt, call, req, idem),
+  );
 }
 
-async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchMcp.messageTask>, idem: Idempotent<MessageResult>): Promise<MessageResult> {
+async function deliverMessage(
+  rt: OrchRuntime,
+  call: CallContext,
+  req: RequestOf<typeof OrchMcp.messageTask>,
+  idem: Idempotent<MessageResult>,
+): Promise<MessageResult> {
   const caller = await getTask(rt.sql, req.caller_task_id);
   if (!caller) throw notFound('calling task not found');
   const task = await getTask(rt.sql, req.task_id);
@@ -74,7 +85,16 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
     const [, id] = await Promise.all([
       emitQueueChanged(tx, emit, task, s.id),
       mode === 'interrupt'
-        ? recordAudit(tx, { task_id: task.id, workspace_id: task.workspace_id, action: 'mcp.message_task.interrupt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'queued', details: { session_id: s.id, message_id: m.id } })
+        ? recordAudit(tx, {
+            task_id: task.id,
+            workspace_id: task.workspace_id,
+            action: 'mcp.message_task.interrupt',
+            actor: actorLabel(actor),
+            reason: null,
+            request_id: call.requestId,
+            outcome: 'queued',
+            details: { session_id: s.id, message_id: m.id },
+          })
         : null,
     ]);
     return { stored: m, auditId: id };
@@ -93,10 +113,22 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
       if (!sessionIsIdle(s.state)) {
         if (mode !== 'interrupt') return 'queued';
         const turn = await openTurn(tx, s.id);
-        const res = await request(rt.nc, Life.cancel.at(s.instance_id), { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS });
+        const res = await request(
+          rt.nc,
+          Life.cancel.at(s.instance_id),
+          { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false },
+          { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
+        );
         if (res.cancelled && res.turn_id) {
-          const [closed] = await Promise.all([completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'), auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null]);
-          if (closed) await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, { type: 'agent', task_id: caller.id });
+          const [closed] = await Promise.all([
+            completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'),
+            auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null,
+          ]);
+          if (closed)
+            await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, {
+              type: 'agent',
+              task_id: caller.id,
+            });
         }
       }
       if (mode !== 'interrupt') {
@@ -125,7 +157,14 @@ async function deliverMessage(rt: OrchRuntime, call: CallContext, req: RequestOf
  * the caller's guard; the message is claimed under its row lock (exactly once across replicas).
  * Returns the id of the message delivered, or null.
  */
-export async function drainQueue(rt: OrchRuntime, call: CallContext, tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, s: SessionRow): Promise<string | null> {
+export async function drainQueue(
+  rt: OrchRuntime,
+  call: CallContext,
+  tx: Tx,
+  emit: Emit,
+  task: { id: string; workspace_id: string },
+  s: SessionRow,
+): Promise<string | null> {
   if (s.queue_paused || !sessionIsIdle(s.state) || !s.execution_id || !s.instance_id) return null;
   const next = await claimNextMessage(tx, task.id);
   if (!next) return null;

@@ -38,7 +38,15 @@ export const isAgentPermissionEvent = (ev: EventEnvelope): ev is AgentPermission
 
 const scopeOf = (p: PermissionRequest) => ({ workspace_id: p.workspace_id, task_id: p.task_id, session_id: p.session_id });
 
-const auditOf = (p: PermissionRequest, action: string, actor: string, reason: string | null, requestId: string | null, outcome: string, details: Record<string, unknown> = {}): AuditRecord => ({
+const auditOf = (
+  p: PermissionRequest,
+  action: string,
+  actor: string,
+  reason: string | null,
+  requestId: string | null,
+  outcome: string,
+  details: Record<string, unknown> = {},
+): AuditRecord => ({
   task_id: p.task_id,
   workspace_id: p.workspace_id,
   action,
@@ -87,29 +95,47 @@ export async function respondToPermission(rt: OrchRuntime, call: CallContext, re
       // The row is locked: nothing else can have closed it since checkAnswer.
       if (!closed) throw new Error('permission request closed under its own row lock');
       await emit('permission.closed', { ...scopeOf(closed), actor: verdict.kind === 'answered' ? req.actor : null }, permissionEventData(closed));
-      const outcome = verdict.kind === 'answered' ? closed.status : verdict.kind === 'gone' ? 'conflict:agent_gone' : `conflict:already_${verdict.answer.outcome}`;
-      await recordAudit(tx, auditOf(closed, req.cancelled ? 'permission.cancel' : 'permission.answer', label, reason, call.requestId, outcome, { option_id: req.option_id ?? null, chosen_option_id: closed.chosen_option_id }));
+      const outcome =
+        verdict.kind === 'answered' ? closed.status : verdict.kind === 'gone' ? 'conflict:agent_gone' : `conflict:already_${verdict.answer.outcome}`;
+      await recordAudit(
+        tx,
+        auditOf(closed, req.cancelled ? 'permission.cancel' : 'permission.answer', label, reason, call.requestId, outcome, {
+          option_id: req.option_id ?? null,
+          chosen_option_id: closed.chosen_option_id,
+        }),
+      );
       const refusal =
         verdict.kind === 'answered'
           ? null
-          : conflict(verdict.kind === 'gone' ? `the agent is no longer waiting on this permission request (${verdict.why})` : `permission request was already ${closed.status} by the agent`, {
-              status: closed.status,
-              chosen_option_id: closed.chosen_option_id,
-              closed_by: closed.closed_by,
-            });
+          : conflict(
+              verdict.kind === 'gone'
+                ? `the agent is no longer waiting on this permission request (${verdict.why})`
+                : `permission request was already ${closed.status} by the agent`,
+              {
+                status: closed.status,
+                chosen_option_id: closed.chosen_option_id,
+                closed_by: closed.closed_by,
+              },
+            );
       return { row: closed, refusal };
     });
     audited = true; // committed with its audit row, whether it answered or found the request settled
-    log.info({ task_id: row.task_id, session_id: row.session_id, status: row.status, chosen_option_id: row.chosen_option_id, refused: refusal !== null }, 'permission response');
+    log.info(
+      { task_id: row.task_id, session_id: row.session_id, status: row.status, chosen_option_id: row.chosen_option_id, refused: refusal !== null },
+      'permission response',
+    );
     if (refusal) throw refusal;
     return row;
   } catch (e) {
     // A refusal that changed nothing (closed already, unknown option, lifecycle unavailable) is still a control action tried: audit it.
     const p: PermissionRequest | null = seen;
     if (p && !audited) {
-      await recordAudit(rt.sql, auditOf(p, req.cancelled ? 'permission.cancel' : 'permission.answer', label, reason, call.requestId, isKandevError(e) ? `error:${e.code}` : 'error', { option_id: req.option_id ?? null })).catch((err: unknown) =>
-        log.warn({ err }, 'audit write failed'),
-      );
+      await recordAudit(
+        rt.sql,
+        auditOf(p, req.cancelled ? 'permission.cancel' : 'permission.answer', label, reason, call.requestId, isKandevError(e) ? `error:${e.code}` : 'error', {
+          option_id: req.option_id ?? null,
+        }),
+      ).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
     }
     throw e;
   }
@@ -133,7 +159,10 @@ async function askAgent(rt: OrchRuntime, tx: Tx, call: CallContext, p: Permissio
     if (!isKandevError(e)) throw e;
     if (e.code === 'CONFLICT' && typeof e.details?.outcome === 'string') {
       const outcome = e.details.outcome === 'allowed' || e.details.outcome === 'denied' ? e.details.outcome : 'cancelled';
-      return { kind: 'settled_before', answer: { permission_id: p.permission_id, outcome, option_id: typeof e.details.option_id === 'string' ? e.details.option_id : null } };
+      return {
+        kind: 'settled_before',
+        answer: { permission_id: p.permission_id, outcome, option_id: typeof e.details.option_id === 'string' ? e.details.option_id : null },
+      };
     }
     // The owner has no such execution or request any more, or the agent is not running.
     if (e.code === 'NOT_FOUND' || e.code === 'CONFLICT') return { kind: 'gone', why: e.message };
@@ -156,11 +185,23 @@ export async function onAgentPermissionEvent(rt: OrchRuntime, consumer: string, 
     const emit: Emit = async (type, scope, data) => void staged.push(await rt.outbox.add(tx, type, scope, data));
     const task = await getTask(tx, taskId);
     if (!task) return;
-    const base = { id: randomUUID(), workspace_id: task.workspace_id, task_id: task.id, session_id: sessionId, execution_id: ev.data.execution_id, permission_id: ev.data.permission_id, turn_id: ev.data.turn_id };
+    const base = {
+      id: randomUUID(),
+      workspace_id: task.workspace_id,
+      task_id: task.id,
+      session_id: sessionId,
+      execution_id: ev.data.execution_id,
+      permission_id: ev.data.permission_id,
+      turn_id: ev.data.turn_id,
+    };
     if (ev.type === 'agent.permission_requested') {
       const created = await insertPermission(tx, { ...base, title: ev.data.title, options: ev.data.options });
       if (!created) return;
-      await emit('permission.requested', { ...scopeOf(created), actor: { type: 'agent', task_id: task.id, session_id: sessionId } }, permissionEventData(created));
+      await emit(
+        'permission.requested',
+        { ...scopeOf(created), actor: { type: 'agent', task_id: task.id, session_id: sessionId } },
+        permissionEventData(created),
+      );
       // In the transcript too, where the operator reads what the agent was doing when it asked (R-8.2).
       await recordTranscript(rt, tx, emit, scopeOf(created), {
         turn_id: created.turn_id,
@@ -180,7 +221,15 @@ export async function onAgentPermissionEvent(rt: OrchRuntime, consumer: string, 
     await emit('permission.closed', scopeOf(closed), permissionEventData(closed));
     await recordAudit(
       tx,
-      auditOf(closed, 'permission.closed', 'system:lifecycle', `the agent's request ended ${ev.data.outcome} without an operator's answer (a turn cancel or stop, the turn's end)`, null, closed.status, { event_id: ev.id }),
+      auditOf(
+        closed,
+        'permission.closed',
+        'system:lifecycle',
+        `the agent's request ended ${ev.data.outcome} without an operator's answer (a turn cancel or stop, the turn's end)`,
+        null,
+        closed.status,
+        { event_id: ev.id },
+      ),
     );
   });
   await rt.outbox.flush(staged);

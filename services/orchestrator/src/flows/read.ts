@@ -1,4 +1,17 @@
-import { canAccessWorkspace, forbidden, notFound, PageLimits, validationError, type Actor, type MessagePage, type OperatorActor, type TaskListRequest, type TaskPage, type Workspace, type WorkspacePage } from '@kandev/contracts';
+import {
+  canAccessWorkspace,
+  forbidden,
+  notFound,
+  PageLimits,
+  validationError,
+  type Actor,
+  type MessagePage,
+  type OperatorActor,
+  type TaskListRequest,
+  type TaskPage,
+  type Workspace,
+  type WorkspacePage,
+} from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { containsPattern, decodeCursor, pageOf, pageSize } from '../domain/paging.js';
 import { getWorkspace, listTasks, listWorkspaces } from '../store/read.js';
@@ -11,7 +24,10 @@ import type { OrchRuntime } from './context.js';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** R-8.1: the workspaces the operator's token names (`*` = all), newest first. */
-export async function workspacePage(rt: OrchRuntime, req: { actor: OperatorActor; limit?: number | undefined; cursor?: string | undefined }): Promise<WorkspacePage> {
+export async function workspacePage(
+  rt: OrchRuntime,
+  req: { actor: OperatorActor; limit?: number | undefined; cursor?: string | undefined },
+): Promise<WorkspacePage> {
   const limit = pageSize(req.limit, PageLimits.workspaces);
   const after = req.cursor ? decodeCursor(req.cursor) : null;
   // A token may name ids that are not UUIDs (the claim is free text); they name no workspace.
@@ -57,7 +73,10 @@ export async function taskPage(rt: OrchRuntime, req: TaskListRequest): Promise<T
 }
 
 /** R-8.2: a page of a session's transcript, oldest first, after `after_seq`. */
-export async function messagePage(rt: OrchRuntime, req: { actor: Actor; session_id: string; after_seq?: number | undefined; limit?: number | undefined }): Promise<MessagePage> {
+export async function messagePage(
+  rt: OrchRuntime,
+  req: { actor: Actor; session_id: string; after_seq?: number | undefined; limit?: number | undefined },
+): Promise<MessagePage> {
   const limit = pageSize(req.limit, PageLimits.messages);
   const session = await getSession(rt.sql, req.session_id);
   if (!session) throw notFound('session not found');

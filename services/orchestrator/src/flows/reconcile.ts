@@ -15,7 +15,16 @@ import { scheduleTeardown } from './stop.js';
 
 /** B-3: what the reconciler does to a task is audited like any other control action, in its own transaction. */
 const reconcilerAudit = (q: Sql | Tx, task: { id: string; workspace_id: string }, action: string, details: Record<string, unknown>) =>
-  recordAudit(q, { task_id: task.id, workspace_id: task.workspace_id, action, actor: 'system:reconciler', reason: null, request_id: null, outcome: 'reconciled', details });
+  recordAudit(q, {
+    task_id: task.id,
+    workspace_id: task.workspace_id,
+    action,
+    actor: 'system:reconciler',
+    reason: null,
+    request_id: null,
+    outcome: 'reconciled',
+    details,
+  });
 
 interface Suspect {
   id: string;
@@ -42,7 +51,9 @@ interface Suspect {
  *   made it.
  * One replica at a time (advisory lock); every step is idempotent.
  */
-export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; restopped: number; turnsClosed: number; repaired: number; startsSettled: number; launchesLost: number }> {
+export async function reconcileOnce(
+  rt: OrchRuntime,
+): Promise<{ lost: number; restopped: number; turnsClosed: number; repaired: number; startsSettled: number; launchesLost: number }> {
   // A session-level advisory lock lives on one connection: reserve it, so lock and unlock meet.
   const conn = await rt.sql.reserve();
   const [row] = await conn<{ locked: boolean }[]>`SELECT pg_try_advisory_lock(hashtext('kandev-orchestrator-reconcile')) AS locked`;
@@ -77,14 +88,19 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
       if (s.state !== 'CANCELLED' && !live) {
         if (await markLost(rt, s)) lost++;
       } else if (s.state === 'CANCELLED' && live && execution!.status !== 'STOPPING') {
-        rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status }, 'cancelled session still has a live execution; stopping it again');
+        rt.log.warn(
+          { task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, status: execution!.status },
+          'cancelled session still has a live execution; stopping it again',
+        );
         // The stop that cancelled it, sent again: its own reason (a parent's, an operator's, a hold's).
         const reason = recordedStopReason(s.cancel_reason);
         restoppedIds.add(execution!.execution_id);
         await scheduleTeardown(rt, { requestId: `reconcile-${s.id}` }, execution!, reason).catch((e) => rt.log.warn({ err: e }, 'restop failed'));
-        await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', { session_id: s.id, execution_id: s.execution_id, reason }).catch((e) =>
-          rt.log.warn({ err: e }, 'audit write failed'),
-        );
+        await reconcilerAudit(rt.sql, { id: s.task_id, workspace_id: execution!.workspace_id }, 'reconcile.restop', {
+          session_id: s.id,
+          execution_id: s.execution_id,
+          reason,
+        }).catch((e) => rt.log.warn({ err: e }, 'audit write failed'));
         restopped++;
       } else if (s.state === 'STARTING' && live && execution!.status === 'READY' && execution!.turn_id === null) {
         if (Date.now() - Date.parse(execution!.updated_at) >= rt.env.TURN_OUTCOME_GRACE_MS && (await settleAdmittedStart(rt, s))) startsSettled++;
@@ -100,7 +116,9 @@ export async function reconcileOnce(rt: OrchRuntime): Promise<{ lost: number; re
     return { lost, restopped, turnsClosed, repaired, startsSettled, launchesLost };
   } finally {
     // A failed unlock means the connection is broken: the server drops its session locks with it.
-    await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch((e: unknown) => rt.log.warn({ err: e }, 'reconcile lock release failed'));
+    await conn`SELECT pg_advisory_unlock(hashtext('kandev-orchestrator-reconcile'))`.catch((e: unknown) =>
+      rt.log.warn({ err: e }, 'reconcile lock release failed'),
+    );
     conn.release();
   }
 }
@@ -145,7 +163,10 @@ async function settleAdmittedStart(rt: OrchRuntime, suspect: Suspect): Promise<b
     const task = (await getTask(tx, s.task_id))!;
     await changeSessionState(tx, emit, task, s, 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
     await reconcilerAudit(tx, task, 'reconcile.launch_settled', { session_id: s.id, execution_id: s.execution_id });
-    rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id }, 'session reconciled: its execution is ready but the start never recorded it');
+    rt.log.warn(
+      { task_id: s.task_id, session_id: s.id, execution_id: s.execution_id },
+      'session reconciled: its execution is ready but the start never recorded it',
+    );
     return true;
   });
 }
@@ -242,11 +263,16 @@ async function restopHeldMembers(rt: OrchRuntime, alreadySent: Set<string>): Pro
         if (!isLiveExecution(e.status) || e.status === 'STOPPING' || alreadySent.has(e.execution_id)) continue;
         if (Date.now() - Date.parse(e.updated_at) < SETTLED_MS) continue;
         alreadySent.add(e.execution_id);
-        rt.log.warn({ task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status }, 'a member of an active hold has a live execution; stopping it');
-        await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
-        await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', { session_id: e.session_id, execution_id: e.execution_id, reason }).catch((err) =>
-          rt.log.warn({ err }, 'audit write failed'),
+        rt.log.warn(
+          { task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status },
+          'a member of an active hold has a live execution; stopping it',
         );
+        await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
+        await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', {
+          session_id: e.session_id,
+          execution_id: e.execution_id,
+          reason,
+        }).catch((err) => rt.log.warn({ err }, 'audit write failed'));
         restopped++;
       }
     }
@@ -275,7 +301,10 @@ async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execu
     const turn = await openTurn(tx, s.id);
     if (!turn || new Date(turn.started_at).getTime() >= Date.parse(execution.updated_at)) return false;
     const task = (await getTask(tx, s.task_id))!;
-    rt.log.warn({ task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, turn_id: turn.id }, 'turn reconciled: lifecycle reports the execution idle but its turn.completed never arrived');
+    rt.log.warn(
+      { task_id: s.task_id, session_id: s.id, execution_id: s.execution_id, turn_id: turn.id },
+      'turn reconciled: lifecycle reports the execution idle but its turn.completed never arrived',
+    );
     await endTurn(rt, tx, emit, task, s, turn.id, 'lost', `reconcile-turn-${turn.id}`);
     await reconcilerAudit(tx, task, 'reconcile.turn_lost', { session_id: s.id, turn_id: turn.id });
     return true;
@@ -284,5 +313,9 @@ async function closeLostTurn(rt: OrchRuntime, suspect: Suspect, execution: Execu
 
 /** Run reconcileOnce every interval until stopped. */
 export function startReconciler(rt: OrchRuntime): () => void {
-  return repeatEvery(rt.env.RECONCILE_INTERVAL_MS, () => reconcileOnce(rt), (e) => rt.log.warn({ err: e }, 'reconciliation failed'));
+  return repeatEvery(
+    rt.env.RECONCILE_INTERVAL_MS,
+    () => reconcileOnce(rt),
+    (e) => rt.log.warn({ err: e }, 'reconciliation failed'),
+  );
 }

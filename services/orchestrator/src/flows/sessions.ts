@@ -5,7 +5,16 @@ import { transaction, request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusAfterFailedLaunch, statusOnSessionStart } from '../domain/transitions.js';
-import { activeSessionsOfTask, attachExecution, getSession, hasPrimarySession, insertSession, lockSession, sessionByLaunchKey, setQueuePaused } from '../store/sessions.js';
+import {
+  activeSessionsOfTask,
+  attachExecution,
+  getSession,
+  hasPrimarySession,
+  insertSession,
+  lockSession,
+  sessionByLaunchKey,
+  setQueuePaused,
+} from '../store/sessions.js';
 import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
 import { insertTurn, turnsOfSession } from '../store/turns.js';
@@ -77,7 +86,9 @@ export async function startSession(
   const agent = opts.agent ?? before.agent ?? rt.env.DEFAULT_AGENT; // a task's agent never changes
   await assertKnownAgent(rt, call, agent);
   const context = await contextFor(rt.sql, opts.sender_task_id);
-  const startKey: IdempotencyRef | null = opts.idempotency_key ? { scope: `task:${opts.task_id}`, operation: 'orch.session.start', key: opts.idempotency_key } : null;
+  const startKey: IdempotencyRef | null = opts.idempotency_key
+    ? { scope: `task:${opts.task_id}`, operation: 'orch.session.start', key: opts.idempotency_key }
+    : null;
   // What makes a retry the same request: the body's own fields (the agent as named, not as defaulted).
   const startHash = requestHash({ agent: opts.agent ?? null, prompt: opts.prompt ?? null });
   // A retry of a start that happened answers at once, without asking for launch capacity it will not use.
@@ -110,10 +121,20 @@ export async function startSession(
     const primary = !(await hasPrimarySession(tx, locked.id));
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
-    await emit('session.state_changed', { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' });
+    await emit(
+      'session.state_changed',
+      { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor },
+      { session: toSession(session), from: null, to: 'STARTING', reason: 'session_started' },
+    );
     if (turnId) {
       await insertTurn(tx, { id: turnId, session_id: session.id, execution_id: null, prompt: opts.prompt!, sender_task_id: opts.sender_task_id ?? null });
-      await recordTranscript(rt, tx, emit, { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor }, promptItem(turnId, opts.prompt!, opts.sender_task_id ?? null));
+      await recordTranscript(
+        rt,
+        tx,
+        emit,
+        { workspace_id: locked.workspace_id, task_id: locked.id, session_id: session.id, actor: opts.actor },
+        promptItem(turnId, opts.prompt!, opts.sender_task_id ?? null),
+      );
     }
     await recordAudit(tx, {
       task_id: locked.id,
@@ -123,7 +144,12 @@ export async function startSession(
       reason: null,
       request_id: call.requestId,
       outcome: 'started',
-      details: { session_id: session.id, agent, ...(opts.launch_key ? { wakeup_id: opts.launch_key } : {}), ...(opts.sender_task_id ? { sender_task_id: opts.sender_task_id } : {}) },
+      details: {
+        session_id: session.id,
+        agent,
+        ...(opts.launch_key ? { wakeup_id: opts.launch_key } : {}),
+        ...(opts.sender_task_id ? { sender_task_id: opts.sender_task_id } : {}),
+      },
     });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
@@ -155,7 +181,8 @@ export async function startSession(
     const updated = await transact(rt, async (tx, emit) => {
       const s = (await lockSession(tx, session.id))!;
       // Admission recorded the execution; make sure the owner instance is known too (commands are routed to it).
-      if (s.execution_id === execution.execution_id && s.instance_id !== execution.instance_id) await attachExecution(tx, s.id, execution.execution_id, execution.instance_id);
+      if (s.execution_id === execution.execution_id && s.instance_id !== execution.instance_id)
+        await attachExecution(tx, s.id, execution.execution_id, execution.instance_id);
       if (s.state !== 'STARTING') return s; // a stop or a fast first turn got there first
       const ready = await changeSessionState(tx, emit, task, s, turnId ? 'RUNNING' : 'WAITING_FOR_INPUT', { reason: 'execution_ready' });
       // Started without a prompt: what the task's queue holds (left by an earlier session, R-1.6)
@@ -194,12 +221,16 @@ async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: st
 
 export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: string) {
   // One snapshot for the session and its turns: a turn never shows as finished while its session still says RUNNING.
-  const snapshot = await transaction(rt.sql, async (tx) => {
-    const session = await getSession(tx, sessionId);
-    if (!session) throw notFound('session not found');
-    assertCanAccess(actor, await getTask(tx, session.task_id), 'session');
-    return { session, turns: await turnsOfSession(tx, sessionId) };
-  }, { mode: 'isolation level repeatable read read only' });
+  const snapshot = await transaction(
+    rt.sql,
+    async (tx) => {
+      const session = await getSession(tx, sessionId);
+      if (!session) throw notFound('session not found');
+      assertCanAccess(actor, await getTask(tx, session.task_id), 'session');
+      return { session, turns: await turnsOfSession(tx, sessionId) };
+    },
+    { mode: 'isolation level repeatable read read only' },
+  );
   const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
   // From the registry bucket, as stops read it (ADR 0011), not through the owner lifecycle instance: a read
   // must not queue behind an instance busy tearing down a hundred agents (the console polls this during a tree
@@ -242,7 +273,16 @@ export async function promptSession(rt: OrchRuntime, call: CallContext, actor: A
     const turn = await dispatchTurn(rt, call, tx, emit, task, s, prompt, null);
     await Promise.all([
       setQueuePaused(tx, s.id, false),
-      recordAudit(tx, { task_id: task.id, workspace_id: task.workspace_id, action: 'session.prompt', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'sent', details: { session_id: s.id, turn_id: turn } }),
+      recordAudit(tx, {
+        task_id: task.id,
+        workspace_id: task.workspace_id,
+        action: 'session.prompt',
+        actor: actorLabel(actor),
+        reason: null,
+        request_id: call.requestId,
+        outcome: 'sent',
+        details: { session_id: s.id, turn_id: turn },
+      }),
       key ? insertAnsweredKey(tx, key, hash, { turn_id: turn }) : null,
     ]);
     return { turn_id: turn };
@@ -268,7 +308,12 @@ export async function dispatchTurn(
   await recordTranscript(rt, tx, emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, promptItem(turn.id, prompt, senderTaskId));
   await changeSessionState(tx, emit, task, s, 'RUNNING', { reason: 'turn_started' });
   const context = await contextFor(tx, senderTaskId);
-  await request(rt.nc, Life.prompt.at(s.instance_id!), { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) }, { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_PROMPT_WAIT_MS });
+  await request(
+    rt.nc,
+    Life.prompt.at(s.instance_id!),
+    { execution_id: s.execution_id!, turn_id: turn.id, prompt, ...(context ? { context } : {}) },
+    { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_PROMPT_WAIT_MS },
+  );
   return turn.id;
 }
 

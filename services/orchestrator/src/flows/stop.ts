@@ -1,7 +1,29 @@
-import { actorLabel, internalError, isKandevError, KandevError, Life, MAX_STOPS_PER_REQUEST, notFound, type Actor, type Execution, type ResultOf, type SessionState } from '@kandev/contracts';
+import {
+  actorLabel,
+  internalError,
+  isKandevError,
+  KandevError,
+  Life,
+  MAX_STOPS_PER_REQUEST,
+  notFound,
+  type Actor,
+  type Execution,
+  type ResultOf,
+  type SessionState,
+} from '@kandev/contracts';
 import { buildEvent, isNoResponders, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
-import { decideStops, decisionStops, planChildStop, planIsEmpty, planTaskStop, type StopDecision, type StopPlan, type StopReason, type Teardown } from '../domain/stop.js';
+import {
+  decideStops,
+  decisionStops,
+  planChildStop,
+  planIsEmpty,
+  planTaskStop,
+  type StopDecision,
+  type StopPlan,
+  type StopReason,
+  type Teardown,
+} from '../domain/stop.js';
 import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
@@ -54,7 +76,14 @@ function stopWrites(tx: Tx, decision: StopDecision, reason: StopReason): Promise
 }
 
 /** One session.state_changed per session a stop wrote. */
-async function emitStops(emit: Emit, rows: StopRows, before: ReadonlyMap<string, SessionRow>, reason: StopReason, workspaceId: string, actor: Actor): Promise<void> {
+async function emitStops(
+  emit: Emit,
+  rows: StopRows,
+  before: ReadonlyMap<string, SessionRow>,
+  reason: StopReason,
+  workspaceId: string,
+  actor: Actor,
+): Promise<void> {
   for (const after of rows.cancelled) {
     await emit(
       'session.state_changed',
@@ -72,7 +101,14 @@ async function emitStops(emit: Emit, rows: StopRows, before: ReadonlyMap<string,
 }
 
 /** The decision half of a stop whose caller runs its own transaction (a tree hold): recheck under the locks, write, then stage the events from what was written. */
-export async function acceptStops(tx: Tx, emit: Emit, plan: StopPlan, locked: readonly SessionRow[], workspaceId: string, actor: Actor): Promise<AcceptedStops> {
+export async function acceptStops(
+  tx: Tx,
+  emit: Emit,
+  plan: StopPlan,
+  locked: readonly SessionRow[],
+  workspaceId: string,
+  actor: Actor,
+): Promise<AcceptedStops> {
   const decision = decideStops(plan, locked);
   const written = await stopWrites(tx, decision, plan.reason);
   await emitStops(emit, written, new Map(locked.map((s) => [s.id, s])), plan.reason, workspaceId, actor);
@@ -94,7 +130,13 @@ export interface TeardownOutcome {
 }
 
 /** Ask the owner instance to tear one captured execution down; resolves once accepted (teardown is asynchronous). */
-export async function scheduleTeardown(rt: OrchRuntime, call: CallContext, execution: { execution_id: string; instance_id: string }, reason: string, orphaned = false) {
+export async function scheduleTeardown(
+  rt: OrchRuntime,
+  call: CallContext,
+  execution: { execution_id: string; instance_id: string },
+  reason: string,
+  orphaned = false,
+) {
   return request(rt.nc, Life.stop.at(execution.instance_id), { execution_id: execution.execution_id, reason, orphaned }, { requestId: call.requestId });
 }
 
@@ -183,7 +225,9 @@ export async function dispatchTeardowns(
   });
   const failed = outcomes.filter((o) => o.error);
   if (failed.length) {
-    await recordAudit(rt.sql, failure({ stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err: unknown) => log.warn({ err }, 'audit write failed'));
+    await recordAudit(rt.sql, failure({ stage: 'teardown', failed: failed.map((o) => o.teardown.execution.execution_id) })).catch((err: unknown) =>
+      log.warn({ err }, 'audit write failed'),
+    );
   }
   return outcomes;
 }
@@ -298,7 +342,11 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
         // REVIEW after the writes it reads: review_after_stop stages its event itself, only if
         // it writes the transition, and its own exception block keeps a failure from aborting the stop.
         const reviewEvent = review
-          ? buildEvent('task.state_changed', { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor }, { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' })
+          ? buildEvent(
+              'task.state_changed',
+              { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor },
+              { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' },
+            )
           : null;
         const reviewed = reviewEvent ? await reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null;
         return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, reviewEvent, reviewed };
@@ -311,7 +359,8 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const { result, publish } = done;
   const { accepted, teardowns, plan, reviewEvent, reviewed } = result;
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
-  if (reviewEvent && !reviewedNow) log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
+  if (reviewEvent && !reviewedNow)
+    log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
   const extra = reviewedNow ? [reviewEvent] : [];
   const dispatch = () => dispatchTeardowns(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
   if (!run.answerAfterTeardown) {
@@ -331,7 +380,9 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   const failed = outcomes.find((o) => o.error);
   if (failed) {
     const first = failed.error;
-    throw isKandevError(first) && first.code === 'INTERNAL_ERROR' ? first : internalError('stopping the task failed: a teardown request was not accepted', first);
+    throw isKandevError(first) && first.code === 'INTERNAL_ERROR'
+      ? first
+      : internalError('stopping the task failed: a teardown request was not accepted', first);
   }
   return { accepted, outcomes, plan };
 }
@@ -456,7 +507,16 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     const r = refused as { caller: TaskRow; target: TaskRow } | undefined; // assigned in the planner's closure
     // B-3: refusals are control actions too. Recorded on the target only when it is in the caller's workspace (no cross-workspace trail).
     if (r && r.caller.workspace_id === r.target.workspace_id) {
-      await recordAudit(rt.sql, { task_id: r.target.id, workspace_id: r.target.workspace_id, action: 'mcp.stop_task', actor: actorLabel(actor), reason: null, request_id: call.requestId, outcome: 'error:FORBIDDEN', details: {} }).catch((err: unknown) => rt.log.warn({ err, task_id: r.target.id }, 'could not audit a refused stop_task')); // the refusal is the answer either way
+      await recordAudit(rt.sql, {
+        task_id: r.target.id,
+        workspace_id: r.target.workspace_id,
+        action: 'mcp.stop_task',
+        actor: actorLabel(actor),
+        reason: null,
+        request_id: call.requestId,
+        outcome: 'error:FORBIDDEN',
+        details: {},
+      }).catch((err: unknown) => rt.log.warn({ err, task_id: r.target.id }, 'could not audit a refused stop_task')); // the refusal is the answer either way
     }
     throw e;
   }
@@ -496,5 +556,12 @@ export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor,
 export async function taskExecutions(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string) {
   assertCanAccess(actor, await getTask(rt.sql, taskId));
   const registry = await registryOf(rt, call, taskId);
-  return registry.map((e) => ({ execution_id: e.execution_id, session_id: e.session_id, status: e.status, pid: e.pid, protocol: e.protocol, instance_id: e.instance_id }));
+  return registry.map((e) => ({
+    execution_id: e.execution_id,
+    session_id: e.session_id,
+    status: e.status,
+    pid: e.pid,
+    protocol: e.protocol,
+    instance_id: e.instance_id,
+  }));
 }

@@ -1,4 +1,16 @@
-import { actorLabel, canAccessWorkspace, forbidden, notFound, validationError, type Actor, type OperatorActor, type Orch, type RequestOf, type Task, type TaskWithSessions } from '@kandev/contracts';
+import {
+  actorLabel,
+  canAccessWorkspace,
+  forbidden,
+  notFound,
+  validationError,
+  type Actor,
+  type OperatorActor,
+  type Orch,
+  type RequestOf,
+  type Task,
+  type TaskWithSessions,
+} from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask, recordAudit } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
@@ -65,11 +77,15 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
 
 export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string) {
   // One snapshot, so the task's status and its sessions' states agree.
-  return transaction(rt.sql, async (tx) => {
-    const task = assertCanAccess(actor, await getTask(tx, taskId));
-    const sessions = await sessionsOfTask(tx, taskId);
-    return { ...toTask(task), sessions: sessions.map(toSession) };
-  }, { mode: 'isolation level repeatable read read only' }) as Promise<TaskWithSessions>;
+  return transaction(
+    rt.sql,
+    async (tx) => {
+      const task = assertCanAccess(actor, await getTask(tx, taskId));
+      const sessions = await sessionsOfTask(tx, taskId);
+      return { ...toTask(task), sessions: sessions.map(toSession) };
+    },
+    { mode: 'isolation level repeatable read read only' },
+  ) as Promise<TaskWithSessions>;
 }
 
 export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'taskUpdate'>) {
@@ -78,7 +94,10 @@ export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'t
     const before = (await lockTask(tx, req.task_id))!;
     let task = before;
     if (req.title !== undefined || req.archived !== undefined) {
-      task = await updateTaskFields(tx, task.id, { ...(req.title !== undefined ? { title: req.title } : {}), ...(req.archived !== undefined ? { archived: req.archived } : {}) });
+      task = await updateTaskFields(tx, task.id, {
+        ...(req.title !== undefined ? { title: req.title } : {}),
+        ...(req.archived !== undefined ? { archived: req.archived } : {}),
+      });
     }
     if (req.status) task = await changeTaskStatus(tx, emit, task, req.status, { actor: req.actor, reason: 'operator_update' });
     // B-3: an operator moving a card or archiving it is a control action, audited with the change.

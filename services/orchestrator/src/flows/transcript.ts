@@ -25,13 +25,7 @@ export const transcriptCaps = (rt: OrchRuntime): TranscriptCaps => ({
  * event per write (pushed on /ws once the transaction commits). The one way the orchestrator's
  * flows add an item: prompts (sessions.ts), and permission requests and questions.
  */
-export async function recordTranscript(
-  rt: OrchRuntime,
-  tx: Tx,
-  emit: Emit,
-  scope: EventScope & { session_id: string },
-  input: TranscriptInput,
-): Promise<void> {
+export async function recordTranscript(rt: OrchRuntime, tx: Tx, emit: Emit, scope: EventScope & { session_id: string }, input: TranscriptInput): Promise<void> {
   const writes = await appendTranscriptItem(tx, { ...input, session_id: scope.session_id }, transcriptCaps(rt));
   for (const w of writes) await emit('session.message', scope, w);
 }
@@ -73,7 +67,11 @@ export async function onAgentEvents(rt: OrchRuntime, evs: readonly EventEnvelope
   }
   for (const { scope, pieces } of runs.values()) {
     await transact(rt, async (tx, emit) => {
-      const fresh = await recordOnce(tx, TRANSCRIPT_CONSUMER, pieces.map((p) => p.id));
+      const fresh = await recordOnce(
+        tx,
+        TRANSCRIPT_CONSUMER,
+        pieces.map((p) => p.id),
+      );
       if (!fresh.size) return;
       const writes = await appendTranscriptRun(tx, scope.session_id, pieces, fresh, transcriptCaps(rt));
       for (const w of writes) await emit('session.message', scope, w);

@@ -71,7 +71,14 @@ export async function previewTree(rt: OrchRuntime, call: CallContext, actor: Act
   const root = await accessibleRoot(rt, actor, taskId);
   const tasks = await subtree(rt.sql, root.id);
   const held = await activeHoldOfTasks(rt.sql, [root.id]);
-  const [active_wakeup_count, active_hold] = await Promise.all([activeWakeupCount(rt, call, tasks.map((t) => t.id)), held ? getHold(rt.sql, held.hold_id) : Promise.resolve(null)]);
+  const [active_wakeup_count, active_hold] = await Promise.all([
+    activeWakeupCount(
+      rt,
+      call,
+      tasks.map((t) => t.id),
+    ),
+    held ? getHold(rt.sql, held.hold_id) : Promise.resolve(null),
+  ]);
   return {
     task_count: tasks.length,
     tasks: tasks.map((t) => ({ id: t.id, title: t.title, status: t.status, depth: t.depth })),
@@ -97,16 +104,18 @@ async function auditMembers(tx: Tx, hold: Hold, action: string, actor: Actor, re
 }
 
 /** The audit row of a tree action on its root (B-3): what `auditMembers` writes when it commits, and its failures otherwise. */
-const rootAudit = (root: TaskRow, action: string, actor: Actor, reason: string | null, requestId: string) => (outcome: string, details: Record<string, unknown>): AuditRecord => ({
-  task_id: root.id,
-  workspace_id: root.workspace_id,
-  action,
-  actor: actorLabel(actor),
-  reason,
-  request_id: requestId,
-  outcome,
-  details,
-});
+const rootAudit =
+  (root: TaskRow, action: string, actor: Actor, reason: string | null, requestId: string) =>
+  (outcome: string, details: Record<string, unknown>): AuditRecord => ({
+    task_id: root.id,
+    workspace_id: root.workspace_id,
+    action,
+    actor: actorLabel(actor),
+    reason,
+    request_id: requestId,
+    outcome,
+    details,
+  });
 
 /** A tree action's transaction, failing as a stop's does: its failure audited on the root (B-3). */
 async function auditedFailure<T>(rt: OrchRuntime, log: Logger, audit: ReturnType<typeof rootAudit>, run: () => Promise<T>): Promise<T> {
@@ -126,46 +135,75 @@ async function auditedFailure<T>(rt: OrchRuntime, log: Logger, audit: ReturnType
  * those up to PROPAGATION_WAIT_MS. Anything still in flight then is finished by the reconciler
  * (teardowns) or by the holds service's event consumer (wakeups): a crash after the commit loses nothing.
  */
-export async function holdTree(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, mode: HoldMode, reason: string | null): Promise<{ hold: Hold }> {
+export async function holdTree(
+  rt: OrchRuntime,
+  call: CallContext,
+  actor: Actor,
+  taskId: string,
+  mode: HoldMode,
+  reason: string | null,
+): Promise<{ hold: Hold }> {
   const root = await accessibleRoot(rt, actor, taskId);
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const audit = rootAudit(root, `tree.${mode}`, actor, reason, call.requestId);
   // The members' registry entries (orphans included), listed from the bucket alongside the
   // transaction's first statements, as a task stop lists its task's (ADR 0011).
-  const registry = new MembersRegistryView(rt, (await subtree(rt.sql, root.id)).map((t) => t.id), log);
+  const registry = new MembersRegistryView(
+    rt,
+    (await subtree(rt.sql, root.id)).map((t) => t.id),
+    log,
+  );
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
-  const { hold, teardowns } = await auditedFailure(rt, log, audit, () => rt.teardownYield.decision(() => transact(rt, async (tx, emit) => {
-    await serialiseHoldsOf(tx, root.workspace_id);
-    const tasks = await lockSubtree(tx, root.id);
-    if (!tasks.length) throw notFound('task not found');
-    if (tasks.length > MAX_HOLD_MEMBERS) throw conflict('tree is too large for one hold', { task_count: tasks.length, limit: MAX_HOLD_MEMBERS });
-    const ids = tasks.map((t) => t.id);
-    const existing = await activeHoldOfTasks(tx, ids);
-    if (existing) throw conflict('a task of this tree is already a member of an active hold', { ...existing });
-    const members: HoldMember[] = holdMembersOf(tasks, mode);
-    await bumpFences(tx, ids);
-    if (mode === 'cancel') await cancelMembers(tx, emit, tasks, actor);
-    let hold: Hold;
-    try {
-      hold = await tx.savepoint((sp) =>
-        insertHold(sp, { id: randomUUID(), workspace_id: root.workspace_id, root_task_id: root.id, mode, created_by: actorLabel(actor), reason, request_id: call.requestId }, members),
-      );
-    } catch (e) {
-      if ((e as { code?: string }).code === UNIQUE_VIOLATION) throw conflict('a task of this tree is already a member of an active hold');
-      throw e;
-    }
-    const sessions = await lockActiveSessionsOfTasks(tx, ids);
-    const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason, await registry.of(ids)), sessions, root.workspace_id, actor);
-    await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
-    await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
-    log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
-    metrics.holdMembers.observe({ mode }, members.length);
-    return { hold, teardowns: accepted.teardowns };
-  })));
+  const { hold, teardowns } = await auditedFailure(rt, log, audit, () =>
+    rt.teardownYield.decision(() =>
+      transact(rt, async (tx, emit) => {
+        await serialiseHoldsOf(tx, root.workspace_id);
+        const tasks = await lockSubtree(tx, root.id);
+        if (!tasks.length) throw notFound('task not found');
+        if (tasks.length > MAX_HOLD_MEMBERS) throw conflict('tree is too large for one hold', { task_count: tasks.length, limit: MAX_HOLD_MEMBERS });
+        const ids = tasks.map((t) => t.id);
+        const existing = await activeHoldOfTasks(tx, ids);
+        if (existing) throw conflict('a task of this tree is already a member of an active hold', { ...existing });
+        const members: HoldMember[] = holdMembersOf(tasks, mode);
+        await bumpFences(tx, ids);
+        if (mode === 'cancel') await cancelMembers(tx, emit, tasks, actor);
+        let hold: Hold;
+        try {
+          hold = await tx.savepoint((sp) =>
+            insertHold(
+              sp,
+              {
+                id: randomUUID(),
+                workspace_id: root.workspace_id,
+                root_task_id: root.id,
+                mode,
+                created_by: actorLabel(actor),
+                reason,
+                request_id: call.requestId,
+              },
+              members,
+            ),
+          );
+        } catch (e) {
+          if ((e as { code?: string }).code === UNIQUE_VIOLATION) throw conflict('a task of this tree is already a member of an active hold');
+          throw e;
+        }
+        const sessions = await lockActiveSessionsOfTasks(tx, ids);
+        const accepted = await acceptStops(tx, emit, planTreeStop(sessions, stopReason, await registry.of(ids)), sessions, root.workspace_id, actor);
+        await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
+        await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
+        log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
+        metrics.holdMembers.observe({ mode }, members.length);
+        return { hold, teardowns: accepted.teardowns };
+      }),
+    ),
+  );
   const propagation = Promise.all([
     dispatchTeardowns(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
-    request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'gating wakeups failed; the holds service catches up from the event')),
+    request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) =>
+      log.warn({ err: e, hold_id: hold.id }, 'gating wakeups failed; the holds service catches up from the event'),
+    ),
   ]);
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([propagation, new Promise<void>((r) => (timer = setTimeout(r, PROPAGATION_WAIT_MS)))]);
@@ -209,8 +247,15 @@ class MembersRegistryView {
 /** Snapshot already taken under the row locks; every status change publishes its task event (R-4.5). */
 async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], actor: Actor) {
   const before = new Map(tasks.map((t) => [t.id, t.status]));
-  for (const t of await cancelTasks(tx, tasks.map((x) => x.id))) {
-    await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: 'CANCELLED', reason: StopReasons.treeCancel });
+  for (const t of await cancelTasks(
+    tx,
+    tasks.map((x) => x.id),
+  )) {
+    await emit(
+      'task.state_changed',
+      { workspace_id: t.workspace_id, task_id: t.id, actor },
+      { task: toTask(t), from: before.get(t.id)!, to: 'CANCELLED', reason: StopReasons.treeCancel },
+    );
   }
 }
 
@@ -229,7 +274,16 @@ async function tasksWithoutActiveSession(tx: Tx, ids: readonly string[]): Promis
 async function flagReleasedWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId: string, mode: HoldMode, actor: Actor, requestId: string) {
   const reason = mode === 'pause' ? 'resumed_without_session' : 'restored_without_session';
   await recordAudits(tx, [
-    { task_id: t.id, workspace_id: t.workspace_id, action: 'task.needs_attention', actor: actorLabel(actor), reason, request_id: requestId, outcome: 'flagged', details: { hold_id: holdId, status: t.status } },
+    {
+      task_id: t.id,
+      workspace_id: t.workspace_id,
+      action: 'task.needs_attention',
+      actor: actorLabel(actor),
+      reason,
+      request_id: requestId,
+      outcome: 'flagged',
+      details: { hold_id: holdId, status: t.status },
+    },
   ]);
   await emit('task.attention', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), reason });
 }
@@ -240,36 +294,57 @@ async function flagReleasedWithoutSession(tx: Tx, emit: Emit, t: TaskRow, holdId
  * in one transaction. Member tasks are locked first, in the order a new hold locks them, so a
  * release and a new hold over the same tree cannot deadlock.
  */
-export async function releaseTree(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string, mode: HoldMode, reason: string | null): Promise<{ hold: Hold }> {
+export async function releaseTree(
+  rt: OrchRuntime,
+  call: CallContext,
+  actor: Actor,
+  taskId: string,
+  mode: HoldMode,
+  reason: string | null,
+): Promise<{ hold: Hold }> {
   const root = await accessibleRoot(rt, actor, taskId);
   const log = rt.log.child({ task_id: root.id, request_id: call.requestId, mode });
   const audit = rootAudit(root, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId);
-  const hold = await auditedFailure(rt, log, audit, () => transact(rt, async (tx, emit) => {
-    await serialiseHoldsOf(tx, root.workspace_id);
-    const candidate = await activeHoldOfTasks(tx, [root.id]);
-    if (!candidate || candidate.root_task_id !== root.id || candidate.mode !== mode) throw releaseConflict(mode, candidate);
-    const current = (await getHold(tx, candidate.hold_id))!;
-    const locked = await lockTasks(tx, current.members.map((m) => m.task_id));
-    const held = await lockActiveHoldRootedAt(tx, root.id, mode);
-    if (!held || held.id !== current.id) throw releaseConflict(mode, null);
-    if (mode === 'cancel') {
-      const before = new Map(locked.map((t) => [t.id, t.status]));
-      const restorable = held.members.filter((m) => m.skip_reason === null).map((m) => ({ task_id: m.task_id, task_status: m.task_status }));
-      for (const t of await restoreTasks(tx, restorable)) {
-        await emit('task.state_changed', { workspace_id: t.workspace_id, task_id: t.id, actor }, { task: toTask(t), from: before.get(t.id)!, to: t.status, reason: 'tree_restored' });
+  const hold = await auditedFailure(rt, log, audit, () =>
+    transact(rt, async (tx, emit) => {
+      await serialiseHoldsOf(tx, root.workspace_id);
+      const candidate = await activeHoldOfTasks(tx, [root.id]);
+      if (!candidate || candidate.root_task_id !== root.id || candidate.mode !== mode) throw releaseConflict(mode, candidate);
+      const current = (await getHold(tx, candidate.hold_id))!;
+      const locked = await lockTasks(
+        tx,
+        current.members.map((m) => m.task_id),
+      );
+      const held = await lockActiveHoldRootedAt(tx, root.id, mode);
+      if (!held || held.id !== current.id) throw releaseConflict(mode, null);
+      if (mode === 'cancel') {
+        const before = new Map(locked.map((t) => [t.id, t.status]));
+        const restorable = held.members.filter((m) => m.skip_reason === null).map((m) => ({ task_id: m.task_id, task_status: m.task_status }));
+        for (const t of await restoreTasks(tx, restorable)) {
+          await emit(
+            'task.state_changed',
+            { workspace_id: t.workspace_id, task_id: t.id, actor },
+            { task: toTask(t), from: before.get(t.id)!, to: t.status, reason: 'tree_restored' },
+          );
+        }
       }
-    }
-    // ADR 0025: a member the release leaves IN_PROGRESS has nothing running (the hold stopped its
-    // sessions and fenced its launches). It keeps that status (R-4.2, R-4.6) and the reconciler
-    // leaves it be until a session of it moves; the operator is told, not left to guess.
-    const after = await tasksWithoutActiveSession(tx, held.members.filter((m) => m.skip_reason === null).map((m) => m.task_id));
-    for (const t of after) if (t.status === 'IN_PROGRESS') await flagReleasedWithoutSession(tx, emit, t, held.id, mode, actor, call.requestId);
-    const released = await releaseHold(tx, held.id, actorLabel(actor), reason);
-    await auditMembers(tx, released, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId, 'released');
-    await emit('tree_hold.released', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold: released });
-    log.info({ hold_id: released.id }, 'tree hold released');
-    return released;
-  }));
-  await request(rt.nc, Holds.holdReleased, { hold }, { requestId: call.requestId }).catch((e) => log.warn({ err: e, hold_id: hold.id }, 'ungating wakeups failed; the holds service catches up from the event'));
+      // ADR 0025: a member the release leaves IN_PROGRESS has nothing running (the hold stopped its
+      // sessions and fenced its launches). It keeps that status (R-4.2, R-4.6) and the reconciler
+      // leaves it be until a session of it moves; the operator is told, not left to guess.
+      const after = await tasksWithoutActiveSession(
+        tx,
+        held.members.filter((m) => m.skip_reason === null).map((m) => m.task_id),
+      );
+      for (const t of after) if (t.status === 'IN_PROGRESS') await flagReleasedWithoutSession(tx, emit, t, held.id, mode, actor, call.requestId);
+      const released = await releaseHold(tx, held.id, actorLabel(actor), reason);
+      await auditMembers(tx, released, mode === 'pause' ? 'tree.resume' : 'tree.restore', actor, reason, call.requestId, 'released');
+      await emit('tree_hold.released', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold: released });
+      log.info({ hold_id: released.id }, 'tree hold released');
+      return released;
+    }),
+  );
+  await request(rt.nc, Holds.holdReleased, { hold }, { requestId: call.requestId }).catch((e) =>
+    log.warn({ err: e, hold_id: hold.id }, 'ungating wakeups failed; the holds service catches up from the event'),
+  );
   return { hold };
 }

@@ -63,7 +63,11 @@ export async function updateQuestions(tx: Tx, bundleId: string, before: readonly
   }
 }
 
-export async function closeBundle(tx: Tx, id: string, c: { status: BundleStatus; reason: string | null; closed_by: string; detach: string | null }): Promise<void> {
+export async function closeBundle(
+  tx: Tx,
+  id: string,
+  c: { status: BundleStatus; reason: string | null; closed_by: string; detach: string | null },
+): Promise<void> {
   await tx`UPDATE clarification_bundles SET status = ${c.status}, reason = COALESCE(${c.reason}, reason), closed_at = now(), closed_by = ${c.closed_by},
              detached_at = CASE WHEN ${c.detach}::text IS NOT NULL THEN COALESCE(detached_at, now()) ELSE detached_at END,
              detached_reason = COALESCE(detached_reason, ${c.detach})

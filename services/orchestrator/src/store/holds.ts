@@ -14,15 +14,21 @@ const SUBTREE = `
     UNION ALL
     SELECT c.id, tree.depth + 1 FROM tasks c JOIN tree ON c.parent_id = tree.id
   )`;
-const cols = TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ');
+const cols = TASK_COLUMNS.split(', ')
+  .map((c) => `t.${c}`)
+  .join(', ');
 
 const norm = (r: SubtreeTask): SubtreeTask => ({ ...r, fence_epoch: Number(r.fence_epoch), depth: Number(r.depth) });
 
 /** The root and every descendant at any depth, archived ones included (R-4.1), root first. */
 export async function subtree(q: Q, rootId: string): Promise<SubtreeTask[]> {
-  const rows = await q.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY tree.depth, t.created_at, t.id`, [rootId], {
-    prepare: true,
-  });
+  const rows = await q.unsafe<SubtreeTask[]>(
+    `${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY tree.depth, t.created_at, t.id`,
+    [rootId],
+    {
+      prepare: true,
+    },
+  );
   return rows.map(norm);
 }
 
@@ -36,7 +42,11 @@ export async function subtree(q: Q, rootId: string): Promise<SubtreeTask[]> {
 export async function lockSubtree(tx: Tx, rootId: string): Promise<SubtreeTask[]> {
   for (;;) {
     const locked = (
-      await tx.unsafe<SubtreeTask[]>(`${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY t.id FOR NO KEY UPDATE OF t`, [rootId], { prepare: true })
+      await tx.unsafe<SubtreeTask[]>(
+        `${SUBTREE} SELECT ${cols}, tree.depth FROM tasks t JOIN tree ON tree.id = t.id ORDER BY t.id FOR NO KEY UPDATE OF t`,
+        [rootId],
+        { prepare: true },
+      )
     ).map(norm);
     const [again] = await tx.unsafe<{ n: number }[]>(`${SUBTREE} SELECT count(*)::int AS n FROM tree`, [rootId], { prepare: true });
     if (again!.n === locked.length) return locked.sort((a, b) => a.depth - b.depth || a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
@@ -58,7 +68,10 @@ export async function getHold(q: Q, holdId: string): Promise<Hold | null> {
 }
 
 /** The active hold one of these tasks is a member of, if any (a task is in at most one, R-4.8). */
-export async function activeHoldOfTasks(q: Q, taskIds: readonly string[]): Promise<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string } | null> {
+export async function activeHoldOfTasks(
+  q: Q,
+  taskIds: readonly string[],
+): Promise<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string } | null> {
   const [row] = await q<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string }[]>`
     SELECT m.hold_id, m.task_id, h.mode, h.root_task_id FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
     WHERE m.task_id = ANY(${[...taskIds]}::uuid[]) AND m.active LIMIT 1`;
@@ -67,9 +80,13 @@ export async function activeHoldOfTasks(q: Q, taskIds: readonly string[]): Promi
 
 /** The active hold of this mode rooted at this task, under its row lock. */
 export async function lockActiveHoldRootedAt(tx: Tx, rootId: string, mode: HoldMode): Promise<Hold | null> {
-  const [row] = await tx.unsafe<HoldRow[]>(`SELECT ${HOLD_COLUMNS} FROM tree_holds WHERE root_task_id = $1 AND mode = $2 AND released_at IS NULL FOR UPDATE`, [rootId, mode], {
-    prepare: true,
-  });
+  const [row] = await tx.unsafe<HoldRow[]>(
+    `SELECT ${HOLD_COLUMNS} FROM tree_holds WHERE root_task_id = $1 AND mode = $2 AND released_at IS NULL FOR UPDATE`,
+    [rootId, mode],
+    {
+      prepare: true,
+    },
+  );
   return row ? { ...row, members: await membersOf(tx, row.id) } : null;
 }
 
@@ -131,7 +148,9 @@ export async function restoreTasks(tx: Tx, snapshots: ReadonlyArray<{ task_id: s
 
 /** Member tasks under their row locks, in id order (the same order a new hold locks them in). */
 export async function lockTasks(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
-  const rows = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`, [[...ids]], { prepare: true });
+  const rows = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE`, [[...ids]], {
+    prepare: true,
+  });
   return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
 }
 

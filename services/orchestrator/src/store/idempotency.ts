@@ -31,7 +31,9 @@ export async function reclaimStaleKey(q: Q, ref: IdempotencyRef, requestHash: st
 }
 
 export async function getKey(q: Q, ref: IdempotencyRef): Promise<IdempotencyRow | null> {
-  const [row] = await q<IdempotencyRow[]>`SELECT request_hash, result FROM idempotency_keys WHERE scope = ${ref.scope} AND operation = ${ref.operation} AND key = ${ref.key}`;
+  const [row] = await q<
+    IdempotencyRow[]
+  >`SELECT request_hash, result FROM idempotency_keys WHERE scope = ${ref.scope} AND operation = ${ref.operation} AND key = ${ref.key}`;
   return row ?? null;
 }
 

@@ -4,7 +4,8 @@ import type { Sql, Tx } from '@kandev/runtime';
 type Q = Sql | Tx;
 
 /** The row as the wire carries it (contracts PermissionRequest). */
-const COLUMNS = 'id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, created_at, closed_at, closed_by';
+const COLUMNS =
+  'id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, created_at, closed_at, closed_by';
 
 export interface NewPermission {
   id: string;
@@ -33,7 +34,20 @@ export async function insertPermission(tx: Tx, p: NewPermission, closed: Closure
     `INSERT INTO permission_requests (id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, closed_at, closed_by)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, CASE WHEN $10 = 'pending' THEN NULL ELSE now() END, $12)
      ON CONFLICT (execution_id, permission_id) DO NOTHING RETURNING ${COLUMNS}`,
-    [p.id, p.workspace_id, p.task_id, p.session_id, p.turn_id, p.execution_id, p.permission_id, p.title, p.options as never, closed?.status ?? 'pending', closed?.chosen_option_id ?? null, closed?.closed_by ?? null],
+    [
+      p.id,
+      p.workspace_id,
+      p.task_id,
+      p.session_id,
+      p.turn_id,
+      p.execution_id,
+      p.permission_id,
+      p.title,
+      p.options as never,
+      closed?.status ?? 'pending',
+      closed?.chosen_option_id ?? null,
+      closed?.closed_by ?? null,
+    ],
   );
   return row ?? null;
 }
@@ -63,7 +77,11 @@ export async function permissionsOfTask(q: Q, taskId: string): Promise<Permissio
  * closed. Every closer (an operator's answer, agentctl's resolution, a stopped execution) goes
  * through this statement, so exactly one of them closes each request.
  */
-export async function closePermission(tx: Tx, where: { id: string } | { execution_id: string; permission_id: string }, c: Closure): Promise<PermissionRequest | null> {
+export async function closePermission(
+  tx: Tx,
+  where: { id: string } | { execution_id: string; permission_id: string },
+  c: Closure,
+): Promise<PermissionRequest | null> {
   const [cond, params] = 'id' in where ? ['id = $4', [where.id]] : ['execution_id = $4 AND permission_id = $5', [where.execution_id, where.permission_id]];
   const [row] = await tx.unsafe<PermissionRequest[]>(
     `UPDATE permission_requests SET status = $1, chosen_option_id = $2, closed_by = $3, closed_at = now()

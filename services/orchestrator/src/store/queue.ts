@@ -5,7 +5,10 @@ import type { Sql, Tx } from '@kandev/runtime';
 type Q = Sql | Tx;
 const COLS = 'id, task_id, session_id, position, prompt, sender_task_id, queued_by, queued_at';
 
-export async function enqueue(tx: Tx, m: { task_id: string; session_id: string; prompt: string; sender_task_id: string | null; queued_by: string }): Promise<QueuedMessage> {
+export async function enqueue(
+  tx: Tx,
+  m: { task_id: string; session_id: string; prompt: string; sender_task_id: string | null; queued_by: string },
+): Promise<QueuedMessage> {
   const [row] = await tx.unsafe<QueuedMessage[]>(
     `INSERT INTO queued_messages (id, task_id, session_id, prompt, sender_task_id, queued_by) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${COLS}`,
     [randomUUID(), m.task_id, m.session_id, m.prompt, m.sender_task_id, m.queued_by],
@@ -37,7 +40,9 @@ export async function claimNextMessage(tx: Tx, taskId: string): Promise<QueuedMe
 }
 /** An operator removes one queued message (DELETE /tasks/:id/queue/:message_id); null when it is not (or no longer) queued. */
 export async function deleteQueuedMessage(tx: Tx, taskId: string, id: string): Promise<QueuedMessage | null> {
-  const [row] = await tx.unsafe<QueuedMessage[]>(`DELETE FROM queued_messages WHERE id = $1 AND task_id = $2 RETURNING ${COLS}`, [id, taskId], { prepare: true });
+  const [row] = await tx.unsafe<QueuedMessage[]>(`DELETE FROM queued_messages WHERE id = $1 AND task_id = $2 RETURNING ${COLS}`, [id, taskId], {
+    prepare: true,
+  });
   return row ? norm(row) : null;
 }
 /** Remove one message being dispatched; false when another path already took it. */

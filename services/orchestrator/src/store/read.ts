@@ -45,7 +45,9 @@ export interface TaskListRow extends TaskRow {
   hold: { id: string; mode: HoldMode } | null;
 }
 
-const prefixed = TASK_COLUMNS.split(', ').map((c) => `t.${c}`).join(', ');
+const prefixed = TASK_COLUMNS.split(', ')
+  .map((c) => `t.${c}`)
+  .join(', ');
 
 /**
  * Tasks of one workspace, newest first after `after`, with what a board card shows: direct child

@@ -1,8 +1,10 @@
 import type { Session, Task, Turn, QueuedMessage, AuditEntry, Workspace } from '@kandev/contracts';
 
 /** Column lists and row → wire mappers, so every query returns the same shapes. */
-export const TASK_COLUMNS = 'id, workspace_id, parent_id, title, description, status, office, agent, archived_at, cancelled_at, checkout_agent_id, checkout_at, fence_epoch, working_dir, created_at, updated_at';
-export const SESSION_COLUMNS = 'id, task_id, state, error_message, cancel_reason, is_primary, agent, execution_id, instance_id, queue_paused, started_at, completed_at, created_at, updated_at';
+export const TASK_COLUMNS =
+  'id, workspace_id, parent_id, title, description, status, office, agent, archived_at, cancelled_at, checkout_agent_id, checkout_at, fence_epoch, working_dir, created_at, updated_at';
+export const SESSION_COLUMNS =
+  'id, task_id, state, error_message, cancel_reason, is_primary, agent, execution_id, instance_id, queue_paused, started_at, completed_at, created_at, updated_at';
 
 export interface TaskRow extends Task {
   fence_epoch: number;

@@ -6,7 +6,10 @@ import { IS_CALLERS_CHILD } from './tasks.js';
 
 type Q = Sql | Tx;
 
-export async function insertSession(tx: Tx, s: { task_id: string; agent: string; state: SessionState; is_primary: boolean; launch_key?: string | null }): Promise<SessionRow> {
+export async function insertSession(
+  tx: Tx,
+  s: { task_id: string; agent: string; state: SessionState; is_primary: boolean; launch_key?: string | null },
+): Promise<SessionRow> {
   const [row] = await tx.unsafe<SessionRow[]>(
     // R-3.5 across sessions: a queue an operator cancel paused stays paused for the task's next
     // session (the queue is the task's, R-1.6) until the operator resumes it.
@@ -74,7 +77,9 @@ export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<Guard
  */
 export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
   const active = [...ACTIVE_SESSION_STATES];
-  const cols = SESSION_COLUMNS.split(', ').map((c) => `s.${c}`).join(', ');
+  const cols = SESSION_COLUMNS.split(', ')
+    .map((c) => `s.${c}`)
+    .join(', ');
   // The locks awaited before the read is issued (ADR 0033).
   await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true });
   const [row] = await tx.unsafe<GuardedSession[]>(
@@ -93,10 +98,11 @@ export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]
 
 /** Candidates of a stop: sessions in an active state, in a stable order. */
 export async function activeSessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
-  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id`, [
-    taskId,
-    [...ACTIVE_SESSION_STATES],
-  ], { prepare: true });
+  return q.unsafe<SessionRow[]>(
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id`,
+    [taskId, [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
 }
 
 /** Whether any session of the task is active (ACTIVE_SESSION_STATES). */
@@ -144,10 +150,11 @@ export async function resumeQueueOfTask(tx: Tx, taskId: string): Promise<void> {
 /** Active sessions of many tasks under their guard (a tree hold stops them all in one transaction). */
 export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string[]): Promise<SessionRow[]> {
   if (!taskIds.length) return [];
-  return tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR UPDATE`, [
-    [...taskIds],
-    [...ACTIVE_SESSION_STATES],
-  ], { prepare: true });
+  return tx.unsafe<SessionRow[]>(
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR UPDATE`,
+    [[...taskIds], [...ACTIVE_SESSION_STATES]],
+    { prepare: true },
+  );
 }
 
 /** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */

@@ -6,7 +6,9 @@ import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
 type Q = Sql | Tx;
 
 export async function insertWorkspace(q: Q, name: string) {
-  const [row] = await q<{ id: string; name: string; created_at: string }[]>`INSERT INTO workspaces (id, name) VALUES (${randomUUID()}, ${name}) RETURNING id, name, created_at`;
+  const [row] = await q<
+    { id: string; name: string; created_at: string }[]
+  >`INSERT INTO workspaces (id, name) VALUES (${randomUUID()}, ${name}) RETURNING id, name, created_at`;
   return row!;
 }
 export async function workspaceExists(q: Q, id: string): Promise<boolean> {
@@ -15,7 +17,15 @@ export async function workspaceExists(q: Q, id: string): Promise<boolean> {
 
 export async function insertTask(
   q: Q,
-  t: { workspace_id: string; parent_id: string | null; title: string; description: string | null; office: boolean; agent: string | null; working_dir?: string | null },
+  t: {
+    workspace_id: string;
+    parent_id: string | null;
+    title: string;
+    description: string | null;
+    office: boolean;
+    agent: string | null;
+    working_dir?: string | null;
+  },
 ): Promise<TaskRow> {
   const [row] = await q.unsafe<TaskRow[]>(
     `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent, working_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${TASK_COLUMNS}`,
@@ -44,7 +54,11 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
 
 /** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
 export async function bumpFenceLocked(tx: Tx, id: string): Promise<BumpedTask | null> {
-  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}, now() AS at`, [id], { prepare: true });
+  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(
+    `UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}, now() AS at`,
+    [id],
+    { prepare: true },
+  );
   return row ? bumped(row) : null;
 }
 
@@ -83,7 +97,11 @@ export const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_
 
 /** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
 export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<BumpedTask | null> {
-  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(`UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}, now() AS at`, [targetId, callerId], { prepare: true });
+  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(
+    `UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}, now() AS at`,
+    [targetId, callerId],
+    { prepare: true },
+  );
   return row ? bumped(row) : null;
 }
 

@@ -1,6 +1,15 @@
 import type { SessionMessageData, TranscriptItem } from '@kandev/contracts';
 import { transaction, type Sql, type Tx } from '@kandev/runtime';
-import { DEFAULT_TRANSCRIPT_CAPS, planTranscriptAppend, planTranscriptRun, type TranscriptCaps, type TranscriptInput, type TranscriptPiece, type TranscriptState, type TranscriptWrite } from '../domain/transcript.js';
+import {
+  DEFAULT_TRANSCRIPT_CAPS,
+  planTranscriptAppend,
+  planTranscriptRun,
+  type TranscriptCaps,
+  type TranscriptInput,
+  type TranscriptPiece,
+  type TranscriptState,
+  type TranscriptWrite,
+} from '../domain/transcript.js';
 
 type Q = Sql | Tx;
 
@@ -56,11 +65,21 @@ const appendIn = (tx: Tx, input: TranscriptInput & { session_id: string }, caps:
  * batch, ADR 0035): one lock of the session's state row, one write per item touched. Pieces whose
  * id is not in `fresh` (what the inbox did not already hold) add nothing; see planTranscriptRun.
  */
-export function appendTranscriptRun(tx: Tx, sessionId: string, pieces: readonly TranscriptPiece[], fresh: ReadonlySet<string>, caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS): Promise<SessionMessageData[]> {
+export function appendTranscriptRun(
+  tx: Tx,
+  sessionId: string,
+  pieces: readonly TranscriptPiece[],
+  fresh: ReadonlySet<string>,
+  caps: TranscriptCaps = DEFAULT_TRANSCRIPT_CAPS,
+): Promise<SessionMessageData[]> {
   return writePlanned(tx, sessionId, (state) => planTranscriptRun(state, pieces, fresh, caps));
 }
 
-async function writePlanned(tx: Tx, sessionId: string, plan: (state: TranscriptState) => { writes: TranscriptWrite[]; state: TranscriptState }): Promise<SessionMessageData[]> {
+async function writePlanned(
+  tx: Tx,
+  sessionId: string,
+  plan: (state: TranscriptState) => { writes: TranscriptWrite[]; state: TranscriptState },
+): Promise<SessionMessageData[]> {
   // Creates the session's state row on its first item and locks it either way, in one statement.
   const [row] = await tx.unsafe<StateRow[]>(
     `INSERT INTO transcript_state (session_id) SELECT id FROM sessions WHERE id = $1
@@ -88,7 +107,17 @@ async function writePlanned(tx: Tx, sessionId: string, plan: (state: TranscriptS
         [sessionId, w.seq, w.text],
         { prepare: true },
       );
-      out.push({ op: 'appended', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at, offset: Number(r!.offset) });
+      out.push({
+        op: 'appended',
+        seq: w.seq,
+        turn_id: w.turn_id,
+        role: w.role,
+        kind: w.kind,
+        text: w.text,
+        meta: w.meta,
+        created_at: r!.created_at,
+        offset: Number(r!.offset),
+      });
     }
   }
   await tx.unsafe(
@@ -101,7 +130,17 @@ async function writePlanned(tx: Tx, sessionId: string, plan: (state: TranscriptS
 
 /** A page of a session's transcript, oldest first, after `afterSeq`. */
 export async function transcriptPage(q: Q, sessionId: string, afterSeq: number, limit: number): Promise<TranscriptItem[]> {
-  const rows = await q.unsafe<Array<{ seq: string; turn_id: string | null; role: TranscriptItem['role']; kind: TranscriptItem['kind']; text: string; meta: Record<string, unknown>; created_at: string }>>(
+  const rows = await q.unsafe<
+    Array<{
+      seq: string;
+      turn_id: string | null;
+      role: TranscriptItem['role'];
+      kind: TranscriptItem['kind'];
+      text: string;
+      meta: Record<string, unknown>;
+      created_at: string;
+    }>
+  >(
     `SELECT seq, turn_id, role, kind, text, meta, created_at FROM transcript_items WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
     [sessionId, afterSeq, limit],
     { prepare: true },

@@ -4,7 +4,10 @@ import type { Sql, Tx } from '@kandev/runtime';
 
 type Q = Sql | Tx;
 
-export async function insertTurn(tx: Tx, t: { id?: string; session_id: string; execution_id: string | null; prompt: string; sender_task_id: string | null }): Promise<Turn> {
+export async function insertTurn(
+  tx: Tx,
+  t: { id?: string; session_id: string; execution_id: string | null; prompt: string; sender_task_id: string | null },
+): Promise<Turn> {
   const [row] = await tx<Turn[]>`
     INSERT INTO turns (id, session_id, execution_id, prompt, sender_task_id)
     VALUES (${t.id ?? randomUUID()}, ${t.session_id}, ${t.execution_id}, ${t.prompt}, ${t.sender_task_id})
