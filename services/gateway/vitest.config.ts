@@ -1,10 +1,3 @@
-import { availableParallelism } from 'node:os';
-import { defineConfig } from 'vitest/config';
+import { serverTestConfig } from '../../vitest.shared.js';
 
-// Files mostly wait on NATS, PostgreSQL and child processes, so more files than cores run at once:
-// vitest's own default is cores - 1, a single worker on a 2-core CI runner (docs/testing.md).
-const maxWorkers = Math.max(4, availableParallelism() - 1);
-
-export default defineConfig({
-  test: { include: ['test/**/*.test.ts'], testTimeout: 30_000, hookTimeout: 30_000, pool: 'forks', maxWorkers },
-});
+export default serverTestConfig();

@@ -24,30 +24,11 @@ function deadPort(): Promise<number> {
   });
 }
 
-/** What a file started; each file runs them in its afterAll (`runCleanups`). */
-export const cleanups: Array<() => void | Promise<void>> = [];
-export async function runCleanups() {
-  for (const fn of cleanups.reverse()) await fn();
-}
-
-export interface Started {
-  child: ChildProcess;
-  out: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** Everything below the spawned process, sampled every 100 ms while it runs. */
-  seen: Map<string, Proc>;
-  gateway: string;
-  servicePid(name: string): number | undefined;
-  survivors(): Promise<Proc[]>;
-}
-
-/** Start `npm start` (or the launcher directly) in a process group of its own and wait for "kandev is up". */
-export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<string, string> = {}): Promise<Started> {
-  const base = mkdtempSync(join(tmpdir(), 'kandev-sup-'));
-  chmodSync(base, 0o755);
-  const state = join(base, 'state');
-  mkdirSync(state);
-  cleanups.push(() => rmSync(base, { recursive: true, force: true }));
+/**
+ * This process's environment without what would point `npm start` (or `npm run token`) at another
+ * stack or key, plus `extra`; agent uids from this vitest worker's slice.
+ */
+export function startEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of [
     'DATABASE_URL',
@@ -60,18 +41,51 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
     'NATS_PASS',
   ])
     delete env[k];
-  Object.assign(
-    env,
-    {
-      KANDEV_STATE_DIR: state,
-      GATEWAY_PORT: '0',
-      MCP_PORT: '0',
-      NATS_URL: `nats://127.0.0.1:${await deadPort()}`,
-      LOG_LEVEL: 'info',
-      AGENT_UID_RANGE: workerAgentUidRange(),
-    },
-    extraEnv,
-  );
+  return { ...env, AGENT_UID_RANGE: workerAgentUidRange(), ...extra };
+}
+
+/** A state dir PostgreSQL can use (as root the embedded server runs as `postgres`, which must enter it); removed by `runCleanups`. */
+export function tempStateDir(): string {
+  const base = mkdtempSync(join(tmpdir(), 'kandev-sup-'));
+  chmodSync(base, 0o755);
+  cleanups.push(() => rmSync(base, { recursive: true, force: true }));
+  return join(base, 'state');
+}
+
+/** What a file started; each file runs them in its afterAll (`runCleanups`). */
+export const cleanups: Array<() => void | Promise<void>> = [];
+export async function runCleanups() {
+  for (const fn of cleanups.reverse()) await fn();
+}
+
+export interface Started {
+  child: ChildProcess;
+  out: () => string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Everything below the spawned process, sampled every 100 ms while it runs. */
+  seen: Map<string, Proc>;
+  /** Sample now, beside the 100 ms sampler (a process that just started). */
+  sample(): void;
+  gateway: string;
+  /** Its KANDEV_STATE_DIR (the stored secrets, PostgreSQL's data). */
+  stateDir: string;
+  servicePid(name: string): number | undefined;
+  survivors(): Promise<Proc[]>;
+}
+
+/** Start `npm start` (or the launcher directly) in a process group of its own and wait for "kandev is up". */
+export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<string, string> = {}): Promise<Started> {
+  const state = tempStateDir();
+  mkdirSync(state);
+  const env = startEnv({
+    KANDEV_STATE_DIR: state,
+    GATEWAY_PORT: '0',
+    MCP_PORT: '0',
+    // Unreachable on purpose: start.mjs must spawn a nats-server of its own.
+    NATS_URL: `nats://127.0.0.1:${await deadPort()}`,
+    LOG_LEVEL: 'info',
+    ...extraEnv,
+  });
   const [cmd, args] = how === 'npm' ? ['npm', ['start', '--silent']] : [process.execPath, ['scripts/start.mjs', '--no-build']];
   // detached: its own process group, as a terminal's foreground job is.
   const child = spawn(cmd as string, args as string[], { cwd: repoRoot, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
@@ -104,6 +118,8 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
     exited,
     seen,
     gateway: gateway!,
+    stateDir: state,
+    sample,
     servicePid: (name) => {
       sample();
       return descendants(child.pid!).find((p) => p.cmd.includes(`services/${name}/dist/main.js`))?.pid;

@@ -1,119 +1,28 @@
 // `npm start` end to end: the real script, its own nats-server and embedded PostgreSQL, the five
 // services as processes; the gateway gets ready; Ctrl-C (SIGINT) exits 0 and leaves no process
 // behind. Expects a built tree (`npm test` builds first).
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
-import { workerAgentUidRange } from '../src/agent-uids.js';
 import { repoRoot } from '../src/paths.js';
-import { descendants, procAlive, type Proc } from '../src/procs.js';
+import { readyz, runCleanups, startEnv, startStack, stoppedWithin, tempStateDir, sleep } from './start-harness.js';
 
-const alive = procAlive;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** A port nothing listens on (bound by the OS, then released). */
-function deadPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-/** A state dir PostgreSQL can use: as root the embedded server runs as `postgres`, which must enter it. */
-function tempStateDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'kandev-start-'));
-  chmodSync(dir, 0o755);
-  return join(dir, 'state');
-}
-
-function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of [
-    'DATABASE_URL',
-    'KANDEV_JWT_SECRET',
-    'KANDEV_OPERATOR_JWT_SECRET',
-    'KANDEV_AGENT_JWT_SECRET',
-    'KANDEV_SERVICES',
-    'KANDEV_LOG_STDOUT',
-    'NATS_USER',
-    'NATS_PASS',
-  ])
-    delete env[k];
-  return { ...env, AGENT_UID_RANGE: workerAgentUidRange(), ...extra };
-}
-
-const cleanups: Array<() => void | Promise<void>> = [];
-afterAll(async () => {
-  for (const fn of cleanups.reverse()) await fn();
-});
+afterAll(runCleanups);
 
 describe('npm start', () => {
   it('starts NATS, PostgreSQL and every service, serves /readyz, and leaves no process behind on SIGINT', async () => {
-    const state = tempStateDir();
-    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
     const started = Date.now();
-    const child: ChildProcess = spawn(process.execPath, ['scripts/start.mjs', '--no-build'], {
-      cwd: repoRoot,
-      env: childEnv({
-        KANDEV_STATE_DIR: state,
-        GATEWAY_PORT: '0',
-        MCP_PORT: '0',
-        // Unreachable on purpose: start.mjs must spawn a nats-server of its own.
-        NATS_URL: `nats://127.0.0.1:${await deadPort()}`,
-        LOG_LEVEL: 'info',
-      }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      child.once('exit', (code, signal) => resolve({ code, signal })),
-    );
-    let hasExited = false;
-    void exited.then(() => (hasExited = true));
-
-    // Everything start.mjs ever starts, sampled while it runs (key: pid + start time).
-    const seen = new Map<string, Proc>();
-    const sample = () => {
-      for (const p of descendants(child.pid!)) seen.set(`${p.pid}:${p.start}`, p);
-    };
-    const sampler = setInterval(sample, 100);
-    cleanups.push(async () => {
-      clearInterval(sampler);
-      if (!hasExited) child.kill('SIGKILL');
-      for (const p of seen.values()) if (alive(p)) process.kill(p.pid, 'SIGKILL');
-    });
-
-    let gateway: string | undefined;
-    for (const deadline = Date.now() + 75_000; !gateway && !hasExited && Date.now() < deadline; await sleep(100)) {
-      gateway = /^\s*Gateway:\s+(http\S+)/m.exec(stdout)?.[1];
-    }
-    expect(gateway, `npm start printed no gateway URL.\nstdout:\n${stdout}\nstderr:\n${stderr}`).toBeDefined();
+    const s = await startStack('launcher');
+    const { gateway } = s;
     const readyAfterMs = Date.now() - started;
-
-    let status = 0;
-    for (const deadline = Date.now() + 30_000; status !== 200 && Date.now() < deadline;) {
-      status = await fetch(`${gateway}/readyz`).then(
-        (r) => r.status,
-        () => 0,
-      );
-      if (status !== 200) await sleep(250);
-    }
-    expect(status, `GET ${gateway}/readyz\nstderr:\n${stderr}`).toBe(200);
+    expect(await readyz(gateway, 30_000), `GET ${gateway}/readyz\n${s.out()}`).toBe(200);
+    // The whole banner is out once the stack is ready.
+    const stdout = s.out();
 
     // The banner's token is an operator token for every workspace, signed with the stored secret.
-    const secret = readFileSync(join(state, 'secret'), 'utf8').trim();
+    const secret = readFileSync(join(s.stateDir, 'secret'), 'utf8').trim();
     const token = /Operator token[^\n]*\n\s*(\S+)/.exec(stdout)?.[1];
     expect(await verifyOperatorToken(secret, token!)).toMatchObject({ sub: 'local-operator', workspaces: ['*'] });
     expect(stdout).toMatch(/Console:\s+http\S+\/ui\//);
@@ -148,12 +57,12 @@ describe('npm start', () => {
     }
     expect(agentPid, 'the agent never ran').not.toBeNull();
 
-    sample();
+    s.sample();
     expect(
-      [...seen.values()].some((p) => p.pid === agentPid),
+      [...s.seen.values()].some((p) => p.pid === agentPid),
       'agent is a descendant of npm start',
     ).toBe(true);
-    const cmds = [...seen.values()].map((p) => p.cmd);
+    const cmds = [...s.seen.values()].map((p) => p.cmd);
     expect(
       cmds.some((c) => /nats-server/.test(c)),
       cmds.join('\n'),
@@ -170,30 +79,25 @@ describe('npm start', () => {
     }
 
     const stopAt = Date.now();
-    child.kill('SIGINT');
-    const exit = await Promise.race([exited, sleep(45_000).then(() => null)]);
-    clearInterval(sampler);
-    expect(exit, `start.mjs did not exit within 45 s of SIGINT\nstderr:\n${stderr}`).not.toBeNull();
-    expect(exit, `stderr:\n${stderr}`).toEqual({ code: 0, signal: null });
-
-    let survivors = [...seen.values()].filter(alive);
-    for (const deadline = Date.now() + 5_000; survivors.length && Date.now() < deadline; await sleep(100)) survivors = survivors.filter(alive);
+    s.child.kill('SIGINT');
+    const exit = await stoppedWithin(s, 45_000);
+    expect(exit, `start.mjs did not exit within 45 s of SIGINT\n${s.out()}`).not.toBeNull();
+    expect(exit, s.out()).toEqual({ code: 0, signal: null });
     expect(
-      survivors.map((p) => `${p.pid} ${p.cmd}`),
-      `processes left behind\nstderr:\n${stderr}`,
+      (await s.survivors()).map((p) => `${p.pid} ${p.cmd}`),
+      `processes left behind\n${s.out()}`,
     ).toEqual([]);
 
-    console.info(`npm start: gateway URL after ${readyAfterMs} ms; stopped ${Date.now() - stopAt} ms after SIGINT; ${seen.size} processes`);
+    console.info(`npm start: gateway URL after ${readyAfterMs} ms; stopped ${Date.now() - stopAt} ms after SIGINT; ${s.seen.size} processes`);
   }, 120_000);
 });
 
 describe('npm run token', () => {
   const run = (args: string[], env: Record<string, string>) =>
-    spawnSync(process.execPath, ['scripts/token.mjs', ...args], { cwd: repoRoot, env: childEnv(env), encoding: 'utf8' });
+    spawnSync(process.execPath, ['scripts/token.mjs', ...args], { cwd: repoRoot, env: startEnv(env), encoding: 'utf8' });
 
   it('signs operator and agent tokens with the secret npm start stored', async () => {
     const state = tempStateDir();
-    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
     // Two keys (ADR 0020): the operator key in `secret`, the agent key in `agent-secret`.
     const secret = 'a-secret-of-at-least-sixteen-chars';
     const agentKey = 'an-agent-key-of-at-least-sixteen-chars';
@@ -232,7 +136,6 @@ describe('npm run token', () => {
 
   it('fails clearly without a secret or with bad arguments', () => {
     const state = tempStateDir();
-    cleanups.push(() => rmSync(join(state, '..'), { recursive: true, force: true }));
     const none = run(['operator'], { KANDEV_STATE_DIR: state });
     expect(none.status).toBe(1);
     expect(none.stdout).toBe('');

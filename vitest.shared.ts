@@ -1,0 +1,23 @@
+import { availableParallelism } from 'node:os';
+import { defineConfig } from 'vitest/config';
+
+/**
+ * The vitest settings of the packages whose files start real servers (NATS, PostgreSQL, services,
+ * child processes). Those files mostly wait, so more files than cores run at once: vitest's own
+ * default is cores - 1, a single worker on a 2-core CI runner (docs/testing.md).
+ */
+export function serverTestConfig(env: Record<string, string> = {}) {
+  return defineConfig({
+    test: {
+      include: ['test/**/*.test.ts'],
+      testTimeout: 30_000,
+      hookTimeout: 30_000,
+      pool: 'forks',
+      maxWorkers: Math.max(4, availableParallelism() - 1),
+      env,
+    },
+  });
+}
+
+/** Services refuse to start without a secret; harnesses that pass process.env get this one. */
+export const testJwtSecret = (): Record<string, string> => ({ KANDEV_JWT_SECRET: process.env.KANDEV_JWT_SECRET ?? 'vitest-secret-0123456789abcdef' });
