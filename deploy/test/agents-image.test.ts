@@ -1,12 +1,10 @@
-import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join, posix } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { basename, join, posix } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
 import { CATALOGUE_ENV, CatalogueFile } from '@kandev/agentctl/catalogue';
 import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
 import { deriveAgentsLock, renderLock, type AgentsManifest, type Lockfile } from './agents-lock.js';
+import { DEPLOY, render } from './render.js';
 
 /**
  * The lifecycle image with the published agents (Dockerfile target `agents`) and the manifests that
@@ -15,7 +13,6 @@ import { deriveAgentsLock, renderLock, type AgentsManifest, type Lockfile } from
  * lockfile is the repository's, the Dockerfile's stages and copies hold together, and the rendered
  * Deployment points at what the image installs and sets what lifecycle reads.
  */
-const DEPLOY = join(dirname(fileURLToPath(import.meta.url)), '..');
 const REPO = join(DEPLOY, '..');
 const AGENTS_DIR = join(DEPLOY, 'docker/agents');
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, 'utf8')) as T;
@@ -147,12 +144,8 @@ describe('deploy/docker/Dockerfile', () => {
   });
 });
 
-type K8sObject = { apiVersion: string; kind: string; metadata: { name: string }; [k: string]: any };
-
 describe('deploy/overlays/prod: lifecycle with real agents', () => {
-  const objs = parseAllDocuments(execFileSync('kubectl', ['kustomize', join(DEPLOY, 'overlays/prod')], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 }))
-    .map((d) => d.toJS() as K8sObject)
-    .filter(Boolean);
+  const objs = render('overlays/prod');
   const deployment = objs.find((o) => o.kind === 'Deployment' && o.metadata.name === 'lifecycle')!;
   const pod = deployment.spec.template.spec;
   const container = pod.containers.find((c: { name: string }) => c.name === 'lifecycle');

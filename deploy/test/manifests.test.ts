@@ -1,9 +1,6 @@
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
 import type { z } from 'zod';
 import { GatewayEnv } from '@kandev/gateway/dist/env.js';
 import { HoldsEnv } from '@kandev/holds/dist/env.js';
@@ -20,6 +17,7 @@ import * as autoscaling from 'kubernetes-models/autoscaling/v2';
 import * as networking from 'kubernetes-models/networking.k8s.io/v1';
 import * as policy from 'kubernetes-models/policy/v1';
 import * as rbac from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { DEPLOY, render, type K8sObject } from './render.js';
 
 /**
  * Every overlay renders, every object is valid against the Kubernetes schemas (kubernetes-models:
@@ -27,22 +25,7 @@ import * as rbac from 'kubernetes-models/rbac.authorization.k8s.io/v1';
  * schema, and the manifests keep the rules operators rely on: probes, requests and limits, a
  * non-root security context, env that the services really read, alerts on metrics that exist.
  */
-const DEPLOY = join(dirname(fileURLToPath(import.meta.url)), '..');
 const OVERLAYS = ['base', 'overlays/dev', 'overlays/prod', 'observability'] as const;
-
-type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; labels?: Record<string, string> }; [k: string]: any };
-
-function render(overlay: string): K8sObject[] {
-  let out: string;
-  try {
-    out = execFileSync('kubectl', ['kustomize', join(DEPLOY, overlay)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-  } catch (e) {
-    throw new Error(`kubectl kustomize ${overlay} failed (kubectl with kustomize must be on PATH): ${(e as Error).message}`);
-  }
-  return parseAllDocuments(out)
-    .map((d) => d.toJS() as K8sObject)
-    .filter(Boolean);
-}
 
 type Model = new (data: unknown) => { validate(): void };
 /**
