@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { expect } from 'vitest';
-import { assertInvariants, ControlLog, eventually, type ServiceProcess, type StackService } from '@kandev/testkit';
+import type { ServiceProcess } from '@kandev/runtime/dev/launch';
+import { assertInvariants, ControlLog, eventually, type StackService } from '@kandev/testkit';
 import { makeTask, sleepScript, type World } from './support.js';
 import {
   agentOf,

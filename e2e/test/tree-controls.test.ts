@@ -215,7 +215,7 @@ describe('cancel and restore', () => {
 describe('seed scenario: cancel a tree of 5 with 2 active wakeups', () => {
   it('cancels all 5, cancels both wakeups (tree_cancelled), snapshots every status, and records a cancel hold', async () => {
     const { workspace_id, task: ceo } = await makeTask(w.api, { title: 'CEO' });
-    const kids = [];
+    const kids: { id: string }[] = [];
     for (const title of ['architect', 'frontend', 'backend', 'tests']) kids.push(await child(w.api, workspace_id, ceo.id, title));
     await w.api.ok('PATCH', `/tasks/${kids[1]!.id}`, { status: 'IN_PROGRESS' });
     // Scheduled for later, so they are still active when the cancel comes.

@@ -122,11 +122,11 @@ describe('access', () => {
     const { task } = await makeTask(w.api);
     const anon = await fetch(`${w.stack.gatewayUrl}/tasks/${task.id}`);
     expect(anon.status).toBe(401);
-    expect((await anon.json()).error.code).toBe('UNAUTHORIZED');
+    expect(((await anon.json()) as { error: { code: string } }).error.code).toBe('UNAUTHORIZED');
     const other = await w.stack.operatorToken(['00000000-0000-4000-8000-000000000000']);
     const res = await fetch(`${w.stack.gatewayUrl}/tasks/${task.id}`, { headers: { authorization: `Bearer ${other}` } });
     expect([403, 404]).toContain(res.status);
-    const body = await res.json();
+    const body = (await res.json()) as { error: { code: string } };
     expect(JSON.stringify(body)).not.toContain(task.title === 'task' ? task.workspace_id : task.title);
     expect(body.error.code).toMatch(/FORBIDDEN|NOT_FOUND/);
   });

@@ -3,6 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 
+/** The page's own sessionStorage, for callbacks that run in the browser (this program has no DOM lib). */
+declare const sessionStorage: { setItem(key: string, value: string): void };
+
 /** Debian's chromium (.ci/run installs it); playwright-core downloads no browser of its own. */
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 

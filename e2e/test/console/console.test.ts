@@ -5,6 +5,9 @@ import postgres from 'postgres';
 import { makeTask, startWorld, type World } from '../support.js';
 import { launchBrowser, shot, type Browser } from './browser.js';
 
+/** The page's document, for `page.evaluate` callbacks that run in the browser (this program has no DOM lib). */
+declare const document: { body: { scrollWidth: number } };
+
 /**
  * The operator console (SPEC R-8.4) in real headless Chromium against the whole stack with scripted
  * agents: every check clicks what an operator clicks and reads what the page shows, then confirms

@@ -104,7 +104,8 @@ it('a holder whose connection the pool already reconnected for a waiting query n
 function poolOverOwnSockets() {
   const sockets: net.Socket[] = [];
   const url = new URL(db.url);
-  const sql = postgres(db.url, {
+  // `socket` is a documented postgres.js option (its README, "Custom socket") that its types leave out.
+  const options: postgres.Options<{}> & { socket: () => Promise<net.Socket> } = {
     max: 1,
     connect_timeout: 10,
     onnotice: () => undefined,
@@ -114,7 +115,8 @@ function poolOverOwnSockets() {
       sockets.push(s);
       return s;
     },
-  }) as unknown as Sql;
+  };
+  const sql = postgres(db.url, options) as unknown as Sql;
   pools.push(sql);
   return { sql, sockets };
 }

@@ -6,12 +6,12 @@ import { headers } from '@nats-io/nats-core';
 import { Svcm } from '@nats-io/services';
 import { connectNats, createLogger, on, remainingMs, replyReserveMs, request, serveEndpoints, startService, type NatsConnection } from '../src/index.js';
 
-const ep = (name: string, result: z.ZodType = z.object({})): Endpoint => ({
-  name: `test.${name}`,
-  subject: `kandev.test.${name}`,
-  request: z.object({}),
-  result,
-});
+/** A test endpoint with an empty request; its answer is `result` (an empty object unless given), typed as such for `request`. */
+function ep(name: string): Endpoint<z.ZodObject<{}>, z.ZodObject<{}>>;
+function ep<R extends z.ZodType>(name: string, result: R): Endpoint<z.ZodObject<{}>, R>;
+function ep(name: string, result: z.ZodType = z.object({})): Endpoint {
+  return { name: `test.${name}`, subject: `kandev.test.${name}`, request: z.object({}), result };
+}
 const slow = ep('slow', z.object({ ms: z.number() }));
 const failing = ep('failing');
 const front = ep('front', z.object({ waited_ms: z.number(), remaining_ms: z.number().nullable(), header: z.string().nullable(), request_id: z.string() }));
@@ -26,8 +26,9 @@ beforeAll(async () => {
   nc.subscribe(hole.subject, { callback: () => undefined });
   // What the hole saw: the header the front's onward request carried.
   nc.subscribe('kandev.test.peek', {
-    callback: (_e, m) =>
-      m.respond(JSON.stringify({ ok: true, result: { header: m.headers?.get(Headers.timeout) ?? null, rid: m.headers?.get(Headers.requestId) ?? null } })),
+    callback: (_e, m) => {
+      m.respond(JSON.stringify({ ok: true, result: { header: m.headers?.get(Headers.timeout) ?? null, rid: m.headers?.get(Headers.requestId) ?? null } }));
+    },
   });
   await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'd1', queue: 'deadline', log }, [
     on(slow, async () => {

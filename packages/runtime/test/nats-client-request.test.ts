@@ -14,7 +14,7 @@ beforeAll(async () => {
   process.on('unhandledRejection', onUnhandled);
   nats = await startNats();
   nc = await connectNats({ url: nats.url, name: 'nats-client-request-test' });
-  nc.subscribe('kandev.test.echo', { callback: (_e, m) => m.respond(m.data) });
+  nc.subscribe('kandev.test.echo', { callback: (_e, m) => void m.respond(m.data) });
   nc.subscribe('kandev.test.hole', { callback: () => undefined }); // subscribed, never answers
   await nc.flush();
 });

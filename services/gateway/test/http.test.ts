@@ -107,7 +107,7 @@ describe('authentication', () => {
     for (const t of [foreign, expired, agent, 'not-a-jwt']) {
       const res = await api(`/tasks/${TASK}`, { token: t });
       expect(res.status).toBe(401);
-      expect((await res.json()).error.code).toBe('UNAUTHORIZED');
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('UNAUTHORIZED');
     }
     const basic = await fetch(`${gw.http}/tasks/${TASK}`, { headers: { authorization: 'Basic YWxpY2U6eA==' } });
     expect(basic.status).toBe(401);
@@ -164,18 +164,18 @@ describe('errors', () => {
   it('answers a body that is not JSON at all (text/plain) with BAD_REQUEST', async () => {
     const res = await api('/tasks', { method: 'POST', body: 'hello', headers: { 'content-type': 'text/plain' } });
     expect(res.status).toBe(400);
-    expect((await res.json()).error.code).toBe('BAD_REQUEST');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('BAD_REQUEST');
   });
 
   it('answers a body that breaks the contract with VALIDATION_ERROR and the issues', async () => {
     const res = await api('/tasks', { method: 'POST', body: JSON.stringify({ workspace_id: WS1 }) });
     expect(res.status).toBe(400);
-    const body = await res.json();
+    const body = (await res.json()) as { error: { code: string; details: { issues: unknown[] } } };
     expect(body.error.code).toBe('VALIDATION_ERROR');
     expect(body.error.details.issues).toEqual(expect.arrayContaining([expect.objectContaining({ path: 'title' })]));
     const arr = await api('/tasks', { method: 'POST', body: '[1,2]' });
     expect(arr.status).toBe(400);
-    expect((await arr.json()).error.code).toBe('VALIDATION_ERROR');
+    expect(((await arr.json()) as { error: { code: string } }).error.code).toBe('VALIDATION_ERROR');
     expect(calls).toHaveLength(0);
   });
 

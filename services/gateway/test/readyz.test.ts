@@ -55,7 +55,7 @@ describe('with no other service running', () => {
     expect(await ui.text()).toMatch(/console/i);
     const missing = await fetch(`${gw.http}/ui/nope.js`);
     expect(missing.status).toBe(404);
-    expect((await missing.json()).error.code).toBe('NOT_FOUND');
+    expect(((await missing.json()) as { error: { code: string } }).error.code).toBe('NOT_FOUND');
   });
 });
 
@@ -63,7 +63,8 @@ describe('/readyz', () => {
   it('is 503 naming the missing services until all four answer their ping, then 200', async () => {
     let res = await fetch(`${gw.http}/readyz`);
     expect(res.status).toBe(503);
-    let body = await res.json();
+    type Readyz = { missing: string[]; services: Record<string, string> };
+    let body = (await res.json()) as Readyz;
     expect(body).toMatchObject({ status: 'not_ready', nats: 'ok', missing: ['orchestrator', 'lifecycle', 'holds', 'mcp'] });
     expect(body.services.orchestrator).toMatch(/^UNAVAILABLE/);
 
@@ -72,7 +73,7 @@ describe('/readyz', () => {
     await fakePing('holds');
     res = await fetch(`${gw.http}/readyz`);
     expect(res.status).toBe(503);
-    body = await res.json();
+    body = (await res.json()) as Readyz;
     expect(body.missing).toEqual(['mcp']);
     expect(body.services).toMatchObject({ orchestrator: 'ok', lifecycle: 'ok', holds: 'ok' });
 
@@ -101,7 +102,7 @@ describe('without a console directory', () => {
   it('answers /ui/ with NOT_FOUND and still redirects /', async () => {
     const ui = await fetch(`${bare.http}/ui/`);
     expect(ui.status).toBe(404);
-    expect((await ui.json()).error).toEqual({ code: 'NOT_FOUND', message: expect.stringContaining('CONSOLE_DIR') });
+    expect(((await ui.json()) as { error: unknown }).error).toEqual({ code: 'NOT_FOUND', message: expect.stringContaining('CONSOLE_DIR') });
     expect((await fetch(`${bare.http}/`, { redirect: 'manual' })).status).toBe(302);
   });
 });

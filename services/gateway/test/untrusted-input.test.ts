@@ -93,7 +93,7 @@ describe('keys (ADR 0020)', () => {
     const forged = await signOperatorToken(AGENT_KEY, { sub: 'mallory', workspaces: ['*'] });
     const res = await fetch(`${gw.http}/tasks/${randomUUID()}`, { headers: { authorization: `Bearer ${forged}` } });
     expect(res.status).toBe(401);
-    expect((await res.json()).error.code).toBe('UNAUTHORIZED');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('UNAUTHORIZED');
   });
   it('refuses an agent token, whichever key signed it (401)', async () => {
     for (const key of [AGENT_KEY, OPERATOR_KEY]) {

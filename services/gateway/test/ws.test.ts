@@ -105,7 +105,7 @@ describe('upgrade', () => {
   it('answers a plain GET /ws (no upgrade) with 400 BAD_REQUEST', async () => {
     const res = await fetch(gw.ws.replace(/^ws/, 'http'), { headers: { authorization: `Bearer ${token}` } });
     expect(res.status).toBe(400);
-    expect((await res.json()).error.code).toBe('BAD_REQUEST');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('BAD_REQUEST');
   });
 });
 

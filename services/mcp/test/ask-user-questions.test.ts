@@ -259,7 +259,11 @@ describe('ask_user_questions', () => {
       expect((await post(other.urls.mcp!, token, cancel)).status).toBe(202);
       const res = await pending;
       expect(res.status).toBe(200);
-      expect((await res.json()).result.structuredContent).toMatchObject({ status: 'detached', detached: true, reason: 'caller_gone' });
+      expect(((await res.json()) as { result: { structuredContent: unknown } }).result.structuredContent).toMatchObject({
+        status: 'detached',
+        detached: true,
+        reason: 'caller_gone',
+      });
       expect(fake.releases).toBe(1);
     } finally {
       await other.stop();

@@ -120,9 +120,10 @@ describe('clarifications', () => {
     let newTurn = '';
     const dispatch = h.sql.begin(async (tx) => {
       await tx`SELECT id FROM orchestrator.sessions WHERE id = ${session.id} FOR UPDATE`;
-      [{ id: newTurn }] = await tx<
+      const [turn] = await tx<
         { id: string }[]
       >`INSERT INTO orchestrator.turns (id, session_id, prompt) VALUES (gen_random_uuid(), ${session.id}, 'next') RETURNING id`;
+      newTurn = turn!.id;
       await tx`UPDATE orchestrator.sessions SET state = 'RUNNING' WHERE id = ${session.id}`;
       await dispatched;
     });
@@ -131,10 +132,10 @@ describe('clarifications', () => {
     try {
       // Both asks queue behind the guard (neither answers before the dispatch commits).
       await until('both asks to wait on the guard', async () => {
-        const [{ n }] = await h.sql<
+        const [waiting] = await h.sql<
           { n: number }[]
         >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`;
-        return n >= 2 ? true : undefined;
+        return waiting!.n >= 2 ? true : undefined;
       }).catch(() => undefined);
     } finally {
       releaseDispatch();

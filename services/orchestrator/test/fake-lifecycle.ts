@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Buckets, conflict, KandevError, Life, Orch, type Execution, type LaunchRequest } from '@kandev/contracts';
+import { Buckets, conflict, KandevError, Life, Orch, type Execution, type LaunchRequest, type RequestOf } from '@kandev/contracts';
 import { createLogger, on, RegistryReader, request, serveEndpoints, type NatsConnection } from '@kandev/runtime';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
@@ -13,7 +13,8 @@ import { Kvm, type KV } from '@nats-io/kv';
 export class FakeLifecycle {
   readonly registry = new Map<string, Execution>();
   readonly stops: Array<{ execution_id: string; reason: string; orphaned?: boolean | undefined }> = [];
-  readonly cancels: Array<{ execution_id: string; turn_id: string | null | undefined }> = [];
+  /** Every cancel request as it arrived (an interrupt's carries `escalate: false`). */
+  readonly cancels: RequestOf<typeof Life.cancel>[] = [];
   /** Execution ids of every exact registry read (Life.get). */
   readonly gets: string[] = [];
   readonly prompts: Array<{ execution_id: string; turn_id: string; prompt: string; context?: string | undefined }> = [];

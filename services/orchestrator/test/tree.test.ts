@@ -17,8 +17,14 @@ beforeAll(async () => {
   h = await startHarness();
   await serveEndpoints(h.nc, { service: 'holds', instanceId: 'holds-fake', queue: 'holds', log: createLogger('fake-holds', 'silent') }, [
     on(Holds.wakeupCount, async (req) => ({ count: req.task_ids.length > 1 ? 3 : 0 })),
-    on(Holds.holdApplied, async (req) => void applied.push(req.hold) ?? { cancelled_wakeups: 0 }),
-    on(Holds.holdReleased, async (req) => void released.push(req.hold) ?? { released: true }),
+    on(Holds.holdApplied, async (req) => {
+      applied.push(req.hold);
+      return { cancelled_wakeups: 0 };
+    }),
+    on(Holds.holdReleased, async (req) => {
+      released.push(req.hold);
+      return { released: true };
+    }),
   ]);
 });
 afterAll(async () => h?.stop());
