@@ -2,6 +2,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import { getPriority, setPriority } from 'node:os';
+import { lowerAutogroupPriority } from './autogroup.js';
 import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
@@ -252,7 +253,9 @@ function groupHasMembers(pgid: number): boolean {
  * to relay, the stop is already answered upstream), and its teardown work goes to the agent's
  * priority: a tree pause ends a hundred executions at once, and a hundred agentctls at the control
  * plane's priority took the cores from the reads and decisions the operator waits for (ADR 0027).
- * Never raises it (not allowed unprivileged, and not wanted); a failure changes nothing.
+ * Never raises it (not allowed unprivileged, and not wanted); a failure changes nothing. agentctl
+ * leads a session of its own: the lifecycle lowers that session's autogroup as it asks for the
+ * stop (flows/teardown.ts, ADR 0043), which is what ranks agentctl against the control plane.
  */
 export function yieldToControlPlane(agentPid: number): void {
   try {
@@ -267,11 +270,18 @@ export function yieldToControlPlane(agentPid: number): void {
  * The agent runs `increment` nice levels below agentctl (capped at 19). Set at once after the
  * spawn: what the agent starts afterwards (its tools, builds, tests) inherits it. Unprivileged
  * (lowering a priority needs no capability); a failure is logged and the agent runs as it is.
+ * The agent leads a session of its own, so its session's autogroup gets the same nice value, or
+ * the process's own would rank it against nothing outside that session (autogroup.ts, ADR 0043).
  */
 function lowerPriority(pid: number, increment: number, log: Logger): void {
+  const nice = Math.min(19, getPriority() + increment);
   try {
-    setPriority(pid, Math.min(19, getPriority() + increment));
+    setPriority(pid, nice);
   } catch (err) {
     log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }
+  void lowerAutogroupPriority(pid, nice).then((outcome) => {
+    // 'unsupported': a kernel without autogroups, where the process's nice value is all there is.
+    if (outcome === 'refused' || outcome === 'busy') log.warn("could not lower the agent's session (autogroup) CPU priority", { agent_pid: pid, outcome });
+  });
 }

@@ -1,5 +1,5 @@
 import { getPriority } from 'node:os';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -86,6 +86,13 @@ describe('AgentProcess', () => {
     expect(nice(agent.pid)).toBe(Math.min(19, getPriority() + 7));
     expect(nice(sleeper)).toBe(nice(agent.pid));
     expect(nice(process.pid)).toBe(getPriority());
+    // The agent leads a session: its autogroup, which ranks it against other sessions, has the same
+    // nice value (ADR 0043). A kernel without autogroups has no such file and no such ranking.
+    if (existsSync(`/proc/${agent.pid}/autogroup`)) {
+      const groupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'))?.[1];
+      await until(() => groupNice() === String(nice(agent.pid)));
+      expect(readFileSync('/proc/self/autogroup', 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
+    }
   });
 
   it('stops a command the agent started in a session of its own, which ignores SIGTERM', async () => {

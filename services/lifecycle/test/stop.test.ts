@@ -3,7 +3,7 @@ import { Kvm } from '@nats-io/kv';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { randomUUID } from 'node:crypto';
-import { readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childProcesses } from '@kandev/agentctl/process-tree';
@@ -87,6 +87,33 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(stateFileIds()).not.toContain(exec.execution_id);
     // The cancelled turn was closed before the agent went.
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
+  });
+
+  it("an agentctl's session drops to the agents' priority once its execution is being stopped, not before (ADR 0027, ADR 0043)", async () => {
+    // Where the kernel groups by session, a session's autogroup is what ranks it against the others.
+    const autogroupNice = (pid: number) => /nice (-?\d+)/.exec(readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1];
+    const exec = await launch(nc, launchRequest());
+    if (!existsSync(`/proc/${exec.agentctl_pid!}/autogroup`)) return; // a kernel without autogroups: nothing to rank
+    const turnId = randomUUID();
+    await promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId, prompt: script([{ sleep_ms: 30_000 }], { ignore_sigterm: true }) });
+    await events.waitFor('turn.started', (e) => e.data.turn_id === turnId);
+    // Running: agentctl relays cancels at the control plane's priority; its agent is below it.
+    expect(autogroupNice(exec.agentctl_pid!)).toBe('0');
+    await eventually(
+      () => autogroupNice(exec.pid!),
+      (v) => v === '10',
+      5_000,
+    );
+
+    await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'operator_stop', grace_ms: 3_000 });
+    // Stopping: the agent ignores SIGTERM for the grace, and agentctl's session is already below the control plane.
+    await eventually(
+      () => processGone(exec.agentctl_pid!) || autogroupNice(exec.agentctl_pid!) === '10',
+      (done) => done,
+      3_000,
+    );
+    expect(processGone(exec.agentctl_pid!), 'agentctl was still stopping its agent').toBe(false);
+    await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
   });
 
   it('an idle agent stops gracefully; concurrent stops join one teardown; a repeat is already_gone (R-2.6)', async () => {

@@ -1,3 +1,4 @@
+import { lowerAutogroupPriority } from '@kandev/agentctl/autogroup';
 import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
@@ -22,6 +23,8 @@ export interface TeardownDeps {
   forget(executionId: string): void;
   /** True while the service shuts down: reconcile loops stop retrying forever and leave the rest to the next start. */
   abandoning(): boolean;
+  /** `AGENT_NICE`: the priority an agentctl's session drops to once its execution is being torn down (ADR 0027, ADR 0043). */
+  agentNice: number;
 }
 
 /**
@@ -56,6 +59,11 @@ export class TeardownExecutor {
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
     if (!obs.exitedOnItsOwn) {
       if (x.client && !x.agentctl.exitInfo) {
+        // agentctl leads a session of its own, ranked against the control plane by its autogroup:
+        // from here on its work (the stop, its exit) is below the reads and decisions operators
+        // wait for. This instance does it for every agentctl at once: the kernel limits the write
+        // to one per 100 ms per host for processes without CAP_SYS_ADMIN, such as agentctl itself.
+        if (this.deps.agentNice > 0) void lowerAutogroupPriority(x.agentctl.pid, this.deps.agentNice);
         try {
           const r = await x.client.stop(req.graceMs, stopRequestTimeoutMs(req.graceMs));
           obs.agentctlHow = r.how;
