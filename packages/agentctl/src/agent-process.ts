@@ -57,10 +57,14 @@ export class AgentProcess {
   private readonly groups = new Set<number>();
   private treeTimer: NodeJS.Timeout | undefined;
   private treeRefreshMs = TREE_REFRESH_MS;
+  /** Group leaders of the tree whose session was given the agent's priority (rankNewSessions). */
+  private readonly ranked = new Set<number>();
 
   private constructor(
     readonly child: ChildProcessWithoutNullStreams,
     private readonly log: Logger,
+    /** The agent's nice value where agentctl lowered it: the sessions its commands start get it too. */
+    private readonly sessionNice: number | undefined,
   ) {
     if (child.pid === undefined) throw new Error('agent process has no pid');
     this.pid = child.pid;
@@ -88,9 +92,9 @@ export class AgentProcess {
       const child = spawn(spec.command, spec.args, { cwd: opts.cwd, env: { ...opts.env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
       child.once('error', (err) => reject(new Error(`cannot start agent "${spec.name}" (${spec.command}): ${err.message}`)));
       child.once('spawn', () => {
-        if (opts.agentNice > 0 && child.pid !== undefined) lowerPriority(child.pid, opts.agentNice, log);
+        const nice = opts.agentNice > 0 && child.pid !== undefined ? lowerPriority(child.pid, opts.agentNice, log) : undefined;
         try {
-          resolve(new AgentProcess(child, log));
+          resolve(new AgentProcess(child, log, nice));
         } catch (err) {
           reject(err instanceof Error ? err : new Error(String(err)));
         }
@@ -170,9 +174,26 @@ export class AgentProcess {
       if (this.exit !== undefined) return;
       const before = treeKey(this.tree);
       this.noteTree();
+      this.rankNewSessions();
       this.treeRefreshMs = nextTreeRefreshMs(this.treeRefreshMs, treeKey(this.tree) !== before);
       this.scheduleTreeRefresh();
     }, this.treeRefreshMs).unref();
+  }
+
+  /**
+   * A command the agent starts in a session of its own (Codex runs each in a pseudo-terminal) is a
+   * new autogroup, ranked with the control plane until its session gets the agent's nice value,
+   * which it does at the first look at the tree that finds it (every second while the tree changes;
+   * autogroup.ts, ADR 0043). A session leader leads its process group, so group leaders are the
+   * candidates; one in the agent's own session changes nothing.
+   */
+  private rankNewSessions(): void {
+    if (this.sessionNice === undefined) return;
+    for (const p of this.tree) {
+      if (p.pid !== p.pgid || p.pid === this.pid || this.ranked.has(p.pid)) continue;
+      this.ranked.add(p.pid);
+      void lowerAutogroupPriority(p.pid, this.sessionNice);
+    }
   }
 
   /**
@@ -273,7 +294,7 @@ export function yieldToControlPlane(agentPid: number): void {
  * The agent leads a session of its own, so its session's autogroup gets the same nice value, or
  * the process's own would rank it against nothing outside that session (autogroup.ts, ADR 0043).
  */
-function lowerPriority(pid: number, increment: number, log: Logger): void {
+function lowerPriority(pid: number, increment: number, log: Logger): number {
   const nice = Math.min(19, getPriority() + increment);
   try {
     setPriority(pid, nice);
@@ -284,4 +305,5 @@ function lowerPriority(pid: number, increment: number, log: Logger): void {
     // 'unsupported': a kernel without autogroups, where the process's nice value is all there is.
     if (outcome === 'refused' || outcome === 'busy') log.warn("could not lower the agent's session (autogroup) CPU priority", { agent_pid: pid, outcome });
   });
+  return nice;
 }

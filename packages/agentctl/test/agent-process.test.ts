@@ -92,6 +92,10 @@ describe('AgentProcess', () => {
       const groupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'))?.[1];
       await until(() => groupNice() === String(nice(agent.pid)));
       expect(readFileSync('/proc/self/autogroup', 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
+      // The command the agent started in a session of its own gets the same, at a look at the tree.
+      const sleeperGroupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${sleeper}/autogroup`, 'utf8'))?.[1];
+      expect(readFileSync(`/proc/${sleeper}/autogroup`, 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
+      await until(() => sleeperGroupNice() === String(nice(agent.pid)), 5_000);
     }
   });
 
