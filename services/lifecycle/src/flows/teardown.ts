@@ -23,8 +23,23 @@ export interface TeardownDeps {
   forget(executionId: string): void;
   /** True while the service shuts down: reconcile loops stop retrying forever and leave the rest to the next start. */
   abandoning(): boolean;
-  /** `AGENT_NICE`: the priority an agentctl's session drops to once its execution is being torn down (ADR 0027, ADR 0043). */
+  /** `AGENT_NICE`; at 0 (agents at the control plane's priority) a stopping execution's sessions are not lowered either. */
   agentNice: number;
+}
+
+/**
+ * agentctl and its agent each lead a session, ranked against the control plane by its autogroup
+ * (ADR 0043). From the stop on, nobody waits on their work but for their exit: both sessions go to
+ * the lowest priority, so that a hundred of them ending at once (a tree pause) take the CPU the
+ * reads and decisions operators wait for leave, and not a share each beside them. This instance
+ * does it for every execution at once: the kernel limits the write to one per 100 ms per host for
+ * processes without CAP_SYS_ADMIN, such as agentctl itself.
+ */
+const STOPPING_SESSION_NICE = 19;
+
+function lowerStoppingSessions(x: LiveExecution): void {
+  void lowerAutogroupPriority(x.agentctl.pid, STOPPING_SESSION_NICE);
+  if (x.agentRef && isAlive(x.agentRef)) void lowerAutogroupPriority(x.agentRef.pid, STOPPING_SESSION_NICE);
 }
 
 /**
@@ -59,11 +74,7 @@ export class TeardownExecutor {
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
     if (!obs.exitedOnItsOwn) {
       if (x.client && !x.agentctl.exitInfo) {
-        // agentctl leads a session of its own, ranked against the control plane by its autogroup:
-        // from here on its work (the stop, its exit) is below the reads and decisions operators
-        // wait for. This instance does it for every agentctl at once: the kernel limits the write
-        // to one per 100 ms per host for processes without CAP_SYS_ADMIN, such as agentctl itself.
-        if (this.deps.agentNice > 0) void lowerAutogroupPriority(x.agentctl.pid, this.deps.agentNice);
+        if (this.deps.agentNice > 0) lowerStoppingSessions(x);
         try {
           const r = await x.client.stop(req.graceMs, stopRequestTimeoutMs(req.graceMs));
           obs.agentctlHow = r.how;
