@@ -181,6 +181,21 @@ export class AgentProcess {
   }
 
   /**
+   * The agent leads a session of its own, so its session's autogroup gets the agent's nice value, or
+   * the process's own would rank it against nothing outside that session (autogroup.ts, ADR 0043).
+   * Called by the adapters once the handshake is done: the launch, which a caller waits for, runs
+   * at the control plane's priority; the agent's work from then on runs below it.
+   */
+  lowerSessionPriority(): void {
+    if (this.sessionNice === undefined) return;
+    void lowerAutogroupPriority(this.pid, this.sessionNice).then((outcome) => {
+      // 'unsupported': a kernel without autogroups, where the process's nice value is all there is.
+      if (outcome === 'refused' || outcome === 'busy')
+        this.log.warn("could not lower the agent's session (autogroup) CPU priority", { agent_pid: this.pid, outcome });
+    });
+  }
+
+  /**
    * A command the agent starts in a session of its own (Codex runs each in a pseudo-terminal) is a
    * new autogroup, ranked with the control plane until its session gets the agent's nice value,
    * which it does at the first look at the tree that finds it (every second while the tree changes;
@@ -291,8 +306,6 @@ export function yieldToControlPlane(agentPid: number): void {
  * The agent runs `increment` nice levels below agentctl (capped at 19). Set at once after the
  * spawn: what the agent starts afterwards (its tools, builds, tests) inherits it. Unprivileged
  * (lowering a priority needs no capability); a failure is logged and the agent runs as it is.
- * The agent leads a session of its own, so its session's autogroup gets the same nice value, or
- * the process's own would rank it against nothing outside that session (autogroup.ts, ADR 0043).
  */
 function lowerPriority(pid: number, increment: number, log: Logger): number {
   const nice = Math.min(19, getPriority() + increment);
@@ -301,9 +314,5 @@ function lowerPriority(pid: number, increment: number, log: Logger): number {
   } catch (err) {
     log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }
-  void lowerAutogroupPriority(pid, nice).then((outcome) => {
-    // 'unsupported': a kernel without autogroups, where the process's nice value is all there is.
-    if (outcome === 'refused' || outcome === 'busy') log.warn("could not lower the agent's session (autogroup) CPU priority", { agent_pid: pid, outcome });
-  });
   return nice;
 }

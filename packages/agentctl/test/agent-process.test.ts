@@ -86,10 +86,13 @@ describe('AgentProcess', () => {
     expect(nice(agent.pid)).toBe(Math.min(19, getPriority() + 7));
     expect(nice(sleeper)).toBe(nice(agent.pid));
     expect(nice(process.pid)).toBe(getPriority());
-    // The agent leads a session: its autogroup, which ranks it against other sessions, has the same
-    // nice value (ADR 0043). A kernel without autogroups has no such file and no such ranking.
+    // The agent leads a session: its autogroup, which ranks it against other sessions, gets the same
+    // nice value once the handshake is done (ADR 0043). A kernel without autogroups has no such file and no such ranking.
     if (existsSync(`/proc/${agent.pid}/autogroup`)) {
       const groupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'))?.[1];
+      // Not before the adapter's handshake is done: a launch runs at the control plane's priority.
+      expect(groupNice()).toBe('0');
+      agent.lowerSessionPriority();
       await until(() => groupNice() === String(nice(agent.pid)));
       expect(readFileSync('/proc/self/autogroup', 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
       // The command the agent started in a session of its own gets the same, at a look at the tree.
