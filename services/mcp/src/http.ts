@@ -1,9 +1,12 @@
 /**
- * The MCP transport, hand-written: Streamable HTTP of the MCP specification revision 2025-11-25
+ * MCP over Streamable HTTP, specification revision 2025-11-25
  * (https://modelcontextprotocol.io/specification/2025-11-25/basic/transports#streamable-http), in
- * its stateless, JSON-answer form; older revisions the SDK lists (SUPPORTED_PROTOCOL_VERSIONS) are
- * accepted in `mcp-protocol-version`. Conformance: test/conformance.test.ts (the official suite
- * needs Node 22; the test mirrors its server scenarios on Node 20).
+ * its stateless, JSON-answer form. The SDK provides the transport (`StreamableHTTPServerTransport`)
+ * and the JSON-RPC dispatch (`Server`, protocol.ts); this file is the HTTP front in front of it
+ * (ADR 0042): routes, Origin/Host, bearer auth and execution liveness, the server span, the body
+ * (read here: 4 MiB, UTF-8 or 400), and cancellation across replicas. Conformance:
+ * test/conformance.test.ts (the official suite needs Node 22; the test mirrors its server scenarios
+ * on Node 20).
  */
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
 import {
@@ -23,22 +26,16 @@ import {
   type NatsConnection,
 } from '@kandev/runtime';
 import { ROOT_CONTEXT, SpanStatusCode } from '@opentelemetry/api';
-import {
-  ErrorCode,
-  JSONRPCMessageSchema,
-  SUPPORTED_PROTOCOL_VERSIONS,
-  type JSONRPCMessage,
-  type JSONRPCRequest,
-  type RequestId,
-} from '@modelcontextprotocol/sdk/types.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { ErrorCode } from '@modelcontextprotocol/sdk/types.js';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { originPolicy, originRefusal, type OriginPolicy } from './domain/origin.js';
 import { CallCancellations } from './cancellation.js';
 import type { ExecutionLiveness } from './execution-liveness.js';
-import { answerRequest, type JsonRpcAnswer } from './protocol.js';
-import type { CallScope } from './tool-call.js';
+import { connect, serverFor, type RunTool } from './protocol.js';
+import { callTool, type CallScope } from './tool-call.js';
 
 export interface McpHttpOptions {
   host: string;
@@ -65,9 +62,8 @@ export interface McpHttp {
 /** JSON-RPC error codes the SDK's own HTTP layer uses for transport-level failures. */
 const JSONRPC_UNAUTHORIZED = -32001;
 const JSONRPC_SERVER_ERROR = -32000;
-/** The SDK transport's limits (server/requestBody.js): 4 MiB per POST, 100 messages per batch. */
+/** The SDK transport's body limit (server/requestBody.js): the body is read here, so the limit is applied here. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
-const MAX_BATCH = 100;
 
 function jsonRpcError(res: ServerResponse, status: number, code: number, message: string, extraHeaders: Record<string, string> = {}): void {
   if (res.headersSent) return void res.end();
@@ -90,8 +86,6 @@ async function authenticate(req: IncomingMessage, verify: (token: string) => Pro
 }
 
 const first = (h: string | string[] | undefined) => (Array.isArray(h) ? h[0] : h);
-/** `application/json`, with or without parameters (`; charset=utf-8`). */
-const isJson = (contentType: string | undefined) => !!contentType && contentType.split(';', 1)[0]!.trim().toLowerCase() === 'application/json';
 /** JSON is UTF-8 (RFC 8259 §8.1): a declared charset must say so; none means UTF-8. */
 function charsetIsUtf8(contentType: string): boolean {
   const m = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType);
@@ -119,27 +113,16 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   });
 }
 
-const isRequest = (m: JSONRPCMessage): m is JSONRPCRequest => 'method' in m && 'id' in m;
-
-/** The request ids a `notifications/cancelled` in this POST names (MCP cancellation). */
-function cancelledIds(messages: readonly JSONRPCMessage[]): RequestId[] {
-  const ids: RequestId[] = [];
-  for (const m of messages) {
-    if (isRequest(m) || !('method' in m) || m.method !== 'notifications/cancelled') continue;
-    const id = (m.params as { requestId?: unknown } | undefined)?.requestId;
-    if (typeof id === 'string' || typeof id === 'number') ids.push(id);
-  }
-  return ids;
-}
-
 /**
  * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
- * simple clients). Each POST is authenticated, its JSON-RPC messages validated with the SDK's
- * schemas, and every request answered by `answerRequest` from tables built at start-up, for the
- * mode of the caller's token; notifications and client responses are accepted (202); the only one
- * with an effect is `notifications/cancelled`, which reaches the call it names on whichever replica
- * holds it (cancellation.ts). The HTTP rules are the SDK transport's (406 / 415 / 413 / 400
- * answers, `mcp-protocol-version` check, batches of up to 100). `/healthz` answers without a token.
+ * simple clients). In front of the SDK, ours: Origin/Host (403), the bearer token and its
+ * execution (401 / 503), 405 for anything but POST (the SDK's stateless transport would open an SSE
+ * stream on GET), the charset (415), the body read and checked here (413 over 4 MiB; 400 when not
+ * UTF-8 or not JSON, which the SDK would decode with U+FFFD), then handed over as `parsedBody`.
+ * The SDK transport applies its HTTP rules (406 / 415 answers, `mcp-protocol-version`, batches of
+ * up to 100, one initialize per POST, 202 for notifications) and its `Server` dispatches; tool calls
+ * run in tool-call.ts under this request's span. `notifications/cancelled` reaches the call it names
+ * on whichever replica holds it (cancellation.ts). `/healthz` answers without a token.
  */
 /** The one route of the MCP transport (http.route of its spans). */
 const MCP_ROUTE = '/mcp';
@@ -167,13 +150,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     }
     // Stateless: no standalone SSE stream (GET) and no session to delete (DELETE).
     if (req.method !== 'POST') return jsonRpcError(res, 405, JSONRPC_SERVER_ERROR, 'Method not allowed.', { allow: 'POST' });
-    const accept = first(req.headers.accept) ?? '';
-    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
-      return jsonRpcError(res, 406, JSONRPC_SERVER_ERROR, 'Not Acceptable: Client must accept both application/json and text/event-stream');
-    }
     const contentType = first(req.headers['content-type']);
-    if (!isJson(contentType)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: Content-Type must be application/json');
-    if (!charsetIsUtf8(contentType!)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: the charset must be utf-8');
+    if (contentType && !charsetIsUtf8(contentType)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: the charset must be utf-8');
 
     const bytes = await readBody(req, MAX_BODY_BYTES);
     if (bytes === null) {
@@ -187,37 +165,12 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     } catch {
       return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: the body is not valid UTF-8');
     }
-    let raw: unknown;
+    let parsedBody: unknown;
     try {
-      raw = JSON.parse(text);
+      parsedBody = JSON.parse(text);
     } catch {
       return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON');
     }
-    const batch = Array.isArray(raw);
-    const items: unknown[] = batch ? (raw as unknown[]) : [raw];
-    if (items.length > MAX_BATCH) return jsonRpcError(res, 400, ErrorCode.InvalidRequest, `Invalid Request: Batch must not exceed ${MAX_BATCH} messages`);
-    const messages: JSONRPCMessage[] = [];
-    for (const item of items) {
-      const m = JSONRPCMessageSchema.safeParse(item);
-      if (!m.success) return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON-RPC message');
-      messages.push(m.data);
-    }
-    for (const id of cancelledIds(messages)) inFlight.cancel(auth.token, id);
-    const requests = messages.filter(isRequest);
-    const initializing = requests.some((r) => r.method === 'initialize');
-    if (initializing && messages.length > 1)
-      return jsonRpcError(res, 400, ErrorCode.InvalidRequest, 'Invalid Request: Only one initialization request is allowed');
-    const version = first(req.headers['mcp-protocol-version']);
-    if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) {
-      return jsonRpcError(
-        res,
-        400,
-        JSONRPC_SERVER_ERROR,
-        `Bad Request: Unsupported protocol version: ${version} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(', ')})`,
-      );
-    }
-    // Notifications (initialized, cancelled, progress) and responses only: nothing to answer.
-    if (requests.length === 0) return void res.writeHead(202).end();
 
     const scope: Omit<CallScope, 'signal'> = {
       nc: opts.nc,
@@ -231,22 +184,24 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     };
     // A client that goes away before its answer (a closed connection) no longer waits for it.
     const connection = new AbortController();
+    // Each call can be cancelled by its caller from any replica, by the connection closing, and by the SDK (its transport closing).
+    const run: RunTool = async (tool, name, args, id, signal) => {
+      const call = inFlight.start(auth.token, id, AbortSignal.any([connection.signal, signal]));
+      try {
+        return await callTool(tool, name, args, { ...scope, signal: call.signal });
+      } finally {
+        call.end();
+      }
+    };
+    const server = serverFor(auth.claims.mode, run, (id) => inFlight.cancel(auth.token, id));
+    server.onerror = (err) => log.debug({ err }, 'mcp request refused by the transport');
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on('close', () => {
       if (!res.writableFinished) connection.abort(new Error('client connection closed'));
+      void server.close();
     });
-    const answers: JsonRpcAnswer[] = await Promise.all(
-      requests.map(async (r) => {
-        const call = inFlight.start(auth.token, r.id, connection.signal);
-        try {
-          return await answerRequest(r, { ...scope, signal: call.signal });
-        } finally {
-          call.end();
-        }
-      }),
-    );
-    // As the SDK transport: one request (with or without notifications beside it) gets one object.
-    const body = JSON.stringify(answers.length === 1 ? answers[0] : answers);
-    res.writeHead(200, { 'content-type': 'application/json' }).end(body);
+    await connect(server, transport);
+    await transport.handleRequest(req, res, parsedBody);
   }
 
   const http = createServer((req, res) => {
