@@ -89,7 +89,7 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
   });
 
-  it("an execution's sessions drop to the lowest priority once it is being stopped, not before (ADR 0027, ADR 0043)", async () => {
+  it("an execution's sessions drop to the agents' priority once it is being stopped, not before (ADR 0027, ADR 0043)", async () => {
     // Where the kernel groups by session, a session's autogroup is what ranks it against the others.
     const autogroupNice = (pid: number) => /nice (-?\d+)/.exec(readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1];
     const exec = await launch(nc, launchRequest());
@@ -106,9 +106,9 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     );
 
     await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'operator_stop', grace_ms: 3_000 });
-    // Stopping: the agent ignores SIGTERM for the grace, and both sessions are already at the lowest priority.
+    // Stopping: the agent ignores SIGTERM for the grace, and both sessions are already at the agents' priority.
     await eventually(
-      () => processGone(exec.agentctl_pid!) || (autogroupNice(exec.agentctl_pid!) === '19' && autogroupNice(exec.pid!) === '19'),
+      () => processGone(exec.agentctl_pid!) || (autogroupNice(exec.agentctl_pid!) === '10' && autogroupNice(exec.pid!) === '10'),
       (done) => done,
       3_000,
     );
