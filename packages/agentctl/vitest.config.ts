@@ -1,10 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { serverTestConfig } from '../../vitest.shared.js';
 
-export default defineConfig({
-  test: {
-    include: ['test/**/*.test.ts'],
-    // Every test spawns real agentctl and agent processes.
-    testTimeout: 30_000,
-    hookTimeout: 30_000,
-  },
-});
+// Every test spawns real agentctl and agent processes, which mostly wait: files run side by side.
+export default serverTestConfig();
