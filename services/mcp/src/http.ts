@@ -198,7 +198,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     res.on('close', () => {
       if (!res.writableFinished) connection.abort(new Error('client connection closed'));
-      void server.close();
+      // Closing ends the per-POST server and transport; nothing is waiting on it, so a failure is only logged.
+      server.close().catch((err: unknown) => log.debug({ err }, 'mcp server close failed'));
     });
     await connect(server, transport);
     await transport.handleRequest(req, res, parsedBody);
