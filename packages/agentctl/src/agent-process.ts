@@ -2,7 +2,6 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import { getPriority, setPriority } from 'node:os';
-import { lowerAutogroupPriority } from './autogroup.js';
 import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
@@ -57,14 +56,10 @@ export class AgentProcess {
   private readonly groups = new Set<number>();
   private treeTimer: NodeJS.Timeout | undefined;
   private treeRefreshMs = TREE_REFRESH_MS;
-  /** Group leaders of the tree whose session was given the agent's priority (rankNewSessions). */
-  private readonly ranked = new Set<number>();
 
   private constructor(
     readonly child: ChildProcessWithoutNullStreams,
     private readonly log: Logger,
-    /** The agent's nice value where agentctl lowered it: the sessions its commands start get it too. */
-    private readonly sessionNice: number | undefined,
   ) {
     if (child.pid === undefined) throw new Error('agent process has no pid');
     this.pid = child.pid;
@@ -92,9 +87,9 @@ export class AgentProcess {
       const child = spawn(spec.command, spec.args, { cwd: opts.cwd, env: { ...opts.env, ...spec.env }, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
       child.once('error', (err) => reject(new Error(`cannot start agent "${spec.name}" (${spec.command}): ${err.message}`)));
       child.once('spawn', () => {
-        const nice = opts.agentNice > 0 && child.pid !== undefined ? lowerPriority(child.pid, opts.agentNice, log) : undefined;
+        if (opts.agentNice > 0 && child.pid !== undefined) lowerPriority(child.pid, opts.agentNice, log);
         try {
-          resolve(new AgentProcess(child, log, nice));
+          resolve(new AgentProcess(child, log));
         } catch (err) {
           reject(err instanceof Error ? err : new Error(String(err)));
         }
@@ -174,41 +169,9 @@ export class AgentProcess {
       if (this.exit !== undefined) return;
       const before = treeKey(this.tree);
       this.noteTree();
-      this.rankNewSessions();
       this.treeRefreshMs = nextTreeRefreshMs(this.treeRefreshMs, treeKey(this.tree) !== before);
       this.scheduleTreeRefresh();
     }, this.treeRefreshMs).unref();
-  }
-
-  /**
-   * The agent leads a session of its own, so its session's autogroup gets the agent's nice value, or
-   * the process's own would rank it against nothing outside that session (autogroup.ts, ADR 0043).
-   * Called by the adapters once the handshake is done: the launch, which a caller waits for, runs
-   * at the control plane's priority; the agent's work from then on runs below it.
-   */
-  lowerSessionPriority(): void {
-    if (this.sessionNice === undefined) return;
-    void lowerAutogroupPriority(this.pid, this.sessionNice).then((outcome) => {
-      // 'unsupported': a kernel without autogroups, where the process's nice value is all there is.
-      if (outcome === 'refused' || outcome === 'busy')
-        this.log.warn("could not lower the agent's session (autogroup) CPU priority", { agent_pid: this.pid, outcome });
-    });
-  }
-
-  /**
-   * A command the agent starts in a session of its own (Codex runs each in a pseudo-terminal) is a
-   * new autogroup, ranked with the control plane until its session gets the agent's nice value,
-   * which it does at the first look at the tree that finds it (every second while the tree changes;
-   * autogroup.ts, ADR 0043). A session leader leads its process group, so group leaders are the
-   * candidates; one in the agent's own session changes nothing.
-   */
-  private rankNewSessions(): void {
-    if (this.sessionNice === undefined) return;
-    for (const p of this.tree) {
-      if (p.pid !== p.pgid || p.pid === this.pid || this.ranked.has(p.pid)) continue;
-      this.ranked.add(p.pid);
-      void lowerAutogroupPriority(p.pid, this.sessionNice);
-    }
   }
 
   /**
@@ -290,8 +253,8 @@ function groupHasMembers(pgid: number): boolean {
  * priority: a tree pause ends a hundred executions at once, and a hundred agentctls at the control
  * plane's priority took the cores from the reads and decisions the operator waits for (ADR 0027).
  * Never raises it (not allowed unprivileged, and not wanted); a failure changes nothing. agentctl
- * leads a session of its own: the lifecycle lowers that session's autogroup as it asks for the
- * stop (flows/teardown.ts, ADR 0043), which is what ranks agentctl against the control plane.
+ * and its agent each lead a session: the lifecycle lowers both sessions' autogroups as it asks for
+ * the stop (flows/teardown.ts, ADR 0043), which is what ranks them against the control plane.
  */
 export function yieldToControlPlane(agentPid: number): void {
   try {
@@ -307,12 +270,10 @@ export function yieldToControlPlane(agentPid: number): void {
  * spawn: what the agent starts afterwards (its tools, builds, tests) inherits it. Unprivileged
  * (lowering a priority needs no capability); a failure is logged and the agent runs as it is.
  */
-function lowerPriority(pid: number, increment: number, log: Logger): number {
-  const nice = Math.min(19, getPriority() + increment);
+function lowerPriority(pid: number, increment: number, log: Logger): void {
   try {
-    setPriority(pid, nice);
+    setPriority(pid, Math.min(19, getPriority() + increment));
   } catch (err) {
     log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }
-  return nice;
 }

@@ -9,7 +9,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * agent are each spawned detached, so each leads a session: a nice value on them alone ranked them
  * against nothing, and a hundred agentctls tearing down at nice 19 still took a hundred shares of
  * the CPU against the gateway's one (ADR 0043). The autogroup's own nice, written to
- * /proc/<pid>/autogroup, is what ranks a session against the control plane's.
+ * /proc/<pid>/autogroup, is what ranks a session against the control plane's. The lifecycle sets
+ * it for an execution's two sessions once the execution is being stopped.
  *
  * The kernel lets only CAP_SYS_ADMIN write it more often than once per 100 ms on the whole host
  * (EAGAIN otherwise): a caller without it retries, spaced, up to `attempts` times. Raising a nice

@@ -1,5 +1,5 @@
 import { getPriority } from 'node:os';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -86,20 +86,6 @@ describe('AgentProcess', () => {
     expect(nice(agent.pid)).toBe(Math.min(19, getPriority() + 7));
     expect(nice(sleeper)).toBe(nice(agent.pid));
     expect(nice(process.pid)).toBe(getPriority());
-    // The agent leads a session: its autogroup, which ranks it against other sessions, gets the same
-    // nice value once the handshake is done (ADR 0043). A kernel without autogroups has no such file and no such ranking.
-    if (existsSync(`/proc/${agent.pid}/autogroup`)) {
-      const groupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'))?.[1];
-      // Not before the adapter's handshake is done: a launch runs at the control plane's priority.
-      expect(groupNice()).toBe('0');
-      agent.lowerSessionPriority();
-      await until(() => groupNice() === String(nice(agent.pid)));
-      expect(readFileSync('/proc/self/autogroup', 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
-      // The command the agent started in a session of its own gets the same, at a look at the tree.
-      const sleeperGroupNice = () => /nice (-?\d+)/.exec(readFileSync(`/proc/${sleeper}/autogroup`, 'utf8'))?.[1];
-      expect(readFileSync(`/proc/${sleeper}/autogroup`, 'utf8')).not.toBe(readFileSync(`/proc/${agent.pid}/autogroup`, 'utf8'));
-      await until(() => sleeperGroupNice() === String(nice(agent.pid)), 5_000);
-    }
   });
 
   it('stops a command the agent started in a session of its own, which ignores SIGTERM', async () => {

@@ -108,7 +108,6 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     }
     const session = await deadline(connection.agent.request(acp.methods.agent.session.new, { cwd: this.options.cwd, mcpServers }), 'session/new');
     this.sessionId = session.sessionId;
-    agent.lowerSessionPriority();
     this.log.info('ACP session ready', { session_id: session.sessionId, protocol_version: init.protocolVersion, mcp: mcpServers.length > 0 });
   }
 

@@ -150,7 +150,6 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
       await deadline(rpc.request('thread/start', { cwd: this.options.cwd, ...(config ? { config } : {}) }), 'thread/start'),
     );
     this.threadId = started.thread.id;
-    agent.lowerSessionPriority();
     this.model = started.model ?? (typeof started.thread.model === 'string' ? started.thread.model : undefined);
     this.log.info('Codex thread ready', { thread_id: this.threadId, model: this.model, mcp: mcp !== undefined });
   }
