@@ -244,21 +244,102 @@ export const kill9 = (service: StackService): Fault => ({
 });
 
 /**
- * kill -9 of one replica of a service (the service runs 2 processes) in the middle of the operation:
- * the survivor carries on; the replica is started again, with its instance id, as Kubernetes would.
+ * kill -9 of the replica of a service that serves the operation (the service runs 2 processes),
+ * in the middle of the operation: the survivor carries on; the replica is started again, with its
+ * instance id, as Kubernetes would. Which replica serves it:
+ * - orchestrator: the one NATS's queue group handed the decision to, killed inside its transaction
+ *   (`killDecidingOrchestrator`);
+ * - lifecycle: the owner of the operation's agent (the second process when none runs);
+ * - gateway, mcp: the first, which the test's clients address;
+ * - holds: either (it is told of holds as a queue group, after the decision): the second process.
  */
 export const kill9Replica = (service: StackService): Fault => ({
-  name: `kill -9 of one ${service} replica`,
+  name: `kill -9 of the ${service} replica serving it`,
   async during(w, op, log) {
-    const [replica] = w.stack.replicas(service);
-    if (!replica) throw new Error(`kill9Replica: the stack runs no ${service} replica`);
+    if (w.stack.replicas(service).length === 0) throw new Error(`kill9Replica: the stack runs no ${service} replica`);
+    if (service === 'orchestrator') return killDecidingOrchestrator(w, op, log);
+    const victim = (service === 'lifecycle' ? await ownerOfAgent(w, op) : service === 'holds' ? undefined : `${service}-1`) ?? `${service}-2`;
     const inflight = op.send(log);
     await midway(op, inflight);
-    replica.process.kill('SIGKILL');
-    const [answer] = await Promise.all([inflight, w.stack.restartReplica(replica)]);
+    w.stack.instance(victim)!.process.kill('SIGKILL');
+    const [answer] = await Promise.all([inflight, w.stack.restartInstance(victim)]);
     return answer;
   },
 });
+
+/** The lifecycle instance that owns a running agent of the operation's tasks, if one runs (a tree release acts on a tree whose agents are gone). */
+async function ownerOfAgent(w: World, op: Prepared): Promise<string | undefined> {
+  for (const taskId of op.tasks) {
+    const list = (await w.api.get(`/tasks/${taskId}/executions`)).body as Array<{ status: string; instance_id: string }>;
+    const running = list.find((e) => e.status === 'RUNNING' || e.status === 'READY');
+    if (running) return running.instance_id;
+  }
+  return undefined;
+}
+
+/** The decision of an operation, killed with its orchestrator replica inside its transaction (`killOrchestratorWaitingOn`). */
+async function killDecidingOrchestrator(w: World, op: Prepared, log: ControlLog): Promise<ControlRequest> {
+  let inflight: Promise<ControlRequest> | undefined;
+  const victim = await killOrchestratorWaitingOn(
+    w,
+    // Every decision about a task takes its row's lock: the fence bump, the subtree lock, or a foreign-key check of a row it writes.
+    (tx) => tx`SELECT id FROM orchestrator.tasks WHERE id = ANY(${op.tasks}::uuid[]) FOR UPDATE`,
+    () => {
+      inflight = op.send(log);
+      return inflight;
+    },
+  );
+  const [answer] = await Promise.all([inflight!, w.stack.restartInstance(victim)]);
+  return answer;
+}
+
+/**
+ * kill -9 of the orchestrator replica whose transaction waits for the rows `lock` takes. A queue
+ * group hands a request to either replica, so the test makes the choice visible: it takes the
+ * rows' locks, then `start`s what will need them, finds the transaction that queues behind its own
+ * in pg_stat_activity, reads the replica off that connection's name (`kandev-orchestrator:<instance>`),
+ * kills that process and only then lets the locks go: the killed transaction never commits. Fails
+ * if what `start` returned settles first (it did not wait for the rows). Returns the killed
+ * instance id; the caller starts it again.
+ */
+export async function killOrchestratorWaitingOn(
+  w: World,
+  lock: (tx: postgres.TransactionSql) => Promise<unknown>,
+  start: () => Promise<unknown> | void,
+): Promise<string> {
+  const sql = postgres(w.stack.db.url, { max: 2, onnotice: () => undefined });
+  try {
+    return await sql.begin(async (tx) => {
+      await lock(tx);
+      const [{ locker }] = await tx<{ locker: number }[]>`SELECT pg_backend_pid() AS locker`;
+      let settled = false;
+      void start()?.then(
+        () => (settled = true),
+        () => (settled = true),
+      );
+      const end = Date.now() + REQUEST_TIMEOUT_MS;
+      let victim: string | undefined;
+      while (!victim) {
+        const [row] = await sql<{ name: string }[]>`
+          SELECT application_name AS name FROM pg_stat_activity
+          WHERE ${locker} = ANY(pg_blocking_pids(pid)) AND application_name LIKE 'kandev-orchestrator:%'`;
+        if (row) victim = row.name.slice('kandev-orchestrator:'.length);
+        else if (settled || Date.now() > end)
+          throw new Error(`no orchestrator transaction waited for the locked rows (${settled ? 'answered first' : 'timed out'})`);
+        else await new Promise((r) => setTimeout(r, 10));
+      }
+      const replica = w.stack.instance(victim);
+      if (!replica) throw new Error(`no stack process runs as ${victim}`);
+      const exited = new Promise((r) => replica.process.once('exit', r));
+      replica.process.kill('SIGKILL');
+      await exited;
+      console.info(`[fault] killed ${victim} in the middle of its transaction`);
+      return victim;
+    });
+  } finally {
+    await sql.end();
+  }
+}
 
 /** kill -9 of one node of the NATS cluster in the middle of the operation, started again 2 s later. */
 export const kill9NatsNode: Fault = {

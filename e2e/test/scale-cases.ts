@@ -1,14 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
 import { expect } from 'vitest';
-import type { ServiceProcess } from '@kandev/runtime/dev/launch';
-import { assertInvariants, ControlLog, eventually, type StackService } from '@kandev/testkit';
+import { assertInvariants, ControlLog, eventually } from '@kandev/testkit';
 import { makeTask, sleepScript, type World } from './support.js';
 import {
   agentOf,
   ANSWER_DEADLINE_MS,
   bounds,
   CLARIFICATION_TIMEOUT_MS,
+  killOrchestratorWaitingOn,
   REQUEST_TIMEOUT_MS,
   startRunning,
   WAKEUP_CLAIM_TIMEOUT_MS,
@@ -22,64 +22,68 @@ import {
  * fault-world.ts does for the control operations.
  */
 
-/** Kill -9 of `p` and start it again (same instance id and ports), as a supervisor would. */
-async function kill9AndRestart(w: World, p: ServiceProcess): Promise<void> {
-  p.process.kill('SIGKILL');
-  const name = p.name as StackService;
-  await (w.stack.replicas(name).includes(p) ? w.stack.restartReplica(p) : w.stack.restart(name));
-}
-
 const controlLog = (w: World) => new ControlLog({ gatewayUrl: w.stack.gatewayUrl, mcpUrl: w.stack.mcpUrl, operatorToken: w.token });
 
 /** Wakeup dispatch bound: a claim lost with its holds process is claimed again, and its launch may be retried once. */
 const WAKEUP_BOUND_MS = WAKEUP_CLAIM_TIMEOUT_MS + 2 * REQUEST_TIMEOUT_MS + 10_000;
 
 /**
- * A wakeup dispatched while one process of `service` (holds: the dispatcher that claimed it;
- * orchestrator: one replica, the launch in flight) is killed: the wakeup starts exactly one
- * session, within the claim timeout and a launch. The kill lands once the wakeup is claimed. A create answered with an error is sent again
- * with the same idempotency key and must find the same wakeup.
+ * A wakeup dispatched while one process of `service` is killed (holds: the dispatcher that claimed
+ * it, once it has; orchestrator: the replica deciding its launch, inside that transaction): the
+ * wakeup starts exactly one session, within the claim timeout and a launch. A create answered with
+ * an error is sent again with the same idempotency key and must find the same wakeup.
  */
 export async function runWakeupCase(w: World, pids: Map<string, number>, service: 'holds' | 'orchestrator'): Promise<void> {
   const log = controlLog(w);
   const { task } = await makeTask(w.api);
   const key = randomUUID();
   const prompt = sleepScript(120_000, { tag: randomUUID() });
-  let created = await log.createWakeup(task.id, prompt, key);
-  if (!created.answer.ok) created = await log.createWakeup(task.id, prompt, key);
-  expect(created.answer, 'the wakeup create, retried once').toMatchObject({ ok: true });
-  const wakeupId = (created.answer as { body: { id: string } }).body.id;
-
-  const status = async () => (await w.api.get(`/wakeups/${wakeupId}`)).body as { status: string; session_id: string | null; skip_reason: string | null };
-  // The holds process that claimed it (the dispatcher whose launch is in flight), read from its row.
-  const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
-  let claimer: string | null;
-  try {
-    claimer = await eventually(
-      async () => {
-        const [row] = await sql<{ status: string; claimed_by: string | null }[]>`SELECT status, claimed_by FROM holds.wakeups WHERE id = ${wakeupId}`;
-        return row && row.status !== 'queued' ? { by: row.claimed_by } : null;
-      },
-      WAKEUP_BOUND_MS,
-      10,
-    ).then((c) => c.by);
-  } finally {
-    await sql.end();
-  }
-  // The stack names its processes `<service>-1` (the first) and `-2`, `-3`... (its replicas, in order).
-  const byInstance = (id: string | null) => {
-    const n = Number(id?.slice(`${service}-`.length));
-    return n === 1 ? w.stack.services.get(service) : w.stack.replicas(service)[n - 2];
+  const create = async () => {
+    let created = await log.createWakeup(task.id, prompt, key);
+    if (!created.answer.ok) created = await log.createWakeup(task.id, prompt, key);
+    expect(created.answer, 'the wakeup create, retried once').toMatchObject({ ok: true });
+    return (created.answer as { body: { id: string } }).body.id;
   };
-  const victim = (service === 'holds' ? byInstance(claimer) : undefined) ?? w.stack.replicas(service)[0]!;
-  const killed = victim === w.stack.services.get(service) ? `${service}-1` : `a ${service} replica`;
-  await kill9AndRestart(w, victim);
+
+  let wakeupId: string;
+  let killed: string;
+  if (service === 'orchestrator') {
+    // The replica deciding the wakeup's launch, killed in its transaction: the test holds the task's row, which the launch's fence bump needs.
+    let creating: Promise<string> | undefined;
+    killed = await killOrchestratorWaitingOn(
+      w,
+      (tx) => tx`SELECT id FROM orchestrator.tasks WHERE id = ${task.id} FOR UPDATE`,
+      () => {
+        creating = create();
+      },
+    );
+    [wakeupId] = await Promise.all([creating!, w.stack.restartInstance(killed)]);
+  } else {
+    wakeupId = await create();
+    // The holds process that claimed it (the dispatcher whose launch is in flight), read from its row.
+    const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
+    try {
+      killed = await eventually(
+        async () => {
+          const [row] = await sql<{ status: string; claimed_by: string | null }[]>`SELECT status, claimed_by FROM holds.wakeups WHERE id = ${wakeupId}`;
+          return row && row.status !== 'queued' ? row.claimed_by : null;
+        },
+        WAKEUP_BOUND_MS,
+        10,
+      );
+    } finally {
+      await sql.end();
+    }
+    w.stack.instance(killed)!.process.kill('SIGKILL');
+    await w.stack.restartInstance(killed);
+  }
+  const status = async () => (await w.api.get(`/wakeups/${wakeupId}`)).body as { status: string; session_id: string | null; skip_reason: string | null };
 
   const done = await eventually(async () => {
     const x = await status();
     return x.status === 'finished' || x.status === 'cancelled' ? x : null;
   }, WAKEUP_BOUND_MS);
-  console.info(`[scale] wakeup × kill -9 of one ${service} replica (claimed by ${claimer}, killed ${killed}): ${done.status} ${done.session_id}`);
+  console.info(`[scale] wakeup × kill -9 of ${killed}: ${done.status} ${done.session_id}`);
   expect(done).toMatchObject({ status: 'finished', skip_reason: null });
   // Exactly once: the task has one session, the one the wakeup records.
   const sessions = (await w.api.get(`/tasks/${task.id}`)).body.sessions as Array<{ id: string }>;
@@ -108,16 +112,31 @@ export async function runClarificationCase(w: World, pids: Map<string, number>, 
     return active?.waiter_live ? (active as { id: string }) : null;
   }, 45_000);
 
-  // The agent's own mcp process is the first one (agents are handed its URL); an orchestrator replica is any of them.
-  const victim = service === 'mcp' ? w.stack.services.get('mcp')! : w.stack.replicas('orchestrator')[0]!;
   const respond = async () => {
     const sent = Date.now();
     const r = await w.api.post(`/clarification/${bundle.id}/respond`, { answers: [{ question_id: 'db', answer: `postgres ${tag}` }] });
     expect(Date.now() - sent, 'the answer to the operator is not late').toBeLessThan(ANSWER_DEADLINE_MS);
     return r;
   };
-  // The operator's answer goes out as the process dies.
-  const [first] = await Promise.all([respond(), kill9AndRestart(w, victim)]);
+  let first: Awaited<ReturnType<typeof respond>>;
+  if (service === 'mcp') {
+    // The agent's own mcp process is the first one (agents are handed its URL); the operator's answer goes out as it dies.
+    const answering = respond();
+    w.stack.services.get('mcp')!.process.kill('SIGKILL');
+    [first] = await Promise.all([answering, w.stack.restart('mcp')]);
+  } else {
+    // The replica deciding the operator's answer, killed in its transaction (it locks the bundle's row).
+    let responding: ReturnType<typeof respond> | undefined;
+    const killed = await killOrchestratorWaitingOn(
+      w,
+      (tx) => tx`SELECT id FROM orchestrator.clarification_bundles WHERE id = ${bundle.id} FOR UPDATE`,
+      () => {
+        responding = respond();
+        return responding;
+      },
+    );
+    [first] = await Promise.all([responding!, w.stack.restartInstance(killed)]);
+  }
   const answered = first.status === 200 || first.status === 409 ? first : await respond();
   console.info(
     `[scale] clarification × kill -9 of the ${service} process: respond → ${first.status}${answered === first ? '' : `, retried → ${answered.status}`} ${JSON.stringify(answered.body?.status ?? answered.body?.error)}`,

@@ -32,7 +32,7 @@ describe('scale-out topology: 3 NATS nodes, 2 replicas of every service', () => 
   });
 
   it(
-    'an operator stop while one orchestrator replica is killed: the invariants hold over its answer',
+    'an operator stop while the orchestrator replica deciding it is killed mid-transaction: the invariants hold over its answer',
     () => runFaultCase(fw.world(), fw.agentPids, stop, kill9Replica('orchestrator')).then(() => undefined),
     180_000,
   );
@@ -44,7 +44,7 @@ describe('scale-out topology: 3 NATS nodes, 2 replicas of every service', () => 
   );
 
   it(
-    'a tree pause while one orchestrator replica is killed: every agent of the tree is gone and the invariants hold over its answer',
+    'a tree pause while the orchestrator replica deciding it is killed mid-transaction: every agent of the tree is gone and the invariants hold over its answer',
     () => runFaultCase(fw.world(), fw.agentPids, treePause, kill9Replica('orchestrator')).then(() => undefined),
     180_000,
   );

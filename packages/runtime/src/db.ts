@@ -13,8 +13,13 @@ export type { postgres };
 /** postgres.js's `debug` hook: called with each statement as it is written to its connection (tests record the order statements go out in). */
 export type DbDebug = (connection: number, query: string, parameters: unknown[]) => void;
 
-/** One pool per service, confined to the service's own schema through search_path. */
-export function connectDb(url: string, schema: string, opts: { max?: number; debug?: DbDebug } = {}): Sql {
+/**
+ * One pool per service, confined to the service's own schema through search_path. Its connections
+ * are named `kandev-<schema>:<instance>` in `pg_stat_activity` (the NATS connection's name too), so
+ * an operator can tell which replica holds a lock or runs a slow statement; PostgreSQL keeps the
+ * first 63 bytes.
+ */
+export function connectDb(url: string, schema: string, opts: { max?: number; debug?: DbDebug; instanceId?: string } = {}): Sql {
   assertIdent(schema);
   const sql = postgres(url, {
     max: opts.max ?? 10,
@@ -22,7 +27,7 @@ export function connectDb(url: string, schema: string, opts: { max?: number; deb
     idle_timeout: 30,
     connect_timeout: 10,
     onnotice: () => undefined,
-    connection: { search_path: `${schema},public`, application_name: `kandev-${schema}` },
+    connection: { search_path: `${schema},public`, application_name: opts.instanceId ? `kandev-${schema}:${opts.instanceId}` : `kandev-${schema}` },
     transform: { undefined: null },
     types: {
       // Timestamps travel as ISO strings; numeric sums as JS numbers.

@@ -102,7 +102,7 @@ export async function startService<S extends z.ZodObject>(
   let sql: Sql | undefined;
   if (def.schema) {
     if (!env.DATABASE_URL) throw new Error(`${def.name} needs DATABASE_URL`);
-    sql = connectDb(env.DATABASE_URL, def.schema, opts.dbDebug ? { debug: opts.dbDebug } : {});
+    sql = connectDb(env.DATABASE_URL, def.schema, { instanceId, ...(opts.dbDebug ? { debug: opts.dbDebug } : {}) });
     await migrate(sql, def.schema, def.migrationsDir ?? null, log);
   }
   const publisher = new EventPublisher(nc);

@@ -47,6 +47,10 @@ export interface Stack {
   replicas(name: StackService): ServiceProcess[];
   /** Stop (if still running) and start again one replica, with its instance id, env and ports. */
   restartReplica(p: ServiceProcess): Promise<ServiceProcess>;
+  /** The process running as INSTANCE_ID `id` (`<name>-1` is the first, `services.get(name)`), if any. */
+  instance(id: string): ServiceProcess | undefined;
+  /** Stop (if still running) and start again the process of INSTANCE_ID `id`, as its first start did. */
+  restartInstance(id: string): Promise<ServiceProcess>;
   stop(): Promise<void>;
 }
 
@@ -161,6 +165,21 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     rmSync(stateDir, { recursive: true, force: true });
     throw e;
   }
+  const instanceOf = (id: string): ServiceProcess | undefined =>
+    [...services.values()].find((p) => `${p.name}-1` === id) ?? replicas.find((r) => replicaEnv.get(r)?.INSTANCE_ID === id);
+  const restart = async (name: StackService) => {
+    await services.get(name)?.stop();
+    return launch(name);
+  };
+  const restartReplica = async (p: ServiceProcess) => {
+    const i = replicas.indexOf(p);
+    if (i < 0) throw new Error('restartReplica: not a replica of this stack');
+    await p.stop();
+    const again = await launch(p.name as StackService, replicaEnv.get(p)!);
+    replicaEnv.set(again, replicaEnv.get(p)!);
+    replicas[i] = again;
+    return again;
+  };
   const gatewayUrl = services.get('gateway')!.urls.http!;
   return {
     gatewayUrl,
@@ -176,20 +195,15 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     operatorToken: (workspaces = ['*']) => signOperatorToken(operatorKey, { sub: 'test-operator', workspaces }),
     agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
     logTail: (name) => [...(tails.get(name) ?? [])],
-    async restart(name) {
-      await services.get(name)?.stop();
-      return launch(name);
-    },
+    restart,
     addReplica,
     replicas: (name) => replicas.filter((r) => r.name === name),
-    async restartReplica(p) {
-      const i = replicas.indexOf(p);
-      if (i < 0) throw new Error('restartReplica: not a replica of this stack');
-      await p.stop();
-      const again = await launch(p.name as StackService, replicaEnv.get(p)!);
-      replicaEnv.set(again, replicaEnv.get(p)!);
-      replicas[i] = again;
-      return again;
+    restartReplica,
+    instance: instanceOf,
+    async restartInstance(id) {
+      const p = instanceOf(id);
+      if (!p) throw new Error(`restartInstance: no process runs as ${id}`);
+      return replicas.includes(p) ? restartReplica(p) : restart(p.name as StackService);
     },
     async stop() {
       await Promise.all(replicas.map((r) => r.stop()));
