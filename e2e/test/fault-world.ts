@@ -311,7 +311,8 @@ export async function killOrchestratorWaitingOn(
   try {
     return await sql.begin(async (tx) => {
       await lock(tx);
-      const [{ locker }] = await tx<{ locker: number }[]>`SELECT pg_backend_pid() AS locker`;
+      const [me] = await tx<{ locker: number }[]>`SELECT pg_backend_pid() AS locker`;
+      const locker = me!.locker;
       let settled = false;
       void start()?.then(
         () => (settled = true),
