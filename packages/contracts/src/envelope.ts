@@ -45,6 +45,11 @@ export const Headers = {
   receipt: 'kandev-receipt-ms',
   /** On a receipt (`accepted`) or heartbeat (`working`): this message is not the reply. */
   progress: 'kandev-progress',
+  /**
+   * On a receipt: a subject only the handler's NATS connection subscribes to. A caller whose
+   * heartbeats are late sends a request there; "no responders" means that connection is gone.
+   */
+  liveness: 'kandev-liveness',
   traceparent: 'traceparent',
   tracestate: 'tracestate',
   msgId: 'Nats-Msg-Id',

@@ -15,6 +15,12 @@ import { Headers } from '@kandev/contracts';
  * resend that reaches a replica already running it only gets another receipt, see `InFlightReplies`),
  * and gives up on one whose handler fell silent for SILENCE_MS (its replica died mid-request: the
  * effect may or may not have happened, so that is an UNAVAILABLE error, not a silent retry).
+ *
+ * A replica that was killed is told from one that is only slow sooner than that: the receipt names
+ * a liveness subject, which only the handler's connection subscribes to (its reply inbox). Once a
+ * heartbeat is PROBE_AFTER_MS late the caller sends a request there: the server answers "no
+ * responders" at once if that connection is gone (the process died and its socket closed), and the
+ * caller fails then. A frozen process's connection still subscribes, so its callers wait SILENCE_MS.
  */
 
 /** How often a handler says it is still working (the interval the caller asks for). */
@@ -26,6 +32,8 @@ export const RECEIPT_WAIT_MS = 2_000;
  * handler whose event loop stalls on a busy machine is not mistaken for a dead one.
  */
 export const SILENCE_MS = 6 * HEARTBEAT_MS;
+/** A heartbeat this late makes the caller ask whether the handler's connection is still there. */
+export const PROBE_AFTER_MS = 1.5 * HEARTBEAT_MS;
 
 /** Values of the `kandev-progress` header on the messages that are not the reply. */
 export type Progress = 'accepted' | 'working';
@@ -36,8 +44,18 @@ function progressHeaders(p: Progress): MsgHdrs {
   return h;
 }
 // Built once: nats.js encodes the headers when it publishes, so one object serves every message.
-const ACCEPTED = progressHeaders('accepted');
 const WORKING = progressHeaders('working');
+/** The receipt of one connection's handlers: `accepted`, and the subject that shows the connection is there. */
+const receipts = new WeakMap<NatsConnection, MsgHdrs>();
+function receiptOf(nc: NatsConnection): MsgHdrs {
+  let h = receipts.get(nc);
+  if (!h) {
+    h = progressHeaders('accepted');
+    h.set(Headers.liveness, replyInboxOf(nc).liveness);
+    receipts.set(nc, h);
+  }
+  return h;
+}
 
 /** The progress a message carries, or undefined for the reply itself. */
 export function progressOf(msg: Msg): Progress | undefined {
@@ -50,10 +68,10 @@ export function progressOf(msg: Msg): Progress | undefined {
  * `stop()` (called before the reply is sent). Requests from callers that ask for none (an older
  * caller, the `nats` CLI) get neither.
  */
-export function acknowledge(msg: Msg, heartbeatsWhile: () => boolean): { stop(): void } {
+export function acknowledge(nc: NatsConnection, msg: Msg, heartbeatsWhile: () => boolean): { stop(): void } {
   const interval = Number(msg.headers?.get(Headers.receipt));
   if (!msg.reply || !(interval > 0)) return { stop() {} };
-  msg.respond(undefined, { headers: ACCEPTED });
+  msg.respond(undefined, { headers: receiptOf(nc) });
   const timer = setInterval(
     () => {
       // A heartbeat published while NATS is down would be dropped anyway; the caller's own link is
@@ -145,6 +163,8 @@ class Call implements ReplyCall {
  */
 class ReplyInbox {
   private readonly prefix = createInbox();
+  /** Matches the inbox subscription but no call (their tokens are base 36): a request there is delivered and dropped, or meets "no responders" when this connection is gone. */
+  readonly liveness = `${this.prefix}._liveness`;
   private readonly calls = new Map<string, Call>();
   private seq = 0;
   constructor(nc: NatsConnection) {
@@ -181,7 +201,7 @@ class ReplyInbox {
 const inboxes = new WeakMap<NatsConnection, ReplyInbox>();
 
 /** The connection's shared reply inbox (made on first use). */
-export function replyInboxOf(nc: NatsConnection): { open(requestSubject: string): ReplyCall } {
+export function replyInboxOf(nc: NatsConnection): { open(requestSubject: string): ReplyCall; readonly liveness: string } {
   let inbox = inboxes.get(nc);
   if (!inbox) inboxes.set(nc, (inbox = new ReplyInbox(nc)));
   return inbox;

@@ -29,7 +29,17 @@ import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
 import { messagingSpanOf } from './semconv.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
-import { acknowledge, InFlightReplies, HEARTBEAT_MS, progressOf, RECEIPT_WAIT_MS, replyInboxOf, SILENCE_MS } from './replies.js';
+import {
+  acknowledge,
+  InFlightReplies,
+  HEARTBEAT_MS,
+  PROBE_AFTER_MS,
+  progressOf,
+  RECEIPT_WAIT_MS,
+  replyInboxOf,
+  SILENCE_MS,
+  type ReplyCall,
+} from './replies.js';
 
 const enc = new TextEncoder();
 /** Room left in the server's max payload for the message's headers (request id, trace context). */
@@ -221,11 +231,11 @@ export async function serveEndpoints(
         // A resend of a request this replica is already running (its receipt was late, not lost):
         // the running handler's heartbeats and reply go to the same inbox; say so and run nothing.
         if (!running.begin(msg.reply)) {
-          acknowledge(msg, () => false).stop();
+          acknowledge(nc, msg, () => false).stop();
           return;
         }
         inFlight.enter();
-        void dispatch(reg, msg, opts.log, endpointStats, link).finally(() => {
+        void dispatch(nc, reg, msg, opts.log, endpointStats, link).finally(() => {
           running.done(msg.reply);
           inFlight.leave();
         });
@@ -249,10 +259,10 @@ export async function serveEndpoints(
   return svc;
 }
 
-async function dispatch(reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats, link: NatsLink | undefined): Promise<void> {
+async function dispatch(nc: NatsConnection, reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats, link: NatsLink | undefined): Promise<void> {
   const { endpoint, handler } = reg;
   const started = performance.now();
-  const progress = acknowledge(msg, () => !link || link.connected);
+  const progress = acknowledge(nc, msg, () => !link || link.connected);
   const requestId = msg.headers?.get(Headers.requestId) || randomUUID();
   const budget = Number(msg.headers?.get(Headers.timeout) || Number.NaN);
   const deadline = budget > 0 ? started + budget : undefined;
@@ -460,8 +470,9 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
       }
       // Receipt and heartbeats until the reply. Silence while this side's own link is down is NATS
       // restarting, not the handler dying: the reply follows the reconnect (ADR 0014).
+      const liveness = msg.headers?.get(Headers.liveness) || undefined;
       while (progressOf(msg)) {
-        msg = await call.next(Math.min(SILENCE_MS, leftNow()));
+        msg = await nextBeat(nc, call, liveness, leftNow);
         if (msg) continue;
         if (leftNow() <= 0) throw timedOut();
         if (link && !link.connected && (await link.up(leftNow()))) {
@@ -471,6 +482,8 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
         }
         throw unavailable(`${endpoint.name} responder went silent for ${SILENCE_MS} ms after accepting the request (its replica stopped?)`);
       }
+      if (isNoRespondersStatus(msg))
+        throw unavailable(`${endpoint.name} responder's replica is gone: its NATS connection closed after it accepted the request`);
       return msg;
     }
   } catch (e) {
@@ -479,6 +492,25 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
   } finally {
     call.close();
   }
+}
+
+/**
+ * The next message of a request being worked on, or null after SILENCE_MS (or the deadline) without
+ * one. A heartbeat PROBE_AFTER_MS late makes it ask once whether the handler's connection is still
+ * there (replies.ts): "no responders" to that arrives as the message, for the caller to fail at once.
+ */
+async function nextBeat(nc: NatsConnection, call: ReplyCall, liveness: string | undefined, leftNow: () => number): Promise<Msg | null> {
+  const silentBy = performance.now() + SILENCE_MS;
+  if (liveness) {
+    const msg = await call.next(Math.min(PROBE_AFTER_MS, leftNow()));
+    if (msg || leftNow() <= 0) return msg;
+    try {
+      nc.publish(liveness, undefined, { reply: call.subject });
+    } catch {
+      // The connection is closing or closed: the wait below ends the call as it would have.
+    }
+  }
+  return call.next(Math.min(Math.floor(silentBy - performance.now()), leftNow()));
 }
 
 /** The server's "no responders" status (503), which it sends to the reply subject of a request nobody subscribes to. */

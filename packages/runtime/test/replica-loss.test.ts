@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { Endpoint } from '@kandev/contracts';
+import { Headers, type Endpoint } from '@kandev/contracts';
+import { createInbox, headers as natsHeaders } from '@nats-io/nats-core';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { connectNats, createLogger, on, request, serveEndpoints, type NatsConnection } from '../src/index.js';
 import { HEARTBEAT_MS, InFlightReplies, RECEIPT_WAIT_MS, SILENCE_MS } from '../src/replies.js';
@@ -62,7 +63,7 @@ describe('requests to a replica that is gone', () => {
     }
   });
 
-  it('fails UNAVAILABLE, long before its deadline, when the replica running it dies', async () => {
+  it('fails UNAVAILABLE, long before its deadline, when the replica running it dies: its closed connection shows it', async () => {
     const doomed = await connectNats({ url: nats.url, name: 'doomed-replica' });
     let started!: () => void;
     const running = new Promise<void>((r) => (started = r));
@@ -74,9 +75,37 @@ describe('requests to a replica that is gone', () => {
     ]);
     const pending = request(caller, hang, {}, { timeoutMs: DEADLINE_MS }).catch((e: unknown) => e);
     await running;
-    await doomed.close(); // its receipt went out; its heartbeats stop with it
+    await doomed.close(); // its receipt went out; its heartbeats and its connection end with it
     const err = await pending;
-    expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/went silent/) });
+    // The liveness probe met "no responders": the caller did not wait out the silence limit.
+    expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/replica is gone: its NATS connection closed/) });
+  });
+
+  it('waits out the silence limit for a replica that accepted and froze with its connection open', async () => {
+    // A frozen process: it took the request, sent its receipt (naming a liveness subject its
+    // connection still subscribes to), and sends nothing more. The probe is delivered, so only the
+    // silence limit can end the wait.
+    const frozen = await connectNats({ url: nats.url, name: 'frozen-replica' });
+    const liveness = createInbox();
+    frozen.subscribe(liveness, { callback: () => undefined });
+    frozen.subscribe(hang.subject, {
+      queue: 'frozen-only',
+      callback: (_err, msg) => {
+        const h = natsHeaders();
+        h.set(Headers.progress, 'accepted');
+        h.set(Headers.liveness, liveness);
+        msg.respond(undefined, { headers: h });
+      },
+    });
+    await frozen.flush();
+    try {
+      const sent = performance.now();
+      const err = await request(caller, hang, {}, { timeoutMs: DEADLINE_MS }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/went silent/) });
+      expect(performance.now() - sent).toBeGreaterThanOrEqual(SILENCE_MS);
+    } finally {
+      await frozen.close();
+    }
   });
 
   it('waits for a handler that is slow but alive: its heartbeats keep the request open past the silence limit', async () => {
