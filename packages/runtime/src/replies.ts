@@ -20,7 +20,9 @@ import { Headers } from '@kandev/contracts';
  * a liveness subject, which only the handler's connection subscribes to (its reply inbox). Once a
  * heartbeat is PROBE_AFTER_MS late the caller sends a request there: the server answers "no
  * responders" at once if that connection is gone (the process died and its socket closed), and the
- * caller fails then. A frozen process's connection still subscribes, so its callers wait SILENCE_MS.
+ * caller fails when a second probe a heartbeat later meets it too (rpc.ts `nextBeat`: a handler
+ * reconnecting to another NATS node is briefly absent as well). A frozen process's connection still
+ * subscribes, so its callers wait SILENCE_MS (ADR 0044).
  */
 
 /** How often a handler says it is still working (the interval the caller asks for). */

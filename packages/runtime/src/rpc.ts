@@ -496,21 +496,33 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
 
 /**
  * The next message of a request being worked on, or null after SILENCE_MS (or the deadline) without
- * one. A heartbeat PROBE_AFTER_MS late makes it ask once whether the handler's connection is still
- * there (replies.ts): "no responders" to that arrives as the message, for the caller to fail at once.
+ * one. A heartbeat PROBE_AFTER_MS late makes it ask whether the handler's connection is still there
+ * (replies.ts). "No responders" is believed only when a second probe, HEARTBEAT_MS later, meets it
+ * too with no heartbeat between: a handler whose NATS node just died is reconnecting to another
+ * one, and its heartbeats resume when it has. That second "no responders" is returned as the
+ * message, for the caller to fail at once. A probe that is delivered (no answer) means the
+ * connection is there: the wait goes on to the silence limit.
  */
 async function nextBeat(nc: NatsConnection, call: ReplyCall, liveness: string | undefined, leftNow: () => number): Promise<Msg | null> {
   const silentBy = performance.now() + SILENCE_MS;
-  if (liveness) {
-    const msg = await call.next(Math.min(PROBE_AFTER_MS, leftNow()));
-    if (msg || leftNow() <= 0) return msg;
+  const untilSilent = () => Math.min(Math.floor(silentBy - performance.now()), leftNow());
+  if (!liveness) return call.next(untilSilent());
+  const probe = () => {
     try {
       nc.publish(liveness, undefined, { reply: call.subject });
     } catch {
-      // The connection is closing or closed: the wait below ends the call as it would have.
+      // The connection is closing or closed: the wait ends the call as it would have.
     }
+  };
+  let msg = await call.next(Math.min(PROBE_AFTER_MS, untilSilent()));
+  for (let gone = 0; !msg && untilSilent() > 0;) {
+    probe();
+    msg = await call.next(Math.min(HEARTBEAT_MS, untilSilent()));
+    if (!msg) return call.next(untilSilent()); // the probe was delivered: the connection is there
+    if (!isNoRespondersStatus(msg) || ++gone === 2) return msg;
+    msg = await call.next(Math.min(HEARTBEAT_MS, untilSilent())); // a reconnecting handler beats again
   }
-  return call.next(Math.min(Math.floor(silentBy - performance.now()), leftNow()));
+  return msg;
 }
 
 /** The server's "no responders" status (503), which it sends to the reply subject of a request nobody subscribes to. */
