@@ -333,7 +333,8 @@ export async function killOrchestratorWaitingOn(
       if (!replica) throw new Error(`no stack process runs as ${victim}`);
       const exited = new Promise((r) => replica.process.once('exit', r));
       replica.process.kill('SIGKILL');
-      await exited;
+      // A process that had already exited fires no 'exit' again.
+      if (replica.process.exitCode === null && replica.process.signalCode === null) await exited;
       console.info(`[fault] killed ${victim} in the middle of its transaction`);
       return victim;
     });
