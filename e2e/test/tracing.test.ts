@@ -116,10 +116,12 @@ it('links the MCP tool call, the orchestrator, the lifecycle and agentctl signal
     const ids = new Set(t.map((s) => s.spanId));
     return t.every((s) => s === http || ids.has(s.parentSpanId!));
   };
+  // agentctl exports its span as it ends, at the agents' CPU priority once it is being stopped
+  // (ADR 0043): on a saturated machine that took over 15 s once, so the wait is a minute.
   const trace = await eventually(async () => {
     const t = spans.filter((s) => s.traceId === tool.traceId);
     return t.some((s) => s.service === 'kandev-agentctl' && s.events.some((e) => e.name === 'signal')) && connected(t) ? t : null;
-  }, 15_000).catch(() => spans.filter((s) => s.traceId === tool.traceId));
+  }, 60_000).catch(() => spans.filter((s) => s.traceId === tool.traceId));
   expect(new Set(trace.map((s) => s.service))).toEqual(new Set(['kandev-mcp', 'kandev-orchestrator', 'kandev-lifecycle', 'kandev-agentctl']));
   const signal = trace.flatMap((s) => s.events).find((e) => e.name === 'signal')!;
   expect(signal.attributes.signal).toBe('SIGTERM');
