@@ -1,5 +1,5 @@
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
-  test: { include: ['test/**/*.test.ts'], testTimeout: 30_000, hookTimeout: 30_000, pool: 'forks' },
+  test: { include: ['test/**/*.test.ts'], testTimeout: 30_000, hookTimeout: 30_000, pool: 'forks', isolate: false },
 });

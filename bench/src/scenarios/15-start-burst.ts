@@ -32,7 +32,11 @@ const scenario: Scenario = {
       const floor = summarize((await Promise.all(first.map((id) => timedFetch(b, 'GET', `/tasks/${id}`)))).map((r) => r.ms));
       ctx.log(`floor, ${STARTS} concurrent GET /tasks/:id: p50 ${floor.p50.toFixed(1)} ms, p99 ${floor.p99.toFixed(1)} ms`);
       const results: ScenarioResult[] = [
-        { id: 'burst.floor.get_task', label: `floor: ${STARTS} concurrent GET /tasks/:id through the same gateway (warm), just before the bursts`, stats: floor },
+        {
+          id: 'burst.floor.get_task',
+          label: `floor: ${STARTS} concurrent GET /tasks/:id through the same gateway (warm), just before the bursts`,
+          stats: floor,
+        },
       ];
       results.push(...(await burst(ctx, b, first, '.cold')));
       results.push(...(await burst(ctx, b, tasks.slice(STARTS), '')));
