@@ -85,7 +85,9 @@ export async function shutdownTracing(): Promise<void> {
   const p = provider;
   provider = undefined;
   await p?.shutdown();
-  if (p instanceof PropagatingTracerProvider) {
+  // Either provider installed itself as the global one (with a propagator and a context manager):
+  // a shut-down provider must not stay there, and the API refuses a new global until it is gone.
+  if (p) {
     trace.disable();
     propagation.disable();
     context.disable();

@@ -77,6 +77,7 @@ describe('outbox purge', () => {
 
 describe('inbox purge', () => {
   it('deletes rows older than the bound only', async () => {
+    await sql`DELETE FROM inbox`; // the count below is of every row it purges, whatever ran before
     await sql`INSERT INTO inbox (consumer, event_id, processed_at) SELECT 'c', 'stale-' || g, now() - interval '10 days' FROM generate_series(1, 5) AS g`;
     await sql`INSERT INTO inbox (consumer, event_id, processed_at) SELECT 'c', 'kept-' || g, now() - interval '2 days' FROM generate_series(1, 2) AS g`;
     expect(await purgeInbox(sql, 8 * 24 * HOUR, { batch: 2 })).toBe(5);

@@ -1,10 +1,15 @@
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { context, propagation, trace, TraceFlags } from '@opentelemetry/api';
 import { inSpan, initTracing, PropagatingTracerProvider, shutdownTracing, traceHeaders, tracer } from '../src/tracing.js';
 
 // A process with nowhere to export: its spans record nothing, but trace context still crosses hops
 // (a downstream service that exports records its part) and reaches the log lines.
-const provider = initTracing({ serviceName: 'propagating-test' });
+// The worker may have run another file first (isolate: false): start from no provider at all.
+let provider: ReturnType<typeof initTracing>;
+beforeAll(async () => {
+  await shutdownTracing();
+  provider = initTracing({ serviceName: 'propagating-test' });
+});
 afterAll(() => shutdownTracing());
 
 const parse = (traceparent: string) => {

@@ -24,6 +24,7 @@ import {
   on,
   request,
   serveEndpoints,
+  shutdownTracing,
   summarizeStatement,
   transaction,
   type NatsConnection,
@@ -31,6 +32,8 @@ import {
 } from '../src/index.js';
 
 const exporter = new InMemorySpanExporter();
+// A file run before this one in the same worker (isolate: false) may have left its provider.
+await shutdownTracing();
 initTracing({ serviceName: 'trace-test', exporter });
 
 const first: Endpoint = { name: 'test.first', subject: 'kandev.test.first', request: z.object({}), result: z.object({ ok: z.boolean() }) };
@@ -53,6 +56,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await nc?.close();
   await nats?.stop();
+  await shutdownTracing();
 });
 
 it('carries W3C trace context across two NATS hops', async () => {

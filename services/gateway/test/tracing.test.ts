@@ -11,12 +11,24 @@ import {
   ATTR_URL_PATH,
 } from '@kandev/runtime';
 import { Orch } from '@kandev/contracts';
-import { connectNats, createLogger, initTracing, on, serveEndpoints, SpanKind, type NatsConnection, type RunningService } from '@kandev/runtime';
+import {
+  connectNats,
+  createLogger,
+  initTracing,
+  on,
+  shutdownTracing,
+  serveEndpoints,
+  SpanKind,
+  type NatsConnection,
+  type RunningService,
+} from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { fixtures, operatorToken, startGateway, WsTestClient } from './helpers.js';
 
 // Registered before the gateway starts, so startService reuses this provider.
 const exporter = new InMemorySpanExporter();
+// A file run before this one in the same worker (isolate: false) may have left its provider.
+await shutdownTracing();
 initTracing({ serviceName: 'gateway-trace-test', exporter });
 
 const WS1 = randomUUID();

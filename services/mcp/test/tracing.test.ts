@@ -8,6 +8,7 @@ import {
   ATTR_HTTP_ROUTE,
   ATTR_MCP_METHOD_NAME,
   initTracing,
+  shutdownTracing,
 } from '@kandev/runtime';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { eventually } from '@kandev/testkit';
@@ -26,6 +27,8 @@ const exporter: Exporter = {
   },
   shutdown: async () => undefined,
 };
+// A file run before this one in the same worker (isolate: false) may have left its provider.
+await shutdownTracing();
 initTracing({ serviceName: 'mcp-trace-test', exporter });
 
 let h: Harness;
