@@ -1,9 +1,9 @@
 /**
- * AGENT_UID_RANGE for the lifecycle instances a test starts. Instances with different work roots
- * (one per test file, or another checkout's tests on the same host) do not see each other's uid
- * locks, so two of them starting agents at the same time could pick the same uid; the
- * end-of-execution sweep of that uid (it SIGKILLs the uid's processes for a few seconds) would then
- * kill the other's agent. Each vitest worker gets a slice of 500 uids of its own: by VITEST_POOL_ID
+ * AGENT_UID_RANGE for the lifecycle instances a test starts. Instances on one host see each other's
+ * uid locks (the host's lock directory), but test files running in parallel would still contend for
+ * the same few uids at the bottom of one range, and a uid's
+ * end-of-execution sweep (it SIGKILLs the uid's processes for a few seconds) reaches whatever runs
+ * under it. Each vitest worker gets a slice of 500 uids of its own: by VITEST_POOL_ID
  * (1..maxWorkers) within a run, and by the run (vitest's pid, the workers' parent) across runs on
  * one host, which makes two runs' slices meet rarely instead of always at 20000. The slices stay
  * inside lifecycle's default range and below the 29_990-29_991 of services/lifecycle's isolation

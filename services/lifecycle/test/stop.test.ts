@@ -293,12 +293,37 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
       orchestrator.decide = usual;
     }
   });
+});
 
-  // Last: it stops the service this file shares.
+describe('service shutdown', () => {
+  // A service of its own: this test stops it, and the other tests may run in any order.
+  let nats: TestNats;
+  let nc: NatsConnection;
+  let life: RunningService;
+  let events: EventLog;
+  const stateDir = tmpStateDir();
+  const stateFile = join(stateDir, 'lifecycle', 'life-s.json');
+  const stateFileIds = () =>
+    (JSON.parse(readFileSync(stateFile, 'utf8')) as { executions: Array<{ execution_id: string }> }).executions.map((e) => e.execution_id);
+
+  beforeAll(async () => {
+    nats = await startNats();
+    nc = await natsClient(nats.url, 'shutdown-test');
+    await FakeOrchestrator.start(nc);
+    events = new EventLog(nc);
+    life = await startLifecycle(nats.url, 'life-s', stateDir, { TEARDOWN_GRACE_MS: '5000', SHUTDOWN_TIMEOUT_MS: '9000' });
+  });
+  afterAll(async () => {
+    await life?.stop();
+    await nc?.close();
+    await nats?.stop();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
   it('service shutdown tears down the instance executions, so nothing lingers', async () => {
     const execs = await Promise.all([launch(nc, launchRequest()), launch(nc, launchRequest({ agent: 'scripted-codex' }))]);
     const busy = randomUUID();
-    await promptAt(nc, 'life-a', { execution_id: execs[0].execution_id, turn_id: busy, prompt: script([{ sleep_ms: 30_000 }]) });
+    await promptAt(nc, 'life-s', { execution_id: execs[0].execution_id, turn_id: busy, prompt: script([{ sleep_ms: 30_000 }]) });
     await events.waitFor('turn.started', (e) => e.data.turn_id === busy);
     const registry = await new Kvm(nc).open(Buckets.executions);
     const t0 = performance.now();

@@ -11,7 +11,10 @@ import { AgentIsolation } from '../src/isolation/agent-isolation.js';
 /*
  * Two lifecycle instances on one host (npm start with replicas) share AGENT_UID_RANGE and the work
  * root: a uid one of them holds for an execution it has not spawned yet is never handed out by the
- * other (the lock file under <work root>/.uids).
+ * other (the lock file in the host's lock directory, /run/kandev/agent-uids by default).
+ *
+ * The uids are this file's alone: 29980-29981 and 29994-29995, clear of isolation.test.ts's
+ * 29990-29991 (its agents run while this file may) and of the workers' slices (20000-29499).
  */
 
 const DIST = pathToFileURL(join(import.meta.dirname, '../dist/isolation/agent-isolation.js')).href;
@@ -53,7 +56,7 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
   it("by default, instances with different work roots (replicas, test stacks) share the host's locks", async () => {
     const code = `
       const { AgentIsolation } = await import(${JSON.stringify(DIST)});
-      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'stack-a'))}, uidRange: '29990-29991', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
+      const iso = new AgentIsolation({ workRoot: ${JSON.stringify(join(root, 'stack-a'))}, uidRange: '29994-29995', setting: 'auto', log: { info() {}, warn() {}, error() {}, debug() {}, child() { return this; } } });
       const p = await iso.place('stack-a-execution', 'ws', 'task-a', null);
       process.stdout.write(p.identity.uid + '\\n');
       setInterval(() => {}, 1 << 30);`;
@@ -63,15 +66,19 @@ describe('uids across lifecycle instances of one host', { timeout: 60_000 }, () 
         createInterface({ input: other.stdout! }).once('line', (l) => resolve(Number(l)));
         other.once('exit', (c) => reject(new Error(`helper exited ${c}`)));
       });
-      expect(otherUid).toBe(29990);
-      // No process runs under 29990 (nothing was spawned): only the host's lock keeps it from this instance.
-      const iso = new AgentIsolation({ workRoot: join(root, 'stack-b'), uidRange: '29990-29991', setting: 'auto', log });
+      expect(otherUid).toBe(29994);
+      // No process runs under 29994 (nothing was spawned): only the host's lock keeps it from this instance.
+      const iso = new AgentIsolation({ workRoot: join(root, 'stack-b'), uidRange: '29994-29995', setting: 'auto', log });
       const mine = await iso.place('stack-b-execution', 'ws', 'task-b', null);
-      expect(mine.identity!.uid).toBe(29991);
+      expect(mine.identity!.uid).toBe(29995);
       await iso.finish(mine);
     } finally {
-      other.kill('SIGKILL');
-      await new Promise((r) => other.once('exit', r));
+      // The helper may have exited already (its error is on stderr): then there is no exit to wait for.
+      if (other.exitCode === null && other.signalCode === null) {
+        const exited = new Promise((r) => other.once('exit', r));
+        other.kill('SIGKILL');
+        await exited;
+      }
     }
   });
 });

@@ -411,14 +411,20 @@ describe('authentication', () => {
   });
 });
 
-// Last: takes the fake orchestrator away for good.
 describe('without an orchestrator', () => {
   it('reports UNAVAILABLE as an error result', async () => {
-    const client = await clientFor('task');
-    await h.removeOrchestrator();
-    const r = await call(client, 'stop_task_kandev', { task_id: uuid() });
-    expect(r.isError).toBe(true);
-    expect(textOf(r)).toMatch(/^backend error \[UNAVAILABLE\]: /);
-    expect(r.structuredContent).toMatchObject({ code: 'UNAVAILABLE' });
+    // A harness of its own: the shared one keeps its orchestrator, whatever order the tests run in.
+    const alone = await Harness.start();
+    try {
+      const client = await connectClient(alone.url, await agentToken({ task_id: uuid(), mode: 'task' }));
+      clients.push(client);
+      await alone.removeOrchestrator();
+      const r = await call(client, 'stop_task_kandev', { task_id: uuid() });
+      expect(r.isError).toBe(true);
+      expect(textOf(r)).toMatch(/^backend error \[UNAVAILABLE\]: /);
+      expect(r.structuredContent).toMatchObject({ code: 'UNAVAILABLE' });
+    } finally {
+      await alone.stop();
+    }
   });
 });

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { OrchMcp } from '@kandev/contracts';
 import {
   ATTR_ERROR_TYPE,
@@ -32,29 +33,36 @@ await shutdownTracing();
 initTracing({ serviceName: 'mcp-trace-test', exporter });
 
 let h: Harness;
-let client: Client;
-const traceId = 'a3ce929d0e0e47364bf92f3577b34da6';
+const clients: Client[] = [];
 const edgeSpanId = '00f067aa0ba902b7';
+/** A client whose requests carry a traceparent of their own, so each test reads only its spans. */
+async function tracedClient(): Promise<{ client: Client; traceId: string }> {
+  const traceId = randomBytes(16).toString('hex');
+  const client = await connectClient(h.url, await agentToken({ task_id: uuid() }), { traceparent: `00-${traceId}-${edgeSpanId}-01` });
+  clients.push(client);
+  return { client, traceId };
+}
 
 beforeAll(async () => {
   h = await Harness.start();
-  client = await connectClient(h.url, await agentToken({ task_id: uuid() }), { traceparent: `00-${traceId}-${edgeSpanId}-01` });
 });
 afterAll(async () => {
-  await client?.close();
+  await Promise.all(clients.map((c) => c.close()));
   await h?.stop();
 });
 
 it('runs the tool call as a child of the incoming traceparent, with the NATS request under it (R-7.2)', async () => {
+  const { client, traceId } = await tracedClient();
   h.handlers.stopChildTask = async (req) => ({ task_id: req.task_id, status: 'stopped' });
   await client.callTool({ name: 'stop_task_kandev', arguments: { task_id: uuid() } });
+  const ours = () => finished.filter((s) => s.spanContext().traceId === traceId);
+  const byName = (n: string) => ours().find((s) => s.name === n);
   // The HTTP span ends when its response is closed, a moment after the client has the answer.
-  const toolSpan = await eventually(async () => finished.find((s) => s.name === 'tools/call stop_task_kandev'), 5_000, 10);
-  await eventually(async () => finished.some((s) => s.name === 'POST /mcp' && s.spanContext().spanId === toolSpan.parentSpanContext?.spanId), 5_000, 10);
+  const toolSpan = await eventually(async () => byName('tools/call stop_task_kandev'), 5_000, 10);
+  await eventually(async () => ours().some((s) => s.name === 'POST /mcp' && s.spanContext().spanId === toolSpan.parentSpanContext?.spanId), 5_000, 10);
 
-  const byName = (n: string) => finished.find((s) => s.name === n);
   const tool = byName('tools/call stop_task_kandev');
-  const http = finished.find((s) => s.name === 'POST /mcp' && s.spanContext().spanId === tool?.parentSpanContext?.spanId);
+  const http = ours().find((s) => s.name === 'POST /mcp' && s.spanContext().spanId === tool?.parentSpanContext?.spanId);
   const send = byName(`send ${OrchMcp.stopChildTask.subject}`);
   const process = byName(`process ${OrchMcp.stopChildTask.subject}`);
   expect(http, 'HTTP server span').toBeDefined();
@@ -82,10 +90,10 @@ it('runs the tool call as a child of the incoming traceparent, with the NATS req
 });
 
 it('marks an error result on the tool span', async () => {
-  finished.length = 0;
+  const { client, traceId } = await tracedClient();
   const r = await client.callTool({ name: 'stop_task_kandev', arguments: {} });
   expect(r.isError).toBe(true);
-  const tool = await eventually(async () => finished.find((s) => s.name === 'tools/call stop_task_kandev'), 5_000, 10);
+  const tool = await eventually(async () => finished.find((s) => s.name === 'tools/call stop_task_kandev' && s.spanContext().traceId === traceId), 5_000, 10);
   expect(tool?.attributes['kandev.error_code']).toBe('VALIDATION_ERROR');
   expect(tool?.attributes[ATTR_ERROR_TYPE]).toBe('VALIDATION_ERROR');
 });
