@@ -10,6 +10,9 @@ import { createInterface } from 'node:readline';
 const ROOT = process.env.ROOT ?? new URL('..', import.meta.url).pathname.replace(/\/$/, '');
 const N = Number(process.env.N ?? 50);
 const bin = process.env.BIN ?? `${ROOT}/packages/agentctl/dist/main.js`;
+// agentctl takes only callers that hold its execution secret (docs/security.md); a hand-run one reads it here.
+const SECRET = randomUUID();
+const auth = { authorization: `Bearer ${SECRET}` };
 const stat = (pid) => {
   try {
     const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -58,7 +61,7 @@ await Promise.all(
           '--agent-nice',
           '10',
         ],
-        { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'x' } },
+        { stdio: ['pipe', 'pipe', 'pipe'], detached: true, env: { ...process.env, AGENTCTL_MCP_TOKEN: 'x', AGENTCTL_SECRET: SECRET } },
       );
       c.stderr.resume();
       const ready = await new Promise((res) =>
@@ -75,7 +78,7 @@ await Promise.all(
   pairs.map((p) =>
     fetch(`${p.url}/api/v1/acp/prompt`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...auth },
       body: JSON.stringify({ prompt: JSON.stringify({ script: [{ sleep_ms: 600000 }] }) }),
     }).then((r) => r.text()),
   ),
@@ -89,7 +92,7 @@ await Promise.all(
     (p) =>
       new Promise((res) => {
         p.c.once('exit', res);
-        fetch(`${p.url}/api/v1/stop`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ grace_ms: 2000 }) })
+        fetch(`${p.url}/api/v1/stop`, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body: JSON.stringify({ grace_ms: 2000 }) })
           .then((r) => r.text())
           .catch(() => undefined);
       }),
