@@ -10,7 +10,9 @@ import { HAS_PROC, isAlive, liveStat, readProcStat, type ProcessRef } from './pr
  *   1. `signal` (SIGTERM by default; none when the processes were already asked to go some other
  *      way) to every target still there, each together with its process group;
  *   2. up to `graceMs` for all of them to be gone, checked every POLL_MS, and at once when one of
- *      `exits` settles (the exit event of a child of ours: no poll delay on the common path);
+ *      `exits` settles (the exit event of a child of ours: no poll delay on the common path). While
+ *      one of `exits` is pending its process is there, so no check is made: the wait sleeps until
+ *      that exit or the deadline;
  *   3. SIGKILL to every survivor, with its group;
  *   4. wait until gone, checked every POLL_MS, SIGKILL re-sent to survivors after 50, 100, 200, …
  *      ms (doubling, at most 2 s apart): a signal to a group can race a fork in it, and a process
@@ -33,7 +35,11 @@ export interface TerminateOptions {
   signal?: NodeJS.Signals | null;
   /** How long the targets get to be gone before SIGKILL; 0: SIGKILL at once. */
   graceMs: number;
-  /** Exit events of targets that are our own children: a wait ends as soon as one settles. */
+  /**
+   * Exit events of targets that are our own children: a wait ends as soon as one settles, and
+   * looks at /proc only once all have (a pending one means its target is still there). Only a
+   * target's own exit belongs here.
+   */
   exits?: readonly Promise<unknown>[];
   /** How long to keep re-sending SIGKILL before giving up. Default: until they are gone. */
   killWindowMs?: number;
@@ -71,10 +77,14 @@ export async function terminate(targets: readonly ProcessRef[] | (() => readonly
   /** Waits until nothing is alive or `until` (Date.now()) passes; returns whether all are gone. */
   const goneBy = async (until: number): Promise<boolean> => {
     for (;;) {
-      if (alive().length === 0) return true;
+      // A child of ours that has not exited is a target still there: no look at /proc can end the
+      // wait, so none is made. A hundred agentctls of a tree pause, each looking at its agent's tree
+      // every POLL_MS while the agents exited, spent more CPU looking than the agents exiting
+      // (docs/fast-paths.md, "Tree holds with live sessions").
+      if (!wake.waiting() && alive().length === 0) return true;
       const left = until - Date.now();
       if (left <= 0) return false;
-      await wake(Math.min(POLL_MS, left));
+      await wake(wake.waiting() ? left : Math.min(POLL_MS, left));
     }
   };
 
@@ -135,8 +145,11 @@ function kill(pid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-/** A wait of at most `ms` that ends early when one of `exits` settles; each exit wakes it once. */
-function wakeOn(exits: readonly Promise<unknown>[]): (ms: number) => Promise<void> {
+/**
+ * A wait of at most `ms` that ends early when one of `exits` settles; each exit wakes it once.
+ * `waiting()`: whether one of them is still pending.
+ */
+function wakeOn(exits: readonly Promise<unknown>[]): ((ms: number) => Promise<void>) & { waiting: () => boolean } {
   const pending = new Set<Promise<unknown>>();
   for (const e of exits) {
     const tracked: Promise<unknown> = e.then(
@@ -145,7 +158,7 @@ function wakeOn(exits: readonly Promise<unknown>[]): (ms: number) => Promise<voi
     );
     pending.add(tracked);
   }
-  return async (ms) => {
+  const wait = async (ms: number): Promise<void> => {
     const ac = new AbortController();
     try {
       // The sleep rejects only when aborted in `finally`, after the race is decided.
@@ -154,4 +167,5 @@ function wakeOn(exits: readonly Promise<unknown>[]): (ms: number) => Promise<voi
       ac.abort();
     }
   };
+  return Object.assign(wait, { waiting: () => pending.size > 0 });
 }

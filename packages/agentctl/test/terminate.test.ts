@@ -112,10 +112,37 @@ describe('terminate', () => {
     const left = leader(IGNORES_SIGTERM, 'node');
     await until(() => (left.said().includes('up') ? true : undefined));
     let looks = 0;
-    const r = await terminate(() => (++looks <= 2 ? [gone.ref] : isAlive(left.ref) ? [left.ref] : []), { graceMs: 200, exits: [left.exit] });
+    // No `exits`: with one pending, the wait would not look at all (the next test).
+    const r = await terminate(() => (++looks <= 2 ? [gone.ref] : isAlive(left.ref) ? [left.ref] : []), { graceMs: 200 });
     expect(r.killed.map((x) => x.pid)).toEqual([left.ref.pid]);
     expect(r.survivors).toEqual([]);
     expect(await left.exit).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
+  it("while a target's own exit is pending the wait does not look: the targets are asked only to signal and to decide the SIGKILL", async () => {
+    const p = leader(IGNORES_SIGTERM, 'node');
+    await until(() => (p.said().includes('up') ? true : undefined));
+    let looks = 0;
+    let looksAtKill: number | undefined;
+    const r = await terminate(
+      () => {
+        looks++;
+        return isAlive(p.ref) ? [p.ref] : [];
+      },
+      {
+        graceMs: 300,
+        exits: [p.exit],
+        onSignal: (signal, _pids, round) => {
+          if (round === 1) looksAtKill = looks;
+        },
+      },
+    );
+    // The SIGTERM, the decision to kill at the deadline, the SIGKILL: polling every POLL_MS through
+    // the grace would have made it about fifteen more.
+    expect(looksAtKill).toBe(3);
+    expect(r.killed.map((x) => x.pid)).toEqual([p.ref.pid]);
+    expect(r.survivors).toEqual([]);
+    expect(await p.exit).toEqual({ code: null, signal: 'SIGKILL' });
   });
 
   it('grace 0: SIGKILL at once, nothing before it', async () => {

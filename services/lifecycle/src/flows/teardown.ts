@@ -141,7 +141,8 @@ export class TeardownExecutor {
    */
   private async reconcile(x: LiveExecution, log: Logger): Promise<boolean> {
     const [agents, agentctl] = await Promise.all([
-      terminate(this.agentRefs(x), this.schedule(x, log, { graceMs: 0 })),
+      // agentctl's exit is not the agents' own (terminate waits for a pending exit before it looks).
+      terminate(this.agentRefs(x), { ...this.schedule(x, log, { graceMs: 0 }), exits: [] }),
       terminate([x.agentctl.ref], this.schedule(x, log, { signal: null, graceMs: AGENTCTL_EXIT_WAIT_MS })),
     ]);
     if (agents.survivors.length > 0 || agentctl.survivors.length > 0) return false;
