@@ -60,6 +60,11 @@ export const LifecycleEnv = BaseEnv.extend({
    * priority): what an agent runs cannot starve a stop or a cancel of CPU. 0 = same priority.
    */
   AGENT_NICE: z.coerce.number().int().min(0).max(19).default(10),
+  /**
+   * `auto`: every stopping execution's processes go into one cpu cgroup of the host, where this
+   * service can make one (ADR 0046); `off`: each stopping session's autogroup is lowered instead.
+   */
+  STOPPING_CPU_GROUP: z.enum(['auto', 'off']).default('auto'),
   /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
   AGENTCTL_BIN: z.string().optional(),
   /**

@@ -10,6 +10,7 @@ import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';
 import { AgentIsolation } from './isolation/agent-isolation.js';
+import { StoppingCpu } from './isolation/stopping-cpu.js';
 import { ExecutionSupervisor } from './supervisor.js';
 
 /**
@@ -30,6 +31,8 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     // Before anything is written there: this service's own state is not for agents to read.
     isolation.prepareRoots(env.KANDEV_STATE_DIR, dirname(stateFile.path));
     rt.addReadinessDetail('agent_isolation', () => isolation.mode);
+    const stoppingCpu = StoppingCpu.open({ nice: env.AGENT_NICE, group: env.STOPPING_CPU_GROUP, log });
+    rt.addReadinessDetail('stopping_cpu', () => stoppingCpu.mode);
     // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
     const journal = new EventJournal(env.KANDEV_STATE_DIR, instanceId, rt.publisher, log);
     journal.open();
@@ -48,6 +51,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
       agentKey: rt.key('agent'),
       isolation,
+      stoppingCpu,
     });
     supervisor.startRefreshing();
     rt.onStop(async () => {

@@ -58,7 +58,7 @@ export class ExecutionSupervisor {
         this.changed();
       },
       abandoning: () => this.shuttingDown,
-      agentNice: deps.env.AGENT_NICE,
+      stoppingCpu: deps.stoppingCpu,
     });
     this.ctx = { deps, live: this.live, teardowns: this.teardowns, shuttingDown: () => this.shuttingDown };
     readOnScrape('kandev_live_executions', () => this.live.size);

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Cap, isolationMode, parseCapEff, parseUidRange, pickFreeUid, uidsOfStatus } from '../src/domain/agent-uids.js';
 import { FakeOrchestrator, killHard, launch, launchRequest, natsClient, startLifecycle, stopAt, tmpStateDir, spawnLifecycle } from './helpers.js';
+import { hostHasCpuCgroup } from './host.js';
 
 const bit = (...caps: number[]) => caps.reduce((m, c) => m | (1n << BigInt(c)), 0n);
 
@@ -49,7 +50,10 @@ describe('agent uids (domain)', () => {
 });
 
 const readyz = async (healthUrl: string) =>
-  (await fetch(`${healthUrl}/readyz`)).json() as Promise<{ status: string; details?: { agent_isolation?: string; draining?: boolean; executions?: number } }>;
+  (await fetch(`${healthUrl}/readyz`)).json() as Promise<{
+    status: string;
+    details?: { agent_isolation?: string; stopping_cpu?: string; draining?: boolean; executions?: number };
+  }>;
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
 describe('where lifecycle cannot change uids, agents share its uid and it says so', { timeout: 120_000 }, () => {
@@ -73,16 +77,22 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
   });
 
   it('reports uid_per_execution as root, and same_uid with AGENT_ISOLATION=off', async () => {
+    const stoppingCpu = hostHasCpuCgroup() ? 'cgroup' : 'autogroup';
     const dir = tmpStateDir();
     dirs.push(dir);
     const root = await startLifecycle(nats.url, 'life-root', dir);
     try {
-      expect((await readyz(root.healthUrl)).details).toEqual({ agent_isolation: 'uid_per_execution', draining: false, executions: 0 });
+      expect((await readyz(root.healthUrl)).details).toEqual({
+        agent_isolation: 'uid_per_execution',
+        stopping_cpu: stoppingCpu,
+        draining: false,
+        executions: 0,
+      });
     } finally {
       await root.stop();
     }
     inProcess = await startLifecycle(nats.url, 'life-off', dir, { AGENT_ISOLATION: 'off' });
-    expect((await readyz(inProcess.healthUrl)).details).toEqual({ agent_isolation: 'same_uid', draining: false, executions: 0 });
+    expect((await readyz(inProcess.healthUrl)).details).toEqual({ agent_isolation: 'same_uid', stopping_cpu: stoppingCpu, draining: false, executions: 0 });
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(process.getuid!());
     await stopAt(nc, 'life-off', { execution_id: x.execution_id, reason: 'test' });
@@ -107,7 +117,8 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
     const warnings = lines.filter((l) => l.includes("agents run under this service's own uid"));
     expect(warnings).toHaveLength(1);
     expect(JSON.parse(warnings[0]!)).toMatchObject({ level: 'warn', agent_isolation: 'same_uid' });
-    expect((await readyz(started.urls!.health!)).details).toEqual({ agent_isolation: 'same_uid', draining: false, executions: 0 });
+    // Not root: it cannot make the host's stopping cpu group, and lowers each stopping session instead.
+    expect((await readyz(started.urls!.health!)).details).toEqual({ agent_isolation: 'same_uid', stopping_cpu: 'autogroup', draining: false, executions: 0 });
 
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(uid);

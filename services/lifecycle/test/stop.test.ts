@@ -23,6 +23,8 @@ import {
   stopManyAt,
   tmpStateDir,
 } from './helpers.js';
+import { hostHasCpuCgroup } from './host.js';
+import { STOPPING_GROUP } from '../src/isolation/stopping-cpu.js';
 
 describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
   let nats: TestNats;
@@ -92,23 +94,31 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
   });
 
-  it("an execution's sessions drop to the agents' priority once it is being stopped, not before (ADR 0027, ADR 0043)", async () => {
-    // Where the kernel groups by session, a session's autogroup is what ranks it against the others.
+  it("an execution's processes drop below the control plane once it is being stopped, not before (ADR 0027, ADR 0043, ADR 0046)", async () => {
+    // Where this host lets lifecycle make it, every stopping process goes into one cpu cgroup;
+    // elsewhere each session's autogroup (what ranks a session where the kernel groups by session) is lowered.
+    const inGroup = hostHasCpuCgroup();
+    const cpuCgroupOf = (pid: number) =>
+      readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+        .split('\n')
+        .find((l) => l.split(':')[1]?.split(',').includes('cpu'))
+        ?.split(':')[2];
     const autogroupNice = (pid: number) => /nice (-?\d+)/.exec(readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1];
     const exec = await launch(nc, launchRequest());
-    if (!existsSync(`/proc/${exec.agentctl_pid!}/autogroup`)) return; // a kernel without autogroups: nothing to rank
+    if (!inGroup && !existsSync(`/proc/${exec.agentctl_pid!}/autogroup`)) return; // neither: a nice value is all there is
+    const lowered = (pid: number) => (inGroup ? cpuCgroupOf(pid) === `/${STOPPING_GROUP}` : autogroupNice(pid) === '10');
     const turnId = randomUUID();
     await promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId, prompt: script([{ sleep_ms: 30_000 }], { ignore_sigterm: true }) });
     await events.waitFor('turn.started', (e) => e.data.turn_id === turnId);
-    // Running: both sessions at the control plane's level, so agentctl relays a cancel and the agent
+    // Running: both at the control plane's level, so agentctl relays a cancel and the agent
     // acknowledges it without waiting behind other work (ADR 0043).
-    expect(autogroupNice(exec.agentctl_pid!)).toBe('0');
-    expect(autogroupNice(exec.pid!)).toBe('0');
+    expect(lowered(exec.agentctl_pid!)).toBe(false);
+    expect(lowered(exec.pid!)).toBe(false);
 
     await stopAt(nc, 'life-a', { execution_id: exec.execution_id, reason: 'operator_stop', grace_ms: 3_000 });
-    // Stopping: the agent ignores SIGTERM for the grace, and both sessions are already at the agents' priority.
+    // Stopping: the agent ignores SIGTERM for the grace, and both are already below the control plane.
     await eventually(
-      () => processGone(exec.agentctl_pid!) || (autogroupNice(exec.agentctl_pid!) === '10' && autogroupNice(exec.pid!) === '10'),
+      () => processGone(exec.agentctl_pid!) || (lowered(exec.agentctl_pid!) && lowered(exec.pid!)),
       (done) => done,
       3_000,
     );

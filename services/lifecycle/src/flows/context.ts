@@ -1,5 +1,6 @@
 import type { Logger, NatsConnection } from '@kandev/runtime';
 import type { LifecycleEnv } from '../env.js';
+import type { StoppingCpu } from '../isolation/stopping-cpu.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
@@ -21,6 +22,8 @@ export interface LifecycleDeps {
   agentKey: string;
   /** Uid and directory of each execution. */
   isolation: AgentIsolation;
+  /** Where a stopping execution's processes go to rank below the control plane (ADR 0046). */
+  stoppingCpu: StoppingCpu;
 }
 
 /** What the flows of one instance share: the executions it owns and the one teardown executor. */

@@ -1,11 +1,11 @@
-import { lowerAutogroupPriority } from '@kandev/agentctl/autogroup';
-import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
+import { childProcesses, isAlive, processTree, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
+import type { StoppingCpu } from '../isolation/stopping-cpu.js';
 import { stopHow, stopRequestTimeoutMs, stoppedEvent, stoppedEventId, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
@@ -23,23 +23,19 @@ export interface TeardownDeps {
   forget(executionId: string): void;
   /** True while the service shuts down: reconcile loops stop retrying forever and leave the rest to the next start. */
   abandoning(): boolean;
-  /** `AGENT_NICE`: the priority a stopping execution's sessions drop to (0: agents at the control plane's, nothing lowered). */
-  agentNice: number;
+  /** Where a stopping execution's processes go to rank below the control plane. */
+  stoppingCpu: StoppingCpu;
 }
 
 /**
- * agentctl and its agent each lead a session, ranked against the control plane by its autogroup
- * (ADR 0043). From the stop on, nobody waits on their work but for their exit: both sessions go to
- * the agents' priority (agentctl's until now was the control plane's), so that a hundred of them
- * ending at once (a tree pause) do not each take a share of the CPU beside the reads and decisions
- * operators wait for. This instance does it for every execution at once: the kernel limits the
- * write to one per 100 ms per host for processes without CAP_SYS_ADMIN, such as agentctl itself.
- * (Nice 19 instead made reads during a 100-session teardown faster still and the teardown itself
- * 1.6 times slower: ADR 0043.)
+ * From the stop on, nobody waits on an execution's processes but for their exit: agentctl (until
+ * now at the control plane's priority, to relay cancels) and the agent's tree go below the control
+ * plane, all of them together (isolation/stopping-cpu.ts, ADR 0046), so that a hundred ending at
+ * once (a tree pause) leave the cores to the reads and decisions operators wait for.
  */
-function lowerStoppingSessions(x: LiveExecution, nice: number): void {
-  void lowerAutogroupPriority(x.agentctl.pid, nice);
-  if (x.agentRef && isAlive(x.agentRef)) void lowerAutogroupPriority(x.agentRef.pid, nice);
+function lowerStopping(x: LiveExecution, stoppingCpu: StoppingCpu): void {
+  const agent = x.agentRef && isAlive(x.agentRef) ? processTree(x.agentRef.pid).map((p) => p.pid) : [];
+  stoppingCpu.lower([x.agentctl.pid, ...agent]);
 }
 
 /**
@@ -74,7 +70,7 @@ export class TeardownExecutor {
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
     if (!obs.exitedOnItsOwn) {
       if (x.client && !x.agentctl.exitInfo) {
-        if (this.deps.agentNice > 0) lowerStoppingSessions(x, this.deps.agentNice);
+        lowerStopping(x, this.deps.stoppingCpu);
         try {
           const r = await x.client.stop(req.graceMs, stopRequestTimeoutMs(req.graceMs));
           obs.agentctlHow = r.how;

@@ -1,0 +1,99 @@
+import { lowerAutogroupPriority } from '@kandev/agentctl/autogroup';
+import type { Logger } from '@kandev/runtime';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { findCpuCgroup, type CpuCgroup } from '../domain/cpu-ranking.js';
+
+/*
+ * Where a stopping execution's processes go, so that together they weigh no more than one process of
+ * the control plane (ADR 0046).
+ *
+ * The scheduler shares the CPU between groups first: on a host with autogroups every session is a
+ * group, and each of a tree pause's hundred stopping agentctls and agents was one (ADR 0043). At
+ * AGENT_NICE each group weighed a tenth of the gateway's, but two hundred of them together weighed
+ * twenty times as much, and the operator's reads waited for seconds behind the exits. One cgroup for
+ * every stopping process of the host, at the default weight, takes as much of the CPU as one
+ * control-plane process when both want it, however many executions end at once, and all of it
+ * when the control plane is idle. (Weighted as one process at AGENT_NICE instead, the reads were
+ * no faster and the teardowns slower: ADR 0046.)
+ *
+ * The group is a child of this process's own cpu cgroup (v1 `cpu` controller, or v2 where the cpu
+ * controller can be enabled for children), shared by every lifecycle instance of the host and
+ * kept after exit (an empty cgroup holds nothing). Where none can be made (a read-only
+ * /sys/fs/cgroup, as in most containers), the stopping sessions' autogroups are lowered instead, as
+ * ADR 0043 had it: that ranks each session against the control plane, not all of them together.
+ */
+
+export type StoppingCpuMode = 'cgroup' | 'autogroup' | 'off';
+
+export const STOPPING_GROUP = 'kandev-stopping';
+
+export class StoppingCpu {
+  private constructor(
+    readonly mode: StoppingCpuMode,
+    /** The group's cgroup.procs, in `cgroup` mode. */
+    private readonly procsFile: string | null,
+    private readonly nice: number,
+    private readonly log: Logger,
+  ) {}
+
+  /** Finds or makes the host's stopping group (unless `group` is 'off'); `nice` 0 (AGENT_NICE=0) ranks nothing. */
+  static open(opts: { nice: number; group?: 'auto' | 'off'; log: Logger; procSelf?: string }): StoppingCpu {
+    const { nice, log } = opts;
+    if (nice <= 0) return new StoppingCpu('off', null, 0, log);
+    const procSelf = opts.procSelf ?? '/proc/self';
+    const group = opts.group === 'off' ? { reason: 'STOPPING_CPU_GROUP=off' } : makeGroup(procSelf);
+    if (typeof group === 'string') {
+      log.info({ stopping_cpu_group: group }, 'stopping executions share one cpu cgroup');
+      return new StoppingCpu('cgroup', join(group, 'cgroup.procs'), nice, log);
+    }
+    log.info({ reason: group.reason }, 'no cpu cgroup for stopping executions; their sessions are lowered one by one (autogroups)');
+    return new StoppingCpu('autogroup', null, nice, log);
+  }
+
+  /** Ranks these processes (a stopping execution's agentctl and agent tree) below the control plane. Never waits, never throws. */
+  lower(pids: readonly number[]): void {
+    for (const pid of pids) {
+      if (this.mode === 'autogroup') void lowerAutogroupPriority(pid, this.nice);
+      else if (this.procsFile) void this.move(pid, this.procsFile);
+    }
+  }
+
+  private async move(pid: number, procsFile: string): Promise<void> {
+    try {
+      await writeFile(procsFile, String(pid));
+    } catch (err) {
+      // ESRCH: gone already, nothing to rank. Anything else leaves it where it was, at AGENT_NICE within its session.
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ESRCH') this.log.warn({ pid, code }, 'could not move a stopping process into the stopping cpu group');
+    }
+  }
+}
+
+/** The group's directory, made and weighted; or why there is none. */
+function makeGroup(procSelf: string): string | { reason: string } {
+  let cg: CpuCgroup | { reason: string };
+  try {
+    cg = findCpuCgroup(readFileSync(join(procSelf, 'mountinfo'), 'utf8'), readFileSync(join(procSelf, 'cgroup'), 'utf8'));
+  } catch (err) {
+    return { reason: `cannot read ${procSelf}: ${(err as Error).message}` };
+  }
+  if ('reason' in cg) return cg;
+  const dir = join(cg.dir, STOPPING_GROUP);
+  try {
+    if (cg.version === 2) {
+      // v2 shares the cpu between children only once the parent enables the controller for them
+      // (refused when the parent holds processes itself, unless it is the root: then there is no group).
+      if (!readFileSync(join(cg.dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('cpu'))
+        writeFileSync(join(cg.dir, 'cgroup.subtree_control'), '+cpu');
+    }
+    mkdirSync(dir, { recursive: true });
+    // The default weight, written in case the group was left with another one.
+    if (cg.version === 1) writeFileSync(join(dir, 'cpu.shares'), '1024');
+    else writeFileSync(join(dir, 'cpu.weight'), '100');
+    return dir;
+  } catch (err) {
+    return { reason: `${dir}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
+  }
+}
