@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 
 /**
  * Whether lifecycle, run by this test process, can make the stopping cpu group (ADR 0046): root,
@@ -7,4 +7,12 @@ import { existsSync } from 'node:fs';
  */
 export function hostHasCpuCgroup(): boolean {
   return process.getuid?.() === 0 && existsSync('/sys/fs/cgroup/cpu/cpu.shares') && existsSync('/sys/fs/cgroup/cpu/cgroup.procs');
+}
+
+/** A process's cgroup in the hierarchy that carries the cpu controller (v1), from /proc/<pid>/cgroup. */
+export function cpuCgroupOf(pid: number): string | undefined {
+  return readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+    .split('\n')
+    .find((l) => l.split(':')[1]?.split(',').includes('cpu'))
+    ?.split(':')[2];
 }

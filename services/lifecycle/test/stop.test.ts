@@ -23,7 +23,7 @@ import {
   stopManyAt,
   tmpStateDir,
 } from './helpers.js';
-import { hostHasCpuCgroup } from './host.js';
+import { cpuCgroupOf, hostHasCpuCgroup } from './host.js';
 import { STOPPING_GROUP } from '../src/isolation/stopping-cpu.js';
 
 describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
@@ -98,11 +98,6 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     // Where this host lets lifecycle make it, every stopping process goes into one cpu cgroup;
     // elsewhere each session's autogroup (what ranks a session where the kernel groups by session) is lowered.
     const inGroup = hostHasCpuCgroup();
-    const cpuCgroupOf = (pid: number) =>
-      readFileSync(`/proc/${pid}/cgroup`, 'utf8')
-        .split('\n')
-        .find((l) => l.split(':')[1]?.split(',').includes('cpu'))
-        ?.split(':')[2];
     const autogroupNice = (pid: number) => /nice (-?\d+)/.exec(readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1];
     const exec = await launch(nc, launchRequest());
     if (!inGroup && !existsSync(`/proc/${exec.agentctl_pid!}/autogroup`)) return; // neither: a nice value is all there is

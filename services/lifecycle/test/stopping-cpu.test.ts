@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { findCpuCgroup } from '../src/domain/cpu-ranking.js';
 import { STOPPING_GROUP, StoppingCpu } from '../src/isolation/stopping-cpu.js';
 import { eventually, log } from './helpers.js';
-import { hostHasCpuCgroup } from './host.js';
+import { cpuCgroupOf, hostHasCpuCgroup } from './host.js';
 
 const V1_MOUNTS = [
   '30 24 0:26 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu',
@@ -49,11 +49,6 @@ describe('the stopping cpu group (a real kernel)', () => {
     children.push(c);
     return c.pid!;
   };
-  const cpuCgroupOf = (pid: number) =>
-    readFileSync(`/proc/${pid}/cgroup`, 'utf8')
-      .split('\n')
-      .find((l) => l.split(':')[1]?.split(',').includes('cpu'))
-      ?.split(':')[2];
 
   it('AGENT_NICE=0 ranks nothing', () => {
     expect(StoppingCpu.open({ nice: 0, log }).mode).toBe('off');
