@@ -189,19 +189,15 @@ const scenario: Scenario = {
 
     // Where the time goes: the same cancel entered one hop further down each time (ACP agent), timed
     // until the agent receives it and until that hop answers. Each difference between two entries is
-    // what one hop adds, in both directions, measured in this run.
+    // what one hop adds, in both directions, measured in this run. agentctl itself cannot be entered:
+    // it takes only callers holding its execution secret (R-9.2), which only the lifecycle has, so
+    // the lifecycle entry's figure includes agentctl's hop.
     const s = await idleSession(b, { agent: 'scripted-acp' });
     const execution = (await request(b.nc, Life.get, { execution_id: s.execution_id }))!;
     const operator = { type: 'operator' as const, id: 'bench', workspaces: ['*'] };
     const entries = {
       orchestrator: (_turn: string) => request(b.nc, Orch.agentCancel, { actor: operator, session_id: s.session.id }),
       lifecycle: (turn: string) => request(b.nc, Life.cancel.at(execution.instance_id), { execution_id: s.execution_id, turn_id: turn }),
-      agentctl: (turn: string) =>
-        fetch(`${execution.agentctl_url}/api/v1/acp/cancel`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ turn_id: turn }),
-        }),
     };
     for (const [hop, send] of Object.entries(entries)) {
       const toAgent: number[] = [];
