@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { findCpuCgroup } from '../src/domain/cpu-ranking.js';
+import { findCpuCgroup } from '../src/domain/cpu-cgroup.js';
 import { STOPPING_GROUP, StoppingCpu } from '../src/isolation/stopping-cpu.js';
 import { eventually, log } from './helpers.js';
 import { cpuCgroupOf, hostHasCpuCgroup } from './host.js';

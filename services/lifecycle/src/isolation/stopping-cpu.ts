@@ -3,7 +3,7 @@ import type { Logger } from '@kandev/runtime';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { findCpuCgroup, type CpuCgroup } from '../domain/cpu-ranking.js';
+import { findCpuCgroup, type CpuCgroup } from '../domain/cpu-cgroup.js';
 
 /*
  * Where a stopping execution's processes go, so that together they weigh no more than one process of
