@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { connectNats, type NatsConnection } from '@kandev/runtime';
-import { eventually, procAlive, procStat, startAgentStack, type AgentStack, type StackOptions } from '@kandev/testkit';
+import { eventually, procAlive, procStat, STACK_SERVICES, startAgentStack, type AgentStack, type StackOptions } from '@kandev/testkit';
 import { monotonicNow, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
@@ -16,20 +16,34 @@ export interface BenchStack extends AgentStack {
   nc: NatsConnection;
 }
 
+/** Stacks started and not yet stopped: what their services logged last is printed when a scenario fails. */
+const running = new Set<BenchStack>();
+
 /** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<BenchStack> {
   const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env }, opts);
   const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client' });
   let stopped: Promise<void> | undefined;
-  return {
+  const b: BenchStack = {
     ...world,
     nc,
     // Once, however often it is called (a scenario stops a stack early and defers the stop too).
     stop() {
+      running.delete(b);
       stopped ??= nc.close().then(() => world.stop());
       return stopped;
     },
   };
+  running.add(b);
+  return b;
+}
+
+/**
+ * The last lines (warnings and errors, at the bench's LOG_LEVEL) each service of every running
+ * stack wrote: a request that failed with INTERNAL_ERROR says no more than that to its caller.
+ */
+export function reportRunningStacks(write: (line: string) => void): void {
+  for (const b of running) for (const name of STACK_SERVICES) for (const line of b.stack.logTail(name)) write(`[${name}] ${line}`);
 }
 
 /** CLOCK_MONOTONIC ms, the clock the scripted agents log as `mono`: exact across processes. */

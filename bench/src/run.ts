@@ -10,6 +10,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { connectNats, initTracing, shutdownTracing } from '@kandev/runtime';
 import { createTestDatabase, startNats } from '@kandev/testkit';
 import type { BenchContext, Scenario, ScenarioResult } from './scenario.js';
+import { reportRunningStacks } from './e2e.js';
 
 const benchDir = fileURLToPath(new URL('../', import.meta.url));
 const scenariosDir = fileURLToPath(new URL('./scenarios/', import.meta.url));
@@ -228,6 +229,9 @@ async function main() {
         log(`round ${round}/${rounds} ${file}: ${scenario.name}`);
         try {
           for (const r of await scenario.run(ctx)) byId.set(r.id, [...(byId.get(r.id) ?? []), { ...r, scenario: scenario.name }]);
+        } catch (e) {
+          reportRunningStacks((line) => log(`${scenario.name}: ${line}`));
+          throw e;
         } finally {
           for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch((e) => log(`cleanup failed: ${(e as Error).message}`));
           for (const nc of conns) await nc.close().catch(() => undefined);
