@@ -4,9 +4,12 @@
 //
 // 1. Pure: packages whose tests start no NATS, PostgreSQL or stack (contracts: zod rules and
 //    property tests; agentctl: its own processes and the scripted agents), two at a time.
-// 2. Services: the packages whose tests start a nats-server and clone databases, one package at a
-//    time (each already runs its files in parallel on the machine's cores).
-// 3. Whole stacks: e2e, bench (its own checks), agents-e2e, one at a time, last (slowest to start).
+// 2. Services: the packages whose tests start a nats-server and clone databases, two packages at a
+//    time (each runs its files in parallel too; most of a file's time is waiting on a server, a
+//    child process or a bound, so two packages share two cores without slowing each other much).
+// 3. Whole stacks, last (slowest to start): e2e beside agents-e2e (bench has no tests of its own
+//    to run here). Inside each package the files still run one at a time, each with its own stack.
+// docs/testing.md has the measurements behind each concurrency.
 //
 // Every phase runs even when an earlier one failed (as `turbo --continue` did), so a run reports
 // every failure; the exit code is the first non-zero one. Arguments are passed to turbo.
@@ -17,8 +20,8 @@ const STACKS = ['@kandev/e2e', '@kandev/bench', '@kandev/agents-e2e'];
 
 const phases = [
   { name: 'pure', concurrency: 2, filters: PURE },
-  { name: 'services', concurrency: 1, filters: [...PURE, ...STACKS].map((p) => `!${p}`) },
-  { name: 'stacks', concurrency: 1, filters: STACKS },
+  { name: 'services', concurrency: 2, filters: [...PURE, ...STACKS].map((p) => `!${p}`) },
+  { name: 'stacks', concurrency: 2, filters: STACKS },
 ];
 
 let status = 0;
