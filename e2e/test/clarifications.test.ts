@@ -144,7 +144,9 @@ describe('detached and superseded bundles', () => {
     await w.api.ok('POST', `/sessions/${session.id}/prompt`, { prompt: askScript([{ id: 'color', text: 'Which colour?' }], 'after the new question') });
     // Asked within the prompt's own dispatch: it must wait for that turn, not be refused (the agent logs a refusal).
     const fresh = await waitForActive(task.id, old.id).catch((e: Error) => {
-      throw new Error(`${e.message}; the agent's tool results: ${JSON.stringify(mcpResults(pid))}`);
+      // An INTERNAL_ERROR says nothing more to the agent: what the services logged does (seen under load in CI).
+      const logged = (['mcp', 'orchestrator'] as const).flatMap((n) => w.stack.logTail(n).filter((l) => /"level":"(warn|error)"/.test(l)));
+      throw new Error(`${e.message}; the agent's tool results: ${JSON.stringify(mcpResults(pid))}; warnings and errors logged: ${logged.join('\n')}`);
     });
     expect(fresh.turn_id).not.toBe(old.turn_id);
 
