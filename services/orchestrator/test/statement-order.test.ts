@@ -52,7 +52,7 @@ describe('statement order of the control transactions', () => {
           ? 'deadline'
           : /^UPDATE tasks .*fence_epoch = .*fence_epoch \+ 1/.test(q)
             ? 'fence bump'
-            : /FROM sessions .*FOR UPDATE/.test(q)
+            : /FROM sessions .*FOR NO KEY UPDATE/.test(q)
               ? 'session lock'
               : /^UPDATE sessions SET state = 'CANCELLED'/.test(q)
                 ? 'sessions cancelled'

@@ -32,9 +32,16 @@ export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
   return row ?? null;
 }
 
-/** The per-session guard (DESIGN "MCP stop"): a row lock, so it holds across orchestrator replicas. */
+/**
+ * The per-session guard (DESIGN "MCP stop"): a row lock, so it holds across orchestrator replicas.
+ * Every session lock is FOR NO KEY UPDATE, never FOR UPDATE, for the reason the task locks are
+ * (store/tasks.ts): a guard excludes every other guard, but the foreign-key checks of rows that only
+ * reference the session (turns, transcript items, bundles) take KEY SHARE and pass. Under FOR UPDATE
+ * the transcript consumer, holding the session's transcript_state row, waited on a guard whose
+ * holder waited on transcript_state: a deadlock, answered INTERNAL_ERROR (test/session-guard.test.ts).
+ */
 export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null> {
-  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE`, [id], { prepare: true });
+  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, [id], { prepare: true });
   return row ?? null;
 }
 
@@ -43,7 +50,7 @@ export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null
  * flight): for background work that must not queue behind it (the reconciler tries again next pass).
  */
 export async function lockSessionIfFree(tx: Tx, id: string): Promise<SessionRow | null> {
-  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR UPDATE SKIP LOCKED`, [id], { prepare: true });
+  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED`, [id], { prepare: true });
   return row ?? null;
 }
 
@@ -81,7 +88,9 @@ export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<Guar
     .map((c) => `s.${c}`)
     .join(', ');
   // The locks awaited before the read is issued (ADR 0033).
-  await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR UPDATE`, [taskId, active], { prepare: true });
+  await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR NO KEY UPDATE`, [taskId, active], {
+    prepare: true,
+  });
   const [row] = await tx.unsafe<GuardedSession[]>(
     `SELECT ${cols}, t.workspace_id, tu.id AS open_turn_id
      FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
@@ -151,7 +160,7 @@ export async function resumeQueueOfTask(tx: Tx, taskId: string): Promise<void> {
 export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string[]): Promise<SessionRow[]> {
   if (!taskIds.length) return [];
   return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR UPDATE`,
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR NO KEY UPDATE`,
     [[...taskIds], [...ACTIVE_SESSION_STATES]],
     { prepare: true },
   );
@@ -160,7 +169,7 @@ export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string
 /** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */
 export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, callerId: string): Promise<SessionRow[]> {
   return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR UPDATE`,
+    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR NO KEY UPDATE`,
     [targetId, callerId, [...ACTIVE_SESSION_STATES]],
     { prepare: true },
   );
