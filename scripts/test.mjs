@@ -9,7 +9,8 @@
 //    child process or a bound, so two packages share two cores without slowing each other much).
 // 3. Whole stacks: e2e, bench (no tests of its own), agents-e2e, one at a time, last (slowest to
 //    start). e2e beside agents-e2e saved about 75 s but failed one clean-clone run in five (a gemini
-//    ask that never became active), so they stay apart.
+//    ask that never became active, most likely the deadlock ADR 0048 fixed since), so they stay
+//    apart until repeated runs show the pairing stable.
 // docs/testing.md has the measurements behind each concurrency.
 //
 // Every phase runs even when an earlier one failed (as `turbo --continue` did), so a run reports

@@ -38,17 +38,18 @@ it('a transcript item referencing a guarded session is written while the guard i
   let locked!: () => void;
   const isLocked = new Promise<void>((r) => (locked = r));
   const guard = guardSql.begin(async (tx) => {
-    expect(await lockSession(tx as never, session.id)).not.toBeNull();
+    expect(await lockSession(tx, session.id)).not.toBeNull();
     locked();
     await held;
   });
-  await isLocked;
+  // A guard that could not be taken ends the test here, not at its timeout.
+  await Promise.race([isLocked, guard]);
 
   try {
     // What the transcript consumer does for an agent's new item, bounded so that a wait on the guard fails the test.
     const written = await writerSql.begin(async (tx) => {
       await tx`SET LOCAL lock_timeout = '5s'`;
-      return appendTranscriptItem(tx as never, { session_id: session.id, turn_id: null, role: 'agent', kind: 'agent_text', text: 'streamed while guarded' });
+      return appendTranscriptItem(tx, { session_id: session.id, turn_id: null, role: 'agent', kind: 'agent_text', text: 'streamed while guarded' });
     });
     expect(written.map((w) => w.text)).toEqual(['streamed while guarded']);
   } finally {
