@@ -28,7 +28,31 @@ interface Run {
   load_avg_1m_at_end: number;
   launch_workers: number;
   launch_floor: LaunchFloor | null;
+  /** Per count: the same pairs stopped at once without a control plane (the floor of "agents gone"). */
+  teardown_floor?: TeardownFloor[];
   points: CurvePoint[];
+}
+
+interface TeardownFloor {
+  n: number;
+  agents_gone_ms: number;
+  wall_ms: number;
+  teardown_cpu_ms: number;
+}
+
+/**
+ * `bench/teardown-cpu.mjs`: n agentctl + scripted agent pairs spawned directly, a turn in flight in
+ * each, all stopped at once through agentctl's own HTTP stop, as the lifecycle stops them. What the
+ * processes' own ending costs on this machine, the floor under the curve's "agents gone".
+ */
+function teardownFloor(n: number): TeardownFloor {
+  const out = execFileSync(process.execPath, [join(benchDir, 'teardown-cpu.mjs')], {
+    env: { ...process.env, N: String(n) },
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  const r = JSON.parse(out.trim().split('\n').pop()!) as TeardownFloor;
+  return { n: r.n, agents_gone_ms: r.agents_gone_ms, wall_ms: r.wall_ms, teardown_cpu_ms: r.teardown_cpu_ms };
 }
 
 function gitCommit(): string | null {
@@ -86,6 +110,14 @@ function markdown(runs: Run[]): string {
         `Launch floor (agentctl + scripted agent spawned directly, ${lf.workers} at a time, until agentctl reports ready; no control plane): ${lf.count} in ${f(lf.ms)} ms, **${f(lf.perSec, 1)}/s**.`,
       );
     }
+    if (r.teardown_floor?.length) {
+      lines.push(
+        '',
+        `Teardown floor (the same pairs, a turn in flight in each, stopped at once through agentctl's HTTP stop; no control plane; \`bench/teardown-cpu.mjs\`): ${r.teardown_floor
+          .map((t) => `${t.n}: agents gone ${t.agents_gone_ms} ms, all exited ${t.wall_ms} ms, ${t.teardown_cpu_ms} ms CPU`)
+          .join('; ')}.`,
+      );
+    }
     lines.push('');
   }
   return lines.join('\n');
@@ -110,6 +142,9 @@ if (process.env.BENCH_LAUNCH_FLOOR !== '0') {
   floor = await launchFloor(Math.max(...counts));
   console.log(`[tree-curve] launch floor: ${floor.count} agentctl+agent pairs in ${f(floor.ms)} ms, ${f(floor.perSec, 1)}/s`);
 }
+const teardown = process.env.BENCH_TEARDOWN_FLOOR === '0' ? [] : counts.map(teardownFloor);
+for (const t of teardown)
+  console.log(`[tree-curve] teardown floor: ${t.n} pairs, agents gone ${t.agents_gone_ms} ms, all exited ${t.wall_ms} ms, ${t.teardown_cpu_ms} ms CPU`);
 const run: Run = {
   label,
   date: new Date().toISOString(),
@@ -119,6 +154,7 @@ const run: Run = {
   load_avg_1m_at_end: Number(loadavg()[0]!.toFixed(2)),
   launch_workers: LAUNCH_WORKERS,
   launch_floor: floor,
+  teardown_floor: teardown,
   points,
 };
 if (write) {

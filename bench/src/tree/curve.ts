@@ -16,8 +16,11 @@ import { seedTree } from './seed.js';
  * each kind of process spent from the request until the last agent was gone.
  */
 
-/** A new read at most this often: enough samples to see a stall, not so many that the reads are the load. */
-const READ_PACE_MS = 20;
+/**
+ * A new read at most this often: enough samples to see a stall, not so many that the reads are the load.
+ * BENCH_READ_PACE_MS changes it (a console polling a session page reads about every second).
+ */
+const READ_PACE_MS = Number(process.env.BENCH_READ_PACE_MS ?? 20);
 /** How long reads are sampled before the pause, on the settled stack (the quiet figure to compare with). */
 const QUIET_SAMPLING_MS = 1_000;
 
