@@ -113,6 +113,29 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
   });
 }
 
+/** After a 413: how much more of the body is read and dropped, and for how long, before the connection goes. */
+const LINGER_BYTES = 4 * MAX_BODY_BYTES;
+const LINGER_MS = 5_000;
+
+/**
+ * After an early answer (413) the rest of the body is read and dropped, within bounds, before the
+ * connection is closed. Closing a socket that still has unread data sends a reset, and a client
+ * still sending its body (one streamed without a length, say) may then get the reset instead of
+ * the 413 that is already on its way (a "lingering close", as web servers do). Once the body ends
+ * the connection is reusable; past LINGER_BYTES or LINGER_MS it is dropped.
+ */
+function dropRestOfBody(req: IncomingMessage): void {
+  let dropped = 0;
+  const timer = setTimeout(() => req.destroy(), LINGER_MS);
+  timer.unref();
+  req.on('data', (c: Buffer) => {
+    dropped += c.length;
+    if (dropped > LINGER_BYTES) req.destroy();
+  });
+  req.once('close', () => clearTimeout(timer));
+  req.resume();
+}
+
 /**
  * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
  * simple clients). In front of the SDK, ours: Origin/Host (403), the bearer token and its
@@ -155,9 +178,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
 
     const bytes = await readBody(req, MAX_BODY_BYTES);
     if (bytes === null) {
-      // The rest of the body is never read: answer, then drop the connection.
-      res.on('finish', () => req.destroy());
-      return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`, { connection: 'close' });
+      res.on('finish', () => dropRestOfBody(req));
+      return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`);
     }
     let text: string;
     try {
