@@ -123,7 +123,7 @@ describe('JSON-RPC', () => {
         duplex: 'half',
       } as RequestInit);
       expect(chunked.status).toBe(413);
-      expect((await chunked.json()).error.message).toMatch(/Payload Too Large/);
+      expect(((await chunked.json()) as { error: { message: string } }).error.message).toMatch(/Payload Too Large/);
     }
     expect(h.wire).toEqual([]);
     expect((await post(rpc(2, 'ping'))).status).toBe(200);
