@@ -22,8 +22,14 @@ const launches = new Map<string, number>();
 const refused = new Map<string, 'pause' | 'cancel'>();
 /** Tasks whose launch takes longer than the claim timeout (as a launch behind a busy lifecycle can). */
 const slow = new Set<string>();
-/** Short, so the tests see claims go stale; a launch in flight renews its claim three times per period. */
-const CLAIM_TIMEOUT_MS = 600;
+/**
+ * Short, so the tests see claims go stale; a launch in flight renews its claim three times per period.
+ * Not shorter: the replicas share this test's event loop, and on a loaded 2-core CI machine a renewal
+ * came more than 600 ms late, so the other replica took a claim whose launch was still running and
+ * asked for it again (the real orchestrator's launch is keyed by wakeup id and launches once; the
+ * fake here counts every ask, which is what these tests check).
+ */
+const CLAIM_TIMEOUT_MS = 2_000;
 
 beforeAll(async () => {
   [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
