@@ -1,7 +1,17 @@
 import { defineConfig } from 'vitest/config';
 
-// Each file starts a whole stack (5 services + agents): run files one at a time on 2 cores, in one
-// worker that imports the test code once (isolate: false, as vitest.shared.ts explains).
+// Files run one at a time on 2 cores, in one worker that imports the test code once (isolate: false,
+// as vitest.shared.ts explains). A file that needs its own settings or changes the stack (kills,
+// restarts, replicas) starts its own (`startWorld`); the others attach to one shared stack that the
+// global setup starts for the run (`sharedWorld`, test/shared-stack.setup.ts).
 export default defineConfig({
-  test: { include: ['test/**/*.test.ts'], testTimeout: 120_000, hookTimeout: 90_000, pool: 'forks', isolate: false, fileParallelism: false },
+  test: {
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/shared-stack.setup.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 90_000,
+    pool: 'forks',
+    isolate: false,
+    fileParallelism: false,
+  },
 });

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { cmdline, eventually, processAlive, procStat } from '@kandev/testkit';
-import { makeTask, sleepScript, startWorld, type World } from './support.js';
+import { makeTask, sleepScript, sharedWorld, type SharedWorld } from './support.js';
 
 /**
  * Issue 11: agentctl killed from outside (kill -9) mid-turn. The execution died — nobody asked it
  * to stop — so it is reported as killed, the session FAILED saying so, and the turn ended in error,
  * not as a graceful stop with a cancelled turn. Nothing is left running.
  */
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

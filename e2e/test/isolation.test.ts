@@ -3,7 +3,7 @@ import { readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { eventually, probeAs, processAlive, procStat } from '@kandev/testkit';
-import { makeTask, sleepScript, startWorld, type World } from './support.js';
+import { makeTask, sleepScript, sharedWorld, type SharedWorld } from './support.js';
 
 /*
  * R-9.1 end to end, as `npm start` runs it (this machine's tests run as root, so isolation is on):
@@ -13,9 +13,9 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 const uidOf = (pid: number): number => Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]);
 
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

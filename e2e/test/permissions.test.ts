@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, WsClient } from '@kandev/testkit';
-import { AGENTS, makeTask, startWorld, type World } from './support.js';
+import { AGENTS, makeTask, sharedWorld, type SharedWorld } from './support.js';
 
 /**
  * R-8.3 end to end, for both protocols: the scripted agent asks permission (ACP
@@ -10,9 +10,9 @@ import { AGENTS, makeTask, startWorld, type World } from './support.js';
  * owning lifecycle to agentctl and the waiting agent. A turn cancel answers a pending one
  * `cancelled`, and an answer after that is CONFLICT.
  */
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, WsClient } from '@kandev/testkit';
-import { AGENTS, makeTask, startWorld, type World } from './support.js';
+import { AGENTS, makeTask, sharedWorld, type SharedWorld } from './support.js';
 
 /**
  * R-8.1 and R-8.2 end to end: a scripted agent's streamed text reaches the session's transcript
  * (coalesced into one item), is pushed live on /ws as session.message, and the task is on its
  * workspace's listing.
  */
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

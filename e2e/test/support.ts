@@ -1,4 +1,10 @@
-import { startAgentStack, type AgentStack, type ApiClient, type StackOptions } from '@kandev/testkit';
+import postgres from 'postgres';
+import { inject } from 'vitest';
+import { ACTIVE_SESSION_STATES, type McpMode } from '@kandev/contracts';
+import { signAgentToken, signOperatorToken } from '@kandev/runtime';
+import { ApiClient, startAgentStack, type AgentStack, type StackOptions, type StackService } from '@kandev/testkit';
+import { readAgentEvents } from '@kandev/testkit/agents/events';
+import { WORLD_ENV } from './shared-stack.setup.js';
 
 export const AGENTS = ['scripted-acp', 'scripted-codex'] as const;
 
@@ -6,7 +12,7 @@ export type World = AgentStack;
 
 /** The whole stack with a scripted-agent observation log and an operator client; short teardown grace. */
 export const startWorld = (env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<World> =>
-  startAgentStack({ TEARDOWN_GRACE_MS: '500', ...env }, opts);
+  startAgentStack({ ...WORLD_ENV, ...env }, opts);
 
 export const sleepScript = (ms: number, extra: Record<string, unknown> = {}) =>
   JSON.stringify({ script: [{ sleep_ms: ms }, { say: 'done sleeping' }], ...extra });
@@ -21,4 +27,67 @@ export async function makeTask(api: ApiClient, opts: { workspace_id?: string; pa
     ...(opts.agent ? { agent: opts.agent } : {}),
   });
   return { workspace_id, task };
+}
+
+/** The part of a stack a file on the shared stack may use: addresses, keys, the database, the processes' pids. */
+export interface SharedStack {
+  gatewayUrl: string;
+  wsUrl: string;
+  mcpUrl: string;
+  db: { url: string };
+  stateDir: string;
+  secret: string;
+  operatorKey: string;
+  agentKey: string;
+  services: ReadonlyMap<StackService, { pid: number }>;
+  operatorToken(workspaces?: string[]): Promise<string>;
+  agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
+}
+
+export interface SharedWorld extends Omit<World, 'stack'> {
+  stack: SharedStack;
+}
+
+/**
+ * The run's shared stack (shared-stack.setup.ts), for a file that needs the default settings and
+ * leaves the stack as it found it. `stop()` does not stop the stack: it stops every task the file
+ * left with a live session, so the next file starts on a quiet stack.
+ */
+export async function sharedWorld(): Promise<SharedWorld> {
+  const info = inject('sharedStack');
+  const operatorToken = (workspaces = ['*']) => signOperatorToken(info.operatorKey, { sub: 'test-operator', workspaces });
+  const token = await operatorToken();
+  const api = new ApiClient(info.gatewayUrl, token);
+  return {
+    stack: {
+      gatewayUrl: info.gatewayUrl,
+      wsUrl: info.wsUrl,
+      mcpUrl: info.mcpUrl,
+      db: { url: info.dbUrl },
+      stateDir: info.stateDir,
+      secret: info.operatorKey,
+      operatorKey: info.operatorKey,
+      agentKey: info.agentKey,
+      services: new Map(Object.entries(info.pids).map(([name, pid]) => [name as StackService, { pid }])),
+      operatorToken,
+      agentToken: (taskId, mode = 'task', sessionId) =>
+        signAgentToken(info.agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+    },
+    api,
+    token,
+    eventsFile: info.eventsFile,
+    agentEvents: (pid) => readAgentEvents(info.eventsFile).filter((e) => e.pid === pid),
+    stop: () => stopLiveTasks(api, info.dbUrl),
+  };
+}
+
+/** Stops, through the operator API, every task that still has a live session. */
+async function stopLiveTasks(api: ApiClient, dbUrl: string): Promise<void> {
+  const sql = postgres(dbUrl, { max: 1, onnotice: () => undefined });
+  try {
+    const live = await sql<{ task_id: string }[]>`SELECT DISTINCT task_id FROM orchestrator.sessions WHERE state = ANY(${[...ACTIVE_SESSION_STATES]})`;
+    for (const { task_id } of live) await api.ok('POST', `/tasks/${task_id}/stop`, {});
+  } finally {
+    await sql.end();
+  }
 }

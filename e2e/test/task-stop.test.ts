@@ -1,12 +1,12 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { eventually, processAlive, WsClient } from '@kandev/testkit';
-import { makeTask, sleepScript, startWorld, type World } from './support.js';
+import { makeTask, sleepScript, sharedWorld, type SharedWorld } from './support.js';
 
 /** R-2 end to end: the task stop reaches an orphaned execution whose session the database already calls FAILED. */
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

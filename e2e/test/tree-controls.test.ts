@@ -1,14 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, processAlive, WsClient, type ApiClient } from '@kandev/testkit';
-import { makeTask, sleepScript, startWorld, type World } from './support.js';
+import { makeTask, sleepScript, sharedWorld, type SharedWorld } from './support.js';
 
 /**
  * R-4 end to end, through the public surfaces only: tree pause, resume, cancel, restore, preview,
  * the wakeup gate and the tree cost summary, with real agent processes behind the sessions.
  */
-let w: World;
+let w: SharedWorld;
 beforeAll(async () => {
-  w = await startWorld();
+  w = await sharedWorld();
 });
 afterAll(async () => w?.stop());
 

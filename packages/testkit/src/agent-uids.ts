@@ -7,14 +7,15 @@
  * (1..maxWorkers) within a run, and by the run (vitest's pid, the workers' parent) across runs on
  * one host, which makes two runs' slices meet rarely instead of always at 20000. The slices stay
  * inside lifecycle's default range and below the 29_990-29_991 of services/lifecycle's isolation
- * test. Outside vitest (the benches) it is undefined: lifecycle's own default range.
+ * test. Outside vitest (the benches) it is undefined: lifecycle's own default range. `runPid` is
+ * the run's vitest process: a worker's parent, or the process itself in a global setup.
  */
-export function workerAgentUidRange(env: NodeJS.ProcessEnv = process.env): string | undefined {
+export function workerAgentUidRange(env: NodeJS.ProcessEnv = process.env, runPid = process.ppid): string | undefined {
   if (env.AGENT_UID_RANGE) return env.AGENT_UID_RANGE;
   if (!env.VITEST_POOL_ID) return undefined;
   const SLICES = 19;
   const pool = Math.max(1, Number(env.VITEST_POOL_ID) || 1) - 1;
-  const slot = (process.ppid + pool) % SLICES;
+  const slot = (runPid + pool) % SLICES;
   const first = 20_000 + slot * 500;
   return `${first}-${first + 499}`;
 }
