@@ -102,7 +102,9 @@ describe('requests to a replica that is gone', () => {
       const sent = performance.now();
       const err = await request(caller, hang, {}, { timeoutMs: DEADLINE_MS }).catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/went silent/) });
-      expect(performance.now() - sent).toBeGreaterThanOrEqual(SILENCE_MS);
+      // libuv's timers count whole milliseconds of its cached loop time, so a timer can end up to a
+      // millisecond short of performance.now()'s span (seen: 5999.8 for 6000).
+      expect(performance.now() - sent).toBeGreaterThanOrEqual(SILENCE_MS - 2);
     } finally {
       await frozen.close();
     }
