@@ -1,33 +1,34 @@
 #!/usr/bin/env node
-// `npm test` after the build and the dependency check: the static checks, then every workspace's
-// tests. docs/testing.md has the measurements behind each choice.
+// `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md has
+// the measurements behind each choice.
 //
-// 1. Checks: lint, typecheck:tests and format:check side by side (each is one process, and they
-//    finish in the time of the longest plus a little), before any test runs.
+// 1. The build (`tsc -b`, the console's bundle) beside format:check; the dependency check; lint
+//    beside typecheck:tests. Each is one process; a failure stops the run before any test.
 // 2. Tests, in two lanes at once:
 //    - e2e, alone in its lane: the longest package (each file a whole stack) and so the critical
 //      path; it starts first and runs at normal priority.
 //    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
 //      or stack; a contract or agentctl break reports in the first minute), the service packages
-//      two at a time, then agents-e2e and bench (no tests of its own), then e2e's console file
-//      (E2E_LATE: it balances the lanes and runs where the cores are calmer). Pure and services run at
-//      `nice` LANE_NICE (10): they are CPU-heavy (imports, transforms) and would otherwise take
-//      the cores from e2e's stacks; agents-e2e, timing-sensitive like e2e, runs at normal priority.
+//      two at a time, then agents-e2e and bench (no tests of its own), then two of e2e's files
+//      (E2E_LATE: they balance the lanes). Pure and services run at `nice` LANE_NICE (10): they
+//      are CPU-heavy (imports, transforms) and would otherwise take the cores from e2e's stacks;
+//      agents-e2e and the late e2e files, timing-sensitive, run at normal priority.
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
 //    the cores busy while e2e's files wait on the system's own bounds.
 //
-// A failed check stops the run (as the build does). After that, every phase runs even when an
-// earlier one failed (as `turbo --continue` does), so a run reports every failure; the exit code is
-// the first non-zero one. Arguments are passed to turbo.
+// After the checks, every phase runs even when an earlier one failed (as `turbo --continue` does),
+// so a run reports every failure; the exit code is the first non-zero one. Arguments are passed to
+// turbo.
 import { spawn } from 'node:child_process';
 
 const PURE = ['@kandev/contracts', '@kandev/agentctl', '@kandev/deploy'];
 const E2E = ['@kandev/e2e'];
 const LATE_STACKS = ['@kandev/bench', '@kandev/agents-e2e'];
 const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
-// e2e files run at the end of the other lane instead: the console's (a browser beside a stack) took
-// 15 s alone and 42 s beside the service packages, and moving it balances the two lanes.
-const E2E_LATE = 'test/console';
+// e2e files that run at the end of the other lane instead, to balance the two lanes: the console's
+// (a browser beside a stack: 15 s alone, 42 s beside the service packages) and lifecycle-drain's
+// (13-16 s, mostly its drain wait).
+const E2E_LATE = ['test/console/console.test.ts', 'test/lifecycle-drain.test.ts'];
 const NICE = process.env.LANE_NICE ?? '10';
 
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
@@ -65,38 +66,44 @@ async function phase(name, filters, { concurrency = 1, nice, vitestArgs = [] } =
   return code;
 }
 
-/** The static checks side by side; each one's output is printed whole when it ends, not interleaved. */
-async function checks() {
+/** Commands side by side; each one's output is printed whole when it ends, not interleaved. */
+async function together(name, commands) {
   const started = Date.now();
   const results = await Promise.all(
-    ['lint', 'typecheck:tests', 'format:check'].map(async (script) => {
+    commands.map(async ([label, cmd, ...args]) => {
       const t = Date.now();
-      const { code, output } = await run('npm', ['run', script, '--silent'], { quiet: true });
-      console.log(`[test] ${script}: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${seconds(t)} s`);
+      const { code, output } = await run(cmd, args, { quiet: true });
+      console.log(`[test] ${label}: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${seconds(t)} s`);
       if (output.trim()) process.stdout.write(output);
       return code;
     }),
   );
-  console.log(`[test] checks: ${seconds(started)} s`);
-  return results.find((c) => c !== 0) ?? 0;
+  console.log(`[test] ${name}: ${seconds(started)} s`);
+  return first(...results);
 }
 
 const first = (...codes) => codes.find((c) => c !== 0) ?? 0;
+const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 
 const started = Date.now();
-const checked = await checks();
+// Prettier needs no build, so it runs beside it (the build is mostly one tsc process); lint and the
+// tests' typecheck read the built declarations of the workspaces, so they come after it.
+const checked =
+  (await together('build', [npmRun('build'), npmRun('format:check')])) ||
+  (await together('dependencies', [['check-deps', 'node', 'scripts/check-deps.mjs']])) ||
+  (await together('checks', [npmRun('lint'), npmRun('typecheck:tests')]));
 if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
   process.exit(checked);
 }
 const [e2e, rest] = await Promise.all([
-  phase('e2e', E2E, { vitestArgs: [`--exclude=${E2E_LATE}/**`] }),
+  phase('e2e', E2E, { vitestArgs: E2E_LATE.map((path) => `--exclude=${path}`) }),
   (async () => {
     const pure = await phase('pure', PURE, { concurrency: 2, nice: NICE });
     const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE });
     const late = await phase('agents-e2e', LATE_STACKS);
-    const browser = await phase('e2e console', E2E, { vitestArgs: [E2E_LATE] });
-    return first(pure, services, late, browser);
+    const lateE2e = await phase('e2e, late files', E2E, { vitestArgs: E2E_LATE });
+    return first(pure, services, late, lateE2e);
   })(),
 ]);
 console.log(`[test] all: ${seconds(started)} s`);
