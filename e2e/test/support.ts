@@ -1,9 +1,7 @@
 import postgres from 'postgres';
 import { inject } from 'vitest';
-import { ACTIVE_SESSION_STATES, type McpMode } from '@kandev/contracts';
-import { signAgentToken, signOperatorToken } from '@kandev/runtime';
-import { ApiClient, startAgentStack, type AgentStack, type StackOptions, type StackService } from '@kandev/testkit';
-import { readAgentEvents } from '@kandev/testkit/agents/events';
+import { ACTIVE_SESSION_STATES } from '@kandev/contracts';
+import { agentEventsOf, ApiClient, stackTokens, startAgentStack, type AgentStack, type Stack, type StackOptions, type StackService } from '@kandev/testkit';
 import { WORLD_ENV } from './shared-stack.setup.js';
 
 export const AGENTS = ['scripted-acp', 'scripted-codex'] as const;
@@ -30,18 +28,12 @@ export async function makeTask(api: ApiClient, opts: { workspace_id?: string; pa
 }
 
 /** The part of a stack a file on the shared stack may use: addresses, keys, the database, the processes' pids. */
-export interface SharedStack {
-  gatewayUrl: string;
-  wsUrl: string;
-  mcpUrl: string;
+export interface SharedStack extends Pick<
+  Stack,
+  'gatewayUrl' | 'wsUrl' | 'mcpUrl' | 'stateDir' | 'secret' | 'operatorKey' | 'agentKey' | 'operatorToken' | 'agentToken'
+> {
   db: { url: string };
-  stateDir: string;
-  secret: string;
-  operatorKey: string;
-  agentKey: string;
   services: ReadonlyMap<StackService, { pid: number }>;
-  operatorToken(workspaces?: string[]): Promise<string>;
-  agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
 }
 
 export interface SharedWorld extends Omit<World, 'stack'> {
@@ -55,8 +47,8 @@ export interface SharedWorld extends Omit<World, 'stack'> {
  */
 export async function sharedWorld(): Promise<SharedWorld> {
   const info = inject('sharedStack');
-  const operatorToken = (workspaces = ['*']) => signOperatorToken(info.operatorKey, { sub: 'test-operator', workspaces });
-  const token = await operatorToken();
+  const tokens = stackTokens(info.operatorKey, info.agentKey);
+  const token = await tokens.operatorToken();
   const api = new ApiClient(info.gatewayUrl, token);
   return {
     stack: {
@@ -69,14 +61,12 @@ export async function sharedWorld(): Promise<SharedWorld> {
       operatorKey: info.operatorKey,
       agentKey: info.agentKey,
       services: new Map(Object.entries(info.pids).map(([name, pid]) => [name as StackService, { pid }])),
-      operatorToken,
-      agentToken: (taskId, mode = 'task', sessionId) =>
-        signAgentToken(info.agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+      ...tokens,
     },
     api,
     token,
     eventsFile: info.eventsFile,
-    agentEvents: (pid) => readAgentEvents(info.eventsFile).filter((e) => e.pid === pid),
+    agentEvents: agentEventsOf(info.eventsFile),
     stop: () => stopLiveTasks(api, info.dbUrl),
   };
 }

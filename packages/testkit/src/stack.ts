@@ -193,8 +193,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     operatorKey,
     agentKey,
     services,
-    operatorToken: (workspaces = ['*']) => signOperatorToken(operatorKey, { sub: 'test-operator', workspaces }),
-    agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+    ...stackTokens(operatorKey, agentKey),
     logTail: (name) => [...(tails.get(name) ?? [])],
     restart,
     addReplica,
@@ -214,6 +213,20 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     },
   };
 }
+
+/** The token signers of a stack with these keys (also for a client of a stack another process started). */
+export function stackTokens(operatorKey: string, agentKey: string): Pick<Stack, 'operatorToken' | 'agentToken'> {
+  return {
+    operatorToken: (workspaces = ['*']) => signOperatorToken(operatorKey, { sub: 'test-operator', workspaces }),
+    agentToken: (taskId, mode = 'task', sessionId) => signAgentToken(agentKey, { task_id: taskId, mode, ...(sessionId ? { session_id: sessionId } : {}) }),
+  };
+}
+
+/** One agent process's entries of the scripted agents' observation log. */
+export const agentEventsOf =
+  (eventsFile: string) =>
+  (pid: number): AgentEvent[] =>
+    readAgentEvents(eventsFile).filter((e) => e.pid === pid);
 
 export interface AgentStack {
   stack: Stack;
@@ -242,7 +255,7 @@ export async function startAgentStack(env: NodeJS.ProcessEnv = {}, opts: Omit<St
     api: new ApiClient(stack.gatewayUrl, token),
     token,
     eventsFile,
-    agentEvents: (pid) => readAgentEvents(eventsFile).filter((e) => e.pid === pid),
+    agentEvents: agentEventsOf(eventsFile),
     stop: () => stack.stop(),
   };
 }
