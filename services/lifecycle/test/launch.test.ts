@@ -103,7 +103,9 @@ describe('launch, registry and prompts', () => {
     const req = launchRequest({ agent: 'scripted-codex' });
     const exec = await launch(nc, req);
     const turnId = randomUUID();
-    const prompt = script([{ say: 'hello from codex' }, { usage: { cost_cents: 3, tokens_in: 10, tokens_cached_in: 2, tokens_out: 5 } }, { sleep_ms: 300 }]);
+    // The turn outlasts the second prompt below with headroom for a busy runner (300 ms did not:
+    // the turn had ended before the second prompt arrived).
+    const prompt = script([{ say: 'hello from codex' }, { usage: { cost_cents: 3, tokens_in: 10, tokens_cached_in: 2, tokens_out: 5 } }, { sleep_ms: 2000 }]);
     await expect(promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId, prompt })).resolves.toEqual({ turn_id: turnId });
     // In flight: a second prompt is refused and the registry says RUNNING.
     await expect(promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: randomUUID(), prompt: 'again' })).rejects.toMatchObject({

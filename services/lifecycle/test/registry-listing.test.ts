@@ -181,6 +181,41 @@ describe('registry listing', () => {
     expect(all).not.toContain(b.execution_id);
   });
 
+  it.each([
+    ['a few tasks, one filtered listing each', 3, 3],
+    ['many tasks (a tree hold), one listing of the bucket', 12, 1],
+  ])("lists the executions of %s: each task's entries in order, nothing of another task", async (_title, tasks, listings) => {
+    const writer = await ExecutionRegistry.open(admin, 60_000, log);
+    const taskIds = Array.from({ length: tasks }, () => randomUUID());
+    const expected: string[] = [];
+    for (const task of taskIds) {
+      for (let i = 0; i < 2; i++) {
+        const e = { ...entry(task), started_at: new Date(Date.now() + i).toISOString() };
+        await writer.put(e);
+        expected.push(e.execution_id);
+      }
+    }
+    const other = entry(randomUUID());
+    await writer.put(other);
+    const gone = entry(taskIds[0]!);
+    await writer.put(gone);
+    await writer.delete(gone.execution_id);
+
+    const infos: string[] = [];
+    const nc = await interposed('registry-listing-tasks', async (subj) => {
+      if (subj.startsWith('$JS.API.STREAM.INFO.')) infos.push(subj);
+    });
+    try {
+      const registry = await ExecutionRegistry.open(nc, 60_000, log);
+      infos.length = 0;
+      const listed = await registry.listForTasks(taskIds);
+      expect(listed.map((e) => e.execution_id)).toEqual(expected);
+      expect(infos).toHaveLength(listings);
+    } finally {
+      await nc.close();
+    }
+  });
+
   it('fails whole with UNAVAILABLE when it cannot finish within its caller deadline, never with part of the list', async () => {
     const task = randomUUID();
     const writer = await ExecutionRegistry.open(admin, 60_000, log);

@@ -5,7 +5,7 @@ import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { relayAgentctlLog } from '../agentctl/log-relay.js';
 import { leftoversToReport, stoppedEventId, type Leftover } from '../domain/teardown.js';
-import { pidsOfUid } from '../isolation/proc.js';
+import { pidsByUid } from '../isolation/proc.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
 import type { StateFile } from '../store/state-file.js';
@@ -31,13 +31,14 @@ export async function cleanUpLeftovers(deps: {
   if (problem) log.error({ path: stateFile.path, problem }, 'cannot read the state file; leftover processes (if any) are not killed');
 
   const procs: ProcessRef[] = [];
+  const byUid = entries.some((e) => e.uid) ? pidsByUid() : new Map<number, number[]>();
   for (const e of entries) {
     const agentctl: ProcessRef = { pid: e.agentctl.pid, startTime: e.agentctl.start_time };
     // An agent whose pid we never learnt (crash mid-launch) is found as agentctl's child.
     const agents: ProcessRef[] = e.agent ? [{ pid: e.agent.pid, startTime: e.agent.start_time }] : isAlive(agentctl) ? childProcesses(agentctl.pid) : [];
     procs.push(...agents, agentctl);
     // With a uid of its own, every process of the execution is found by it, grandchildren included.
-    if (e.uid) for (const pid of pidsOfUid(e.uid)) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, startTime: null });
+    if (e.uid) for (const pid of byUid.get(e.uid) ?? []) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, startTime: null });
   }
   // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL, each with its process group.
   const left = await terminate(procs, {

@@ -4,9 +4,9 @@ import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rm
 import { chown, lchown, lstat, mkdir, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, sep } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
-import { liveUids, ownCapEff, pidsOfUid } from './proc.js';
+import { liveUids, ownCapEff } from './proc.js';
+import { UidScan } from './uid-scan.js';
 
 /*
  * Per-execution identity and per-task directory (SPEC R-9.1, ADR 0017). Where this service may
@@ -56,6 +56,12 @@ const heldInThisProcess = new Map<number, string>();
 /** How long the final sweep of an execution's uid re-sends SIGKILL before it leaves the rest to the allocator's /proc check. */
 const UID_SWEEP_MS = 3_000;
 
+/**
+ * The least time between two passes over /proc of the final sweeps: the teardowns of a tree hold
+ * share a pass (uid-scan.ts); an execution's stopped event waits at most this long for its pass.
+ */
+const UID_SCAN_SPACING_MS = 250;
+
 export class AgentIsolation {
   readonly mode: AgentIsolationMode;
   readonly why: string;
@@ -66,6 +72,7 @@ export class AgentIsolation {
   private cursor: number;
   private readonly log: Logger;
   private readonly lockDir: string;
+  private readonly uidScan = new UidScan(UID_SCAN_SPACING_MS);
 
   constructor(opts: IsolationOptions) {
     const range = parseUidRange(opts.uidRange);
@@ -173,10 +180,10 @@ export class AgentIsolation {
    * execution that gets this uid reaches none of them; then the uid is free, though the allocator
    * still skips it while /proc shows any process with it.
    */
-  async finish(p: Placement): Promise<{ survivors: number[] }> {
+  async finish(p: Placement): Promise<{ survivors: readonly number[] }> {
     if (!p.identity) return { survivors: [] };
     const { uid } = p.identity;
-    let survivors = pidsOfUid(uid);
+    let survivors = await this.uidScan.pidsOf(uid);
     const until = performance.now() + UID_SWEEP_MS;
     while (survivors.length > 0) {
       for (const pid of survivors) {
@@ -187,8 +194,8 @@ export class AgentIsolation {
         }
       }
       if (performance.now() > until) break;
-      await sleep(20);
-      survivors = pidsOfUid(uid);
+      // The next pass comes after the scan's spacing: the wait between two SIGKILLs.
+      survivors = await this.uidScan.pidsOf(uid);
     }
     if (survivors.length > 0)
       this.log.error(

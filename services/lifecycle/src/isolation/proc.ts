@@ -25,25 +25,26 @@ function pids(): string[] {
   }
 }
 
-/** Every uid some live process holds now (real, effective, saved or filesystem); zombies do not count. */
-export function liveUids(): Set<number> {
-  const uids = new Set<number>();
+/**
+ * Every live process's pid under each uid it holds (real, effective, saved or filesystem), from one
+ * pass over /proc; zombies do not count.
+ */
+export function pidsByUid(): Map<number, number[]> {
+  const byUid = new Map<number, number[]>();
   for (const pid of pids()) {
     const s = statusOf(pid);
-    if (s && !isZombie(s)) for (const u of uidsOfStatus(s)) uids.add(u);
+    if (!s || isZombie(s)) continue;
+    for (const uid of new Set(uidsOfStatus(s))) {
+      const list = byUid.get(uid);
+      if (list) list.push(Number(pid));
+      else byUid.set(uid, [Number(pid)]);
+    }
   }
-  return uids;
+  return byUid;
 }
 
-/** The pids of every process that holds `uid` in any of its uid fields. */
-export function pidsOfUid(uid: number): number[] {
-  const out: number[] = [];
-  for (const pid of pids()) {
-    const s = statusOf(pid);
-    if (s && !isZombie(s) && uidsOfStatus(s).includes(uid)) out.push(Number(pid));
-  }
-  return out;
-}
+/** Every uid some live process holds now. */
+export const liveUids = (): Set<number> => new Set(pidsByUid().keys());
 
 /** This process's effective capabilities; null where there is no /proc. */
 export function ownCapEff(): bigint | null {

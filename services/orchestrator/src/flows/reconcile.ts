@@ -240,42 +240,39 @@ const SETTLED_MS = 5_000;
  * its session says — an orphan under a FAILED session, one whose teardown request was lost, one
  * the hold's own registry listing missed. Each live entry of a held member that is not being torn
  * down is stopped (as an orphan: its session keeps its state) with the hold's reason. One listing
- * per held member and pass, from the bucket; nothing when no hold is active.
+ * of the members' entries per pass (`listForTasks`); nothing when no hold is active.
  */
 async function restopHeldMembers(rt: OrchRuntime, alreadySent: Set<string>): Promise<number> {
   const held = await rt.sql<{ task_id: string; workspace_id: string; mode: 'pause' | 'cancel' }[]>`
     SELECT m.task_id, h.workspace_id, h.mode FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
     WHERE m.active ORDER BY h.created_at LIMIT 2000`;
+  if (held.length === 0) return 0;
+  let listed: Execution[];
+  try {
+    listed = await rt.registry.listForTasks(held.map((m) => m.task_id));
+  } catch (e) {
+    rt.log.warn({ err: e }, 'registry unreachable; held members reconciled next pass');
+    return 0;
+  }
   let restopped = 0;
-  for (let i = 0; i < held.length; i += 20) {
-    const chunk = held.slice(i, i + 20);
-    let listed: Execution[][];
-    try {
-      listed = await Promise.all(chunk.map((m) => rt.registry.listForTask(m.task_id)));
-    } catch (e) {
-      rt.log.warn({ err: e }, 'registry unreachable; held members reconciled next pass');
-      return restopped;
-    }
-    for (const [j, entries] of listed.entries()) {
-      const member = chunk[j]!;
-      const reason = member.mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
-      for (const e of entries) {
-        if (!isLiveExecution(e.status) || e.status === 'STOPPING' || alreadySent.has(e.execution_id)) continue;
-        if (Date.now() - Date.parse(e.updated_at) < SETTLED_MS) continue;
-        alreadySent.add(e.execution_id);
-        rt.log.warn(
-          { task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status },
-          'a member of an active hold has a live execution; stopping it',
-        );
-        await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
-        await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', {
-          session_id: e.session_id,
-          execution_id: e.execution_id,
-          reason,
-        }).catch((err) => rt.log.warn({ err }, 'audit write failed'));
-        restopped++;
-      }
-    }
+  const memberOf = new Map(held.map((m) => [m.task_id, m]));
+  for (const e of listed) {
+    const member = memberOf.get(e.task_id);
+    if (!member || !isLiveExecution(e.status) || e.status === 'STOPPING' || alreadySent.has(e.execution_id)) continue;
+    if (Date.now() - Date.parse(e.updated_at) < SETTLED_MS) continue;
+    const reason = member.mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
+    alreadySent.add(e.execution_id);
+    rt.log.warn(
+      { task_id: member.task_id, session_id: e.session_id, execution_id: e.execution_id, status: e.status },
+      'a member of an active hold has a live execution; stopping it',
+    );
+    await scheduleTeardown(rt, { requestId: `reconcile-held-${e.execution_id}` }, e, reason, true).catch((err) => rt.log.warn({ err }, 'restop failed'));
+    await reconcilerAudit(rt.sql, { id: member.task_id, workspace_id: member.workspace_id }, 'reconcile.restop_held', {
+      session_id: e.session_id,
+      execution_id: e.execution_id,
+      reason,
+    }).catch((err) => rt.log.warn({ err }, 'audit write failed'));
+    restopped++;
   }
   return restopped;
 }

@@ -213,30 +213,31 @@ export async function holdTree(
 
 /**
  * The registry entries of a hold's members, for its stop to halt orphans (R-2.1 for a tree). Listed
- * per member in parallel before the members are locked; a member the locked subtree has that the
- * listing did not (a child created in between) is listed then. A listing that fails does not fail
- * the hold: its sessions are still cancelled and fenced, and the reconciler stops what the registry
- * shows live for a held member on its next pass (reconcile.ts). The failure is logged.
+ * for every member at once (`listForTasks`: one listing of the bucket for a large tree) before the
+ * members are locked; members the locked subtree has that the listing did not (children created in
+ * between) are listed then. A listing that fails does not fail the hold: its sessions are still
+ * cancelled and fenced, and the reconciler stops what the registry shows live for a held member on
+ * its next pass (reconcile.ts). The failure is logged.
  */
 class MembersRegistryView {
-  private readonly listed: Map<string, Promise<Execution[]>>;
+  private readonly listed: Promise<Execution[]>;
+  private readonly listedIds: ReadonlySet<string>;
   constructor(
     private readonly rt: OrchRuntime,
     taskIds: readonly string[],
     private readonly log: Logger,
   ) {
-    this.listed = new Map(taskIds.map((id) => [id, this.list(id)]));
-  }
-
-  private list(taskId: string): Promise<Execution[]> {
-    const p = this.rt.registry.listForTask(taskId);
-    p.catch(() => undefined); // awaited in `of`, or never (a refused hold)
-    return p;
+    this.listedIds = new Set(taskIds);
+    this.listed = rt.registry.listForTasks(taskIds);
+    this.listed.catch(() => undefined); // awaited in `of`, or never (a refused hold)
   }
 
   async of(taskIds: readonly string[]): Promise<Execution[]> {
+    const wanted = new Set(taskIds);
+    const unlisted = taskIds.filter((id) => !this.listedIds.has(id));
     try {
-      return (await Promise.all(taskIds.map((id) => this.listed.get(id) ?? this.list(id)))).flat();
+      const [listed, late] = await Promise.all([this.listed, this.rt.registry.listForTasks(unlisted)]);
+      return [...listed.filter((e) => wanted.has(e.task_id)), ...late];
     } catch (e) {
       this.log.warn({ err: e }, 'registry listing of the members failed; orphans are left to the reconciler');
       return [];
