@@ -50,6 +50,19 @@ const kids = (pid) => {
   }
 };
 const pairs = [];
+// A failure part-way (a request refused on a loaded machine) must not leave the pairs running: they
+// are detached, each in a process group of its own.
+process.on('uncaughtException', (e) => {
+  console.error(e);
+  for (const p of pairs)
+    if (p?.c.pid)
+      try {
+        process.kill(-p.c.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+  process.exit(1);
+});
 await Promise.all(
   Array.from({ length: 8 }, async () => {
     while (pairs.length < N) {

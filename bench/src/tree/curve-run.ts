@@ -45,14 +45,24 @@ interface TeardownFloor {
  * each, all stopped at once through agentctl's own HTTP stop, as the lifecycle stops them. What the
  * processes' own ending costs on this machine, the floor under the curve's "agents gone".
  */
-function teardownFloor(n: number): TeardownFloor {
-  const out = execFileSync(process.execPath, [join(benchDir, 'teardown-cpu.mjs')], {
-    env: { ...process.env, N: String(n) },
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'ignore'],
-  });
-  const r = JSON.parse(out.trim().split('\n').pop()!) as TeardownFloor;
-  return { n: r.n, agents_gone_ms: r.agents_gone_ms, wall_ms: r.wall_ms, teardown_cpu_ms: r.teardown_cpu_ms };
+function teardownFloor(n: number): TeardownFloor | null {
+  // The pairs are spawned on a machine the run just loaded: a floor that fails is tried once more,
+  // and one that fails twice is left out of the run (said in the log), not the run lost with it.
+  for (let attempt = 1; attempt <= 2; attempt++) {
+    try {
+      const out = execFileSync(process.execPath, [join(benchDir, 'teardown-cpu.mjs')], {
+        env: { ...process.env, N: String(n) },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      const r = JSON.parse(out.trim().split('\n').pop()!) as TeardownFloor;
+      return { n: r.n, agents_gone_ms: r.agents_gone_ms, wall_ms: r.wall_ms, teardown_cpu_ms: r.teardown_cpu_ms };
+    } catch (e) {
+      const why = ((e as { stderr?: string }).stderr || (e as Error).message).trim().split('\n').slice(-6).join('\n');
+      console.error(`[tree-curve] teardown floor of ${n} pairs failed (attempt ${attempt} of 2):\n${why}`);
+    }
+  }
+  return null;
 }
 
 function gitCommit(): string | null {
@@ -142,7 +152,7 @@ if (process.env.BENCH_LAUNCH_FLOOR !== '0') {
   floor = await launchFloor(Math.max(...counts));
   console.log(`[tree-curve] launch floor: ${floor.count} agentctl+agent pairs in ${f(floor.ms)} ms, ${f(floor.perSec, 1)}/s`);
 }
-const teardown = process.env.BENCH_TEARDOWN_FLOOR === '0' ? [] : counts.map(teardownFloor);
+const teardown = process.env.BENCH_TEARDOWN_FLOOR === '0' ? [] : counts.map(teardownFloor).filter((t): t is TeardownFloor => t !== null);
 for (const t of teardown)
   console.log(`[tree-curve] teardown floor: ${t.n} pairs, agents gone ${t.agents_gone_ms} ms, all exited ${t.wall_ms} ms, ${t.teardown_cpu_ms} ms CPU`);
 const run: Run = {
