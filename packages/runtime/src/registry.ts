@@ -53,6 +53,11 @@ export class RegistryReader {
     return `${taskId}.${executionId}`;
   }
 
+  /** The task id a key starts with (`key`'s inverse). */
+  private static taskOfKey(key: string): string {
+    return key.slice(0, key.indexOf('.'));
+  }
+
   /** With `taskId` one exact-key read; without, the key is looked up first (one more request). */
   async get(executionId: string, taskId?: string): Promise<Execution | null> {
     if (taskId) return this.within('registry read', () => this.read(RegistryReader.key(taskId, executionId)));
@@ -79,7 +84,7 @@ export class RegistryReader {
     if (taskIds.length <= PER_TASK_LISTINGS) return (await Promise.all(taskIds.map((id) => this.listForTask(id)))).flat();
     const wanted = new Set(taskIds);
     const listed = await this.within('registry listing', async () =>
-      this.readAll((await this.keys('>')).filter((k) => wanted.has(k.slice(0, k.indexOf('.'))))),
+      this.readAll((await this.keys('>')).filter((k) => wanted.has(RegistryReader.taskOfKey(k)))),
     );
     const order = new Map(taskIds.map((id, i) => [id, i]));
     return listed.sort((a, b) => (order.get(a.task_id) ?? 0) - (order.get(b.task_id) ?? 0) || a.started_at.localeCompare(b.started_at));
