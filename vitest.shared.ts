@@ -15,8 +15,10 @@ export function serverTestConfig(env: Record<string, string> = {}) {
   return defineConfig({
     test: {
       include: ['test/**/*.test.ts'],
-      testTimeout: 30_000,
-      hookTimeout: 30_000,
+      // Hang guards: these files run niced beside e2e's stacks (scripts/test.mjs), where a step that
+      // takes a second alone has taken ten on a busy runner. The operations' own bounds stay theirs.
+      testTimeout: 60_000,
+      hookTimeout: 60_000,
       pool: 'forks',
       isolate: false,
       maxWorkers: Math.max(4, availableParallelism() - 1),

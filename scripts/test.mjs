@@ -10,7 +10,7 @@
 //    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
 //      or stack; a contract or agentctl break reports in the first minute), the service packages
 //      two at a time, then agents-e2e and bench (no tests of its own), then two of e2e's files
-//      (E2E_LATE: they balance the lanes). Pure and services run at `nice` LANE_NICE (10): they
+//      (E2E_LATE: they balance the lanes). Pure and services run at `nice` LANE_NICE (5): they
 //      are CPU-heavy (imports, transforms) and would otherwise take the cores from e2e's stacks;
 //      agents-e2e and the late e2e files, timing-sensitive, run at normal priority.
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
@@ -29,7 +29,7 @@ const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
 // (a browser beside a stack: 15 s alone, 42 s beside the service packages) and lifecycle-drain's
 // (13-16 s, mostly its drain wait).
 const E2E_LATE = ['test/console/console.test.ts', 'test/lifecycle-drain.test.ts'];
-const NICE = process.env.LANE_NICE ?? '10';
+const NICE = process.env.LANE_NICE ?? '5';
 
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 

@@ -189,7 +189,9 @@ export async function spawnLifecycle(env: Record<string, string>, onLine?: (line
   });
   const lines: string[] = [];
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 20_000);
+    // A hang guard, not a bound of the service: a niced test lane on a busy 2-core runner has taken
+    // more than 20 s to bring up one Node process.
+    const timer = setTimeout(() => reject(new Error(`lifecycle did not start:\n${lines.join('\n')}`)), 45_000);
     child.once('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`lifecycle exited with ${code}:\n${lines.join('\n')}`));
