@@ -24,12 +24,13 @@ const refused = new Map<string, 'pause' | 'cancel'>();
 const slow = new Set<string>();
 /**
  * Short, so the tests see claims go stale; a launch in flight renews its claim three times per period.
- * Not shorter: the replicas share this test's event loop, and on a loaded 2-core CI machine a renewal
- * came more than 600 ms late, so the other replica took a claim whose launch was still running and
- * asked for it again (the real orchestrator's launch is keyed by wakeup id and launches once; the
- * fake here counts every ask, which is what these tests check).
+ * Not shorter: the replicas share this test's event loop, and a stall of that loop longer than two
+ * thirds of the timeout lets the other replica take a claim whose launch is still running and ask
+ * for it again (the real orchestrator's launch is keyed by wakeup id and launches once; the fake
+ * here counts every ask, which is what these tests check). At 2 s, a starved test lane on a busy
+ * 2-core runner asked for one of 120 wakeups three times.
  */
-const CLAIM_TIMEOUT_MS = 2_000;
+const CLAIM_TIMEOUT_MS = 5_000;
 
 beforeAll(async () => {
   [nats, db] = await Promise.all([startNats(), createTestDatabase()]);
@@ -41,7 +42,7 @@ beforeAll(async () => {
       const mode = refused.get(req.task_id);
       if (mode) return { launched: false as const, hold_mode: mode, reason: 'held' };
       // A launch takes a while: replicas polling meanwhile must not take the same wakeup.
-      await new Promise((r) => setTimeout(r, slow.has(req.task_id) ? 4 * CLAIM_TIMEOUT_MS : 5));
+      await new Promise((r) => setTimeout(r, slow.has(req.task_id) ? 2 * CLAIM_TIMEOUT_MS : 5));
       return { launched: true as const, session_id: randomUUID() };
     }),
   ]);
