@@ -13,6 +13,8 @@ import { LAUNCH_WORKERS } from './curve.js';
  * control plane costs beyond this is ours.
  */
 
+export type ScriptedAgent = 'scripted-acp' | 'scripted-codex';
+
 export interface LaunchFloor {
   count: number;
   workers: number;
@@ -22,11 +24,11 @@ export interface LaunchFloor {
 
 const agentctlBin = fileURLToPath(import.meta.resolve('@kandev/agentctl/main'));
 
-function startPair(): Promise<ChildProcess> {
+function startPair(agent: ScriptedAgent): Promise<ChildProcess> {
   const args = [
     agentctlBin,
     '--agent',
-    'scripted-acp',
+    agent,
     '--port',
     '0',
     '--execution-id',
@@ -63,14 +65,14 @@ function startPair(): Promise<ChildProcess> {
   });
 }
 
-export async function launchFloor(count: number): Promise<LaunchFloor> {
+export async function launchFloor(count: number, agent: ScriptedAgent = 'scripted-acp'): Promise<LaunchFloor> {
   const children: ChildProcess[] = [];
   let left = count;
   const t = performance.now();
   try {
     await Promise.all(
       Array.from({ length: LAUNCH_WORKERS }, async () => {
-        while (left-- > 0) children.push(await startPair());
+        while (left-- > 0) children.push(await startPair(agent));
       }),
     );
     const ms = performance.now() - t;

@@ -1,9 +1,7 @@
 #!/usr/bin/env node
 import type { AddressInfo } from 'node:net';
-import { AcpAdapter } from './adapters/acp.js';
-import type { AdapterOptions, AgentAdapter } from './adapters/adapter.js';
-import { CodexAdapter } from './adapters/codex.js';
-import { CatalogueError, resolveAgent } from './catalogue.js';
+import type { AdapterOptions, AdapterSink, AgentAdapter } from './adapters/adapter.js';
+import { CatalogueError, resolveAgent, type AgentSpec } from './catalogue.js';
 import { ConfigError, agentEnvironment, describeConfig, loadConfig, readExecutionSecret, type AgentctlConfig } from './config.js';
 import { EventStream } from './events.js';
 import type { AgentctlAgentExitedEvent } from '@kandev/contracts/agentctl';
@@ -68,8 +66,9 @@ async function main(): Promise<void> {
     agentNice: config.agentNice,
   };
   const events = new EventStream(process.stdout, log);
+  const createAdapter = await adapterFactory(spec.protocol);
   const execution = new Execution(
-    (sink): AgentAdapter => (spec.protocol === 'acp' ? new AcpAdapter(spec, adapterOptions, sink, log) : new CodexAdapter(spec, adapterOptions, sink, log)),
+    (sink): AgentAdapter => createAdapter(spec, adapterOptions, sink, log),
     events,
     { executionId: config.executionId, cancelTimeoutMs: config.cancelTimeoutMs },
     log,
@@ -162,6 +161,21 @@ async function main(): Promise<void> {
   const url = `http://${host}:${port}`;
   events.emit({ type: 'ready', url, agent_pid: execution.adapter.pid, protocol: spec.protocol });
   log.info('ready', { url, agent: spec.name, agent_pid: execution.adapter.pid, protocol: spec.protocol });
+}
+
+/**
+ * Only the adapter of the agent's protocol is loaded: the ACP SDK alone was about a third of
+ * agentctl's start-up CPU, paid by every Codex execution that never uses it.
+ */
+async function adapterFactory(
+  protocol: AgentSpec['protocol'],
+): Promise<(spec: AgentSpec, options: AdapterOptions, sink: AdapterSink, log: Logger) => AgentAdapter> {
+  if (protocol === 'acp') {
+    const { AcpAdapter } = await import('./adapters/acp.js');
+    return (spec, options, sink, log) => new AcpAdapter(spec, options, sink, log);
+  }
+  const { CodexAdapter } = await import('./adapters/codex.js');
+  return (spec, options, sink, log) => new CodexAdapter(spec, options, sink, log);
 }
 
 /**
