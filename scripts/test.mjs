@@ -9,7 +9,8 @@
 //      path; it starts first and runs at normal priority.
 //    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
 //      or stack; a contract or agentctl break reports in the first minute), the service packages
-//      two at a time, then agents-e2e and bench (no tests of its own), then two of e2e's files
+//      two at a time with two files each (SERVICE_WORKERS), then agents-e2e and bench (no tests of
+//      its own), then two of e2e's files
 //      (E2E_LATE: they balance the lanes). Pure and services run at `nice` LANE_NICE (5): they
 //      are CPU-heavy (imports, transforms) and would otherwise take the cores from e2e's stacks;
 //      agents-e2e and the late e2e files, timing-sensitive, run at normal priority.
@@ -30,6 +31,10 @@ const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
 // (13-16 s, mostly its drain wait).
 const E2E_LATE = ['test/console/console.test.ts', 'test/lifecycle-drain.test.ts'];
 const NICE = process.env.LANE_NICE ?? '5';
+// Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
+// of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
+// out (docs/testing.md). Four at once cost little on a quiet machine.
+const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 
@@ -100,7 +105,7 @@ const [e2e, rest] = await Promise.all([
   phase('e2e', E2E, { vitestArgs: E2E_LATE.map((path) => `--exclude=${path}`) }),
   (async () => {
     const pure = await phase('pure', PURE, { concurrency: 2, nice: NICE });
-    const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE });
+    const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE, vitestArgs: [`--maxWorkers=${SERVICE_WORKERS}`] });
     const late = await phase('agents-e2e', LATE_STACKS);
     const lateE2e = await phase('e2e, late files', E2E, { vitestArgs: E2E_LATE });
     return first(pure, services, late, lateE2e);

@@ -62,10 +62,11 @@ afterAll(async () => {
 describe('deadline', () => {
   it("travels in a header, and a handler's own requests end early enough for its answer to reach the caller", async () => {
     // The caller waits 3 s; the front's wait on the hole ends the reply's reserve (250 ms) before
-    // that, so the caller gets the front's answer, not a timeout of its own.
-    const t = performance.now();
+    // that, so the caller gets the front's answer, not a timeout of its own (which would throw).
+    // How long the caller waited by the wall clock is not asserted: on a starved runner the answer
+    // and the caller's timer come due in the same turn of the event loop, late, and either can run
+    // first; the answer's own figures below say where the front's wait ended.
     const answer = await request(nc, front, {}, { timeoutMs: 3_000 });
-    expect(performance.now() - t).toBeLessThan(3_000);
     expect(answer.waited_ms).toBeGreaterThan(answer.remaining_ms! - 50);
     expect(answer.remaining_ms).toBeLessThanOrEqual(3_000 - replyReserveMs(3_000));
     // Seen from inside: a raw caller that says 800 ms in the header but waits 4 s itself.

@@ -20,6 +20,10 @@ import {
   type Sql,
 } from '../src/index.js';
 
+// How long the published events may take to be applied: a hang guard, not a bound of the consumer.
+// This lane runs niced beside e2e's stacks, where 400 deliveries outlasted 10 s once on a busy CI runner.
+const EVENTS_SETTLE_MS = 30_000;
+
 const WS = '00000000-0000-4000-8000-000000000001';
 const EXEC = '00000000-0000-4000-8000-0000000000e1';
 const TURN = '00000000-0000-4000-8000-0000000000f1';
@@ -133,7 +137,7 @@ it('consumeEventBatches: one call per session run in delivery order, acked after
       const [r] = await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM batch_effects WHERE event_id = ANY(${evs.map((e) => e.id)})`;
       return r!.n === evs.length && failed !== null && failed.every((id) => calls.filter((c) => c.ids.includes(id)).length >= 2);
     },
-    10_000,
+    EVENTS_SETTLE_MS,
     20,
   );
   await consumer.stop();
@@ -172,13 +176,13 @@ it('consumeEventBatches: two replicas on one durable, duplicates delivered to ei
   const ids = evs.map((e) => e.id);
   await eventually(
     async () => (await sql<{ n: number }[]>`SELECT count(*)::int AS n FROM replica_effects WHERE event_id = ANY(${ids})`)[0]!.n === ids.length,
-    10_000,
+    EVENTS_SETTLE_MS,
     20,
   );
   // Both queues drained (every copy handled), then nothing more was applied.
   await eventually(
     async () => (await jetstreamManager(nc).then((m) => m.consumers.info(Streams.events.name, 'test-replicas'))).num_ack_pending === 0,
-    10_000,
+    EVENTS_SETTLE_MS,
     20,
   );
   await Promise.all(replicas.map((r) => r.stop()));
