@@ -62,8 +62,9 @@ describe('terminate', () => {
     expect(r).toEqual({ killed: [], survivors: [] });
     expect(await p.exit).toEqual({ code: null, signal: 'SIGTERM' });
     expect(rounds).toEqual(['0:SIGTERM']);
-    // Far below the grace: the exit event ends the wait, not the grace running out.
-    expect(performance.now() - t0).toBeLessThan(5_000);
+    // Below the grace: the exit event ends the wait, not the grace running out (no tighter, for a
+    // starved test lane; the rounds above already say no SIGKILL was sent).
+    expect(performance.now() - t0).toBeLessThan(9_000);
     expect(isAlive(p.ref)).toBe(false);
   });
 

@@ -74,7 +74,8 @@ describe('scripted-acp', () => {
     const started = performance.now();
     await h.connection.agent.notify(acp.methods.agent.session.cancel, { sessionId });
     expect((await turn).stopReason).toBe('cancelled');
-    expect(performance.now() - started).toBeLessThan(3000);
+    // Well before the 10 s sleep would end; not tighter, for a starved test lane (this one runs niced).
+    expect(performance.now() - started).toBeLessThan(8_000);
     const cancel = await waitForAgentEvent(h.agent.eventsFile, (e) => e.kind === 'recv' && e.method === 'session/cancel');
     expect(cancel.t).toBeGreaterThan(0);
     // The session takes a new prompt afterwards.

@@ -104,7 +104,8 @@ describe('scripted-codex', () => {
     const started = performance.now();
     expect(await h.peer.request('turn/interrupt', { threadId, turnId })).toEqual({});
     expect((await done).turn.status).toBe('interrupted');
-    expect(performance.now() - started).toBeLessThan(3000);
+    // Well before the 10 s sleep would end; not tighter, for a starved test lane (this one runs niced).
+    expect(performance.now() - started).toBeLessThan(8_000);
     await expect(h.peer.request('turn/interrupt', { threadId, turnId })).rejects.toThrow(/no turn/);
   }, 20_000);
 
