@@ -189,7 +189,7 @@ function cancelHops(rows: Row[]): string[] {
 async function main() {
   // Other work on the machine skews the tails; recorded so a noisy run shows as one.
   const loadAtStart = loadavg()[0]!;
-  initTracing({ serviceName: 'kandev-bench' });
+  await initTracing({ serviceName: 'kandev-bench' });
   const scenarios = await loadScenarios();
   if (scenarios.length === 0) throw new Error(`no scenario matches BENCH_SCENARIOS=${process.env.BENCH_SCENARIOS}`);
 

@@ -10,7 +10,7 @@ export async function startTracing(executionId: string | undefined): Promise<() 
   const [{ initTracing, shutdownTracing }, { packageVersion }] = await Promise.all([import('@kandev/runtime/tracing'), import('@kandev/runtime/resource')]);
   // The environment is the lifecycle's (it spawned this process): its OTEL_RESOURCE_ATTRIBUTES
   // (deployment, namespace) hold here too, its service name and instance do not (ownIdentity).
-  initTracing({
+  await initTracing({
     serviceName: 'kandev-agentctl',
     serviceVersion: packageVersion(import.meta.url),
     instanceId: executionId,

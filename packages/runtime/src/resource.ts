@@ -1,9 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { defaultResource, resourceFromAttributes, type Resource } from '@opentelemetry/resources';
-// The stable entry only: agentctl loads this module when it exports, and the incubating entry would add ~15 ms to its start.
-import { ATTR_SERVICE_INSTANCE_ID, ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
 
 /** The variables of the OTel SDK environment specification that describe the resource. */
 export interface ResourceEnv {
@@ -48,25 +45,6 @@ export function parseResourceAttributes(raw: string | undefined): Record<string,
     }
   }
   return out;
-}
-
-/**
- * The resource every exported span carries. Precedence, lowest first: the SDK's defaults
- * (telemetry.sdk.*), this process's service.name / service.version / service.instance.id,
- * OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME (the last two as the SDK environment specification
- * orders them; with `ownIdentity` the service.* attributes stay this process's). Kubernetes
- * attributes (k8s.pod.name, k8s.namespace.name, ...) are not set here: the collector's
- * k8sattributes processor adds them from the pod's address (deploy/observability).
- */
-export function buildResource(opts: ResourceOptions): Resource {
-  const own: Record<string, string> = { [ATTR_SERVICE_NAME]: opts.serviceName };
-  if (opts.serviceVersion) own[ATTR_SERVICE_VERSION] = opts.serviceVersion;
-  if (opts.instanceId) own[ATTR_SERVICE_INSTANCE_ID] = opts.instanceId;
-  const fromEnv = parseResourceAttributes(opts.env?.OTEL_RESOURCE_ATTRIBUTES);
-  const serviceName = opts.env?.OTEL_SERVICE_NAME?.trim();
-  if (serviceName) fromEnv[ATTR_SERVICE_NAME] = serviceName;
-  const attributes = opts.ownIdentity ? { ...fromEnv, ...own } : { ...own, ...fromEnv };
-  return defaultResource().merge(resourceFromAttributes(attributes));
 }
 
 /**

@@ -83,7 +83,7 @@ export async function startService<S extends z.ZodObject>(
   const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
   const keys = resolveKeys(source, def.keys ?? []);
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
-  initTracing({
+  await initTracing({
     serviceName: `kandev-${def.name}`,
     serviceVersion: def.version,
     instanceId,

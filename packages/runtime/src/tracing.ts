@@ -13,18 +13,21 @@ import {
 } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { BatchSpanProcessor, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import { buildResource, type ResourceEnv } from './resource.js';
+import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type { ResourceEnv } from './resource.js';
 import type { MsgHdrs } from '@nats-io/nats-core';
 import { randomFillSync } from 'node:crypto';
 
 export { SpanKind, context, trace, propagation };
 export type { Span, Context };
 
-/** The process's tracer provider, once initTracing has run. */
-let provider: NodeTracerProvider | PropagatingTracerProvider | undefined;
+/** A tracer provider that can be shut down: the SDK's (recording.ts) or PropagatingTracerProvider. */
+export type ProcessTracerProvider = TracerProvider & { shutdown(): Promise<void> };
+
+/** The process's tracer provider, once initTracing has run (a promise while the SDK loads). */
+let provider: Promise<ProcessTracerProvider> | undefined;
+/** Whether that provider records spans (an exporter is configured). */
+let recording = false;
 
 export interface TracingOptions {
   /** service.name unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names another. */
@@ -44,46 +47,45 @@ export interface TracingOptions {
 }
 
 /**
- * One tracer provider per process. W3C trace context is always registered, so ids cross NATS and
- * HTTP hops, and reach the log lines, even when nothing exports. With nowhere to export, spans are
- * not recorded at all (PropagatingTracerProvider): a recorded span that is dropped at its end cost
- * the hot paths CPU for nothing (docs/history/fast-paths-rounds.md, "Eleventh round").
+ * One tracer provider per process; a second call gets the first one's. W3C trace context is always
+ * registered, so ids cross NATS and HTTP hops, and reach the log lines, even when nothing exports.
+ * With nowhere to export, spans are not recorded at all (PropagatingTracerProvider): a recorded
+ * span that is dropped at its end cost the hot paths CPU for nothing (docs/history/
+ * fast-paths-rounds.md, "Eleventh round"), and the SDK (recording.ts) is not even loaded: importing
+ * it cost every service start about 0.1 s of CPU (docs/testing.md).
  */
-export function initTracing(opts: TracingOptions): NodeTracerProvider | PropagatingTracerProvider {
-  if (provider) return provider;
-  const spanProcessors: SpanProcessor[] = [];
-  if (opts.exporter) spanProcessors.push(new SimpleSpanProcessor(opts.exporter));
-  if (opts.otlpEndpoint) {
-    const url = opts.otlpEndpoint.replace(/\/$/, '') + '/v1/traces';
-    spanProcessors.push(new BatchSpanProcessor(new OTLPTraceExporter({ url })));
-  }
-  if (!spanProcessors.length) {
-    const propagating = new PropagatingTracerProvider();
-    // What NodeTracerProvider.register() installs besides itself.
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    trace.setGlobalTracerProvider(propagating);
-    provider = propagating;
-    return provider;
-  }
-  const recording = new NodeTracerProvider({
-    resource: buildResource(opts),
-    spanProcessors,
-  });
-  recording.register({ propagator: new W3CTraceContextPropagator() });
-  provider = recording;
+export function initTracing(opts: TracingOptions): Promise<ProcessTracerProvider> {
+  provider ??= opts.exporter || opts.otlpEndpoint ? startRecording(opts) : Promise.resolve(startPropagating());
   return provider;
+}
+
+async function startRecording(opts: TracingOptions): Promise<ProcessTracerProvider> {
+  const { recordingProvider } = await import('./recording.js');
+  const sdk = recordingProvider(opts);
+  recording = true;
+  return sdk;
+}
+
+function startPropagating(): PropagatingTracerProvider {
+  const propagating = new PropagatingTracerProvider();
+  // What the SDK's provider installs besides itself when it registers.
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(propagating);
+  return propagating;
 }
 
 /**
  * Whether spans are recorded (an exporter is configured). Instrumentation that costs something
  * beyond a span start (the database statements' spans) is installed only then.
  */
-export const tracingRecords = (): boolean => provider instanceof NodeTracerProvider;
+export const tracingRecords = (): boolean => recording;
 
 export async function shutdownTracing(): Promise<void> {
-  const p = provider;
+  const pending = provider;
   provider = undefined;
+  recording = false;
+  const p = await pending;
   await p?.shutdown();
   // Either provider installed itself as the global one (with a propagator and a context manager):
   // a shut-down provider must not stay there, and the API refuses a new global until it is gone.

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { ATTR_SERVICE_INSTANCE_ID, ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION, ATTR_TELEMETRY_SDK_LANGUAGE } from '@opentelemetry/semantic-conventions';
-import { buildResource, packageVersion, parseResourceAttributes } from '../src/resource.js';
+import { buildResource } from '../src/recording.js';
+import { packageVersion, parseResourceAttributes } from '../src/resource.js';
 
 const attrs = (...a: Parameters<typeof buildResource>) => buildResource(...a).attributes;
 

@@ -1,3 +1,8 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { context, propagation, trace, TraceFlags } from '@opentelemetry/api';
 import { inSpan, initTracing, PropagatingTracerProvider, shutdownTracing, traceHeaders, tracer } from '../src/tracing.js';
@@ -5,10 +10,10 @@ import { inSpan, initTracing, PropagatingTracerProvider, shutdownTracing, traceH
 // A process with nowhere to export: its spans record nothing, but trace context still crosses hops
 // (a downstream service that exports records its part) and reaches the log lines.
 // The worker may have run another file first (isolate: false): start from no provider at all.
-let provider: ReturnType<typeof initTracing>;
+let provider: Awaited<ReturnType<typeof initTracing>>;
 beforeAll(async () => {
   await shutdownTracing();
-  provider = initTracing({ serviceName: 'propagating-test' });
+  provider = await initTracing({ serviceName: 'propagating-test' });
 });
 afterAll(() => shutdownTracing());
 
@@ -71,5 +76,31 @@ describe('tracing with no exporter', () => {
   it('the active span, which stamps the log lines (createLogger), is the one being run', async () => {
     const [active, own] = await inSpan('logged', {}, async (s) => [trace.getActiveSpan()?.spanContext(), s.spanContext()]);
     expect(active).toEqual(own);
+  });
+});
+
+describe('the SDK is loaded only to export', () => {
+  // Importing the OpenTelemetry SDK cost each service start about 85 ms of CPU (docs/testing.md);
+  // a process with nowhere to export must not pay it. A child process records what it imports.
+  const importsOf = (otlpEndpoint: string): string[] => {
+    const dir = mkdtempSync(join(tmpdir(), 'kandev-imports-'));
+    const file = join(dir, 'imports.txt');
+    const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
+    try {
+      execFileSync(process.execPath, ['--import', pathToFileURL(fixture('record-imports.mjs')).href, fixture('init-tracing.mjs')], {
+        env: { ...process.env, RECORD_IMPORTS_FILE: file, OTLP_ENDPOINT: otlpEndpoint },
+        stdio: 'pipe',
+      });
+      return readFileSync(file, 'utf8').split('\n');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+  const sdk = (urls: string[]) => urls.filter((u) => /@opentelemetry\/(sdk-trace-|exporter-|resources)/.test(u));
+
+  it('with no exporter, no SDK module is imported; with one, the SDK is', () => {
+    expect(sdk(importsOf(''))).toEqual([]);
+    // An endpoint nothing listens on: no span is made, so nothing is sent to it.
+    expect(sdk(importsOf('http://127.0.0.1:9'))).not.toEqual([]);
   });
 });

@@ -34,7 +34,7 @@ import {
 const exporter = new InMemorySpanExporter();
 // A file run before this one in the same worker (isolate: false) may have left its provider.
 await shutdownTracing();
-initTracing({ serviceName: 'trace-test', exporter });
+await initTracing({ serviceName: 'trace-test', exporter });
 
 const first: Endpoint = { name: 'test.first', subject: 'kandev.test.first', request: z.object({}), result: z.object({ ok: z.boolean() }) };
 const second: Endpoint = { name: 'test.second', subject: 'kandev.test.second', request: z.object({}), result: z.object({ ok: z.boolean() }) };

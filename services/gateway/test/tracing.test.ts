@@ -29,7 +29,7 @@ import { fixtures, operatorToken, startGateway, WsTestClient } from './helpers.j
 const exporter = new InMemorySpanExporter();
 // A file run before this one in the same worker (isolate: false) may have left its provider.
 await shutdownTracing();
-initTracing({ serviceName: 'gateway-trace-test', exporter });
+await initTracing({ serviceName: 'gateway-trace-test', exporter });
 
 const WS1 = randomUUID();
 let nats: TestNats;

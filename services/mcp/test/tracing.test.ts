@@ -30,7 +30,7 @@ const exporter: Exporter = {
 };
 // A file run before this one in the same worker (isolate: false) may have left its provider.
 await shutdownTracing();
-initTracing({ serviceName: 'mcp-trace-test', exporter });
+await initTracing({ serviceName: 'mcp-trace-test', exporter });
 
 let h: Harness;
 const clients: Client[] = [];
