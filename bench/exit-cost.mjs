@@ -1,0 +1,45 @@
+// node bench/exit-cost.mjs [N=40]: what a node process's exit alone costs, the part of the teardown floor
+// (bench/TREE-CURVE.md) no control plane or agentctl change can remove. N idle node processes, each with
+// a module graph loaded (none; agentctl's for an ACP agent; a service's; the scripted agent's ACP SDK),
+// are ended with SIGTERM (no handler: the kernel ends them, no JavaScript runs), and the CPU the
+// exits took is read as this process's reaped-children time (10 ms ticks, so N of them at once).
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+const N = Number(process.env.N ?? 40);
+const root = fileURLToPath(new URL('..', import.meta.url));
+const ticks = (pid, fields) => {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+    return fields.reduce((sum, i) => sum + Number(f[i]), 0) * 10;
+  } catch {
+    return null;
+  }
+};
+const graphs = {
+  'bare node': '',
+  // What agentctl loads for an ACP agent (its main module would start one).
+  'agentctl (ACP)': ['execution.js', 'http.js', 'events.js', 'adapters/acp.js']
+    .map((m) => `await import(${JSON.stringify(`${root}packages/agentctl/dist/${m}`)});`)
+    .join(' '),
+  // What every service process loads.
+  '@kandev/runtime': `await import(${JSON.stringify(`${root}packages/runtime/dist/index.js`)});`,
+  'ACP SDK (scripted agent)': `await import('@agentclientprotocol/sdk');`,
+};
+const results = {};
+for (const [name, load] of Object.entries(graphs)) {
+  const procs = Array.from({ length: N }, () =>
+    spawn(process.execPath, ['--input-type=module', '-e', `${load} process.stdout.write('up\\n'); setInterval(() => {}, 1000);`], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }),
+  );
+  await Promise.all(procs.map((p) => new Promise((res, rej) => (p.stdout.once('data', res), p.once('exit', (c) => rej(new Error(`${name}: exited ${c}`)))))));
+  await new Promise((r) => setTimeout(r, 1000)); // startup's background work (GC, compilation) done
+  const before = procs.reduce((s, p) => s + ticks(p.pid, [11, 12]), 0) + ticks(process.pid, [13, 14]);
+  const t = performance.now();
+  await Promise.all(procs.map((p) => new Promise((res) => (p.once('exit', res), p.kill('SIGTERM')))));
+  results[name] = { exit_cpu_ms_each: (ticks(process.pid, [13, 14]) - before) / N, all_gone_ms: Math.round(performance.now() - t) };
+}
+console.log(JSON.stringify({ n: N, results }));
