@@ -5,15 +5,14 @@
 // 1. The build (`tsc -b`, the console's bundle) beside format:check; the dependency check; lint
 //    beside typecheck:tests. Each is one process; a failure stops the run before any test.
 // 2. Tests, in two lanes at once:
-//    - e2e, alone in its lane: the longest package (each file a whole stack) and so the critical
-//      path; it starts first and runs at normal priority.
+//    - e2e, alone in its lane: the longest package (each file a whole stack); it starts first and
+//      runs at normal priority.
 //    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
 //      or stack; a contract or agentctl break reports in the first minute), the service packages
 //      two at a time with two files each (SERVICE_WORKERS), then agents-e2e and bench (no tests of
-//      its own), then two of e2e's files
-//      (E2E_LATE: they balance the lanes). Pure and services run at `nice` LANE_NICE (5): they
-//      are CPU-heavy (imports, transforms) and would otherwise take the cores from e2e's stacks;
-//      agents-e2e and the late e2e files, timing-sensitive, run at normal priority.
+//      its own). Pure and services run at `nice` LANE_NICE (5): they are CPU-heavy (imports,
+//      transforms) and would otherwise take the cores from e2e's stacks; agents-e2e,
+//      timing-sensitive, runs at normal priority. The two lanes take about as long (docs/testing.md).
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
 //    the cores busy while e2e's files wait on the system's own bounds.
 //
@@ -26,10 +25,6 @@ const PURE = ['@kandev/contracts', '@kandev/agentctl', '@kandev/deploy'];
 const E2E = ['@kandev/e2e'];
 const LATE_STACKS = ['@kandev/bench', '@kandev/agents-e2e'];
 const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
-// e2e files that run at the end of the other lane instead, to balance the two lanes: the console's
-// (a browser beside a stack: 15 s alone, 42 s beside the service packages) and lifecycle-drain's
-// (13-16 s, mostly its drain wait).
-const E2E_LATE = ['test/console/console.test.ts', 'test/lifecycle-drain.test.ts'];
 const NICE = process.env.LANE_NICE ?? '5';
 // Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
 // of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
@@ -102,13 +97,12 @@ if (checked !== 0) {
   process.exit(checked);
 }
 const [e2e, rest] = await Promise.all([
-  phase('e2e', E2E, { vitestArgs: E2E_LATE.map((path) => `--exclude=${path}`) }),
+  phase('e2e', E2E),
   (async () => {
     const pure = await phase('pure', PURE, { concurrency: 2, nice: NICE });
     const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE, vitestArgs: [`--maxWorkers=${SERVICE_WORKERS}`] });
     const late = await phase('agents-e2e', LATE_STACKS);
-    const lateE2e = await phase('e2e, late files', E2E, { vitestArgs: E2E_LATE });
-    return first(pure, services, late, lateE2e);
+    return first(pure, services, late);
   })(),
 ]);
 console.log(`[test] all: ${seconds(started)} s`);
