@@ -147,8 +147,13 @@ export async function connectMcp(
   });
 }
 
-/** Poll until fn returns a truthy value (or throw after timeoutMs). */
-export async function eventually<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 10_000, intervalMs = 50): Promise<T> {
+/**
+ * Poll until fn returns a truthy value (or throw after timeoutMs). The default is a hang guard, not
+ * a bound of anything under test: a condition with a bound of its own passes it. 30 s, because the
+ * niced test lane on a busy CI runner has taken more than the former 10 s for conditions that hold
+ * in a second on a quiet machine.
+ */
+export async function eventually<T>(fn: () => Promise<T | null | undefined | false>, timeoutMs = 30_000, intervalMs = 50): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
