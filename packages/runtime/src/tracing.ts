@@ -52,7 +52,7 @@ export interface TracingOptions {
  * With nowhere to export, spans are not recorded at all (PropagatingTracerProvider): a recorded
  * span that is dropped at its end cost the hot paths CPU for nothing (docs/history/
  * fast-paths-rounds.md, "Eleventh round"), and the SDK (recording.ts) is not even loaded: importing
- * it cost every service start about 0.1 s of CPU (docs/testing.md).
+ * it cost every service start about 85 ms of CPU (docs/testing.md).
  */
 export function initTracing(opts: TracingOptions): Promise<ProcessTracerProvider> {
   provider ??= opts.exporter || opts.otlpEndpoint ? startRecording(opts) : Promise.resolve(startPropagating());
@@ -84,8 +84,9 @@ export const tracingRecords = (): boolean => recording;
 export async function shutdownTracing(): Promise<void> {
   const pending = provider;
   provider = undefined;
-  recording = false;
+  // After the wait: an SDK still loading when shutdown began sets `recording` when it arrives.
   const p = await pending;
+  recording = false;
   await p?.shutdown();
   // Either provider installed itself as the global one (with a propagator and a context manager):
   // a shut-down provider must not stay there, and the API refuses a new global until it is gone.

@@ -70,7 +70,7 @@ describe('transaction()', () => {
       // the handler said so. Neither which answer reaches the caller first (the handler's or the
       // caller's own timeout: the reply's 250 ms reserve, which a starved test lane has outlasted)
       // nor the wall clock is asserted; deadline-stats.test checks the reserve.
-      const handlerErr = await eventually(async () => lockRowError, 30_000);
+      const handlerErr = await eventually(async () => lockRowError);
       expect(handlerErr).toMatchObject({ code: 'UNAVAILABLE', message: expect.stringMatching(/did not answer within the request's deadline \(\d+ ms\)/) });
       const bound = Number(/\((\d+) ms\)/.exec((handlerErr as Error).message)![1]);
       expect(bound).toBeGreaterThan(0);
