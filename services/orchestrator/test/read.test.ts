@@ -11,9 +11,14 @@ import { operator, startHarness, type Harness } from './harness.js';
 /** The operator's read surface at the orchestrator (R-8.1, R-8.2): listings, paging, the transcript. */
 describe('read surface', () => {
   let h: Harness;
+  /** Every statement the orchestrator sends while a test sets this to an array. */
+  let statements: string[] | null = null;
   beforeAll(async () => {
     // Small transcript caps so the bounds are reached by a test, not by megabytes.
-    h = await startHarness({ TRANSCRIPT_ITEM_BYTES: '2048', TRANSCRIPT_SESSION_BYTES: '8192', TRANSCRIPT_SESSION_ITEMS: '50' });
+    h = await startHarness(
+      { TRANSCRIPT_ITEM_BYTES: '2048', TRANSCRIPT_SESSION_BYTES: '8192', TRANSCRIPT_SESSION_ITEMS: '50' },
+      { dbDebug: (_connection, query) => statements?.push(query) },
+    );
   }, 60_000);
   afterAll(async () => h?.stop());
 
@@ -180,6 +185,45 @@ describe('read surface', () => {
       expect(await plan(`AND t.parent_id = '${parent}'`)).toMatch(/Index (Only )?Scan using tasks_parent_page/);
       expect(await plan(`AND t.status = 'TODO'`)).toMatch(/Index (Only )?Scan using tasks_workspace_(status_)?page/);
     }, 60_000);
+  });
+
+  describe('GET /sessions/:id', () => {
+    it('reads the session with its turns oldest first (ties by id), in one statement; other workspaces are refused and unknown ids not found', async () => {
+      const w = await h.workspace('detail');
+      const task = await h.task(w.id, 'detail');
+      const [session] = await h.sql<{ id: string }[]>`
+        INSERT INTO orchestrator.sessions (id, task_id, state, agent, started_at, execution_id)
+        VALUES (gen_random_uuid(), ${task.id}, 'WAITING_FOR_INPUT', 'sleep', now(), NULL) RETURNING id`;
+      const sid = session!.id;
+      const read = () => request(h.nc, Orch.sessionGet, { actor: operator, session_id: sid });
+      const none = await read();
+      expect(none).toMatchObject({ id: sid, task_id: task.id, state: 'WAITING_FOR_INPUT', execution: null, turns: [] });
+
+      // Inserted out of order; two start at the same instant, so the id decides between them.
+      const [a, b] = [randomUUID(), randomUUID()].sort() as [string, string];
+      const c = randomUUID();
+      await h.sql`
+        INSERT INTO orchestrator.turns (id, session_id, started_at, completed_at, stop_reason) VALUES
+          (${c}, ${sid}, '2026-01-01T00:00:02Z', NULL, NULL),
+          (${b}, ${sid}, '2026-01-01T00:00:01Z', '2026-01-01T00:00:01.5Z', 'cancelled'),
+          (${a}, ${sid}, '2026-01-01T00:00:01Z', '2026-01-01T00:00:01.25Z', 'end_turn')`;
+      statements = [];
+      const detail = await read();
+      const sent = statements;
+      statements = null;
+      expect(detail.turns).toEqual([
+        { id: a, started_at: '2026-01-01T00:00:01.000Z', completed_at: '2026-01-01T00:00:01.250Z', stop_reason: 'end_turn' },
+        { id: b, started_at: '2026-01-01T00:00:01.000Z', completed_at: '2026-01-01T00:00:01.500Z', stop_reason: 'cancelled' },
+        { id: c, started_at: '2026-01-01T00:00:02.000Z', completed_at: null, stop_reason: null },
+      ]);
+      expect(detail).toMatchObject({ id: sid, task_id: task.id, state: 'WAITING_FOR_INPUT', agent: 'sleep', execution: null });
+      // One snapshot without a transaction around it: one statement reads the session, its task's
+      // workspace and its turns (other statements, the outbox's marks of the setup's events, may pass meanwhile).
+      expect(sent.filter((q) => /\b(sessions|turns)\b/.test(q))).toHaveLength(1);
+
+      expect(await refusal(request(h.nc, Orch.sessionGet, { actor: scoped(randomUUID()), session_id: sid }))).toBe('FORBIDDEN');
+      expect(await refusal(request(h.nc, Orch.sessionGet, { actor: operator, session_id: randomUUID() }))).toBe('NOT_FOUND');
+    });
   });
 
   describe('transcript', () => {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
 import { recordAudit } from '../store/audit.js';
-import { transaction, request } from '@kandev/runtime';
+import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { senderContext, sessionIsIdle } from '../domain/messages.js';
 import { statusAfterFailedLaunch, statusOnSessionStart } from '../domain/transitions.js';
@@ -13,11 +13,12 @@ import {
   insertSession,
   lockSession,
   sessionByLaunchKey,
+  sessionWithTurns,
   setQueuePaused,
 } from '../store/sessions.js';
 import { activeHoldOfTask } from '../store/holds.js';
 import { getTask, lockTask } from '../store/tasks.js';
-import { insertTurn, turnsOfSession } from '../store/turns.js';
+import { insertTurn } from '../store/turns.js';
 import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
 import { getKey, insertAnsweredKey, type IdempotencyRef } from '../store/idempotency.js';
 import { assertKnownAgent } from './agents.js';
@@ -220,18 +221,10 @@ async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: st
 }
 
 export async function sessionDetail(rt: OrchRuntime, actor: Actor, sessionId: string) {
-  // One snapshot for the session and its turns: a turn never shows as finished while its session still says RUNNING.
-  const snapshot = await transaction(
-    rt.sql,
-    async (tx) => {
-      const session = await getSession(tx, sessionId);
-      if (!session) throw notFound('session not found');
-      assertCanAccess(actor, await getTask(tx, session.task_id), 'session');
-      return { session, turns: await turnsOfSession(tx, sessionId) };
-    },
-    { mode: 'isolation level repeatable read read only' },
-  );
-  const { session, turns } = snapshot as { session: SessionRow; turns: Awaited<ReturnType<typeof turnsOfSession>> };
+  const found = await sessionWithTurns(rt.sql, sessionId);
+  if (!found) throw notFound('session not found');
+  const { session, turns } = found;
+  assertCanAccess(actor, { id: session.task_id, workspace_id: found.workspace_id }, 'session');
   // From the registry bucket, as stops read it (ADR 0011), not through the owner lifecycle instance: a read
   // must not queue behind an instance busy tearing down a hundred agents (the console polls this during a tree
   // pause). The entry is what lifecycle last put, which is what any other lifecycle instance would answer.

@@ -32,10 +32,6 @@ export async function completeOpenTurns(tx: Tx, sessionId: string, stopReason: s
   await tx`UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE session_id = ${sessionId} AND completed_at IS NULL`;
 }
 
-export async function turnsOfSession(q: Q, sessionId: string): Promise<Turn[]> {
-  return q<Turn[]>`SELECT id, started_at, completed_at, stop_reason FROM turns WHERE session_id = ${sessionId} ORDER BY started_at, id`;
-}
-
 export async function completeOpenTurnsOfSessions(tx: Tx, sessionIds: readonly string[], stopReason: string): Promise<void> {
   if (!sessionIds.length) return;
   await tx`UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE session_id = ANY(${[...sessionIds]}::uuid[]) AND completed_at IS NULL`;
