@@ -1,5 +1,5 @@
 import fastifyWebsocket from '@fastify/websocket';
-import type { Logger, NatsConnection } from '@kandev/runtime';
+import { operatorTokenVerifier, type Logger, type NatsConnection } from '@kandev/runtime';
 import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
 import { decodeJsonBody } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
@@ -74,7 +74,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   });
   // After the websocket plugin on purpose: its onRequest hook marks upgrade requests, so when our
   // auth refuses one (401) the plugin's onResponse destroys the raw socket instead of leaking it.
-  installRequestLifecycle(app, { log: opts.log, jwtSecret: opts.jwtSecret, isStopping: opts.isStopping });
+  installRequestLifecycle(app, { log: opts.log, verifyToken: operatorTokenVerifier(opts.jwtSecret), isStopping: opts.isStopping });
 
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);

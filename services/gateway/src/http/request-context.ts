@@ -16,7 +16,7 @@ import {
 } from '@kandev/runtime';
 import { unavailable, type OperatorActor } from '@kandev/contracts';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { authenticate, type Operator } from '../auth.js';
+import { authenticate, type Operator, type VerifyOperatorToken } from '../auth.js';
 import { drainsRefusedBody, errorResponseOf } from '../domain/http-errors.js';
 import { requestIdFrom } from '../domain/request-id.js';
 
@@ -59,7 +59,7 @@ const queryTokenOf = (req: FastifyRequest): string | null => {
  * `onRequest`, i.e. before the body is parsed: a request without a valid token is answered 401
  * whatever its body.
  */
-export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logger; jwtSecret: string; isStopping: () => boolean }): void {
+export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logger; verifyToken: VerifyOperatorToken; isStopping: () => boolean }): void {
   app.decorateRequest('kandev', null as unknown as RequestContext);
 
   app.addHook('onRequest', async (req, reply) => {
@@ -92,7 +92,7 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       // Draining: refuse new API work (503, so a load balancer retries elsewhere); probes still answer.
       if (deps.isStopping()) throw unavailable('gateway is shutting down');
       const token = bearer(req.headers.authorization) ?? (config.queryToken ? queryTokenOf(req) : null);
-      req.kandev.operator = await authenticate(deps.jwtSecret, token);
+      req.kandev.operator = await authenticate(deps.verifyToken, token);
       span?.setAttribute(ATTR_ENDUSER_ID, req.kandev.operator.actor.id);
     }
   });

@@ -51,18 +51,16 @@ export class WsHub {
     client.log.info({ request_id: req.kandev.requestId }, 'websocket connected');
 
     let expiry: NodeJS.Timeout | undefined;
-    if (operator.expiresAt !== null) {
-      const ms = operator.expiresAt - Date.now();
-      if (ms <= MAX_TIMER_MS) {
-        expiry = setTimeout(
-          () => {
-            client.send(errorFrame(null, null, { code: 'UNAUTHORIZED', message: 'token expired' }));
-            socket.close(4401, 'token expired');
-          },
-          Math.max(ms, 0),
-        );
-        expiry.unref();
-      }
+    const ms = operator.expiresAt - Date.now();
+    if (ms <= MAX_TIMER_MS) {
+      expiry = setTimeout(
+        () => {
+          client.send(errorFrame(null, null, { code: 'UNAUTHORIZED', message: 'token expired' }));
+          socket.close(4401, 'token expired');
+        },
+        Math.max(ms, 0),
+      );
+      expiry.unref();
     }
 
     socket.on('pong', () => {
