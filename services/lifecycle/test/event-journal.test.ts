@@ -205,9 +205,33 @@ describe('lifecycle event journal', () => {
     expect(publisher.seen.find((s) => s.id === events[2]!.id)!.inFile).toBe(false);
     const stored = await storedEvents(nc, 'turn.completed');
     expect(stored.map((e) => e.id)).toEqual([events[0]!.id]);
-    // Everything acknowledged: nothing is left to replay.
+    // Everything acknowledged: nothing is left to replay. A small file keeps its acknowledged records
+    // (it is truncated only past a size); the next start finds each one acknowledged.
+    expect(journal.pending).toBe(0);
+    expect(readFileSync(journal.path, 'utf8')).toContain(`{"a":"${events[0]!.id}"}`);
+    journal.close();
+    const next = new EventJournal(stateDir, 'life-group', publisher, log);
+    expect(next.open()).toBe(0);
+    next.close();
+  }, 30_000);
+
+  it('empties the file once nothing is pending and it has grown past its truncation size', async () => {
+    const { nc, stateDir } = await world('journal-truncate-test');
+    await ensureEventStream(nc);
+    const journal = new EventJournal(stateDir, 'life-truncate', new EventPublisher(nc), log);
+    journal.open();
+    const scope = { workspace_id: randomUUID(), task_id: randomUUID(), session_id: randomUUID() };
+    const execution_id = randomUUID();
+    const record = () => journal.record(buildEvent('turn.completed', scope, { execution_id, turn_id: randomUUID(), stop_reason: 'end_turn' }));
+    // A few events: published and acknowledged, and left in the file.
+    await Promise.all(Array.from({ length: 3 }, record));
+    const small = readFileSync(journal.path, 'utf8').length;
+    expect(small).toBeGreaterThan(0);
+    // Queued together (the queue never drains in between) until the file is past 256 KiB: the drain empties it.
+    const perEvent = small / 3;
+    await Promise.all(Array.from({ length: Math.ceil((256 * 1024) / perEvent) + 10 }, record));
     expect(journal.pending).toBe(0);
     expect(readFileSync(journal.path, 'utf8')).toBe('');
     journal.close();
-  }, 30_000);
+  }, 60_000);
 });

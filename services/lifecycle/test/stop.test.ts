@@ -89,7 +89,8 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
       (e) => e === null,
       2_000,
     );
-    expect(stateFileIds()).not.toContain(exec.execution_id);
+    // Removals are written to the state file together, a moment later.
+    await eventually(stateFileIds, (ids) => !ids.includes(exec.execution_id));
     // The cancelled turn was closed before the agent went.
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
   });
@@ -258,7 +259,7 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(events.of('turn.started', req.execution_id)).toHaveLength(0);
     expect(events.of('execution.ready', req.execution_id)).toHaveLength(0);
     expect(await getExecution(nc, req.execution_id)).toBeNull();
-    expect(stateFileIds()).not.toContain(req.execution_id);
+    await eventually(stateFileIds, (ids) => !ids.includes(req.execution_id));
   });
 
   it('launch vs stop: a stop that lands during admission wins before the first prompt reaches the agent', async () => {

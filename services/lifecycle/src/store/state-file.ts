@@ -6,12 +6,16 @@ import { z } from 'zod';
  * `${KANDEV_STATE_DIR}/lifecycle/${instanceId}.json`: the processes this instance is responsible
  * for, with their start times, so a restart with the same instance id can kill exactly the
  * processes its previous run left behind, and never a process that merely reuses one of the pids
- * (R-6.4). Written atomically (temp file + rename) at once after an entry is added; the removals
- * of one turn of the event loop are written together at its end, before any later I/O is handled.
- * Each write is the whole file, and the executions a tree pause ends finish in bursts (their
- * registry deletes acknowledged in one read): one rewrite per removal, each of every entry left,
- * cost the lifecycle's loop in proportion to the square of the live count.
+ * (R-6.4). Written atomically (temp file + rename) at once after an entry is added; removals are
+ * gathered for REMOVAL_FLUSH_MS and written together. Each write is the whole file, and the
+ * executions a tree pause ends finish over a few seconds: one rewrite per removal, each of every
+ * entry left, cost the lifecycle's loop in proportion to the square of the live count. A removal
+ * not yet written is harmless: the entry names a process that has exited (a restart finds it gone),
+ * and an added entry writes every removal before it.
  */
+
+/** How long removals are gathered before the file is rewritten without them. */
+const REMOVAL_FLUSH_MS = 100;
 
 const Proc = z.object({ pid: z.number().int().positive(), start_time: z.string().nullable() });
 export const StateEntry = z.object({
@@ -30,7 +34,7 @@ const StateFileBody = z.object({ instance_id: z.string(), executions: z.array(St
 export class StateFile {
   readonly path: string;
   private readonly entries = new Map<string, StateEntry>();
-  private removalFlush: NodeJS.Immediate | undefined;
+  private removalFlush: NodeJS.Timeout | undefined;
 
   constructor(
     stateDir: string,
@@ -85,12 +89,12 @@ export class StateFile {
 
   remove(executionId: string): void {
     if (!this.entries.delete(executionId) || this.removalFlush) return;
-    this.removalFlush = setImmediate(() => this.flush());
+    this.removalFlush = setTimeout(() => this.flush(), REMOVAL_FLUSH_MS);
   }
 
-  /** Rewrite the file with what is live now (start-up writes it empty after cleanup); removals waiting go with it. */
+  /** Rewrite the file with what is live now (start-up writes it empty after cleanup, shutdown at the end); removals waiting go with it. */
   flush(): void {
-    clearImmediate(this.removalFlush);
+    clearTimeout(this.removalFlush);
     this.removalFlush = undefined;
     mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
     const tmp = `${this.path}.${process.pid}.tmp`;
