@@ -32,8 +32,8 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
   let drained = false;
   await processOnce(rt.sql, LIFECYCLE_CONSUMER, ev.id, async (tx) => {
     const emit: Emit = async (type, scope, data) => void staged.push(await rt.outbox.add(tx, type, scope, data));
-    const s = await lockSession(tx, sessionId);
-    const task = await getTask(tx, taskId);
+    // Independent of each other: sent together, one round trip (ADR 0033).
+    const [s, task] = await Promise.all([lockSession(tx, sessionId), getTask(tx, taskId)]);
     if (!s || !task) return;
     // Whatever the stopped execution's agent still asked is cancelled, whichever execution the session holds now.
     if (ev.type === 'execution.stopped') await cancelPermissionsOfStoppedExecution(tx, emit, ev);
