@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
-import { OrchRead } from '@kandev/contracts';
+import { Orch, OrchRead } from '@kandev/contracts';
 import { EventPublisher, request } from '@kandev/runtime';
 import type { Scenario } from '../scenario.js';
 import { e2eIterations, samples, startBenchStack, summarize } from '../e2e.js';
@@ -9,12 +9,13 @@ import type { Stats } from '../stats.js';
 /**
  * R-8.1 and R-8.2 at scale: a page of 50 of a 100,000-task workspace (seeded by one bulk insert, as
  * the orchestrator stores tasks), first page and deep in the listing, through the gateway and over
- * NATS; and the transcript write path of one chatty agent (agent.message chunks on JetStream →
+ * NATS; a session with its turns, as the console polls it; and the transcript write path of one chatty agent (agent.message chunks on JetStream →
  * the orchestrator's transcript consumer → coalesced item), as chunks per second. The transcript
  * path alone, with a concurrent stop's latency beside it, is 24-transcript-write.ts.
  */
 const TASKS = Number(process.env.BENCH_READ_TASKS ?? 100_000);
 const CHUNKS = Number(process.env.BENCH_TRANSCRIPT_CHUNKS ?? 5_000);
+const SESSION_TURNS = 20;
 
 const scenario: Scenario = {
   name: 'read surface',
@@ -58,6 +59,17 @@ const scenario: Scenario = {
     const natsRoots = await samples(() => request(b.nc, OrchRead.taskList, { actor, workspace_id: ws, limit: 50, roots: true }), n);
     const natsStatus = await samples(() => request(b.nc, OrchRead.taskList, { actor, workspace_id: ws, limit: 50, status: ['REVIEW'] }), n);
     const natsQ = await samples(() => request(b.nc, OrchRead.taskList, { actor, workspace_id: ws, limit: 50, q: 'task 4242' }), n);
+
+    // A session page as the console polls it: a session with SESSION_TURNS ended turns and no live execution.
+    const detailTask = (await b.api.ok('POST', '/tasks', { workspace_id: ws, title: 'detail' })).id as string;
+    const detailSession = randomUUID();
+    await sql`INSERT INTO orchestrator.sessions (id, task_id, state, is_primary, agent, started_at) VALUES (${detailSession}, ${detailTask}, 'WAITING_FOR_INPUT', true, 'bench', now())`;
+    await sql`
+      INSERT INTO orchestrator.turns (id, session_id, started_at, completed_at, stop_reason)
+      SELECT gen_random_uuid(), ${detailSession}, now() - make_interval(secs => ${SESSION_TURNS} - i), now() - make_interval(secs => ${SESSION_TURNS} - i - 0.5), 'end_turn'
+      FROM generate_series(0, ${SESSION_TURNS - 1}) AS i`;
+    const httpSession = await samples(() => b.api.ok('GET', `/sessions/${detailSession}`), n);
+    const natsSession = await samples(() => request(b.nc, Orch.sessionGet, { actor, session_id: detailSession }), n);
 
     // One chatty agent: CHUNKS chunks of one turn, published as fast as JetStream takes them.
     const taskId = (await b.api.ok('POST', '/tasks', { workspace_id: ws, title: 'chatty' })).id as string;
@@ -124,6 +136,13 @@ const scenario: Scenario = {
         baseline: 'nats.request.helper',
       },
       { id: 'read.tasks.nats.q', label: `orch.task.list q="task 4242" limit 50 (trigram index)`, stats: summarize(natsQ), baseline: 'nats.request.helper' },
+      {
+        id: 'read.session.http',
+        label: `GET /sessions/:id (${SESSION_TURNS} turns) through the gateway`,
+        stats: summarize(httpSession),
+        baseline: 'nats.request.helper',
+      },
+      { id: 'read.session.nats', label: `orch.session.get (${SESSION_TURNS} turns)`, stats: summarize(natsSession), baseline: 'nats.request.helper' },
       {
         id: 'transcript.chunk.write',
         label: `one agent's ${CHUNKS} chunks, publish to all in the transcript: ms per chunk (one sample: the run's mean)`,
