@@ -187,6 +187,31 @@ describe('read surface', () => {
     }, 60_000);
   });
 
+  describe('GET /tasks/:id', () => {
+    it('reads the task with its sessions oldest first, in one statement; other workspaces are refused and unknown ids not found', async () => {
+      const w = await h.workspace('task-detail');
+      const task = await h.task(w.id, 'task-detail');
+      expect(await request(h.nc, Orch.taskGet, { actor: operator, task_id: task.id })).toMatchObject({ id: task.id, workspace_id: w.id, sessions: [] });
+      const [older, newer] = [randomUUID(), randomUUID()];
+      await h.sql`
+        INSERT INTO orchestrator.sessions (id, task_id, state, agent, created_at) VALUES
+          (${newer}, ${task.id}, 'WAITING_FOR_INPUT', 'sleep', '2026-01-01T00:00:02Z'),
+          (${older}, ${task.id}, 'COMPLETED', 'sleep', '2026-01-01T00:00:01Z')`;
+      statements = [];
+      const detail = await request(h.nc, Orch.taskGet, { actor: operator, task_id: task.id });
+      const sent = statements;
+      statements = null;
+      expect(detail).toMatchObject({ id: task.id, workspace_id: w.id, title: 'task-detail', status: task.status });
+      expect(detail.sessions.map((s) => [s.id, s.state])).toEqual([
+        [older, 'COMPLETED'],
+        [newer, 'WAITING_FOR_INPUT'],
+      ]);
+      expect(sent.filter((q) => /\b(tasks|sessions)\b/.test(q))).toHaveLength(1);
+      expect(await refusal(request(h.nc, Orch.taskGet, { actor: scoped(randomUUID()), task_id: task.id }))).toBe('FORBIDDEN');
+      expect(await refusal(request(h.nc, Orch.taskGet, { actor: operator, task_id: randomUUID() }))).toBe('NOT_FOUND');
+    });
+  });
+
   describe('GET /sessions/:id', () => {
     it('reads the session with its turns oldest first (ties by id), in one statement; other workspaces are refused and unknown ids not found', async () => {
       const w = await h.workspace('detail');

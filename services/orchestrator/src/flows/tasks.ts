@@ -14,14 +14,13 @@ import {
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask, recordAudit } from '../store/audit.js';
 import { queueOfTask } from '../store/queue.js';
-import { sessionsOfTask } from '../store/sessions.js';
-import { getTask, insertTask, insertWorkspace, lockParentForChild, lockTask, updateTaskFields, workspaceExists } from '../store/tasks.js';
+import { getTask, insertTask, insertWorkspace, lockParentForChild, lockTask, taskWithSessions, updateTaskFields, workspaceExists } from '../store/tasks.js';
 import { toSession, toTask } from '../store/rows.js';
 import { changeTaskStatus } from './changes.js';
 import { assertKnownAgent } from './agents.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once } from './idempotency.js';
-import { transaction, checkWorkingDir, workDirRoot } from '@kandev/runtime';
+import { checkWorkingDir, workDirRoot } from '@kandev/runtime';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
 
@@ -75,17 +74,10 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
   });
 }
 
-export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string) {
-  // One snapshot, so the task's status and its sessions' states agree.
-  return transaction(
-    rt.sql,
-    async (tx) => {
-      const task = assertCanAccess(actor, await getTask(tx, taskId));
-      const sessions = await sessionsOfTask(tx, taskId);
-      return { ...toTask(task), sessions: sessions.map(toSession) };
-    },
-    { mode: 'isolation level repeatable read read only' },
-  ) as Promise<TaskWithSessions>;
+export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string): Promise<TaskWithSessions> {
+  const found = await taskWithSessions(rt.sql, taskId);
+  const task = assertCanAccess(actor, found?.task ?? null);
+  return { ...toTask(task), sessions: (found?.sessions ?? []).map(toSession) };
 }
 
 export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'taskUpdate'>) {

@@ -1,6 +1,6 @@
 import type { Hold, HoldMember, HoldMode, TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { TASK_COLUMNS, type TaskRow } from './rows.js';
+import { qualified, TASK_COLUMNS, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -14,9 +14,7 @@ const SUBTREE = `
     UNION ALL
     SELECT c.id, tree.depth + 1 FROM tasks c JOIN tree ON c.parent_id = tree.id
   )`;
-const cols = TASK_COLUMNS.split(', ')
-  .map((c) => `t.${c}`)
-  .join(', ');
+const cols = qualified(TASK_COLUMNS, 't');
 
 const norm = (r: SubtreeTask): SubtreeTask => ({ ...r, fence_epoch: Number(r.fence_epoch), depth: Number(r.depth) });
 

@@ -1,7 +1,7 @@
 import { ACTIVE_SESSION_STATES, type HoldMode, type TaskStatus, type Workspace } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 import type { SortKey } from '../domain/paging.js';
-import { TASK_COLUMNS, type TaskRow } from './rows.js';
+import { qualified, TASK_COLUMNS, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -45,9 +45,7 @@ export interface TaskListRow extends TaskRow {
   hold: { id: string; mode: HoldMode } | null;
 }
 
-const prefixed = TASK_COLUMNS.split(', ')
-  .map((c) => `t.${c}`)
-  .join(', ');
+const prefixed = qualified(TASK_COLUMNS, 't');
 
 /**
  * Tasks of one workspace, newest first after `after`, with what a board card shows: direct child

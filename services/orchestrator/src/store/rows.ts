@@ -6,6 +6,18 @@ export const TASK_COLUMNS =
 export const SESSION_COLUMNS =
   'id, task_id, state, error_message, cancel_reason, is_primary, agent, execution_id, instance_id, queue_paused, started_at, completed_at, created_at, updated_at';
 
+/**
+ * A column list (`TASK_COLUMNS`, `SESSION_COLUMNS`) qualified by a table alias: `qualified(TASK_COLUMNS,
+ * 't')` is `t.id, t.workspace_id, …`. With `prefix`, each is also renamed (`s.id AS s_id`), for a join
+ * that reads columns of the same name from two tables.
+ */
+export function qualified(columns: string, alias: string, prefix?: string): string {
+  return columns
+    .split(', ')
+    .map((c) => (prefix ? `${alias}.${c} AS ${prefix}${c}` : `${alias}.${c}`))
+    .join(', ');
+}
+
 export interface TaskRow extends Task {
   fence_epoch: number;
 }

@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type SessionState } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
+import { qualified, SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
 import { IS_CALLERS_CHILD } from './tasks.js';
 
 type Q = Sql | Tx;
 
 const SESSION_COLUMN_NAMES = SESSION_COLUMNS.split(', ') as Array<keyof SessionRow>;
-const SESSION_COLUMNS_OF_S = SESSION_COLUMN_NAMES.map((c) => `s.${c}`).join(', ');
 
 export async function insertSession(
   tx: Tx,
@@ -47,7 +46,7 @@ export async function sessionWithTurns(q: Q, id: string): Promise<{ session: Ses
       SessionRow & { workspace_id: string; turn_id: string | null; turn_started_at: string; turn_completed_at: string | null; turn_stop_reason: string | null }
     >
   >(
-    `SELECT ${SESSION_COLUMNS_OF_S}, t.workspace_id,
+    `SELECT ${qualified(SESSION_COLUMNS, 's')}, t.workspace_id,
             u.id AS turn_id, u.started_at AS turn_started_at, u.completed_at AS turn_completed_at, u.stop_reason AS turn_stop_reason
        FROM sessions s JOIN tasks t ON t.id = s.task_id LEFT JOIN turns u ON u.session_id = s.id
       WHERE s.id = $1
@@ -116,9 +115,7 @@ export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<Guard
  */
 export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
   const active = [...ACTIVE_SESSION_STATES];
-  const cols = SESSION_COLUMNS.split(', ')
-    .map((c) => `s.${c}`)
-    .join(', ');
+  const cols = qualified(SESSION_COLUMNS, 's');
   // The locks awaited before the read is issued (ADR 0033).
   await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR NO KEY UPDATE`, [taskId, active], {
     prepare: true,
@@ -131,10 +128,6 @@ export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<Guar
     { prepare: true },
   );
   return row ?? null;
-}
-
-export async function sessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
-  return q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 ORDER BY created_at, id`, [taskId], { prepare: true });
 }
 
 /** Candidates of a stop: sessions in an active state, in a stable order. */

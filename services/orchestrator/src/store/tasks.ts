@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { TASK_COLUMNS, type OutboxRow, type TaskRow } from './rows.js';
+import { qualified, SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -135,6 +135,30 @@ export async function updateTaskFields(
 }
 
 const norm = (r: TaskRow): TaskRow => ({ ...r, fence_epoch: Number(r.fence_epoch) });
+
+/**
+ * A task and its sessions (oldest first) in one statement, so one snapshot: the task's status and
+ * its sessions' states agree, for one round trip instead of a read-only transaction's five (BEGIN,
+ * its bounds, two reads, COMMIT). A row per session, its columns renamed `s_*`; a task without
+ * sessions gives one row whose session columns are null.
+ */
+export async function taskWithSessions(q: Q, id: string): Promise<{ task: TaskRow; sessions: SessionRow[] } | null> {
+  const rows = await q.unsafe<Array<Record<string, unknown>>>(
+    `SELECT ${qualified(TASK_COLUMNS, 't')}, ${qualified(SESSION_COLUMNS, 's', 's_')}
+       FROM tasks t LEFT JOIN sessions s ON s.task_id = t.id
+      WHERE t.id = $1
+      ORDER BY s.created_at, s.id`,
+    [id],
+    { prepare: true },
+  );
+  const [first] = rows;
+  if (!first) return null;
+  const columnsOf = (list: string, row: Record<string, unknown>, prefix = '') => Object.fromEntries(list.split(', ').map((c) => [c, row[`${prefix}${c}`]]));
+  return {
+    task: norm(columnsOf(TASK_COLUMNS, first) as unknown as TaskRow),
+    sessions: rows.filter((r) => r.s_id !== null).map((r) => columnsOf(SESSION_COLUMNS, r, 's_') as unknown as SessionRow),
+  };
+}
 
 /** A task and its ancestors, root first. */
 export async function lineageOf(q: Q, id: string): Promise<Array<{ id: string; workspace_id: string; parent_id: string | null }>> {
