@@ -18,6 +18,12 @@ export function qualified(columns: string, alias: string, prefix?: string): stri
     .join(', ');
 }
 
+/** The inverse of `qualified` with a prefix: the values of `columns` in a joined row, under their own names. */
+export function columnsOf<T>(columns: string, row: object, prefix = ''): T {
+  const values = row as Record<string, unknown>;
+  return Object.fromEntries(columns.split(', ').map((c) => [c, values[`${prefix}${c}`]])) as T;
+}
+
 export interface TaskRow extends Task {
   fence_epoch: number;
 }

@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type SessionState } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { qualified, SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
+import { columnsOf, qualified, SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
 import { IS_CALLERS_CHILD } from './tasks.js';
 
 type Q = Sql | Tx;
-
-const SESSION_COLUMN_NAMES = SESSION_COLUMNS.split(', ') as Array<keyof SessionRow>;
 
 export async function insertSession(
   tx: Tx,
@@ -37,7 +35,7 @@ export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
 /**
  * A session, its task's workspace and its turns (oldest first) in one statement, so one snapshot:
  * a turn never reads finished while its session still reads RUNNING, and a read costs one round
- * trip instead of a transaction's five (BEGIN, three reads, COMMIT). A row per turn (a session
+ * trip instead of a transaction's six (BEGIN, its bounds, three reads, COMMIT). A row per turn (a session
  * with none gives one row whose turn columns are null).
  */
 export async function sessionWithTurns(q: Q, id: string): Promise<{ session: SessionRow; workspace_id: string; turns: Turn[] } | null> {
@@ -56,7 +54,7 @@ export async function sessionWithTurns(q: Q, id: string): Promise<{ session: Ses
   );
   const [first] = rows;
   if (!first) return null;
-  const session = Object.fromEntries(SESSION_COLUMN_NAMES.map((c) => [c, first[c]])) as unknown as SessionRow;
+  const session = columnsOf<SessionRow>(SESSION_COLUMNS, first);
   const turns = rows
     .filter((r) => r.turn_id !== null)
     .map((r) => ({ id: r.turn_id!, started_at: r.turn_started_at, completed_at: r.turn_completed_at, stop_reason: r.turn_stop_reason }));

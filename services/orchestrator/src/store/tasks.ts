@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { qualified, SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
+import { columnsOf, qualified, SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -153,10 +153,9 @@ export async function taskWithSessions(q: Q, id: string): Promise<{ task: TaskRo
   );
   const [first] = rows;
   if (!first) return null;
-  const columnsOf = (list: string, row: Record<string, unknown>, prefix = '') => Object.fromEntries(list.split(', ').map((c) => [c, row[`${prefix}${c}`]]));
   return {
-    task: norm(columnsOf(TASK_COLUMNS, first) as unknown as TaskRow),
-    sessions: rows.filter((r) => r.s_id !== null).map((r) => columnsOf(SESSION_COLUMNS, r, 's_') as unknown as SessionRow),
+    task: norm(columnsOf<TaskRow>(TASK_COLUMNS, first)),
+    sessions: rows.filter((r) => r.s_id !== null).map((r) => columnsOf<SessionRow>(SESSION_COLUMNS, r, 's_')),
   };
 }
 
