@@ -320,11 +320,20 @@ export async function consumeEventBatches(
   };
 }
 
-/** Ephemeral fan-out of live events (core subscription): what the gateway pushes to sockets. */
-export function subscribeLiveEvents(nc: NatsConnection, log: Logger, onEvent: (ev: EventEnvelope) => void): { unsubscribe(): void } {
+/**
+ * Ephemeral fan-out of live events (core subscription): what the gateway pushes to sockets.
+ * `wants(subject)` is asked before an event is decoded: a teardown of a hundred sessions publishes
+ * hundreds of events, and one nobody watches is not worth its JSON parse and schema check.
+ */
+export function subscribeLiveEvents(
+  nc: NatsConnection,
+  log: Logger,
+  onEvent: (ev: EventEnvelope) => void,
+  wants: (subject: string) => boolean = () => true,
+): { unsubscribe(): void } {
   const sub = nc.subscribe('kandev.evt.>', {
     callback: (err, msg) => {
-      if (err) return;
+      if (err || !wants(msg.subject)) return;
       try {
         const ev = parseEvent(msg.data);
         context.with(extractTrace(msg.headers), () => onEvent(ev));

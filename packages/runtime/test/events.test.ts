@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Streams, type EventEnvelope } from '@kandev/contracts';
+import { Streams, eventSubject, type EventEnvelope } from '@kandev/contracts';
 import { createTestDatabase, eventually, startNats, type TestDatabase, type TestNats } from '@kandev/testkit';
 import {
   EventPublisher,
@@ -15,6 +15,7 @@ import {
   migrate,
   processOnce,
   recordOnce,
+  subscribeLiveEvents,
   transaction,
   type NatsConnection,
   type Sql,
@@ -45,6 +46,30 @@ afterAll(async () => {
   await sql?.end();
   await nc?.close();
   await Promise.all([nats?.stop(), db?.drop()]);
+});
+
+it('subscribeLiveEvents decodes only the subjects it wants, so an unwatched event costs no parse', async () => {
+  const warnings: string[] = [];
+  const spyLog = { warn: (_o: unknown, msg: string) => warnings.push(msg) } as unknown as typeof log;
+  const asked: string[] = [];
+  const received: string[] = [];
+  const sub = subscribeLiveEvents(
+    nc,
+    spyLog,
+    (ev) => received.push(ev.type),
+    (subject) => (asked.push(subject), subject === eventSubject('turn.started')),
+  );
+  await nc.flush();
+  // Not wanted: a malformed body would have been logged had it been decoded.
+  nc.publish(eventSubject('turn.completed'), new TextEncoder().encode('{not json'));
+  nc.publish(eventSubject('turn.started'), new TextEncoder().encode('{not json either'));
+  const ev = buildEvent('turn.started', { workspace_id: WS }, { execution_id: EXEC, turn_id: TURN });
+  nc.publish(eventSubject('turn.started'), new TextEncoder().encode(JSON.stringify(ev)));
+  await eventually(async () => received.length > 0, EVENTS_SETTLE_MS);
+  expect(received).toEqual(['turn.started']);
+  sub.unsubscribe();
+  expect(asked).toEqual([eventSubject('turn.completed'), eventSubject('turn.started'), eventSubject('turn.started')]);
+  expect(warnings).toEqual(['ignoring malformed live event']); // the wanted malformed one only
 });
 
 it('stores an event published twice with the same msgID once', async () => {

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { KandevError, type EventEnvelope } from '@kandev/contracts';
+import { KandevError, PUSHED_EVENT_TYPES, eventSubject, type EventEnvelope } from '@kandev/contracts';
 import { guardAction, isMcpAction } from '../src/domain/action-guard.js';
 import { parseClientFrame } from '../src/domain/frames.js';
 import { errorResponseOf } from '../src/domain/http-errors.js';
-import { notificationTargets, toNotification, workspaceKey } from '../src/domain/notifications.js';
+import { isPushedSubject, notificationTargets, toNotification, workspaceKey } from '../src/domain/notifications.js';
 import { readinessReport } from '../src/domain/readiness.js';
 import { requestIdFrom } from '../src/domain/request-id.js';
 import { SubscriptionRegistry } from '../src/ws/subscriptions.js';
@@ -84,6 +84,12 @@ describe('notifications', () => {
     expect(notificationTargets(ev('usage.recorded', {}))).toEqual([]);
     expect(notificationTargets(ev('agent.message', {}))).toEqual([]);
     expect(notificationTargets(ev('queue.changed', {}, { task_id: null }))).toEqual([workspaceKey(ws)]);
+  });
+  it('knows a pushed type by its subject alone, before the event is decoded', () => {
+    for (const type of PUSHED_EVENT_TYPES) expect(isPushedSubject(eventSubject(type))).toBe(true);
+    expect(isPushedSubject(eventSubject('agent.message'))).toBe(false);
+    expect(isPushedSubject(eventSubject('turn.started'))).toBe(false);
+    expect(isPushedSubject('kandev.evt.session')).toBe(false);
   });
   it('targets every member of a hold, once', () => {
     const child = randomUUID();

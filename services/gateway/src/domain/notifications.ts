@@ -1,7 +1,11 @@
-import { PUSHED_EVENT_TYPES, type EventEnvelope } from '@kandev/contracts';
+import { PUSHED_EVENT_TYPES, eventSubject, type EventEnvelope } from '@kandev/contracts';
 import type { NotificationFrame } from './frames.js';
 
 const pushed = new Set<string>(PUSHED_EVENT_TYPES);
+const pushedSubjects = new Set<string>(PUSHED_EVENT_TYPES.map(eventSubject));
+
+/** True for the subject of an event type the gateway pushes (`kandev.evt.<type>`), before decoding it. */
+export const isPushedSubject = (subject: string): boolean => pushedSubjects.has(subject);
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 

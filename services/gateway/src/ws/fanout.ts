@@ -1,5 +1,5 @@
 import { subscribeLiveEvents, type Logger, type NatsConnection } from '@kandev/runtime';
-import { notificationTargets, toNotification } from '../domain/notifications.js';
+import { isPushedSubject, notificationTargets, toNotification } from '../domain/notifications.js';
 import type { WsClient } from './client.js';
 import type { SubscriptionRegistry } from './subscriptions.js';
 
@@ -9,13 +9,19 @@ import type { SubscriptionRegistry } from './subscriptions.js';
  * connected does not get a replay); the durable record is the orchestrator's state.
  */
 export function startLiveFanout(nc: NatsConnection, log: Logger, subscriptions: SubscriptionRegistry<WsClient>): { stop(): void } {
-  const sub = subscribeLiveEvents(nc, log, (ev) => {
-    const targets = notificationTargets(ev);
-    if (targets.length === 0) return;
-    const clients = subscriptions.subscribersOf(targets);
-    if (clients.size === 0) return;
-    const text = JSON.stringify(toNotification(ev));
-    for (const c of clients) c.sendText(text);
-  });
+  const sub = subscribeLiveEvents(
+    nc,
+    log,
+    (ev) => {
+      const targets = notificationTargets(ev);
+      if (targets.length === 0) return;
+      const clients = subscriptions.subscribersOf(targets);
+      if (clients.size === 0) return;
+      const text = JSON.stringify(toNotification(ev));
+      for (const c of clients) c.sendText(text);
+    },
+    // Decoded only when some socket watches something and the type is one the gateway pushes.
+    (subject) => subscriptions.taskCount > 0 && isPushedSubject(subject),
+  );
   return { stop: () => sub.unsubscribe() };
 }
