@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { trace } from '@opentelemetry/api';
 import { HAS_PROC, isAlive, liveStat, readProcStat, type ProcessRef } from './process-tree.js';
 
@@ -158,14 +157,24 @@ function wakeOn(exits: readonly Promise<unknown>[]): ((ms: number) => Promise<vo
     );
     pending.add(tracked);
   }
-  const wait = async (ms: number): Promise<void> => {
-    const ac = new AbortController();
-    try {
-      // The sleep rejects only when aborted in `finally`, after the race is decided.
-      await Promise.race([sleep(ms, undefined, { signal: ac.signal }).catch(() => undefined), ...pending]);
-    } finally {
-      ac.abort();
-    }
-  };
+  const wait = (ms: number): Promise<void> => settledOrAfter(ms, [...pending]);
   return Object.assign(wait, { waiting: () => pending.size > 0 });
 }
+
+/**
+ * Resolves once one of `promises` settles (either way) or `ms` have passed, whichever comes first,
+ * and clears its timer. A plain timer rather than a promise sleep cut short with an AbortController:
+ * each abort builds a DOMException and an AbortError with their stacks, and a tree pause ends
+ * hundreds of these waits early (about 40 ms of the lifecycle's sampled CPU at 100 sessions).
+ */
+export async function settledOrAfter(ms: number, promises: readonly Promise<unknown>[]): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const settled = promises.map((p) => p.then(noop, noop));
+  try {
+    await Promise.race([new Promise<void>((resolve) => (timer = setTimeout(resolve, ms))), ...settled]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const noop = (): void => undefined;

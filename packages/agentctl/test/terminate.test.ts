@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { childProcesses, isAlive, processRef, type ProcessRef } from '../src/process-tree.js';
-import { killRetryDelayMs, signalProcesses, terminate } from '../src/terminate.js';
+import { killRetryDelayMs, settledOrAfter, signalProcesses, terminate } from '../src/terminate.js';
 
 /*
  * The one termination helper (terminate.ts) on real processes: SIGTERM → grace → SIGKILL →
@@ -182,6 +182,32 @@ describe('terminate', () => {
     expect(performance.now() - t0).toBeGreaterThanOrEqual(295);
     const asked = await terminate([self], { graceMs: 0, giveUp: () => true });
     expect(asked.survivors).toEqual([self]);
+  });
+});
+
+describe('settledOrAfter', () => {
+  it('ends when one of the promises settles, resolved or rejected, well before the bound', async () => {
+    let resolve!: () => void;
+    const resolved = new Promise<void>((r) => (resolve = r));
+    const t0 = performance.now();
+    const waited = settledOrAfter(60_000, [resolved, new Promise(() => undefined)]);
+    resolve();
+    await waited;
+    let reject!: (e: Error) => void;
+    const rejected = new Promise<void>((_, r) => (reject = r));
+    const waitedForRejection = settledOrAfter(60_000, [rejected]);
+    reject(new Error('gone'));
+    await waitedForRejection; // a rejection ends the wait, it is not thrown
+    expect(performance.now() - t0).toBeLessThan(30_000);
+  });
+
+  it('ends at the bound when nothing settles, and leaves no timer behind once it has ended', async () => {
+    const t0 = performance.now();
+    await settledOrAfter(30, [new Promise(() => undefined)]);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(29);
+    const before = process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    await settledOrAfter(60_000, [Promise.resolve()]);
+    expect(process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length).toBe(before);
   });
 });
 

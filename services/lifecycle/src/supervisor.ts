@@ -1,3 +1,4 @@
+import { settledOrAfter } from '@kandev/agentctl/terminate';
 import {
   conflict,
   isKandevError,
@@ -12,7 +13,6 @@ import {
   type RequestOf,
   type ResultOf,
 } from '@kandev/contracts';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { readOnScrape } from '@kandev/runtime';
 import { admitUnderCap, drainOutcome, heldExecutions } from './domain/drain.js';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
@@ -281,10 +281,8 @@ export class ExecutionSupervisor {
     const graceMs = shutdownGrace(env.TEARDOWN_GRACE_MS, env.SHUTDOWN_TIMEOUT_MS);
     const all = [...this.live.values()].map((x) => this.teardowns.teardown(x, { reason: 'lifecycle_shutdown', graceMs, orphaned: false }));
     if (all.length) this.deps.log.info({ executions: all.length, grace_ms: graceMs }, 'tearing down executions before shutdown');
-    const budget = new AbortController();
-    // The sleep rejects only when aborted below, after the race is decided; teardowns log their own failures.
-    await Promise.race([Promise.all(all), sleep(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.7), undefined, { signal: budget.signal }).catch(() => undefined)]);
-    budget.abort();
+    // Teardowns log their own failures.
+    await settledOrAfter(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.7), [Promise.all(all)]);
   }
 
   private owned(executionId: string): LiveExecution {

@@ -1,7 +1,6 @@
 import { childProcesses, isAlive, processTree, type ProcessRef } from '@kandev/agentctl/process-tree';
-import { terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
+import { settledOrAfter, terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
@@ -144,10 +143,7 @@ export class TeardownExecutor {
     if (agents.survivors.length > 0 || agentctl.survivors.length > 0) return false;
     // agentctl is gone: let every line it wrote be handled first (its agent_exited line has the
     // agent's real exit status). Bounded, should something else hold its stdout open.
-    const bound = new AbortController();
-    // The sleep rejects only when aborted below, after the race is decided.
-    await Promise.race([x.agentctl.closed, sleep(AGENTCTL_EXIT_WAIT_MS, undefined, { signal: bound.signal }).catch(() => undefined)]);
-    bound.abort();
+    await settledOrAfter(AGENTCTL_EXIT_WAIT_MS, [x.agentctl.closed]);
     await x.inOrder(async () => undefined);
     return true;
   }
