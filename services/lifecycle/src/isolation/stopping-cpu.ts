@@ -34,7 +34,9 @@ export class StoppingCpu {
     /**
      * The group's cgroup.procs, open for this process's life, in `cgroup` mode: each write(2) of a
      * pid moves that process. An open, write and close per move (fs/promises writeFile) cost a
-     * hundred-execution teardown about a tenth of a second of this service's main thread.
+     * hundred-execution teardown about a tenth of a second of this service's main thread. Node
+     * opens it close-on-exec, as every file it opens: no agentctl or agent inherits a handle that
+     * could move processes between cgroups.
      */
     private readonly procsFd: number | null,
     private readonly nice: number,
