@@ -37,7 +37,7 @@ async function tree(api: ApiClient, children: number) {
 
 it('kill -9 of the holds service around a cancel: the cancel stands; after a restart the hold gates its members and restore works', async () => {
   const { workspace_id, root, kids } = await tree(w.api, 2);
-  const s = await w.api.ok('POST', `/tasks/${kids[0]!.id}/sessions`, { prompt: sleepScript(60_000) });
+  const s = await w.api.startSession(kids[0]!.id, { prompt: sleepScript(60_000) });
   const exec = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution, 15_000);
   w.stack.services.get('holds')!.process.kill('SIGKILL');
   // A wakeup that was queued when the holds service died (nobody dispatches it while it is down).
@@ -70,7 +70,7 @@ it('kill -9 of the holds service around a cancel: the cancel stands; after a res
 it('kill -9 of the orchestrator in the middle of a cancel leaves the whole hold or none of it; teardown and restore complete after the restart', async () => {
   for (const delayMs of [0, 25, 60]) {
     const { root, kids } = await tree(w.api, 2);
-    const s = await w.api.ok('POST', `/tasks/${kids[0]!.id}/sessions`, { prompt: sleepScript(60_000) });
+    const s = await w.api.startSession(kids[0]!.id, { prompt: sleepScript(60_000) });
     const exec = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution, 15_000);
     const ids = [root.id, ...kids.map((k) => k.id)];
 

@@ -30,6 +30,24 @@ export class ApiClient {
     if (r.status >= 300) throw new Error(`${method} ${path} → ${r.status} ${JSON.stringify(r.body)}`);
     return r.body;
   }
+  /**
+   * `POST /tasks/:id/sessions` as a client that follows INTERFACES.md does: with an Idempotency-Key,
+   * trying again after a 503 (a launch that outlived a short gateway deadline on a busy machine) or
+   * a 409 saying the first attempt is still in progress, until `withinMs`. The key makes every try
+   * answer the one session, so a retry never launches a second agent (B-7). For set-up steps whose
+   * stack runs with a short `GATEWAY_REQUEST_TIMEOUT_MS` for the sake of what they test next.
+   */
+  async startSession<T = any>(taskId: string, body: unknown, withinMs = 60_000): Promise<T> {
+    const key = `start-${taskId}-${Math.random().toString(36).slice(2)}`;
+    const path = `/tasks/${taskId}/sessions`;
+    for (const end = Date.now() + withinMs; ;) {
+      const r = await this.call<any>('POST', path, body, { 'idempotency-key': key });
+      if (r.status < 300) return r.body as T;
+      const inProgress = r.status === 409 && /in progress/.test(String(r.body?.error?.message));
+      if ((r.status !== 503 && !inProgress) || Date.now() > end) throw new Error(`POST ${path} → ${r.status} ${JSON.stringify(r.body)}`);
+      await new Promise((resolve) => setTimeout(resolve, 250)); // a client's pause before it tries again
+    }
+  }
 }
 
 export interface WsFrame {
