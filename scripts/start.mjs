@@ -42,10 +42,12 @@ function runBuild(args) {
 }
 
 if (build) {
-  // `tsc -b`, then the operator console's bundle (scripts/build-console.mjs; a no-op when up to date).
+  // `tsc -b`, then agentctl's bundle and the operator console's (each a no-op when up to date).
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
   let result = await runBuild([tsc, '-b']);
-  if (result.ok && !stopRequested) result = await runBuild([fileURLToPath(new URL('./build-console.mjs', import.meta.url))]);
+  for (const script of ['./bundle-agentctl.mjs', './build-console.mjs']) {
+    if (result.ok && !stopRequested) result = await runBuild([fileURLToPath(new URL(script, import.meta.url))]);
+  }
   child = null;
   if (stopRequested) process.exit(0);
   if (!result.ok) {

@@ -22,7 +22,8 @@ export interface LaunchFloor {
   perSec: number;
 }
 
-const agentctlBin = fileURLToPath(import.meta.resolve('@kandev/agentctl/main'));
+// The file the lifecycle spawns (its defaultAgentctlBin): agentctl's bundle.
+const agentctlBin = fileURLToPath(import.meta.resolve('@kandev/agentctl/agentctl.bundle'));
 
 function startPair(agent: ScriptedAgent): Promise<ChildProcess> {
   const args = [
