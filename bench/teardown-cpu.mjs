@@ -9,7 +9,8 @@ import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 const ROOT = process.env.ROOT ?? new URL('..', import.meta.url).pathname.replace(/\/$/, '');
 const N = Number(process.env.N ?? 50);
-const bin = process.env.BIN ?? `${ROOT}/packages/agentctl/dist/main.js`;
+// agentctl as the lifecycle spawns it (ADR 0051).
+const bin = process.env.BIN ?? `${ROOT}/packages/agentctl/dist/agentctl.bundle.js`;
 // agentctl takes only callers that hold its execution secret (docs/security.md); a hand-run one reads it here.
 const SECRET = randomUUID();
 const auth = { authorization: `Bearer ${SECRET}` };
