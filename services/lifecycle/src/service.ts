@@ -37,7 +37,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     const journal = new EventJournal(env.KANDEV_STATE_DIR, instanceId, rt.publisher, log);
     journal.open();
     // Before serving anything: a previous run with this instance id may have left agents behind.
-    const lost = await cleanUpLeftovers({ instanceId, stateFile, registry, journal, log });
+    const lost = await cleanUpLeftovers({ instanceId, stateFile, registry, journal, uids: isolation, log });
     if (lost) log.warn({ lost }, 'cleaned up executions of a previous run');
 
     const supervisor = new ExecutionSupervisor({

@@ -13,32 +13,52 @@ import type { StateFile } from '../store/state-file.js';
 /** How long leftovers are SIGKILLed again before start-up goes on without them. */
 const LEFTOVER_KILL_WINDOW_MS = 5_000;
 
+/** The uids of a previous run, taken back for its sweep (AgentIsolation). */
+export interface LeftoverUids {
+  claimLeftoverUid(uid: number): boolean;
+  releaseLeftoverUid(uid: number): void;
+}
+
 /**
  * R-6.4: what a previous run of this instance id left behind. Every process in the state file
- * that is still the very same process (pid + start time) is killed; every registry entry this
- * instance id still owns is deleted; each execution is reported once as `execution.stopped`
- * with how `lost`. Runs before any endpoint is served.
+ * that is still the very same process (pid + start time) is killed, and every process of an
+ * execution's uid once this instance holds that uid again (another instance may have taken it
+ * since: its processes are left alone); every registry entry this instance id still owns is
+ * deleted; each execution is reported once as `execution.stopped` with how `lost`. Runs before
+ * any endpoint is served.
  */
 export async function cleanUpLeftovers(deps: {
   instanceId: string;
   stateFile: StateFile;
   registry: ExecutionRegistry;
   journal: EventJournal;
+  uids: LeftoverUids;
   log: Logger;
 }): Promise<number> {
-  const { instanceId, stateFile, registry, journal, log } = deps;
+  const { instanceId, stateFile, registry, journal, uids, log } = deps;
   const { entries, problem } = stateFile.readLeftovers();
   if (problem) log.error({ path: stateFile.path, problem }, 'cannot read the state file; leftover processes (if any) are not killed');
 
+  const claimed = new Set<number>();
+  for (const e of entries) {
+    if (!e.uid || claimed.has(e.uid)) continue;
+    if (uids.claimLeftoverUid(e.uid)) claimed.add(e.uid);
+    else
+      log.warn(
+        { uid: e.uid, execution_id: e.execution_id },
+        "another instance holds a previous run's uid now: only that run's own agentctl and agent are killed, not the uid's processes",
+      );
+  }
   const procs: ProcessRef[] = [];
-  const byUid = entries.some((e) => e.uid) ? pidsByUid() : new Map<number, number[]>();
+  // Listed after the claims: from then on no other instance can start a process under those uids.
+  const byUid = claimed.size > 0 ? pidsByUid() : new Map<number, number[]>();
   for (const e of entries) {
     const agentctl: ProcessRef = { pid: e.agentctl.pid, startTime: e.agentctl.start_time };
     // An agent whose pid we never learnt (crash mid-launch) is found as agentctl's child.
     const agents: ProcessRef[] = e.agent ? [{ pid: e.agent.pid, startTime: e.agent.start_time }] : isAlive(agentctl) ? childProcesses(agentctl.pid) : [];
     procs.push(...agents, agentctl);
     // With a uid of its own, every process of the execution is found by it, grandchildren included.
-    if (e.uid) for (const pid of byUid.get(e.uid) ?? []) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, startTime: null });
+    if (e.uid && claimed.has(e.uid)) for (const pid of byUid.get(e.uid) ?? []) if (!procs.some((p) => p.pid === pid)) procs.push({ pid, startTime: null });
   }
   // Unsupervised and unreachable (their owner is gone): no grace, SIGKILL, each with its process group.
   const left = await terminate(procs, {
@@ -50,6 +70,7 @@ export async function cleanUpLeftovers(deps: {
     },
   });
   if (left.survivors.length > 0) log.error({ pids: left.survivors.map((p) => p.pid) }, 'leftover processes survive SIGKILL; going on without them');
+  for (const uid of claimed) uids.releaseLeftoverUid(uid);
 
   let owned: Awaited<ReturnType<ExecutionRegistry['all']>> = [];
   try {

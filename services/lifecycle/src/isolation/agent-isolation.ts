@@ -217,6 +217,21 @@ export class AgentIsolation {
     return { survivors };
   }
 
+  /**
+   * Start-up (R-6.4): a previous run of this instance held `uid`, and its leftovers are swept by
+   * it only once this instance holds the uid's lock again. That run's lock went stale when it died,
+   * so another instance of this host (a replica, another stack) may have taken the uid for an
+   * execution of its own since: then its processes are not ours, and this returns false. Released
+   * with `releaseLeftoverUid` after the sweep.
+   */
+  claimLeftoverUid(uid: number): boolean {
+    return !this.held.has(uid) && this.lock(uid);
+  }
+
+  releaseLeftoverUid(uid: number): void {
+    if (!this.held.has(uid)) this.unlock(uid);
+  }
+
   private acquire(executionId: string): AgentIdentity {
     const live = liveUids();
     const lost = new Set<number>();
