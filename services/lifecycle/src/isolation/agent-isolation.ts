@@ -53,6 +53,9 @@ export const HOST_UID_LOCK_DIR = '/run/kandev/agent-uids';
 /** Shared by every instance in this process (tests run several): a uid is a resource of the host. */
 const heldInThisProcess = new Map<number, string>();
 
+/** What `held` says of a uid taken back for a start-up sweep (no execution of this run holds it). */
+const LEFTOVER_SWEEP = 'leftover sweep';
+
 /** How long the final sweep of an execution's uid re-sends SIGKILL before it leaves the rest to the allocator's /proc check. */
 const UID_SWEEP_MS = 3_000;
 
@@ -221,15 +224,20 @@ export class AgentIsolation {
    * Start-up (R-6.4): a previous run of this instance held `uid`, and its leftovers are swept by
    * it only once this instance holds the uid's lock again. That run's lock went stale when it died,
    * so another instance of this host (a replica, another stack) may have taken the uid for an
-   * execution of its own since: then its processes are not ours, and this returns false. Released
-   * with `releaseLeftoverUid` after the sweep.
+   * execution of its own since: then its processes are not ours, and this returns false. Held like
+   * an execution's uid (the lock for other processes, `held` for instances in this one) until
+   * `releaseLeftoverUid` after the sweep.
    */
   claimLeftoverUid(uid: number): boolean {
-    return !this.held.has(uid) && this.lock(uid);
+    if (this.held.has(uid) || !this.lock(uid)) return false;
+    this.held.set(uid, LEFTOVER_SWEEP);
+    return true;
   }
 
   releaseLeftoverUid(uid: number): void {
-    if (!this.held.has(uid)) this.unlock(uid);
+    if (this.held.get(uid) !== LEFTOVER_SWEEP) return;
+    this.held.delete(uid);
+    this.unlock(uid);
   }
 
   private acquire(executionId: string): AgentIdentity {
