@@ -42,10 +42,11 @@ function runBuild(args) {
 }
 
 if (build) {
-  // `tsc -b`, then agentctl's bundle and the operator console's (each a no-op when up to date).
+  // `tsc -b`, then the bundles of the services and agentctl, and the operator console's (each a no-op
+  // when up to date).
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
   let result = await runBuild([tsc, '-b']);
-  for (const script of ['./bundle-agentctl.mjs', './build-console.mjs']) {
+  for (const script of ['./bundle.mjs', './build-console.mjs']) {
     if (result.ok && !stopRequested) result = await runBuild([fileURLToPath(new URL(script, import.meta.url))]);
   }
   child = null;

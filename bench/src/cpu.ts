@@ -32,9 +32,10 @@ function kindOf(pid: string): string | null {
   }
   if (pid === String(process.pid)) return 'bench';
   if (/services\/|agentctl|testkit\/dist\/agents/.test(cmd) && !cmd.includes(REPO_ROOT)) return 'other';
-  const service = /services\/([a-z-]+)\/dist\/main\.js/.exec(cmd);
+  // tsc's entry or the bundle the stacks run (ADR 0052).
+  const service = /services\/([a-z-]+)\/dist\/(?:main|[a-z-]+\.bundle)\.js/.exec(cmd);
   if (service) return service[1]!;
-  if (cmd.includes('agentctl/dist/main.js')) return 'agentctl';
+  if (/agentctl\/dist\/(?:main|agentctl\.bundle)\.js/.test(cmd)) return 'agentctl';
   if (cmd.includes('testkit/dist/agents')) return 'agent';
   if (cmd.includes('nats-server')) return 'nats-server';
   if (cmd.startsWith('postgres')) return 'postgres';

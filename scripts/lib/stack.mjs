@@ -54,13 +54,14 @@ function serviceNames() {
 
 async function importRuntime() {
   try {
-    const [nats, launch, jwt, keys] = await Promise.all([
+    const [nats, launch, jwt, keys, bundle] = await Promise.all([
       import('@kandev/runtime/dev/nats-server'),
       import('@kandev/runtime/dev/launch'),
       import('@kandev/runtime/jwt'),
       import('@kandev/runtime/keys'),
+      import('@kandev/runtime/bundle'),
     ]);
-    return { ...nats, ...launch, ...jwt, keys };
+    return { ...nats, ...launch, ...jwt, keys, ...bundle };
   } catch (e) {
     throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
   }
@@ -255,8 +256,11 @@ function scheduleRestart(rt, name, childEnv, how) {
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
+/** A service's bundle, what every stack runs of it (scripts/bundle.mjs, ADR 0052). */
+const bundlePath = (name) => join(ROOT, 'services', name, 'dist', `${name}.bundle.js`);
+
 async function startService(rt, name, childEnv) {
-  const entry = join(ROOT, 'services', name, 'dist', 'main.js');
+  const entry = bundlePath(name);
   // The first process logs to <service>.log; a replica to <service>-<n>.log (its INSTANCE_ID).
   const out = logStream(join(logsDir, childEnv.INSTANCE_ID === `${name}-1` ? `${name}.log` : `${childEnv.INSTANCE_ID}.log`));
   const echo = env.KANDEV_LOG_STDOUT === '1';
@@ -315,14 +319,12 @@ function maskUrl(url) {
 async function main() {
   const names = serviceNames();
   const replicas = replicaCount(); // refuses a bad value before anything starts
-  const missing = names.filter((n) => !existsSync(join(ROOT, 'services', n, 'dist', 'main.js')));
-  if (missing.length) {
-    throw new StartError(
-      `no compiled entry point for: ${missing.map((n) => `services/${n}/dist/main.js`).join(', ')}.\n` +
-        `Run \`npm run build\` (npm start builds first; a service without src/main.ts is not written yet).`,
-    );
-  }
   const rt = await importRuntime();
+  // Each service runs from its bundle (ADR 0052); one older than its build would run earlier code.
+  const stale = names.map((n) => rt.staleBundle(bundlePath(n))).filter(Boolean);
+  if (stale.length) {
+    throw new StartError(`${stale.join('.\n')}.\nRun \`npm run build\` (npm start builds first; a service without src/main.ts is not written yet).`);
+  }
   // The services' logs are the control plane's own: agents (under uids of their own when lifecycle
   // runs as root, docs/security.md) must not read them.
   mkdirSync(logsDir, { recursive: true, mode: 0o700 });

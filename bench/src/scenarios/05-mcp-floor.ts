@@ -1,8 +1,8 @@
-import { fileURLToPath } from 'node:url';
 import { OrchMcp } from '@kandev/contracts';
 import { createLogger, on, serveEndpoints, signAgentToken } from '@kandev/runtime';
 import { spawnServiceProcess } from '@kandev/runtime/dev/launch';
 import { connectMcp } from '@kandev/testkit';
+import { serviceEntry } from '@kandev/testkit/paths';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import type { Scenario } from '../scenario.js';
 import { measure, summarize } from '../stats.js';
@@ -48,7 +48,7 @@ const scenario: Scenario = {
     ctx.defer(() => fake.stop());
     const mcp = await spawnServiceProcess({
       name: 'mcp',
-      entry: fileURLToPath(new URL('../../../services/mcp/dist/main.js', import.meta.url)),
+      entry: serviceEntry('mcp'),
       env: { ...process.env, NATS_URL: ctx.natsUrl, MCP_PORT: '0', LOG_LEVEL: 'warn', KANDEV_JWT_SECRET: SECRET },
     });
     ctx.defer(() => mcp.stop());

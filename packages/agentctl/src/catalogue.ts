@@ -2,6 +2,7 @@ import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentctlProtocol } from '@kandev/contracts/agentctl';
+import { staleBundle } from '@kandev/runtime/bundle';
 import { z } from 'zod';
 
 /*
@@ -40,7 +41,7 @@ const installable: ReadonlyArray<Omit<AgentSpec, 'env'>> = [
 ];
 
 /**
- * Path of a compiled scripted agent, or undefined when @kandev/testkit is not installed. The test
+ * Path of a scripted agent's bundle (scripts/bundle.mjs, ADR 0052), or undefined when @kandev/testkit is not installed. The test
  * doubles live in testkit, a development dependency: a checkout of the repository has it (the
  * workspace link, or the sibling directory when the link is missing), a production image does not,
  * and its catalogue simply lists no scripted agents (docs/agents.md, "Scripted agents"). Resolved
@@ -48,12 +49,12 @@ const installable: ReadonlyArray<Omit<AgentSpec, 'env'>> = [
  */
 export function scriptedAgentPath(agent: 'scripted-acp' | 'scripted-codex'): string | undefined {
   try {
-    return fileURLToPath(import.meta.resolve(`@kandev/testkit/agents/${agent}`));
+    return fileURLToPath(import.meta.resolve(`@kandev/testkit/agents/${agent}.bundle`));
   } catch {
     // Not resolvable: no workspace link, or testkit not built (the export's file is missing).
   }
   const testkit = new URL('../../testkit/', import.meta.url);
-  return existsSync(new URL('package.json', testkit)) ? fileURLToPath(new URL(`dist/agents/${agent}.js`, testkit)) : undefined;
+  return existsSync(new URL('package.json', testkit)) ? fileURLToPath(new URL(`dist/agents/${agent}.bundle.js`, testkit)) : undefined;
 }
 
 export function isOnPath(command: string, env: NodeJS.ProcessEnv = process.env): boolean {
@@ -113,7 +114,10 @@ export function resolveAgent(name: string, env: NodeJS.ProcessEnv = process.env)
   if (!spec) throw new CatalogueError(`unknown agent "${name}"; known: ${[...catalogue.keys()].sort().join(', ')}`);
   const script = spec.command === process.execPath ? spec.args[0] : undefined;
   if (script && isAbsolute(script) && !existsSync(script)) {
-    throw new CatalogueError(`agent "${name}" is not built: ${script} is missing (run the TypeScript build)`);
+    throw new CatalogueError(`agent "${name}" is not built: ${script} is missing (run \`npm run build\`)`);
   }
+  // A scripted agent older than its build would run an earlier script's semantics.
+  const stale = script?.endsWith('.bundle.js') ? staleBundle(script) : undefined;
+  if (stale) throw new CatalogueError(`agent "${name}" is out of date: ${stale} (run \`npm run build\`)`);
   return spec;
 }

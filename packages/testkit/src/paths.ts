@@ -1,3 +1,4 @@
+import { freshBundle } from '@kandev/runtime/bundle';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 
@@ -10,4 +11,5 @@ export const SERVICE_SCHEMAS: ReadonlyArray<{ schema: string; migrationsDir: str
   { schema: 'holds', migrationsDir: join(repoRoot, 'services/holds/migrations') },
 ];
 
-export const serviceEntry = (name: string) => join(repoRoot, 'services', name, 'dist/main.js');
+/** What a stack runs of a service: its bundle, as `npm start` and the image do (ADR 0052), refused when stale. */
+export const serviceEntry = (name: string) => freshBundle(join(repoRoot, 'services', name, 'dist', `${name}.bundle.js`));

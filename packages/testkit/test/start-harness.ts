@@ -122,7 +122,7 @@ export async function startStack(how: 'npm' | 'launcher', extraEnv: Record<strin
     sample,
     servicePid: (name) => {
       sample();
-      return descendants(child.pid!).find((p) => p.cmd.includes(`services/${name}/dist/main.js`))?.pid;
+      return descendants(child.pid!).find((p) => p.cmd.includes(`services/${name}/dist/${name}.bundle.js`))?.pid;
     },
     survivors: async () => {
       clearInterval(sampler);

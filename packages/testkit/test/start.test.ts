@@ -73,7 +73,7 @@ describe('npm start', () => {
     ).toBe(true);
     for (const svc of ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway']) {
       expect(
-        cmds.some((c) => c.includes(`services/${svc}/dist/main.js`)),
+        cmds.some((c) => c.includes(`services/${svc}/dist/${svc}.bundle.js`)),
         `${svc} process`,
       ).toBe(true);
     }

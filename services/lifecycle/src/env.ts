@@ -65,7 +65,7 @@ export const LifecycleEnv = BaseEnv.extend({
    * service can make one (ADR 0046); `off`: each stopping session's autogroup is lowered instead.
    */
   STOPPING_CPU_GROUP: z.enum(['auto', 'off']).default('auto'),
-  /** Path of agentctl's main.js; unset = the @kandev/agentctl package's build. */
+  /** Path of the agentctl program; unset = the @kandev/agentctl package's bundle (ADR 0051). */
   AGENTCTL_BIN: z.string().optional(),
   /**
    * Agents are untrusted (R-9.1, ADR 0017): where this service is root (or holds CAP_SETUID,

@@ -12,10 +12,10 @@ import {
   type RunningService,
 } from '@kandev/runtime';
 import { Svcm } from '@nats-io/services';
-import { repoRoot, workerAgentUidRange } from '@kandev/testkit';
+import { serviceEntry, workerAgentUidRange } from '@kandev/testkit';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -177,12 +177,9 @@ export async function natsClient(url: string, name: string): Promise<NatsConnect
   return connectNats({ url, name });
 }
 
-const MAIN = join(repoRoot, 'services/lifecycle/dist/main.js');
-
 /** The lifecycle service as its own OS process, so it can be killed hard. */
 export async function spawnLifecycle(env: Record<string, string>, onLine?: (line: string) => void, as?: { uid: number; gid: number }): Promise<ChildProcess> {
-  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run \`npx tsc -b services/lifecycle\` first`);
-  const child = spawn(process.execPath, [MAIN], {
+  const child = spawn(process.execPath, [serviceEntry('lifecycle')], {
     env: { ...process.env, LOG_LEVEL: 'info', AGENT_UID_RANGE: workerAgentUidRange(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     ...(as ?? {}),

@@ -1,8 +1,7 @@
 import { AgentctlEvent, type AgentctlReadyEvent } from '@kandev/contracts';
 import type { Logger } from '@kandev/runtime';
+import { freshBundle } from '@kandev/runtime/bundle';
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
@@ -10,31 +9,12 @@ import { processRef, type ProcessRef } from '@kandev/agentctl/process-tree';
 import { relayAgentctlLog } from './log-relay.js';
 
 /**
- * agentctl as one bundled file (`@kandev/agentctl/agentctl.bundle`, scripts/bundle-agentctl.mjs,
- * ADR 0051): it starts with a fifth less CPU than tsc's module tree.
+ * agentctl as one bundled file (`@kandev/agentctl/agentctl.bundle`, scripts/bundle.mjs, ADR 0051):
+ * it starts with a fifth less CPU than tsc's module tree. Refused when older than any module it was
+ * made from: every execution would otherwise run the agentctl of an earlier build.
  */
 export function defaultAgentctlBin(): string {
-  const bundle = fileURLToPath(import.meta.resolve('@kandev/agentctl/agentctl.bundle'));
-  return freshBundle(bundle, dirname(bundle));
-}
-
-/** Where the bundle's lazy chunks are, beside it in `dist` (scripts/bundle-agentctl.mjs). */
-const BUNDLE_CHUNKS = 'agentctl-chunks';
-
-/**
- * The bundle, refused when it is missing or older than any module tsc wrote to `dist`, the rule
- * the bundling script rebuilds by: a `tsc -b` after an agentctl change (which rewrites only the
- * modules it changed) would otherwise leave every execution running the agentctl of the build before.
- */
-export function freshBundle(bundle: string, dist: string): string {
-  const bundled = existsSync(bundle) ? statSync(bundle).mtimeMs : undefined;
-  const built = readdirSync(dist, { recursive: true, encoding: 'utf8' })
-    .filter((f) => f.endsWith('.js') && join(dist, f) !== bundle && !f.startsWith(BUNDLE_CHUNKS))
-    .reduce((newest, f) => Math.max(newest, statSync(join(dist, f)).mtimeMs), 0);
-  if (bundled === undefined || bundled < built) {
-    throw new Error(`agentctl's bundle (${bundle}) is missing or older than its build: run \`npm run build\` (or set AGENTCTL_BIN)`);
-  }
-  return bundle;
+  return freshBundle(fileURLToPath(import.meta.resolve('@kandev/agentctl/agentctl.bundle')));
 }
 
 export interface AgentctlSpawnOptions {
