@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadCatalogue, resolveAgent } from '../src/catalogue.js';
+import { CATALOGUE_ENV, loadCatalogue, resolveAgent } from '../src/catalogue.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
@@ -12,7 +12,7 @@ describe('the default agent catalogue', () => {
   it('lists the scripted agents in a repository checkout, where testkit is installed', () => {
     const catalogue = loadCatalogue({ PATH: '' });
     expect([...catalogue.keys()].sort()).toEqual(['scripted-acp', 'scripted-codex']);
-    expect(resolveAgent('scripted-acp', { PATH: '' }).args[0]).toMatch(/testkit[/\\]dist[/\\]agents[/\\]scripted-acp\.js$/);
+    expect(resolveAgent('scripted-acp', { PATH: '' }).args[0]).toMatch(/testkit[/\\]dist[/\\]agents[/\\]scripted-acp\.bundle\.js$/);
   });
 
   it('loads without testkit (a production image) and lists no scripted agent', () => {
@@ -25,12 +25,35 @@ describe('the default agent catalogue', () => {
       mkdirSync(join(tree, 'node_modules', '@kandev'), { recursive: true });
       symlinkSync(join(root, 'node_modules', 'zod'), join(tree, 'node_modules', 'zod'));
       symlinkSync(join(root, 'packages', 'contracts'), join(tree, 'node_modules', '@kandev', 'contracts'));
+      symlinkSync(join(root, 'packages', 'runtime'), join(tree, 'node_modules', '@kandev', 'runtime'));
       const script = `import('${join(dist, 'catalogue.js')}').then((m) => { const c = m.loadCatalogue({ PATH: '' }); console.log(JSON.stringify([...c.keys()])); try { m.resolveAgent('scripted-acp', { PATH: '' }); } catch (e) { console.log(e.message); } })`;
       const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }).trim().split('\n');
       expect(JSON.parse(out[0]!)).toEqual([]);
       expect(out[1]).toMatch(/unknown agent "scripted-acp"/);
     } finally {
       rmSync(tree, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a node script bundle older than a module it was made from, saying what to run (ADR 0052)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kandev-catalogue-'));
+    try {
+      const bundle = join(dir, 'agent.bundle.js');
+      const at = (path: string, seconds: number) => {
+        writeFileSync(path, '');
+        utimesSync(path, seconds, seconds);
+      };
+      at(join(dir, 'agent.js'), 2_000);
+      at(bundle, 1_000);
+      writeFileSync(`${bundle}.inputs.json`, JSON.stringify({ inputs: ['agent.js'] }));
+      const file = join(dir, 'catalogue.json');
+      writeFileSync(file, JSON.stringify({ mine: { protocol: 'acp', command: process.execPath, args: [bundle] } }));
+      const env = { PATH: '', [CATALOGUE_ENV]: file };
+      expect(() => resolveAgent('mine', env)).toThrow(/agent "mine" is out of date: .*agent\.bundle\.js is older than .*agent\.js \(run `npm run build`\)/);
+      at(bundle, 3_000);
+      expect(resolveAgent('mine', env).args).toEqual([bundle]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
