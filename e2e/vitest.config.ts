@@ -8,6 +8,7 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/shared-stack.setup.ts'],
+    setupFiles: ['test/failure-logs.ts'],
     testTimeout: 120_000,
     hookTimeout: 90_000,
     pool: 'forks',

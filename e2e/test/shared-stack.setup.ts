@@ -1,3 +1,5 @@
+import { appendFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { startAgentStack, workerAgentUidRange, type StackService } from '@kandev/testkit';
 
@@ -11,6 +13,8 @@ export interface SharedStackInfo {
   operatorKey: string;
   agentKey: string;
   eventsFile: string;
+  /** The services' log lines (the stacks' level: warn and above), `[service] line` each: what a failing test reports (failure-logs.ts). */
+  logFile: string;
   pids: Record<StackService, number>;
 }
 
@@ -32,7 +36,21 @@ export const WORLD_ENV: NodeJS.ProcessEnv = { TEARDOWN_GRACE_MS: '500' };
 export default async function setup(project: TestProject) {
   // A uid slice apart from the worker's own stacks (this run's pool 2; the files run in pool 1).
   const uids = workerAgentUidRange({ VITEST_POOL_ID: '2' }, process.pid);
-  const w = await startAgentStack({ ...WORLD_ENV, ...(uids ? { AGENT_UID_RANGE: uids } : {}) });
+  // Into the stack's state directory (removed with it) once that exists; what comes before, after it.
+  let early: string[] | null = [];
+  let logFile = '';
+  const w = await startAgentStack(
+    { ...WORLD_ENV, ...(uids ? { AGENT_UID_RANGE: uids } : {}) },
+    {
+      onLog: (name, line) => {
+        if (early) early.push(`[${name}] ${line}\n`);
+        else appendFileSync(logFile, `[${name}] ${line}\n`);
+      },
+    },
+  );
+  logFile = join(w.stack.stateDir, 'services.log');
+  writeFileSync(logFile, early.join(''));
+  early = null;
   const pids = Object.fromEntries([...w.stack.services].map(([name, p]) => [name, p.pid])) as Record<StackService, number>;
   project.provide('sharedStack', {
     gatewayUrl: w.stack.gatewayUrl,
@@ -43,6 +61,7 @@ export default async function setup(project: TestProject) {
     operatorKey: w.stack.operatorKey,
     agentKey: w.stack.agentKey,
     eventsFile: w.eventsFile,
+    logFile,
     pids,
   });
   return () => w.stop();

@@ -1,3 +1,4 @@
+import { readFileSync, statSync } from 'node:fs';
 import postgres from 'postgres';
 import { inject } from 'vitest';
 import { ACTIVE_SESSION_STATES } from '@kandev/contracts';
@@ -10,7 +11,51 @@ export type World = AgentStack;
 
 /** The whole stack with a scripted-agent observation log and an operator client; short teardown grace. */
 export const startWorld = (env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<World> =>
-  startAgentStack({ ...WORLD_ENV, ...env }, opts);
+  startAgentStack(
+    { ...WORLD_ENV, ...env },
+    {
+      ...opts,
+      onLog: (name, line) => {
+        worldLog.push(`[${name}] ${line}`);
+        if (worldLog.length > WORLD_LOG_LINES) worldLog.splice(0, worldLog.length - WORLD_LOG_LINES);
+        worldLogCount++;
+        opts.onLog?.(name, line);
+      },
+    },
+  );
+
+/**
+ * The services' log lines (the stacks' level: warn and above) of the worlds this worker started,
+ * the newest WORLD_LOG_LINES, and of the shared stack (its file): a failing test prints those of its
+ * own run (failure-logs.ts), so a failure in CI says what the services saw.
+ */
+const worldLog: string[] = [];
+const WORLD_LOG_LINES = 2_000;
+let worldLogCount = 0;
+
+export interface ServiceLogMark {
+  world: number;
+  shared: number;
+}
+
+export function serviceLogMark(): ServiceLogMark {
+  return { world: worldLogCount, shared: sharedLogSize() };
+}
+
+export function serviceLogSince(mark: ServiceLogMark): string[] {
+  const own = worldLog.slice(Math.max(0, worldLog.length - (worldLogCount - mark.world)));
+  const file = inject('sharedStack')?.logFile ?? '';
+  const shared = sharedLogSize() > mark.shared ? readFileSync(file).subarray(mark.shared).toString('utf8').split('\n').filter(Boolean) : [];
+  return [...own, ...shared.map((l) => `(shared stack) ${l}`)];
+}
+
+function sharedLogSize(): number {
+  try {
+    return statSync(inject('sharedStack')?.logFile ?? '').size;
+  } catch {
+    return 0; // the shared stack is gone (the run is ending)
+  }
+}
 
 export const sleepScript = (ms: number, extra: Record<string, unknown> = {}) =>
   JSON.stringify({ script: [{ sleep_ms: ms }, { say: 'done sleeping' }], ...extra });
