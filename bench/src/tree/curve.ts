@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import postgres from 'postgres';
 import { procStat } from '@kandev/testkit';
@@ -116,15 +116,27 @@ export async function allGone(procs: readonly AgentProcess[], timeoutMs: number)
   }
 }
 
-/** CPU ms a live process has used so far (utime + stime), 0 when it is gone. */
+/**
+ * CPU ms a live process has used so far, from its threads' schedstat (nanoseconds); 0 when it is
+ * gone. Not utime + stime of /proc/<pid>/stat: those are 10 ms ticks, each rounded down, so what
+ * 200 processes had used before the request read about 2 s short, and that much of their earlier
+ * life was counted as teardown (the reaped time a parent gets is exact). bench/teardown-cpu.mjs
+ * measures its floor the same way.
+ */
 function ownCpuMs(pid: number): number {
+  let ns = 0;
   try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) * 10;
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // the thread ended between the listing and the read: its time is in the process's total at exit
+      }
+    }
   } catch {
-    return 0;
+    return 0; // the process is gone
   }
+  return ns / 1e6;
 }
 
 /**
