@@ -4,9 +4,11 @@
 // (this process's reaped-children time, less what the pairs had used before). Run it against two checkouts
 // (ROOT) to compare a change to agentctl's stop. BIN=<wrapper> runs agentctl through a profiling wrapper.
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
+// schedstat, not 10 ms ticks: what the pairs had used before the stop, exact (bench/src/cpu.ts; `npm run build` first).
+import { liveCpuMs } from './dist/cpu.js';
 const ROOT = process.env.ROOT ?? new URL('..', import.meta.url).pathname.replace(/\/$/, '');
 const N = Number(process.env.N ?? 50);
 // agentctl as the lifecycle spawns it (ADR 0051).
@@ -21,23 +23,6 @@ const stat = (pid) => {
   } catch {
     return null;
   }
-};
-// A live process's CPU from its threads' schedstat (nanoseconds). /proc/<pid>/stat counts 10 ms ticks and
-// truncates per process, which undercounted what the pairs had used before the stop by up to 20 ms each.
-const own = (pid) => {
-  let ns = 0;
-  try {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-      } catch {
-        // the thread ended between the listing and the read: its time is in the process's total at exit
-      }
-    }
-  } catch {
-    return 0; // the process is gone
-  }
-  return ns / 1e6;
 };
 const reaped = () => {
   const r = stat(process.pid);
@@ -111,7 +96,7 @@ await Promise.all(
   ),
 );
 await new Promise((r) => setTimeout(r, 8000)); // settle
-const before = pairs.reduce((s, p) => s + own(p.c.pid) + kids(p.c.pid).reduce((t, k) => t + own(k), 0), 0) + reaped();
+const before = pairs.reduce((s, p) => s + liveCpuMs(p.c.pid) + kids(p.c.pid).reduce((t, k) => t + liveCpuMs(k), 0), 0) + reaped();
 const agents = pairs.flatMap((p) => kids(p.c.pid));
 const t = performance.now();
 // When the last agent process is gone: what "every agent process gone" in the tree-hold goal measures.

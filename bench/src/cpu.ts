@@ -110,3 +110,26 @@ export async function settled(
   }
   return null;
 }
+
+/**
+ * CPU ms a live process has used so far, from its threads' schedstat (nanoseconds); 0 when it is
+ * gone. Not utime + stime of /proc/<pid>/stat: those are 10 ms ticks, each rounded down, so what
+ * 200 processes had used before the request read about 2 s short, and that much of their earlier
+ * life was counted as teardown (the reaped time a parent gets is exact). The tree curve and
+ * bench/teardown-cpu.mjs take what their pairs had used before a stop from it.
+ */
+export function liveCpuMs(pid: number): number {
+  let ns = 0;
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // the thread ended between the listing and the read: its time is in the process's total at exit
+      }
+    }
+  } catch {
+    return 0; // the process is gone
+  }
+  return ns / 1e6;
+}

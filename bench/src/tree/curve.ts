@@ -1,9 +1,9 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import postgres from 'postgres';
 import { procStat } from '@kandev/testkit';
 import { agentProcess, preciseNow, type AgentProcess, type BenchStack } from '../e2e.js';
-import { cpuSnapshot, cpuSpent, settled, type CpuSpent } from '../cpu.js';
+import { cpuSnapshot, cpuSpent, liveCpuMs, settled, type CpuSpent } from '../cpu.js';
 import { summarize, type Stats } from '../stats.js';
 import { seedTree } from './seed.js';
 
@@ -117,29 +117,6 @@ export async function allGone(procs: readonly AgentProcess[], timeoutMs: number)
 }
 
 /**
- * CPU ms a live process has used so far, from its threads' schedstat (nanoseconds); 0 when it is
- * gone. Not utime + stime of /proc/<pid>/stat: those are 10 ms ticks, each rounded down, so what
- * 200 processes had used before the request read about 2 s short, and that much of their earlier
- * life was counted as teardown (the reaped time a parent gets is exact). bench/teardown-cpu.mjs
- * measures its floor the same way.
- */
-function ownCpuMs(pid: number): number {
-  let ns = 0;
-  try {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-      } catch {
-        // the thread ended between the listing and the read: its time is in the process's total at exit
-      }
-    }
-  } catch {
-    return 0; // the process is gone
-  }
-  return ns / 1e6;
-}
-
-/**
  * CPU ms of the processes the lifecycle services have reaped (their children's utime + stime,
  * /proc/<pid>/stat fields 16 and 17): every agentctl that exited, with the agents it reaped. An
  * exited process's time is in no live process's own figure, only in its parent's.
@@ -193,7 +170,7 @@ export async function curvePoint(b: BenchStack, workspaceId: string, live: numbe
     const cpu0 = cpuSnapshot();
     // The reaped time is each exited process's whole life: what the agents and agentctls had used
     // before the request is taken off, so what is left is their teardown.
-    const reaped0 = reapedCpuMs() + launched.live.reduce((sum, l) => sum + ownCpuMs(l.agent.pid) + ownCpuMs(l.agentctl.pid), 0);
+    const reaped0 = reapedCpuMs() + launched.live.reduce((sum, l) => sum + liveCpuMs(l.agent.pid) + liveCpuMs(l.agentctl.pid), 0);
     let cancelledAt: number | null = null;
     let replied = false;
     const watchCancelled = (async () => {
