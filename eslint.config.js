@@ -22,7 +22,9 @@ export default tseslint.config(
     extends: [tseslint.configs.base],
     languageOptions: {
       // One program for the services, packages and tests, one for the console (DOM, JSX): type
-      // information for the whole tree in two builds, not one per package.
+      // information for the whole tree in two builds, not one per package. `npm run lint`
+      // (scripts/lint.mjs) builds these two itself, type-checks them and hands them over
+      // (`parserOptions.programs`, which takes precedence); editors and a bare `npx eslint` use these.
       parserOptions: { project: ['./tsconfig.lint.json', './services/gateway/console/tsconfig.json'], tsconfigRootDir: import.meta.dirname },
     },
     rules: {

@@ -2,10 +2,10 @@
 // `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md has
 // the measurements behind each choice.
 //
-// 1. The build (`tsc -b`, the console's bundle), format:check, the dependency check, lint and
-//    typecheck:tests, all at once: none needs another's output (lint and the type check read the
-//    workspaces' sources, `paths` in tsconfig.lint.json). Each is one process; a failure stops the
-//    run before any test.
+// 1. The build (`tsc -b`, the bundles, the console's bundle), format:check, the dependency check and
+//    lint (the type check and the type-aware lint over one program, scripts/lint.mjs), all at once:
+//    none needs another's output (lint reads the workspaces' sources, `paths` in
+//    tsconfig.lint.json). Each is one process; a failure stops the run before any test.
 // 2. Tests, in two lanes at once:
 //    - e2e, alone in its lane: the longest package (each file a whole stack); it starts first and
 //      runs at normal priority.
@@ -90,13 +90,7 @@ const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 const started = Date.now();
 // One after the other (build beside Prettier, then lint beside the type check, which read the
 // built declarations then) they took 119 s of a clean clone; side by side the two cores stay busy.
-const checked = await together('build and checks', [
-  npmRun('build'),
-  npmRun('format:check'),
-  ['check-deps', 'node', 'scripts/check-deps.mjs'],
-  npmRun('lint'),
-  npmRun('typecheck:tests'),
-]);
+const checked = await together('build and checks', [npmRun('build'), npmRun('format:check'), ['check-deps', 'node', 'scripts/check-deps.mjs'], npmRun('lint')]);
 if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
   process.exit(checked);
