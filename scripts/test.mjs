@@ -6,18 +6,17 @@
 //    lint (the type check and the type-aware lint over one program, scripts/lint.mjs), all at once:
 //    none needs another's output (lint reads the workspaces' sources, `paths` in
 //    tsconfig.lint.json). Each is one process; a failure stops the run before any test.
-// 2. Tests, in three lanes at once:
-//    - e2e, the longest package (each file a whole stack, one file at a time), at normal priority,
-//      but for E2E_LATE_FILES;
-//    - agents-e2e and bench (no tests of its own), then e2e's E2E_LATE_FILES (a second vitest run
-//      of e2e, with its own shared stack), at normal priority: the published agents are
-//      timing-sensitive;
-//    - pure (contracts, agentctl, deploy: no NATS, PostgreSQL or stack; a contract or agentctl
-//      break reports in the first minute), then the service packages two at a time with two files
-//      each (SERVICE_WORKERS), at `nice` LANE_NICE (5): they are CPU-heavy (imports, transforms)
-//      and would otherwise take the cores from the stacks.
-//    The e2e and agents-e2e files mostly wait on the system's own bounds; two lanes of them beside
-//    the CPU-heavy one keep both cores busy. The three take about as long (docs/testing.md).
+// 2. Tests, in two lanes at once:
+//    - e2e, alone in its lane: the longest package (each file a whole stack); it starts first and
+//      runs at normal priority.
+//    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
+//      or stack; a contract or agentctl break reports in the first minute), the service packages
+//      two at a time with two files each (SERVICE_WORKERS), then agents-e2e and bench (no tests of
+//      its own). Pure and services run at `nice` LANE_NICE (5): they are CPU-heavy (imports,
+//      transforms) and would otherwise take the cores from e2e's stacks; agents-e2e,
+//      timing-sensitive, runs at normal priority. The two lanes take about as long (docs/testing.md).
+//    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
+//    the cores busy while e2e's files wait on the system's own bounds.
 //
 // After the checks, every phase runs even when an earlier one failed (as `turbo --continue` does),
 // so a run reports every failure; the exit code is the first non-zero one. Arguments are passed to
@@ -28,9 +27,6 @@ const PURE = ['@kandev/contracts', '@kandev/agentctl', '@kandev/deploy'];
 const E2E = ['@kandev/e2e'];
 const LATE_STACKS = ['@kandev/bench', '@kandev/agents-e2e'];
 const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
-// e2e files that run after agents-e2e, in its lane, with a shared stack of their own: long files
-// that mostly wait on the system's bounds, about 150 s of the e2e package's 510 (docs/testing.md).
-const E2E_LATE_FILES = ['test/longlived.test.ts', 'test/clarifications.test.ts', 'test/turn-cancel.test.ts'];
 const NICE = process.env.LANE_NICE ?? '5';
 // Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
 // of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
@@ -99,18 +95,14 @@ if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
   process.exit(checked);
 }
-const lanes = await Promise.all([
-  phase('e2e', E2E, { vitestArgs: E2E_LATE_FILES.flatMap((f) => ['--exclude', f]) }),
-  (async () => {
-    const agents = await phase('agents-e2e', LATE_STACKS);
-    const e2eLate = await phase('e2e, late files', E2E, { vitestArgs: E2E_LATE_FILES });
-    return first(agents, e2eLate);
-  })(),
+const [e2e, rest] = await Promise.all([
+  phase('e2e', E2E),
   (async () => {
     const pure = await phase('pure', PURE, { concurrency: 2, nice: NICE });
     const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE, vitestArgs: [`--maxWorkers=${SERVICE_WORKERS}`] });
-    return first(pure, services);
+    const late = await phase('agents-e2e', LATE_STACKS);
+    return first(pure, services, late);
   })(),
 ]);
 console.log(`[test] all: ${seconds(started)} s`);
-process.exit(first(...lanes));
+process.exit(first(rest, e2e));
