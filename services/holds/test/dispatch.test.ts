@@ -141,6 +141,17 @@ describe('wakeup dispatch', () => {
     expect(await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: id })).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled' });
   });
 
+  it('a late "applied" (after the pause answered) leaves a wakeup requested since to the gate: finished, not cancelled', async () => {
+    const task = randomUUID();
+    // Created a minute ago; its application arrives only now, after a wakeup was posted for a member.
+    const hold = { ...holdOf([task], 'pause'), created_at: new Date(Date.now() - 60_000).toISOString() };
+    // Due in a moment, so no dispatcher round takes it before the hold applies.
+    const w = await wakeup(task, { run_at: new Date(Date.now() + 1_000).toISOString() });
+    expect(await request(nc, Holds.holdApplied, { hold })).toEqual({ cancelled_wakeups: 0 });
+    expect(await settled(w.id)).toMatchObject({ status: 'finished', skip_reason: 'tree_paused', session_id: null });
+    expect(launches.has(w.id)).toBe(false);
+  });
+
   it('a released hold is a tombstone: a late or redelivered "applied" gates nothing', async () => {
     const task = randomUUID();
     const hold = holdOf([task], 'pause');

@@ -33,7 +33,12 @@ export async function activeWakeups(rt: HoldsRuntime, taskIds: readonly string[]
 /**
  * A hold the orchestrator committed: gate its members (R-4.3) and cancel their queued and
  * claimed wakeups with the hold's reason (R-4.2, R-4.5), in one transaction. Idempotent; reached
- * both by the orchestrator's call and by the tree_hold.created event.
+ * both by the orchestrator's call and by the tree_hold.created event, either of which may land
+ * after the pause answered and a wakeup was posted: only wakeups requested up to the hold's
+ * creation are cancelled, later ones are gated (finished), as R-4.3 says. The hold's `created_at`
+ * is the orchestrator database's clock and `requested_at` this one's: on one PostgreSQL server (the
+ * usual layout) they agree; skewed clocks only move a wakeup of the skew's width from one of those
+ * two outcomes to the other, and neither launches anything.
  */
 export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancelled_wakeups: number }> {
   return transaction(rt.sql, async (tx) => {
@@ -43,6 +48,7 @@ export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancell
         tx,
         hold.members.map((m) => m.task_id),
         skipReasonOf(hold.mode),
+        hold.created_at,
       ),
     };
   }) as Promise<{ cancelled_wakeups: number }>;

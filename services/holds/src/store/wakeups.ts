@@ -95,10 +95,16 @@ export async function requeueStaleClaims(q: Q, olderThanMs: number): Promise<num
   return rows.length;
 }
 
-/** R-4.2 / R-4.5: queued and claimed wakeups of held tasks are cancelled with the hold's reason. */
-export async function cancelWakeupsOf(q: Q, taskIds: readonly string[], skipReason: string): Promise<number> {
+/**
+ * R-4.2 / R-4.5: the queued and claimed wakeups of held tasks, requested up to the hold's creation,
+ * are cancelled with the hold's reason. One requested later is the gate's (R-4.3): the claim
+ * finishes it with the same reason, so a late application of the hold (its second delivery, or the
+ * first after the pause answered) must not cancel it.
+ */
+export async function cancelWakeupsOf(q: Q, taskIds: readonly string[], skipReason: string, requestedUpTo: string): Promise<number> {
   const rows = await q`UPDATE wakeups SET status = 'cancelled', skip_reason = ${skipReason}, finished_at = now()
-                       WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed') RETURNING id`;
+                       WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed')
+                         AND requested_at <= ${requestedUpTo}::timestamptz RETURNING id`;
   return rows.length;
 }
 
