@@ -74,6 +74,19 @@ function gitCommit(): string | null {
   }
 }
 
+/**
+ * TREE-CURVE.md is rendered from tree-curve.json, then this line and everything after it in the
+ * file as it was: sections written by hand (measurements of other commands, or of runs made with
+ * BENCH_WRITE=0) survive a run that rewrites the file.
+ */
+const HAND_WRITTEN = '<!-- Hand-written sections follow; a run that rewrites this file keeps them (bench/src/tree/curve-run.ts). -->';
+
+function withHandWritten(generated: string): string {
+  const old = existsSync(mdPath) ? readFileSync(mdPath, 'utf8') : '';
+  const at = old.indexOf(HAND_WRITTEN);
+  return at < 0 ? generated : `${generated}\n${old.slice(at)}`;
+}
+
 const f = (x: number | null | undefined, d = 0) => (x === null || x === undefined || Number.isNaN(x) ? '–' : x.toFixed(d));
 
 function markdown(runs: Run[]): string {
@@ -135,7 +148,7 @@ function markdown(runs: Run[]): string {
 
 if (process.env.BENCH_CURVE_RENDER_ONLY === '1') {
   // Rewrite TREE-CURVE.md from tree-curve.json as it is (after editing a run's label or notes).
-  writeFileSync(mdPath, markdown(JSON.parse(readFileSync(jsonPath, 'utf8')) as Run[]));
+  writeFileSync(mdPath, withHandWritten(markdown(JSON.parse(readFileSync(jsonPath, 'utf8')) as Run[])));
   process.exit(0);
 }
 const loadAtStart = loadavg()[0]!;
@@ -171,7 +184,7 @@ if (write) {
   const runs: Run[] = existsSync(jsonPath) ? (JSON.parse(readFileSync(jsonPath, 'utf8')) as Run[]) : [];
   runs.push(run);
   writeFileSync(jsonPath, JSON.stringify(runs, null, 2) + '\n');
-  writeFileSync(mdPath, markdown(runs));
+  writeFileSync(mdPath, withHandWritten(markdown(runs)));
   console.log(`[tree-curve] wrote ${jsonPath} and ${mdPath}`);
 }
 process.exit(0);
