@@ -256,11 +256,8 @@ function scheduleRestart(rt, name, childEnv, how) {
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
-/** A service's bundle, what every stack runs of it (scripts/bundle.mjs, ADR 0052). */
-const bundlePath = (name) => join(ROOT, 'services', name, 'dist', `${name}.bundle.js`);
-
 async function startService(rt, name, childEnv) {
-  const entry = bundlePath(name);
+  const entry = rt.serviceBundle(ROOT, name); // what every stack runs of a service (ADR 0052)
   // The first process logs to <service>.log; a replica to <service>-<n>.log (its INSTANCE_ID).
   const out = logStream(join(logsDir, childEnv.INSTANCE_ID === `${name}-1` ? `${name}.log` : `${childEnv.INSTANCE_ID}.log`));
   const echo = env.KANDEV_LOG_STDOUT === '1';
@@ -321,7 +318,7 @@ async function main() {
   const replicas = replicaCount(); // refuses a bad value before anything starts
   const rt = await importRuntime();
   // Each service runs from its bundle (ADR 0052); one older than its build would run earlier code.
-  const stale = names.map((n) => rt.staleBundle(bundlePath(n))).filter(Boolean);
+  const stale = names.map((n) => rt.staleBundle(rt.serviceBundle(ROOT, n))).filter(Boolean);
   if (stale.length) {
     throw new StartError(`${stale.join('.\n')}.\nRun \`npm run build\` (npm start builds first; a service without src/main.ts is not written yet).`);
   }

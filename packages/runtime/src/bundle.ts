@@ -1,5 +1,5 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 
 /*
  * The programs the system starts (the five services, agentctl, the scripted test agents) run from
@@ -9,6 +9,9 @@ import { dirname, resolve } from 'node:path';
  * runner's watch, rewrites only the modules that changed), so whoever starts one checks it first.
  * Kept free of other imports: agentctl loads it on every launch.
  */
+
+/** Where a service's bundle is in a checkout: what `npm start`, the test stacks and the image run. */
+export const serviceBundle = (repoRoot: string, service: string): string => join(repoRoot, 'services', service, 'dist', `${service}.bundle.js`);
 
 /** The sidecar that lists a bundle's inputs (paths relative to the bundle's directory). */
 export const bundleInputsFile = (bundle: string): string => `${bundle}.inputs.json`;

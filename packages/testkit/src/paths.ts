@@ -1,4 +1,4 @@
-import { freshBundle } from '@kandev/runtime/bundle';
+import { freshBundle, serviceBundle } from '@kandev/runtime/bundle';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 
@@ -12,4 +12,4 @@ export const SERVICE_SCHEMAS: ReadonlyArray<{ schema: string; migrationsDir: str
 ];
 
 /** What a stack runs of a service: its bundle, as `npm start` and the image do (ADR 0052), refused when stale. */
-export const serviceEntry = (name: string) => freshBundle(join(repoRoot, 'services', name, 'dist', `${name}.bundle.js`));
+export const serviceEntry = (name: string) => freshBundle(serviceBundle(repoRoot, name));
