@@ -66,8 +66,11 @@ afterAll(async () => {
   await Promise.all([nats?.stop(), db?.drop()]);
 });
 
+// A generous deadline: 120 creates at once reach two replicas that share this test's event loop,
+// and on a starved CI lane (both cores taken by work at a higher priority) the default 5 s ran out.
+// What these tests check is how often a wakeup launches, not how fast it is created.
 const wakeup = (task_id: string, extra: Record<string, unknown> = {}) =>
-  request(nc, Holds.wakeupCreate, { actor: operator, task_id, reason: 'test', ...extra });
+  request(nc, Holds.wakeupCreate, { actor: operator, task_id, reason: 'test', ...extra }, { timeoutMs: 30_000 });
 const settled = (id: string) =>
   eventually(async () => {
     const w = await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: id });
