@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `node scripts/bundle.mjs [name...]`: bundles each program the system starts from tsc's output into
-// one file beside it (ADR 0052): the five services (services/<name>/dist/<name>.bundle.js), agentctl
+// one file beside it (ADR 0052): the five services (services/<name>/dist/<name>.bundle.js), lifecycle's
+// drain command (services/lifecycle/dist/drain.bundle.js), agentctl
 // (packages/agentctl/dist/agentctl.bundle.js, ADR 0051) and the scripted test agents
 // (packages/testkit/dist/agents/<name>.bundle.js). A process that starts from a bundle skips most of
 // Node's module loading (resolving, reading and linking a hundred or more files): a service starts
@@ -22,6 +23,8 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SERVICES = ['gateway', 'mcp', 'orchestrator', 'lifecycle', 'holds'];
 const TARGETS = [
   ...SERVICES.map((name) => ({ name, dist: `services/${name}/dist`, entry: 'main.js' })),
+  // The lifecycle pod's preStop command (services/lifecycle/dist/drain.bundle.js, ADR 0039, 0053).
+  { name: 'drain', dist: 'services/lifecycle/dist', entry: 'drain.js' },
   { name: 'agentctl', dist: 'packages/agentctl/dist', entry: 'main.js' },
   { name: 'scripted-acp', dist: 'packages/testkit/dist/agents', entry: 'scripted-acp.js' },
   { name: 'scripted-codex', dist: 'packages/testkit/dist/agents', entry: 'scripted-codex.js' },

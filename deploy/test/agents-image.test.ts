@@ -142,6 +142,21 @@ describe('deploy/docker/Dockerfile', () => {
     expect(stage('agents')!.body).toContainEqual({ op: 'COPY', args: `--from=agents-install ${workdir} ${workdir}` });
     expect(stage('agents')!.body.at(-1)).toEqual({ op: 'USER', args: 'node' });
   });
+
+  it('the image is laid out by scripts/image-layout.mjs (what e2e runs a stack from) and copies nothing else from the build', () => {
+    const build = stage('build')!;
+    const runs = build.body.filter((i) => i.op === 'RUN').map((i) => i.args);
+    expect(runs.at(-1)).toBe('node scripts/image-layout.mjs /out');
+    expect(runs).toContain('node scripts/bundle.mjs gateway mcp orchestrator lifecycle holds drain agentctl');
+    expect(dockerfile).not.toMatch(/npm prune/);
+    const copied = build.body.filter((i) => i.op === 'COPY').flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    for (const script of ['scripts/image-layout.mjs', 'scripts/bundle.mjs']) {
+      expect(copied, script).toContain(script);
+      expect(existsSync(join(REPO, script)), script).toBe(true);
+      expect(inContext(ignore, script), `${script} is in the build context`).toBe(true);
+    }
+    expect(stage('runtime')!.body.filter((i) => i.op === 'COPY')).toEqual([{ op: 'COPY', args: '--from=build /out /app' }]);
+  });
 });
 
 describe('deploy/overlays/prod: lifecycle with real agents', () => {
@@ -195,10 +210,10 @@ describe('deploy/overlays/prod: lifecycle with real agents', () => {
     const parsed = LifecycleEnv.parse(env);
     expect(parsed.MAX_EXECUTIONS).toBeGreaterThan(0);
     // The image's WORKDIR is /app (deploy/docker/Dockerfile); the hook names the file absolutely.
-    expect(container.lifecycle.preStop.exec.command).toEqual(['node', '/app/services/lifecycle/dist/drain.js']);
+    expect(container.lifecycle.preStop.exec.command).toEqual(['node', '/app/services/lifecycle/dist/drain.bundle.js']);
     expect(readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8')).toContain('WORKDIR /app\n');
-    expect(existsSync(join(REPO, 'services/lifecycle/dist/drain.js')), 'the drain command is built').toBe(true);
-    // drain.js: wait + grace + its 15 s teardown margin; then SIGTERM and the shutdown (SHUTDOWN_TIMEOUT_MS).
+    expect(existsSync(join(REPO, 'services/lifecycle/dist/drain.bundle.js')), 'the drain command is built').toBe(true);
+    // The drain: wait + grace + its 15 s teardown margin; then SIGTERM and the shutdown (SHUTDOWN_TIMEOUT_MS).
     const needMs = parsed.DRAIN_WAIT_MS + parsed.TEARDOWN_GRACE_MS + 15_000 + parsed.SHUTDOWN_TIMEOUT_MS;
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThanOrEqual(needMs);
     // The agents' memory: the cap times ~1 Gi each fits the limit.

@@ -14,7 +14,7 @@ import { makeTask, sleepScript, startWorld, type World } from './support.js';
  */
 const TEARDOWN_GRACE_MS = 500;
 const DRAIN_WAIT_MS = 8_000;
-const drainCli = join(repoRoot, 'services/lifecycle/dist/drain.js');
+const drainCli = join(repoRoot, 'services/lifecycle/dist/drain.bundle.js');
 
 let w: World;
 beforeAll(async () => {

@@ -145,7 +145,7 @@ const JS_RULES: Record<string, Array<[string, 'allowed' | 'denied']>> = {
     ['$JS.API.STREAM.CREATE.SOMETHING_ELSE', 'denied'],
     ['$JS.API.CONSUMER.CREATE.KANDEV_EVENTS.sneaky', 'denied'],
     ['kandev.orch.mcp.stop_child_task', 'denied'],
-    // drain.js in a lifecycle pod's preStop hook connects as this user.
+    // The drain command (drain.bundle.js) in a lifecycle pod's preStop hook connects as this user.
     ['kandev.life.lifecycle-7c9f6d-abcde.drain', 'allowed'],
   ],
   holds: [

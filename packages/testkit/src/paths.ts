@@ -11,5 +11,8 @@ export const SERVICE_SCHEMAS: ReadonlyArray<{ schema: string; migrationsDir: str
   { schema: 'holds', migrationsDir: join(repoRoot, 'services/holds/migrations') },
 ];
 
-/** What a stack runs of a service: its bundle, as `npm start` and the image do (ADR 0052), refused when stale. */
-export const serviceEntry = (name: string) => freshBundle(serviceBundle(repoRoot, name));
+/**
+ * What a stack runs of a service: its bundle, as `npm start` and the image do (ADR 0052), refused when
+ * stale; from the repository, or from `root` laid out as the image's /app (scripts/image-layout.mjs).
+ */
+export const serviceEntry = (name: string, root: string = repoRoot) => freshBundle(serviceBundle(root, name));

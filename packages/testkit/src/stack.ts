@@ -72,6 +72,11 @@ export interface StackOptions {
   natsCluster?: number;
   /** Processes of every service (1 = one each; 2 = a replica beside each, as `addReplica` starts). */
   replicas?: number;
+  /**
+   * Where the services' bundles are: the repository (the default), or a directory laid out as the
+   * image's /app by scripts/image-layout.mjs, whose services run without the repository's node_modules.
+   */
+  serviceRoot?: string;
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
@@ -128,7 +133,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
     const p = await spawnServiceProcess({
       name,
-      entry: serviceEntry(name),
+      entry: serviceEntry(name, opts.serviceRoot),
       env,
       onLog: (l) => {
         const tail = tails.get(name) ?? [];

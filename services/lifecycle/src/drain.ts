@@ -1,5 +1,5 @@
 /*
- * `node services/lifecycle/dist/drain.js [--instance ID] [--mode stop|wait] [--wait-ms N] [--grace-ms N]`
+ * `node services/lifecycle/dist/drain.bundle.js [--instance ID] [--mode stop|wait] [--wait-ms N] [--grace-ms N]`
  *
  * Drains one lifecycle instance (Life.drain) and prints its report as one JSON line. Made for the
  * pod's preStop hook, which runs it inside the lifecycle container and so has that container's
