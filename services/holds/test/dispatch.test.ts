@@ -144,6 +144,21 @@ describe('wakeup dispatch', () => {
     expect(await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: id })).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled' });
   });
 
+  it("cancels a wakeup requested in the hold's millisecond: the hold's created_at travels in whole milliseconds", async () => {
+    const task = randomUUID();
+    const hold = holdOf([task], 'cancel');
+    // 0.4 ms into the millisecond the hold's created_at names: possibly before the hold was created
+    // (added in SQL: a timestamp parameter would lose its microseconds to a JavaScript Date). Claimed,
+    // as above, so that no dispatcher round takes it before the hold applies.
+    const id = randomUUID();
+    await sql`INSERT INTO holds.wakeups (id, task_id, workspace_id, reason, status, requested_at)
+              VALUES (${id}, ${task}, ${workspace}, 'queued', 'claimed', ${hold.created_at}::timestamptz + interval '400 microseconds')`;
+    const [row] = await sql`SELECT extract(microseconds FROM requested_at)::int % 1000 AS us FROM holds.wakeups WHERE id = ${id}`;
+    expect(row).toEqual({ us: 400 });
+    expect(await request(nc, Holds.holdApplied, { hold })).toEqual({ cancelled_wakeups: 1 });
+    expect(await request(nc, Holds.wakeupGet, { actor: operator, wakeup_id: id })).toMatchObject({ status: 'cancelled', skip_reason: 'tree_cancelled' });
+  });
+
   it('a late "applied" (after the pause answered) leaves a wakeup requested since to the gate: finished, not cancelled', async () => {
     const task = randomUUID();
     // Created a minute ago; its application arrives only now, after a wakeup was posted for a member.

@@ -100,11 +100,16 @@ export async function requeueStaleClaims(q: Q, olderThanMs: number): Promise<num
  * are cancelled with the hold's reason. One requested later is the gate's (R-4.3): the claim
  * finishes it with the same reason, so a late application of the hold (its second delivery, or the
  * first after the pause answered) must not cancel it.
+ *
+ * `requestedUpTo` is a JSON date, whole milliseconds (the database keeps microseconds): the hold was
+ * created somewhere in that millisecond, so every wakeup requested in it may be older than the hold
+ * and is cancelled. Compared with the truncated value instead, one requested 0.4 ms before the hold
+ * was left to the gate.
  */
 export async function cancelWakeupsOf(q: Q, taskIds: readonly string[], skipReason: string, requestedUpTo: string): Promise<number> {
   const rows = await q`UPDATE wakeups SET status = 'cancelled', skip_reason = ${skipReason}, finished_at = now()
                        WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND status IN ('queued', 'claimed')
-                         AND requested_at <= ${requestedUpTo}::timestamptz RETURNING id`;
+                         AND requested_at < ${requestedUpTo}::timestamptz + interval '1 millisecond' RETURNING id`;
   return rows.length;
 }
 
