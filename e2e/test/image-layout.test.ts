@@ -1,11 +1,11 @@
 import { execFile } from 'node:child_process';
-import { chmodSync, existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DrainReport } from '@kandev/contracts';
-import { eventually, repoRoot } from '@kandev/testkit';
+import { cmdline, eventually, procAlive, procStat, repoRoot } from '@kandev/testkit';
 import { makeTask, startWorld, type World } from './support.js';
 
 /**
@@ -41,12 +41,6 @@ afterAll(async () => {
   if (layout) rmSync(layout, { recursive: true, force: true });
 });
 
-const cmdline = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-const parentOf = (pid: number) => {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-};
-
 describe("the image's layout", () => {
   it('holds no third-party node_modules: only the link to agentctl', () => {
     expect(readdirSync(join(layout, 'node_modules'))).toEqual(['@kandev']);
@@ -73,7 +67,8 @@ describe("the image's layout", () => {
     }, 30_000);
     const view = (await w.api.get(`/sessions/${session.id}`)).body as { execution: { pid: number } | null };
     const agentPid = view.execution!.pid;
-    expect(cmdline(parentOf(agentPid))).toContain(join(layout, 'packages/agentctl/dist/agentctl.bundle.js'));
+    const agent = procStat(agentPid)!;
+    expect(cmdline(agent.ppid)).toContain(join(layout, 'packages/agentctl/dist/agentctl.bundle.js'));
 
     const { stdout } = await execFileP(process.execPath, [join(layout, 'services/lifecycle/dist/drain.bundle.js'), '--wait-ms', '0', '--grace-ms', '500'], {
       env: { ...process.env, NATS_URL: w.stack.nats.url, INSTANCE_ID: 'lifecycle-1' },
@@ -81,6 +76,6 @@ describe("the image's layout", () => {
     });
     const report = DrainReport.parse(JSON.parse(stdout.trim()));
     expect(report.stopped).toHaveLength(1);
-    await eventually(async () => !existsSync(`/proc/${agentPid}`) || null, 20_000);
+    await eventually(async () => !procAlive({ pid: agentPid, start: agent.start }) || null, 20_000);
   }, 90_000);
 });
