@@ -51,19 +51,38 @@ export function readProcStat(pid: number): ProcStat | undefined {
   }
 }
 
-/** Children of one process from /proc/<pid>/task/<tid>/children (one small read per thread); undefined if unsupported. */
+/**
+ * Children of one process: each thread's own children file (a child belongs to the thread that
+ * forked it, and Codex forks from worker threads); undefined if the kernel lacks the file.
+ *
+ * A thread other than the leader is read as /proc/<tid>/task/<tid>/children, not under
+ * /proc/<pid>/task/<tid>. Same file, but the dentries the kernel caches for the path read stay
+ * under /proc/<pid> in the second form, and reaping the process invalidates that whole subtree:
+ * read there, a hundred agents reaped at once cost their agentctls about 6 ms of kernel time each
+ * (d_walk in wait4), a third of their CPU in a tree pause, against nothing measurable in the first
+ * form (bench/TREE-CURVE.md, "Reaping and /proc").
+ */
 function childrenOf(pid: number): number[] | undefined {
+  let tids: string[];
   try {
-    const out: number[] = [];
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      const raw = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
-      if (raw) for (const c of raw.split(' ')) out.push(Number(c));
-    }
-    return out;
+    tids = readdirSync(`/proc/${pid}/task`);
   } catch (err) {
-    // ENOENT: the process (or thread) is gone; anything else: the kernel lacks the file.
-    return (err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : undefined;
+    return (err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : undefined; // the process is gone
   }
+  const out: number[] = [];
+  for (const tid of tids) {
+    let raw: string;
+    try {
+      raw = readFileSync(tid === String(pid) ? `/proc/${pid}/task/${pid}/children` : `/proc/${tid}/task/${tid}/children`, 'utf8').trim();
+    } catch (err) {
+      // ENOENT: this thread ended since the listing (its children, if any, went to another);
+      // anything else: the kernel lacks the file.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      return undefined;
+    }
+    if (raw) for (const c of raw.split(' ')) out.push(Number(c));
+  }
+  return out;
 }
 
 /**
