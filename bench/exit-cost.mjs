@@ -2,10 +2,14 @@
 // (bench/TREE-CURVE.md) no control plane or agentctl change can remove. N idle node processes, each with
 // a module graph loaded (none; agentctl's for an ACP agent; a service's; the scripted agent's ACP SDK),
 // are ended with SIGTERM (no handler: the kernel ends them, no JavaScript runs), and the CPU the
-// exits took is read as this process's reaped-children time (10 ms ticks, so N of them at once).
+// exits took is this process's reaped-children time (exact, reported in 10 ms ticks for all N at
+// once) less what the processes had used before, from their threads' schedstat (bench/src/cpu.ts;
+// `npm run build` first). Not from their own utime + stime: each is rounded down to a 10 ms tick,
+// which put about 10 ms of each process's startup into its "exit".
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { liveCpuMs } from './dist/cpu.js';
 const N = Number(process.env.N ?? 40);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const ticks = (pid, fields) => {
@@ -37,9 +41,9 @@ for (const [name, load] of Object.entries(graphs)) {
   );
   await Promise.all(procs.map((p) => new Promise((res, rej) => (p.stdout.once('data', res), p.once('exit', (c) => rej(new Error(`${name}: exited ${c}`)))))));
   await new Promise((r) => setTimeout(r, 1000)); // startup's background work (GC, compilation) done
-  const before = procs.reduce((s, p) => s + ticks(p.pid, [11, 12]), 0) + ticks(process.pid, [13, 14]);
+  const before = procs.reduce((s, p) => s + liveCpuMs(p.pid), 0) + ticks(process.pid, [13, 14]);
   const t = performance.now();
   await Promise.all(procs.map((p) => new Promise((res) => (p.once('exit', res), p.kill('SIGTERM')))));
-  results[name] = { exit_cpu_ms_each: (ticks(process.pid, [13, 14]) - before) / N, all_gone_ms: Math.round(performance.now() - t) };
+  results[name] = { exit_cpu_ms_each: Math.round(((ticks(process.pid, [13, 14]) - before) / N) * 10) / 10, all_gone_ms: Math.round(performance.now() - t) };
 }
 console.log(JSON.stringify({ n: N, results }));

@@ -123,7 +123,11 @@ export function liveCpuMs(pid: number): number {
   try {
     for (const tid of readdirSync(`/proc/${pid}/task`)) {
       try {
-        ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+        // A thread other than the leader as /proc/<tid>/...: read under /proc/<pid>/task/<tid>, its
+        // dentries made the process's reaping cost its parent (the lifecycle) milliseconds of kernel
+        // time each, in the very window measured (agentctl/process-tree.ts, childrenOf).
+        const path = tid === String(pid) ? `/proc/${pid}/task/${pid}/schedstat` : `/proc/${tid}/task/${tid}/schedstat`;
+        ns += Number(readFileSync(path, 'utf8').split(' ')[0]);
       } catch {
         // the thread ended between the listing and the read: its time is in the process's total at exit
       }
