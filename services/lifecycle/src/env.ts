@@ -66,7 +66,7 @@ export const LifecycleEnv = BaseEnv.extend({
    */
   STOPPING_CPU_GROUP: z.enum(['auto', 'off']).default('auto'),
   /** Path of the agentctl program; unset = the @kandev/agentctl package's bundle (ADR 0051). */
-  AGENTCTL_BIN: z.string().optional(),
+  AGENTCTL_BIN: z.string().min(1).optional(),
   /**
    * Agents are untrusted (R-9.1, ADR 0017): where this service is root (or holds CAP_SETUID,
    * CAP_SETGID, CAP_CHOWN and CAP_KILL), each execution's agentctl and agent run under a uid and
