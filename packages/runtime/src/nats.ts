@@ -1,5 +1,5 @@
 import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
+import { TimeoutError, type NatsConnection } from '@nats-io/nats-core';
 import { unavailable } from '@kandev/contracts';
 
 export type { NatsConnection } from '@nats-io/nats-core';
@@ -14,23 +14,40 @@ export interface NatsOptions {
    * (REQUEST_TIMEOUT_MS; see `request()`); default DEFAULT_REQUEST_TIMEOUT_MS.
    */
   requestTimeoutMs?: number | undefined;
+  /** How long one dial may take, from the TCP connect to the server's first PONG; default 5 s. */
+  dialTimeoutMs?: number | undefined;
 }
 
-/** Connect with reconnects forever: a service outlives a NATS restart. */
+/** Dials of the first connection that may time out before the start fails. */
+export const FIRST_CONNECT_ATTEMPTS = 4;
+
+/**
+ * Connect with reconnects forever: a service outlives a NATS restart. The first connection is
+ * retried when a dial times out: on a loaded machine a starting service's event loop can stall past
+ * the dial timeout while the server's answer waits unread, and the timer runs first when the loop
+ * resumes (a CI run saw the orchestrator fail to start so). A refused or rejected dial fails at
+ * once: there is nothing to wait for.
+ */
 export async function connectNats(opts: NatsOptions): Promise<NatsConnection> {
-  const nc = await connect({
-    servers: opts.url.split(',').map((s) => s.trim()),
-    name: opts.name,
-    ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
-    timeout: 5_000,
-    // The client would otherwise build two Error objects (stack captures) per request, about 60 µs
-    // of CPU per NATS round trip; request() reports failures with the endpoint's name instead.
-    noAsyncTraces: true,
-  });
-  links.set(nc, new NatsLink(nc, opts.requestTimeoutMs));
-  return nc;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const nc = await connect({
+        servers: opts.url.split(',').map((s) => s.trim()),
+        name: opts.name,
+        ...(opts.user ? { user: opts.user, pass: opts.pass ?? '' } : {}),
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: RECONNECT_TIME_WAIT_MS,
+        timeout: opts.dialTimeoutMs ?? 5_000,
+        // The client would otherwise build two Error objects (stack captures) per request, about 60 µs
+        // of CPU per NATS round trip; request() reports failures with the endpoint's name instead.
+        noAsyncTraces: true,
+      });
+      links.set(nc, new NatsLink(nc, opts.requestTimeoutMs));
+      return nc;
+    } catch (err) {
+      if (!(err instanceof TimeoutError) || attempt >= FIRST_CONNECT_ATTEMPTS) throw err;
+    }
+  }
 }
 
 /** Between two reconnect attempts (the client adds up to 100 ms of jitter). */
