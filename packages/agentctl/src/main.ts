@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+// First: before any module builds a schema (zod-jitless.ts says why).
+import './zod-jitless.js';
 import type { AddressInfo } from 'node:net';
 import type { AdapterOptions, AdapterSink, AgentAdapter } from './adapters/adapter.js';
 import { CatalogueError, resolveAgent, type AgentSpec } from './catalogue.js';
