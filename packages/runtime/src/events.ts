@@ -4,6 +4,7 @@ import { EventData, EventEnvelope, Headers, Streams, eventSubject, type Actor, t
 import { randomUUID } from 'node:crypto';
 import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
+import { whenPlaceable } from './placement.js';
 import { linkOf, type NatsLink } from './nats.js';
 import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
 import { ATTR_MESSAGING_BATCH_MESSAGE_COUNT, ATTR_MESSAGING_CONSUMER_GROUP_NAME, messagingSpan } from './semconv.js';
@@ -20,7 +21,7 @@ export const EVENT_RETENTION_MS = 7 * 24 * 3600 * 1_000;
  * only subjects of ours it lacks are added, keeping everything else; a replica count other than the
  * configured one is reported, not changed (changing it moves data: an operator's decision).
  */
-export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: number; log?: Logger } = {}): Promise<void> {
+export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: number; log?: Logger; placementWaitMs?: number } = {}): Promise<void> {
   const jsm = await jetstreamManager(nc);
   const replicas = opts.replicas ?? 1;
   const cfg = {
@@ -35,7 +36,7 @@ export async function ensureEventStream(nc: NatsConnection, opts: { replicas?: n
   const existing = await jsm.streams.info(cfg.name).catch(() => null);
   if (!existing) {
     try {
-      await jsm.streams.add(cfg);
+      await whenPlaceable(() => jsm.streams.add(cfg), { what: `stream ${cfg.name}`, log: opts.log, waitMs: opts.placementWaitMs });
       return;
     } catch (e) {
       // Another replica created it between our info and add.

@@ -6,6 +6,7 @@ export * from './resource.js';
 export * from './nats.js';
 export * from './rpc.js';
 export * from './events.js';
+export * from './placement.js';
 export * from './db.js';
 export { summarizeStatement, type StatementSummary } from './db-tracing.js';
 export * from './outbox.js';

@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { StorageType, jetstreamManager } from '@nats-io/jetstream';
 import { spawnNatsServer, type NatsServerHandle } from '@kandev/runtime/dev/nats-server';
 import type { TestNats } from './nats.js';
 
@@ -37,10 +37,13 @@ async function freePort(): Promise<number> {
 /**
  * A real nats-server cluster with JetStream on loopback: `size` nodes (3 for replicated streams and
  * KV), routes between all of them, each with its own store. `url` lists every node, so a client
- * fails over to another node when its own dies. Resolves once JetStream answers (a meta leader is
- * elected), so streams with 3 replicas can be created at once.
+ * fails over to another node when its own dies. Resolves once JetStream places a stream with `size`
+ * replicas, so streams and buckets with 3 replicas can be created at once. `running` starts only
+ * that many nodes (the others with `nodes[i].start()`): a cluster still forming; it resolves once a
+ * stream with one replica can be placed.
  */
-export async function startNatsCluster(size = 3): Promise<TestNatsCluster> {
+export async function startNatsCluster(size = 3, opts: { running?: number } = {}): Promise<TestNatsCluster> {
+  const running = opts.running ?? size;
   const root = mkdtempSync(join(tmpdir(), 'kandev-nats-cluster-'));
   const clientPorts = await Promise.all(Array.from({ length: size }, freePort));
   const routePorts = await Promise.all(Array.from({ length: size }, freePort));
@@ -58,9 +61,9 @@ export async function startNatsCluster(size = 3): Promise<TestNatsCluster> {
     });
     handles[i] = h;
   };
-  await Promise.all(clientPorts.map((_, i) => spawnNode(i)));
+  await Promise.all(clientPorts.slice(0, running).map((_, i) => spawnNode(i)));
   const url = clientPorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
-  await jetStreamReady(url);
+  await jetStreamReady(url, running === size ? size : 1);
   const nodes: ClusterNode[] = clientPorts.map((port, i) => ({
     name: `kandev-n${i}`,
     url: `nats://127.0.0.1:${port}`,
@@ -97,14 +100,22 @@ export async function startNatsCluster(size = 3): Promise<TestNatsCluster> {
   };
 }
 
-/** Polls JetStream's account info until the cluster has a meta leader (a fresh cluster takes a few seconds). */
-async function jetStreamReady(url: string, withinMs = 30_000): Promise<void> {
+/**
+ * Polls until JetStream places a stream with `replicas` (created and deleted again). A meta leader
+ * alone is not enough: one is elected as soon as a quorum of nodes is up, and until the last node
+ * has joined, a stream with 3 replicas is refused with "no suitable peers for placement" (a service
+ * starting then died at start in CI).
+ */
+async function jetStreamReady(url: string, replicas: number, withinMs = 30_000): Promise<void> {
   const nc = await connect({ servers: url.split(','), timeout: 5_000 });
   const until = Date.now() + withinMs;
+  const probe = `KANDEV_TEST_READY_${process.pid}`;
   try {
     for (;;) {
       try {
-        await (await jetstreamManager(nc, { timeout: 1_000 })).getAccountInfo();
+        const jsm = await jetstreamManager(nc, { timeout: 1_000 });
+        await jsm.streams.add({ name: probe, subjects: [`kandev.test.ready.${process.pid}`], num_replicas: replicas, storage: StorageType.Memory });
+        await jsm.streams.delete(probe);
         return;
       } catch (e) {
         if (Date.now() > until) throw new Error(`JetStream of the test cluster not ready within ${withinMs} ms: ${(e as Error).message}`);

@@ -1,5 +1,5 @@
 import { Buckets, Execution } from '@kandev/contracts';
-import { linkOf, RegistryReader, type Logger, type NatsConnection, type NatsLink } from '@kandev/runtime';
+import { linkOf, RegistryReader, whenPlaceable, type Logger, type NatsConnection, type NatsLink } from '@kandev/runtime';
 import type { JetStreamManager } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -26,7 +26,10 @@ export class ExecutionRegistry extends RegistryReader {
   }
 
   static async open(nc: NatsConnection, ttlMs: number, log: Logger, replicas = 1): Promise<ExecutionRegistry> {
-    const kv = await new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs, replicas });
+    const kv = await whenPlaceable(() => new Kvm(nc).create(Buckets.executions, { history: 1, ttl: ttlMs, replicas }), {
+      what: `bucket ${Buckets.executions}`,
+      log,
+    });
     const status = await kv.status();
     if (status.replicas !== replicas)
       log.warn(
