@@ -90,7 +90,13 @@ const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 const started = Date.now();
 // One after the other (build beside Prettier, then lint beside the type check, which read the
 // built declarations then) they took 119 s of a clean clone; side by side the two cores stay busy.
-const checked = await together('build and checks', [npmRun('build'), npmRun('format:check'), ['check-deps', 'node', 'scripts/check-deps.mjs'], ['adr-index', 'node', 'scripts/adr-index.mjs', '--check'], npmRun('lint')]);
+const checked = await together('build and checks', [
+  npmRun('build'),
+  npmRun('format:check'),
+  ['check-deps', 'node', 'scripts/check-deps.mjs'],
+  ['adr-index', 'node', 'scripts/adr-index.mjs', '--check'],
+  npmRun('lint'),
+]);
 if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
   process.exit(checked);
