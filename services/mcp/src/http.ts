@@ -5,8 +5,7 @@
  * and the JSON-RPC dispatch (`Server`, protocol.ts); this file is the HTTP front in front of it
  * (ADR 0042): routes, Origin/Host, bearer auth and execution liveness, the server span, the body
  * (read here: 4 MiB, UTF-8 or 400), and cancellation across replicas. Conformance:
- * test/conformance.test.ts (the official suite needs Node 22; the test mirrors its server scenarios
- * on Node 20).
+ * test/conformance.test.ts runs the official suite against it.
  */
 import { Headers as KandevHeaders, isKandevError } from '@kandev/contracts';
 import {
