@@ -90,6 +90,8 @@ beforeAll(async () => {
   const url = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
   w = await startWorld({
     OTEL_EXPORTER_OTLP_ENDPOINT: url,
+    // The SDK's default protocol is http/protobuf; this collector reads JSON.
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
     OTEL_BSP_SCHEDULE_DELAY: '100',
     OTEL_RESOURCE_ATTRIBUTES: `deployment.environment.name=${DEPLOYMENT}`,
   });

@@ -24,7 +24,12 @@ export const BaseEnv = z.object({
    * existing stream keeps what it has (an operator may have changed it), with a warning on mismatch.
    */
   KANDEV_JS_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+  // The OpenTelemetry SDK's own variables (tracing.ts exportsSpans decides whether to load the SDK,
+  // which then reads every OTEL_* variable itself: protocol, headers, timeouts, sampler, detectors).
+  OTEL_SDK_DISABLED: z.string().optional(),
+  OTEL_TRACES_EXPORTER: z.string().optional(),
   OTEL_EXPORTER_OTLP_ENDPOINT: z.string().optional(),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: z.string().optional(),
   OTEL_SERVICE_NAME: z.string().optional(),
   /** Resource attributes of every exported span (the OTel SDK environment specification's format). */
   OTEL_RESOURCE_ATTRIBUTES: z.string().optional(),

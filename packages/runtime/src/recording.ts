@@ -1,28 +1,39 @@
+import { trace } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { defaultResource, resourceFromAttributes, type Resource } from '@opentelemetry/resources';
-import { BatchSpanProcessor, SimpleSpanProcessor, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
+import { defaultResource, hostDetector, processDetector, resourceFromAttributes, type Resource } from '@opentelemetry/resources';
+import { NodeSDK } from '@opentelemetry/sdk-node';
+import { SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 // The stable entry only: the incubating entry would add ~15 ms to a start.
 import { ATTR_SERVICE_INSTANCE_ID, ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
 import { parseResourceAttributes, type ResourceOptions } from './resource.js';
-import type { TracingOptions } from './tracing.js';
+import type { ProcessTracerProvider, TracingOptions } from './tracing.js';
 
 /**
- * The OpenTelemetry SDK: a provider that records spans and exports them. tracing.ts loads this
- * module only when there is somewhere to export, so a process that exports nothing never imports
- * the SDK.
+ * The OpenTelemetry SDK (`@opentelemetry/sdk-node`), configured by its own environment variables:
+ * OTEL_TRACES_EXPORTER (otlp, console, zipkin), OTEL_EXPORTER_OTLP_{,TRACES_}{ENDPOINT,PROTOCOL,
+ * HEADERS,TIMEOUT} (http/protobuf, http/json or grpc), OTEL_TRACES_SAMPLER, OTEL_BSP_*,
+ * OTEL_NODE_RESOURCE_DETECTORS, OTEL_PROPAGATORS is not read (W3C trace context is what the hops
+ * carry). tracing.ts loads this module only when spans are exported (exportsSpans), so a process
+ * that exports nothing never imports the SDK. Traces only: metrics are Prometheus's (prom-client,
+ * scraped) and logs are JSON lines on stdout, so the SDK's metric readers and log processors are
+ * set to none rather than left to their OTLP defaults.
  */
-export function recordingProvider(opts: TracingOptions): NodeTracerProvider {
-  const spanProcessors: SpanProcessor[] = [];
-  if (opts.exporter) spanProcessors.push(new SimpleSpanProcessor(opts.exporter));
-  if (opts.otlpEndpoint) {
-    const url = opts.otlpEndpoint.replace(/\/$/, '') + '/v1/traces';
-    spanProcessors.push(new BatchSpanProcessor(new OTLPTraceExporter({ url })));
-  }
-  const provider = new NodeTracerProvider({ resource: buildResource(opts), spanProcessors });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
-  return provider;
+export function recordingProvider(opts: TracingOptions): ProcessTracerProvider {
+  const sdk = new NodeSDK({
+    resource: buildResource(opts),
+    // agentctl's environment is its lifecycle's: the env detector would give it the lifecycle's
+    // service.* attributes, which buildResource already leaves out (ownIdentity).
+    ...(opts.ownIdentity ? { resourceDetectors: [processDetector, hostDetector] } : {}),
+    ...(opts.exporter ? { spanProcessors: [new SimpleSpanProcessor(opts.exporter)] } : {}),
+    textMapPropagator: new W3CTraceContextPropagator(),
+    metricReaders: [],
+    logRecordProcessors: [],
+  });
+  sdk.start();
+  return {
+    getTracer: (name, version, options) => trace.getTracerProvider().getTracer(name, version, options),
+    shutdown: () => sdk.shutdown(),
+  };
 }
 
 /**

@@ -10,6 +10,36 @@ export interface ResourceEnv {
   OTEL_SERVICE_NAME?: string | undefined;
 }
 
+/** The variables of the OTel SDK environment specification that say whether, and where, spans are exported. */
+export interface TracingEnv extends ResourceEnv {
+  /** `true` turns the SDK off: nothing is recorded or exported (trace context still propagates). */
+  OTEL_SDK_DISABLED?: string | undefined;
+  /** Comma-separated exporters (`otlp`, `console`, `zipkin`, `none`). */
+  OTEL_TRACES_EXPORTER?: string | undefined;
+  OTEL_EXPORTER_OTLP_ENDPOINT?: string | undefined;
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?: string | undefined;
+}
+
+/**
+ * Whether this process records spans and exports them, as the OTel SDK environment specification
+ * reads its variables: not when OTEL_SDK_DISABLED is true; otherwise when OTEL_TRACES_EXPORTER names
+ * an exporter other than `none` alone, or, with it unset, when an OTLP endpoint is configured
+ * (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT). The one departure from the
+ * specification: with nothing configured at all, the specification's default is the OTLP exporter to
+ * localhost:4318; here it is no export (ADR 0063): a recorded span costs the hot paths CPU, and a
+ * process with no collector would send spans nowhere.
+ */
+export function exportsSpans(env: TracingEnv): boolean {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return false;
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? '')
+    .split(',')
+    .map((e) => e.trim().toLowerCase())
+    .filter((e) => e !== '' && e !== 'null');
+  // The SDK: `none` alone turns tracing off; `none` beside others is ignored.
+  if (exporters.length > 0) return !(exporters.length === 1 && exporters[0] === 'none');
+  return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
+}
+
 export interface ResourceOptions {
   /** service.name when neither variable names one (`kandev-<service>`). */
   serviceName: string;

@@ -87,8 +87,14 @@ export async function startService<S extends z.ZodObject>(
     serviceName: `kandev-${def.name}`,
     serviceVersion: def.version,
     instanceId,
-    env: { OTEL_SERVICE_NAME: env.OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: env.OTEL_RESOURCE_ATTRIBUTES },
-    otlpEndpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT,
+    env: {
+      OTEL_SERVICE_NAME: env.OTEL_SERVICE_NAME,
+      OTEL_RESOURCE_ATTRIBUTES: env.OTEL_RESOURCE_ATTRIBUTES,
+      OTEL_SDK_DISABLED: env.OTEL_SDK_DISABLED,
+      OTEL_TRACES_EXPORTER: env.OTEL_TRACES_EXPORTER,
+      OTEL_EXPORTER_OTLP_ENDPOINT: env.OTEL_EXPORTER_OTLP_ENDPOINT,
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    },
   });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
   const nc = await connectNats({

@@ -14,11 +14,12 @@ import {
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-base';
-import type { ResourceEnv } from './resource.js';
+import { exportsSpans, type TracingEnv } from './resource.js';
 import type { MsgHdrs } from '@nats-io/nats-core';
 import { randomFillSync } from 'node:crypto';
 
-export { SpanKind, context, trace, propagation };
+export { SpanKind, context, trace, propagation, exportsSpans };
+export type { TracingEnv };
 export type { Span, Context };
 
 /** A tracer provider that can be shut down: the SDK's (recording.ts) or PropagatingTracerProvider. */
@@ -36,13 +37,11 @@ export interface TracingOptions {
   serviceVersion?: string | undefined;
   /** service.instance.id (INSTANCE_ID). */
   instanceId?: string | undefined;
-  /** OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME: the resource (resource.ts). */
-  env?: ResourceEnv;
+  /** The OTEL_* variables (exportsSpans, resource.ts). */
+  env?: TracingEnv;
   /** The service.* attributes stay these, whatever `env` says (agentctl: the environment is its lifecycle's). */
   ownIdentity?: boolean;
-  /** OTLP/HTTP endpoint; unset (and no exporter) = spans carry ids across hops but record nothing. */
-  otlpEndpoint?: string | undefined;
-  /** Tests pass an in-memory exporter here. */
+  /** Tests pass an in-memory exporter here (recorded whatever `env` says). */
   exporter?: SpanExporter;
 }
 
@@ -55,7 +54,7 @@ export interface TracingOptions {
  * it cost every service start about 85 ms of CPU (docs/testing.md).
  */
 export function initTracing(opts: TracingOptions): Promise<ProcessTracerProvider> {
-  provider ??= opts.exporter || opts.otlpEndpoint ? startRecording(opts) : Promise.resolve(startPropagating());
+  provider ??= opts.exporter || exportsSpans(opts.env ?? {}) ? startRecording(opts) : Promise.resolve(startPropagating());
   return provider;
 }
 
