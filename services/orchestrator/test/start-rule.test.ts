@@ -50,9 +50,10 @@ describe('may this task get a session now?', () => {
     expect(verdict({ live }, 'another')).toEqual({ kind: 'start' });
   });
 
-  it('refuses early, before the lock, only what the row alone says', () => {
-    expect(earlyRefusal(task('CANCELLED'))).toMatchObject({ code: 'CONFLICT', details: { reason: 'task_cancelled' } });
-    expect(earlyRefusal(task('TODO', true))).toMatchObject({ code: 'CONFLICT', message: 'task is archived' });
-    expect(earlyRefusal(task('IN_PROGRESS'))).toBeNull();
+  it('refuses early, before the lock, by the same rule on unlocked reads; never joins there', () => {
+    expect(earlyRefusal({ task: task('CANCELLED'), hold: null })).toMatchObject({ reason: 'task_cancelled' });
+    expect(earlyRefusal({ task: task('CANCELLED'), hold: { hold_id: 'h', mode: 'cancel' } })).toMatchObject({ reason: 'tree_cancelled' });
+    expect(earlyRefusal({ task: task('TODO', true), hold: null })).toMatchObject({ reason: 'task_archived', message: 'task is archived' });
+    expect(earlyRefusal({ task: task('IN_PROGRESS'), hold: null })).toBeNull();
   });
 });

@@ -62,9 +62,9 @@ export function sessionStartVerdict<S extends { id: string; state: SessionState 
  * The same rule on what can be read without the lock, for refusing early (before any write or
  * launch admission is asked). Only refusals are final here; the locked check decides the rest.
  */
-export function earlyRefusal(task: { status: TaskStatus; archived_at: string | null }): KandevError | null {
-  const v = sessionStartVerdict({ task, hold: null, live: [] }, 'another');
-  return v.kind === 'refuse' ? refusalError(v) : null;
+export function earlyRefusal(facts: Pick<StartFacts<never>, 'task' | 'hold'>): Extract<StartVerdict<never>, { kind: 'refuse' }> | null {
+  const v = sessionStartVerdict<never>({ ...facts, live: [] }, 'another');
+  return v.kind === 'refuse' ? v : null;
 }
 
 /** A refused start as the caller sees it: CONFLICT, with the reason (and the hold) in details. */

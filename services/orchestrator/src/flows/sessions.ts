@@ -87,27 +87,22 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
 export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions): Promise<StartedSession>;
 export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions): Promise<StartedSession | QueuedPrompt> {
   const turnId = opts.prompt ? randomUUID() : null;
-  // ADR 0026: launch admission, asked of lifecycle before any write and alongside the checks below
-  // (a burst's refusals answer in the time of the slower of the two, not their sum). A lifecycle
-  // queue that predicts too long a wait refuses with retry_after_s; nothing is written then: no
-  // STARTING session, no status change. Admitted, the answering instance holds a place for this
-  // execution id (it lapses on its own when a check below refuses the start). A retry of a keyed
-  // start that happened does not ask (it launches nothing).
+  // ADR 0026: launch admission, asked of lifecycle before any write. A lifecycle queue that predicts
+  // too long a wait refuses with retry_after_s; nothing is written then: no STARTING session, no
+  // status change. Admitted, the answering instance holds a place for this execution id. Asked only
+  // by a start the rule lets launch, under the task's row lock (ADR 0060): asked before the lock, a
+  // burst of starts of one task reserved a place each (20 wakeups: 20 places) and lifecycle refused
+  // the burst as busy, though all but one of them join and launch nothing. The lock is held for
+  // that one round trip; starts of one task are serialised by it anyway.
   const executionId = randomUUID();
-  let admission: Promise<unknown> | null = null;
-  const admit = () => {
-    admission ??= request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
-    admission.catch(() => undefined); // awaited below, unless a check refuses first
-    return admission;
-  };
-  if (!opts.idempotency_key && !opts.launch_key) void admit();
+  const admit = () => request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
   // Validation before effects: everything checkable is checked before the first write.
-  const before = await getTask(rt.sql, opts.task_id);
+  const [before, heldBefore] = await Promise.all([getTask(rt.sql, opts.task_id), activeHoldOfTask(rt.sql, opts.task_id)]);
   if (!before) throw notFound('task not found');
-  // The start rule on the unlocked row: a refusal here is final (the locked check below decides the rest).
-  // A held task is not refused here: a keep_prompt start stores its prompt under the lock.
-  const early = earlyRefusal(before);
-  if (early) throw early;
+  // The start rule on unlocked reads: a refusal here is final (the locked check below decides the
+  // rest), except a pause for a keep_prompt start, which stores its prompt under the lock.
+  const early = earlyRefusal({ task: before, hold: heldBefore });
+  if (early && !(opts.keep_prompt && opts.prompt && early.reason === StartRefusals.paused)) throw refusalError(early);
   const agent = opts.agent ?? before.agent ?? rt.env.DEFAULT_AGENT; // a task's agent never changes
   await assertKnownAgent(rt, call, agent);
   const context = await contextFor(rt.sql, opts.sender_task_id);
@@ -125,7 +120,6 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
     const earlier = await sessionByLaunchKey(rt.sql, opts.launch_key);
     if (earlier) return { session: earlier, turn_id: null };
   }
-  await admit();
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
@@ -155,6 +149,7 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
       if (!queued) await auditJoin(tx, locked, verdict.session, opts, call.requestId);
       return { kind: 'answered', answer: { session: verdict.session, turn_id: null, joined: true, ...(queued ? { queued } : {}) } } as const;
     }
+    await admit();
     const primary = !(await hasPrimarySession(tx, locked.id));
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
