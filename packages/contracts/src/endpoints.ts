@@ -145,7 +145,8 @@ const callerTaskId = id;
  */
 const agentToken = text({ min: 1, max: Limits.token }).optional();
 export const McpStopResult = z.object({ task_id: id, status: z.enum(['stopped', 'not_running']) });
-export const McpMessageResult = z.object({ task_id: id, session_id: id, status: z.enum(['queued', 'sent', 'started']) });
+/** `session_id` is null when the message waits for a session the task does not have yet (a paused member, R-10.2). */
+export const McpMessageResult = z.object({ task_id: id, session_id: id.nullable(), status: z.enum(['queued', 'sent', 'started']) });
 
 export const OrchMcp = {
   stopChildTask: endpoint('orch.mcp.stop_child_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),

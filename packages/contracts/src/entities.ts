@@ -84,7 +84,8 @@ export type SessionDetail = z.infer<typeof SessionDetail>;
 export const QueuedMessage = z.object({
   id,
   task_id: id,
-  session_id: id,
+  /** The session it was queued to; null when the task had none (a paused member, R-10.2): the task's next session delivers it. */
+  session_id: id.nullable(),
   position: z.number().int(),
   prompt: z.string(),
   sender_task_id: id.nullable(),

@@ -42,7 +42,7 @@ export const EventData = {
     /** false: tokens without a price (the model is not in pricing.ts); cost_cents is 0 and means unpriced. */
     priced: z.boolean().optional(),
   }),
-  'queue.changed': z.object({ session_id: id, size: z.number().int(), messages: z.array(QueuedMessage) }),
+  'queue.changed': z.object({ session_id: id.nullable(), size: z.number().int(), messages: z.array(QueuedMessage) }),
   'tree_hold.created': z.object({ hold: Hold }),
   'tree_hold.released': z.object({ hold: Hold }),
   'clarification.requested': z.object({ bundle: ClarificationBundle }),

@@ -50,8 +50,10 @@ export const OrchTree = {
     'orch.wakeup.launch',
     z.object({ wakeup_id: id, task_id: id, prompt: text({ min: 1, max: Limits.prompt }).optional() }),
     z.discriminatedUnion('launched', [
-      z.object({ launched: z.literal(true), session_id: id }),
-      z.object({ launched: z.literal(false), hold_mode: HoldMode.nullable(), reason: z.string() }),
+      /** `joined`: a start of the task was already in flight (or a session live) and this wakeup coalesced into it (ADR 0060). */
+      z.object({ launched: z.literal(true), session_id: id, joined: z.boolean().optional() }),
+      /** `skip_reason`: the start rule's reason (`task_cancelled`, `tree_paused`, …); optional for replicas that predate it. */
+      z.object({ launched: z.literal(false), hold_mode: HoldMode.nullable(), reason: z.string(), skip_reason: z.string().optional() }),
     ]),
   ),
 } as const;

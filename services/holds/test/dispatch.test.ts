@@ -20,6 +20,8 @@ let sql: postgres.Sql;
 const launches = new Map<string, number>();
 /** Tasks the fake orchestrator refuses to launch because of a hold (as its row-locked check would). */
 const refused = new Map<string, 'pause' | 'cancel'>();
+/** Tasks the fake orchestrator refuses by the start rule with its own reason (a CANCELLED task, R-10.1). */
+const refusedFor = new Map<string, string>();
 /** Tasks whose launch takes longer than the claim timeout (as a launch behind a busy lifecycle can). */
 const slow = new Set<string>();
 /**
@@ -41,6 +43,8 @@ beforeAll(async () => {
       launches.set(req.wakeup_id, (launches.get(req.wakeup_id) ?? 0) + 1);
       const mode = refused.get(req.task_id);
       if (mode) return { launched: false as const, hold_mode: mode, reason: 'held' };
+      const skip = refusedFor.get(req.task_id);
+      if (skip) return { launched: false as const, hold_mode: null, reason: 'refused by the start rule', skip_reason: skip };
       // A launch takes a while: replicas polling meanwhile must not take the same wakeup.
       await new Promise((r) => setTimeout(r, slow.has(req.task_id) ? 2 * CLAIM_TIMEOUT_MS : 5));
       return { launched: true as const, session_id: randomUUID() };
@@ -186,6 +190,14 @@ describe('wakeup dispatch', () => {
     refused.set(task, 'cancel');
     const w = await wakeup(task);
     expect(await settled(w.id)).toMatchObject({ status: 'finished', skip_reason: 'tree_cancelled', session_id: null });
+  });
+
+  it("records the start rule's reason when the orchestrator gives one: a CANCELLED task's wakeup is finished task_cancelled (R-10.1)", async () => {
+    const task = randomUUID();
+    refusedFor.set(task, 'task_cancelled');
+    const w = await wakeup(task);
+    expect(await settled(w.id)).toMatchObject({ status: 'finished', skip_reason: 'task_cancelled', session_id: null });
+    expect(launches.get(w.id)).toBe(1);
   });
 
   it('does not dispatch a scheduled wakeup before its run_at, and does after', async () => {

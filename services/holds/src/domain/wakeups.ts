@@ -2,19 +2,29 @@ import { skipReasonOf, type HoldMode } from '@kandev/contracts';
 
 /** How a launch attempt ends a claimed wakeup (R-4.3, docs/requirements.md; POST /wakeups). */
 export type LaunchVerdict =
-  { kind: 'launched'; session_id: string } | { kind: 'refused'; hold_mode: HoldMode | null; reason: string } | { kind: 'failed'; error: string };
+  | { kind: 'launched'; session_id: string }
+  | { kind: 'refused'; hold_mode: HoldMode | null; reason: string; skip_reason?: string | undefined }
+  | { kind: 'failed'; error: string };
 
 export type WakeupOutcome = { status: 'finished'; skip_reason: string | null; session_id: string | null } | { status: 'queued' };
 
 export const WakeupSkipReasons = { launchRefused: 'launch_refused', launchFailed: 'launch_failed' } as const;
 
-/** A refused launch of a held task carries the hold's skip reason; a failed one retries until its attempts run out. */
+/**
+ * A refused launch carries the start rule's reason (`task_cancelled`, `tree_paused`, …, R-10.1), or
+ * from an orchestrator that predates it the hold's; a failed one retries until its attempts run out.
+ * A launch that joined a start in flight is `launched` with the session it joined.
+ */
 export function outcomeOf(verdict: LaunchVerdict, attempts: number, maxAttempts: number): WakeupOutcome {
   switch (verdict.kind) {
     case 'launched':
       return { status: 'finished', skip_reason: null, session_id: verdict.session_id };
     case 'refused':
-      return { status: 'finished', skip_reason: verdict.hold_mode ? skipReasonOf(verdict.hold_mode) : WakeupSkipReasons.launchRefused, session_id: null };
+      return {
+        status: 'finished',
+        skip_reason: verdict.skip_reason ?? (verdict.hold_mode ? skipReasonOf(verdict.hold_mode) : WakeupSkipReasons.launchRefused),
+        session_id: null,
+      };
     case 'failed':
       return attempts >= maxAttempts ? { status: 'finished', skip_reason: WakeupSkipReasons.launchFailed, session_id: null } : { status: 'queued' };
   }

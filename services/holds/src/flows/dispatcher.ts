@@ -31,7 +31,9 @@ export function startDispatcher(rt: HoldsRuntime): { kick(): void; stop(): Promi
           timeoutMs: rt.env.WAKEUP_LAUNCH_TIMEOUT_MS,
         },
       );
-      verdict = res.launched ? { kind: 'launched', session_id: res.session_id } : { kind: 'refused', hold_mode: res.hold_mode, reason: res.reason };
+      verdict = res.launched
+        ? { kind: 'launched', session_id: res.session_id }
+        : { kind: 'refused', hold_mode: res.hold_mode, reason: res.reason, skip_reason: res.skip_reason };
     } catch (e) {
       verdict = { kind: 'failed', error: isKandevError(e) ? `${e.code}: ${e.message}` : String(e) };
     }

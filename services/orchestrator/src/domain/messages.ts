@@ -1,7 +1,16 @@
-import { conflict, type SessionState } from '@kandev/contracts';
+import { conflict, type SessionState, type TaskStatus } from '@kandev/contracts';
 
 export function assertQueueHasRoom(size: number, limit: number): void {
   if (size >= limit) throw conflict(`message queue is full (${size}/${limit})`, { size, limit });
+}
+
+/**
+ * R-10.1: a CANCELLED task takes no message (message_task_kandev answers CONFLICT and stores nothing),
+ * whether or not one of its sessions still runs: a message would only revive it.
+ */
+export function assertTakesMessages(task: { status: TaskStatus }): void {
+  if (task.status === 'CANCELLED')
+    throw conflict('task is CANCELLED: it takes no message until an operator sets another status or a restore returns it', { reason: 'task_cancelled' });
 }
 
 /** An idle session (between turns) takes a message at once; a working one queues it. */

@@ -169,10 +169,17 @@ export function decideStops(plan: StopPlan, locked: readonly CandidateSession[])
     const s = rows.get(c.session_id);
     return s !== undefined && isActiveSession(s.state) && (!c.execution || !s.execution_id || s.execution_id === c.execution.execution_id);
   });
-  const gone = plan.gone.filter((g) => {
-    const s = rows.get(g.session_id);
-    return s !== undefined && s.execution_id !== null && isActiveSession(s.state) && (!g.execution || s.execution_id === g.execution.execution_id);
-  });
+  // R-10.3: a stop that stops nothing (`not_running`) changes nothing: a row whose execution is gone
+  // is then the reconciler's to repair (flows/reconcile.ts), never the stop's answer. One that does
+  // stop something reconciles the gone rows beside it, so the task's move to REVIEW (R-1.4) is not
+  // held up by a session that only says it works.
+  const stops = toCancel.length > 0 || plan.halt.length > 0;
+  const gone = !stops
+    ? []
+    : plan.gone.filter((g) => {
+        const s = rows.get(g.session_id);
+        return s !== undefined && s.execution_id !== null && isActiveSession(s.state) && (!g.execution || s.execution_id === g.execution.execution_id);
+      });
   return {
     cancel: toCancel.map((c) => c.session_id),
     gone: gone.map((g) => g.session_id),

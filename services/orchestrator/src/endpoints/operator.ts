@@ -25,7 +25,9 @@ export const operatorEndpoints = (rt: OrchRuntime): Registration[] => [
       prompt: req.prompt,
       idempotency_key: req.idempotency_key,
     });
-    return { ...toSession(started.session), ...(started.replayed ? { replayed: true } : {}) };
+    // A start that launched nothing (an Idempotency-Key retry, or one that joined the start in flight,
+    // ADR 0060) answers the session it found: 200, not 201.
+    return { ...toSession(started.session), ...(started.replayed || started.joined ? { replayed: true } : {}) };
   }),
   on(Orch.sessionGet, (req) => sessionDetail(rt, req.actor, req.session_id)),
   on(Orch.sessionPrompt, (req, ctx) => promptSession(rt, ctx, req.actor, req.session_id, req.prompt, req.idempotency_key)),

@@ -67,7 +67,9 @@ export async function changeTaskStatus(
  * The last active session of a task ended on its own (the agent exited, died or was lost): an
  * IN_PROGRESS task would otherwise say so with nothing running. It goes to REVIEW, as
  * after a stop (R-1.4): someone should look at what the agent left. Office-managed and archived
- * tasks are left to their own paths. Call with the session's guard held (session → task lock order).
+ * tasks are left to their own paths. Call with the task's row lock taken before the session's guard:
+ * task → session is the one lock order (ADR 0060; the opposite order deadlocked a failed launch's
+ * repair against the report of its execution's end).
  */
 export async function reviewTaskIfNothingActive(tx: Tx, emit: Emit, taskId: string, reason: string): Promise<void> {
   const task = await lockTask(tx, taskId);

@@ -3,7 +3,7 @@ import { processOnce } from '@kandev/runtime';
 import { sessionStateAfterExecutionEnd, sessionStateAfterTurn, turnEndAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit } from '../store/audit.js';
 import { lockSession } from '../store/sessions.js';
-import { getTask } from '../store/tasks.js';
+import { getTask, lockTask } from '../store/tasks.js';
 import { completeOpenTurns, completeTurn, openTurn } from '../store/turns.js';
 import type { Tx } from '@kandev/runtime';
 import type { Emit } from './context.js';
@@ -32,8 +32,14 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
   let drained = false;
   await processOnce(rt.sql, LIFECYCLE_CONSUMER, ev.id, async (tx) => {
     const emit: Emit = async (type, scope, data) => void staged.push(await rt.outbox.add(tx, type, scope, data));
-    // Independent of each other: sent together, one round trip (ADR 0033).
-    const [s, task] = await Promise.all([lockSession(tx, sessionId), getTask(tx, taskId)]);
+    // An execution's end may move the task (REVIEW), so its task is locked first: task → session is
+    // the one lock order (ADR 0060). Taken the other way, a failed launch's repair (task, then its
+    // session) and this report of the same execution's end (session, then task) deadlocked.
+    // A turn's end touches no task row: the guard and the read go together, one round trip (ADR 0033).
+    const [s, task] =
+      ev.type === 'execution.stopped'
+        ? await lockTask(tx, taskId).then(async (t) => [await lockSession(tx, sessionId), t] as const)
+        : await Promise.all([lockSession(tx, sessionId), getTask(tx, taskId)]);
     if (!s || !task) return;
     // Whatever the stopped execution's agent still asked is cancelled, whichever execution the session holds now.
     if (ev.type === 'execution.stopped') await cancelPermissionsOfStoppedExecution(tx, emit, ev);

@@ -1,7 +1,7 @@
 import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf, type OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
-import { assertQueueHasRoom, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
+import { assertQueueHasRoom, assertTakesMessages, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
 import { recordAudit, settleAudit } from '../store/audit.js';
 import { claimNextMessage, enqueue, queueOfTask, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
@@ -16,10 +16,10 @@ import { dispatchTurn, startSession } from './sessions.js';
 import type { Tx } from '@kandev/runtime';
 
 type Status = 'queued' | 'sent' | 'started';
-type MessageResult = { task_id: string; session_id: string; status: Status };
+type MessageResult = { task_id: string; session_id: string | null; status: Status };
 
 /** The task's queue as it is now (R-1.6: the queue is the task's), on the event of the session it concerns. */
-export async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string) {
+export async function emitQueueChanged(tx: Tx, emit: Emit, task: { id: string; workspace_id: string }, sessionId: string | null) {
   const messages = await queueOfTask(tx, task.id);
   await emit(
     'queue.changed',
@@ -65,15 +65,21 @@ async function deliverMessage(
   const mode = req.delivery_mode ?? 'queued';
   if (mode === 'interrupt') assertDirectParent(caller, task);
   else assertSameWorkspace(caller, task);
+  // R-10.1: refused before anything is stored, whether or not a session of it still runs.
+  assertTakesMessages(task);
   const actor: Actor = { type: 'agent', task_id: caller.id };
   const prompt = req.prompt;
   const log = rt.log.child({ task_id: task.id, caller_task_id: caller.id, request_id: call.requestId, delivery_mode: mode });
 
   const session = await targetSession(rt, task, req.session_id);
   if (!session || !isActiveSession(session.state)) {
-    // Nobody is running: start a session with this message (R-1.8 "started").
-    const started = await startSession(rt, call, { actor, task_id: task.id, prompt, sender_task_id: caller.id });
-    return { task_id: task.id, session_id: started.session.id, status: 'started' as Status };
+    // Nobody is running: start a session with this message (R-1.8 "started"), by the one start rule.
+    // The message is never lost to it: when a start of the task is already in flight it joins that
+    // session's queue, and a paused member keeps it in the task's queue for its first session after
+    // the release (R-10.2); both answer `queued`. A CANCELLED or archived task is CONFLICT.
+    const started = await startSession(rt, call, { actor, task_id: task.id, prompt, sender_task_id: caller.id, live_session: 'join', keep_prompt: true });
+    if (started.queued) return { task_id: task.id, session_id: started.session?.id ?? null, status: 'queued' as Status };
+    return { task_id: task.id, session_id: started.session!.id, status: 'started' as Status };
   }
 
   // Store first, under the guard: from here on the message is never lost. An interrupt is audited

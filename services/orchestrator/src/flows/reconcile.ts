@@ -6,7 +6,7 @@ import { recordedStopReason, StopReasons } from '../domain/stop.js';
 import { activeSessionsOfTask, lockSessionIfFree } from '../store/sessions.js';
 import { activeHoldOfTask } from '../store/holds.js';
 import { purgeKeys } from '../store/idempotency.js';
-import { getTask, lockTask } from '../store/tasks.js';
+import { getTask, lockTask, lockTaskIfFree } from '../store/tasks.js';
 import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
 import { endTurn } from './lifecycle-events.js';
@@ -132,17 +132,18 @@ export async function reconcileOnce(
  */
 async function failLostLaunches(rt: OrchRuntime): Promise<number> {
   const bound = rt.env.LAUNCH_LOST_AFTER_MS;
-  const stale = await rt.sql<{ id: string }[]>`
-    SELECT id FROM sessions
+  const stale = await rt.sql<{ id: string; task_id: string }[]>`
+    SELECT id, task_id FROM sessions
     WHERE state = 'STARTING' AND execution_id IS NULL AND updated_at < now() - make_interval(secs => ${bound / 1000})
     ORDER BY updated_at LIMIT 500`;
   let failed = 0;
-  for (const { id } of stale) {
+  for (const { id, task_id } of stale) {
     const done = await transact(rt, async (tx, emit) => {
-      const s = await lockSessionIfFree(tx, id);
+      // Task before session, the one lock order (ADR 0060); either busy: next pass.
+      const task = await lockTaskIfFree(tx, task_id);
+      const s = task ? await lockSessionIfFree(tx, id) : null;
       // Re-check under the guard: an admission may have attached an execution since the listing.
-      if (!s || s.state !== 'STARTING' || s.execution_id !== null) return false;
-      const task = (await getTask(tx, s.task_id))!;
+      if (!task || !s || s.state !== 'STARTING' || s.execution_id !== null) return false;
       await completeOpenTurns(tx, s.id, 'error');
       await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: 'the launch was lost before an agent started', reason: 'launch_lost' });
       if (!(await activeHoldOfTask(tx, task.id))) await reviewTaskIfNothingActive(tx, emit, task.id, 'launch_lost');
@@ -173,12 +174,13 @@ async function settleAdmittedStart(rt: OrchRuntime, suspect: Suspect): Promise<b
 
 async function markLost(rt: OrchRuntime, suspect: Suspect): Promise<boolean> {
   return transact(rt, async (tx, emit) => {
-    // A session held by a control action in flight is skipped this pass: waiting on it would
-    // stall the reconciliation of every other session behind one slow request.
-    const s = await lockSessionIfFree(tx, suspect.id);
+    // A session (or its task) held by a control action in flight is skipped this pass: waiting on it
+    // would stall the reconciliation of every other session behind one slow request. Task before
+    // session, the one lock order (ADR 0060): this may move the task to REVIEW.
+    const task = await lockTaskIfFree(tx, suspect.task_id);
+    const s = task ? await lockSessionIfFree(tx, suspect.id) : null;
     // Re-check under the guard: the session may have moved on since it was listed.
-    if (!s || s.execution_id !== suspect.execution_id || s.state !== suspect.state) return false;
-    const task = (await getTask(tx, s.task_id))!;
+    if (!task || !s || s.task_id !== task.id || s.execution_id !== suspect.execution_id || s.state !== suspect.state) return false;
     const end = sessionStateAfterExecutionEnd('lost', null);
     await completeOpenTurns(tx, s.id, 'error');
     await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: 'execution_lost' });

@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type TaskStatus } from '@kandev/contracts';
+import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type QueuedMessage, type TaskStatus } from '@kandev/contracts';
 import { recordAudit } from '../store/audit.js';
 import { request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
-import { senderContext, sessionIsIdle } from '../domain/messages.js';
+import { assertQueueHasRoom, senderContext, sessionIsIdle } from '../domain/messages.js';
+import { earlyRefusal, refusalError, sessionStartVerdict, StartRefusals, type LiveSessionPolicy } from '../domain/start.js';
+import { enqueue, queueSize } from '../store/queue.js';
 import { statusAfterFailedLaunch, statusOnSessionStart } from '../domain/transitions.js';
 import {
   activeSessionsOfTask,
@@ -23,10 +25,10 @@ import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
 import { getKey, insertAnsweredKey, type IdempotencyRef } from '../store/idempotency.js';
 import { assertKnownAgent } from './agents.js';
 import { requestHash } from './idempotency.js';
-import { drainQueue } from './message.js';
+import { drainQueue, emitQueueChanged } from './message.js';
 import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
-import { transact, type CallContext, type OrchRuntime } from './context.js';
+import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { recordTranscript } from './transcript.js';
 
 export interface StartedSession {
@@ -34,6 +36,36 @@ export interface StartedSession {
   turn_id: string | null;
   /** An Idempotency-Key retry: the session the first start made; nothing was launched. */
   replayed?: true;
+  /** A start of the task was already in flight (or, by the path's policy, a session live): this one joined it and launched nothing. */
+  joined?: true;
+  /** The prompt waits in the task's queue (`keep_prompt`): the joined session, or the task's first session after its hold, delivers it. */
+  queued?: QueuedMessage;
+}
+
+/** A `keep_prompt` start of a paused member: nothing started, the prompt waits in the task's queue (R-10.2). */
+export interface QueuedPrompt {
+  session: null;
+  turn_id: null;
+  queued: QueuedMessage;
+}
+
+export interface StartOptions {
+  actor: Actor;
+  task_id: string;
+  agent?: string | undefined;
+  prompt?: string | undefined;
+  sender_task_id?: string | null;
+  launch_key?: string;
+  /** B-7: the caller's Idempotency-Key; a retry with it answers the session the first start made and launches nothing. */
+  idempotency_key?: string | undefined;
+  /** What this path does when the task already has a live session (domain/start.ts); default `another`. */
+  live_session?: LiveSessionPolicy;
+  /**
+   * The prompt is a message that must not be lost (message_task_kandev): when the start is joined,
+   * or the task is held by a pause, it is stored in the task's queue in the same transaction, under
+   * the task's row lock, instead of being dropped (joined) or refused (paused).
+   */
+  keep_prompt?: boolean;
 }
 
 /** The session a start with this key already made, or null (a first start); the same key with another body is CONFLICT. */
@@ -51,39 +83,26 @@ async function replayedStart(tx: Tx | Sql, key: IdempotencyRef, hash: string): P
  * the execution when it registers (orch.execution.admit), which refuses it if a stop bumped the
  * fence meanwhile (B-1).
  */
-export async function startSession(
-  rt: OrchRuntime,
-  call: CallContext,
-  opts: {
-    actor: Actor;
-    task_id: string;
-    agent?: string | undefined;
-    prompt?: string | undefined;
-    sender_task_id?: string | null;
-    launch_key?: string;
-    /** B-7: the caller's Idempotency-Key; a retry with it answers the session the first start made and launches nothing. */
-    idempotency_key?: string | undefined;
-  },
-): Promise<StartedSession> {
+export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions & { keep_prompt: true }): Promise<StartedSession | QueuedPrompt>;
+export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions): Promise<StartedSession>;
+export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions): Promise<StartedSession | QueuedPrompt> {
   const turnId = opts.prompt ? randomUUID() : null;
-  // ADR 0026: launch admission, asked of lifecycle before any write and alongside the checks below
-  // (a burst's refusals answer in the time of the slower of the two, not their sum). A lifecycle
-  // queue that predicts too long a wait refuses with retry_after_s; nothing is written then: no
-  // STARTING session, no status change. Admitted, the answering instance holds a place for this
-  // execution id (it lapses on its own when a check below refuses the start). A retry of a keyed
-  // start that happened does not ask (it launches nothing).
+  // ADR 0026: launch admission, asked of lifecycle before any write. A lifecycle queue that predicts
+  // too long a wait refuses with retry_after_s; nothing is written then: no STARTING session, no
+  // status change. Admitted, the answering instance holds a place for this execution id. Asked only
+  // by a start the rule lets launch, under the task's row lock (ADR 0060): asked before the lock, a
+  // burst of starts of one task reserved a place each (20 wakeups: 20 places) and lifecycle refused
+  // the burst as busy, though all but one of them join and launch nothing. The lock is held for
+  // that one round trip; starts of one task are serialised by it anyway.
   const executionId = randomUUID();
-  let admission: Promise<unknown> | null = null;
-  const admit = () => {
-    admission ??= request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
-    admission.catch(() => undefined); // awaited below, unless a check refuses first
-    return admission;
-  };
-  if (!opts.idempotency_key && !opts.launch_key) void admit();
+  const admit = () => request(rt.nc, Life.reserveLaunch, { execution_id: executionId }, { requestId: call.requestId });
   // Validation before effects: everything checkable is checked before the first write.
-  const before = await getTask(rt.sql, opts.task_id);
+  const [before, heldBefore] = await Promise.all([getTask(rt.sql, opts.task_id), activeHoldOfTask(rt.sql, opts.task_id)]);
   if (!before) throw notFound('task not found');
-  if (before.archived_at) throw conflict('task is archived');
+  // The start rule on unlocked reads: a refusal here is final (the locked check below decides the
+  // rest), except a pause for a keep_prompt start, which stores its prompt under the lock.
+  const early = earlyRefusal({ task: before, hold: heldBefore });
+  if (early && !(opts.keep_prompt && opts.prompt && early.reason === StartRefusals.paused)) throw refusalError(early);
   const agent = opts.agent ?? before.agent ?? rt.env.DEFAULT_AGENT; // a task's agent never changes
   await assertKnownAgent(rt, call, agent);
   const context = await contextFor(rt.sql, opts.sender_task_id);
@@ -101,24 +120,36 @@ export async function startSession(
     const earlier = await sessionByLaunchKey(rt.sql, opts.launch_key);
     if (earlier) return { session: earlier, turn_id: null };
   }
-  await admit();
   const decided = await transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, opts.task_id);
     if (!locked) throw notFound('task not found');
     if (opts.launch_key) {
       const earlier = await sessionByLaunchKey(tx, opts.launch_key);
-      if (earlier) return { earlier } as const;
+      if (earlier) return { kind: 'answered', answer: { session: earlier, turn_id: null } } as const;
     }
     // B-7: read under the task's row lock, which the first start held until its session and key
     // were committed together: a concurrent retry waits here and then finds them.
     if (startKey) {
       const earlier = await replayedStart(tx, startKey, startHash);
-      if (earlier) return { earlier, replayed: true } as const;
+      if (earlier) return { kind: 'answered', answer: { session: earlier, turn_id: null, replayed: true } } as const;
     }
-    if (locked.archived_at) throw conflict('task is archived');
-    // B-1: no launch escapes a tree hold. Checked under the task's row lock, which a hold takes too.
-    const held = await activeHoldOfTask(tx, locked.id);
-    if (held) throw conflict(`task is held by a tree ${held.mode} hold`, { hold_id: held.hold_id, hold_mode: held.mode });
+    // The one start rule (domain/start.ts), under the task's row lock, which every start, stop and
+    // hold of the task takes first: B-1 (no launch escapes a hold), R-10.1 (none for a CANCELLED
+    // task) and coalescing (a start in flight is joined: its STARTING session, committed under this
+    // same lock, is visible to every start that gets the lock after it).
+    const [hold, live] = await Promise.all([activeHoldOfTask(tx, locked.id), activeSessionsOfTask(tx, locked.id)]);
+    const verdict = sessionStartVerdict({ task: locked, hold, live }, opts.live_session ?? 'another');
+    if (verdict.kind === 'refuse') {
+      if (opts.keep_prompt && opts.prompt && verdict.reason === StartRefusals.paused)
+        return { kind: 'answered', answer: { session: null, turn_id: null, queued: await keepPrompt(rt, tx, emit, locked, null, opts) } } as const;
+      throw refusalError(verdict);
+    }
+    if (verdict.kind === 'join') {
+      const queued = opts.keep_prompt && opts.prompt ? await keepPrompt(rt, tx, emit, locked, verdict.session.id, opts) : undefined;
+      if (!queued) await auditJoin(tx, locked, verdict.session, opts, call.requestId);
+      return { kind: 'answered', answer: { session: verdict.session, turn_id: null, joined: true, ...(queued ? { queued } : {}) } } as const;
+    }
+    await admit();
     const primary = !(await hasPrimarySession(tx, locked.id));
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
@@ -154,9 +185,9 @@ export async function startSession(
     });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
-    return { task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null };
+    return { kind: 'launch', task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null } as const;
   });
-  if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null, ...('replayed' in decided ? { replayed: true } : {}) };
+  if (decided.kind === 'answered') return decided.answer;
   const { task, session, epoch, previousStatus } = decided;
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
@@ -200,6 +231,34 @@ export async function startSession(
     );
     throw e;
   }
+}
+
+/** A joined start launched nothing; the control is still recorded (B-3), with the session it joined. */
+async function auditJoin(tx: Tx, task: TaskRow, joined: SessionRow, opts: StartOptions, requestId: string) {
+  await recordAudit(tx, {
+    task_id: task.id,
+    workspace_id: task.workspace_id,
+    action: 'session.start',
+    actor: actorLabel(opts.actor),
+    reason: null,
+    request_id: requestId,
+    outcome: 'joined',
+    details: { session_id: joined.id, ...(opts.launch_key ? { wakeup_id: opts.launch_key } : {}) },
+  });
+}
+
+/** A keep_prompt start that starts nothing: the prompt joins the task's queue (R-1.8 FIFO, bounded; R-10.2). */
+async function keepPrompt(rt: OrchRuntime, tx: Tx, emit: Emit, task: TaskRow, sessionId: string | null, opts: StartOptions): Promise<QueuedMessage> {
+  assertQueueHasRoom(await queueSize(tx, task.id), rt.env.QUEUE_LIMIT);
+  const m = await enqueue(tx, {
+    task_id: task.id,
+    session_id: sessionId,
+    prompt: opts.prompt!,
+    sender_task_id: opts.sender_task_id ?? null,
+    queued_by: actorLabel(opts.actor),
+  });
+  await emitQueueChanged(tx, emit, task, sessionId);
+  return m;
 }
 
 /**

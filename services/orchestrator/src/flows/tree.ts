@@ -70,7 +70,12 @@ async function activeWakeupCount(rt: OrchRuntime, call: CallContext, taskIds: re
 export async function previewTree(rt: OrchRuntime, call: CallContext, actor: Actor, taskId: string): Promise<TreePreview> {
   const root = await accessibleRoot(rt, actor, taskId);
   const tasks = await subtree(rt.sql, root.id);
-  const held = await activeHoldOfTasks(rt.sql, [root.id]);
+  // a hold on any member (a child's subtree paused) makes a pause or cancel of this tree
+  // refused, so preview shows it; a task is in at most one active hold, the root's covers them all.
+  const held = await activeHoldOfTasks(
+    rt.sql,
+    tasks.map((t) => t.id),
+  );
   const [active_wakeup_count, active_hold] = await Promise.all([
     activeWakeupCount(
       rt,

@@ -7,21 +7,25 @@ import { startSession } from './sessions.js';
 const DISPATCHER: Actor = { type: 'system', id: 'wakeup-dispatcher' };
 
 /**
- * An admitted wakeup becomes a session (POST /wakeups). Keyed by the wakeup id, so
- * an at-least-once dispatcher that retries finds the session it started. A task in an active
- * hold is refused under its row lock (B-1): the dispatcher records the hold's skip reason.
+ * An admitted wakeup becomes a session (POST /wakeups). Keyed by the wakeup id, so an
+ * at-least-once dispatcher that retries finds the session it started. The start rule decides under
+ * the task's row lock (domain/start.ts): a held or CANCELLED task is refused and the dispatcher
+ * records the rule's reason as the wakeup's skip reason (R-4.3, R-10.1); a task whose start is
+ * already in flight, or that already has a live session, is joined: wakeups of one task coalesce
+ * into one session (ADR 0060), and the wakeup finishes with the session it joined.
  */
 export async function launchForWakeup(rt: OrchRuntime, call: CallContext, req: RequestOf<typeof OrchTree.wakeupLaunch>) {
   const task = await getTask(rt.sql, req.task_id);
   if (!task) return { launched: false as const, hold_mode: null, reason: 'task not found' };
   const prompt = req.prompt ?? task.description ?? task.title;
   try {
-    const started = await startSession(rt, call, { actor: DISPATCHER, task_id: task.id, prompt, launch_key: req.wakeup_id });
-    return { launched: true as const, session_id: started.session.id };
+    const started = await startSession(rt, call, { actor: DISPATCHER, task_id: task.id, prompt, launch_key: req.wakeup_id, live_session: 'join' });
+    return { launched: true as const, session_id: started.session.id, ...(started.joined ? { joined: true } : {}) };
   } catch (e) {
     if (isKandevError(e) && e.code === 'CONFLICT') {
       const mode = (e.details?.hold_mode as HoldMode | undefined) ?? null;
-      return { launched: false as const, hold_mode: mode, reason: e.message };
+      const skip = typeof e.details?.reason === 'string' ? { skip_reason: e.details.reason } : {};
+      return { launched: false as const, hold_mode: mode, reason: e.message, ...skip };
     }
     throw e;
   }

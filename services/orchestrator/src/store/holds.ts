@@ -65,14 +65,19 @@ export async function getHold(q: Q, holdId: string): Promise<Hold | null> {
   return row ? { ...row, members: await membersOf(q, holdId) } : null;
 }
 
-/** The active hold one of these tasks is a member of, if any (a task is in at most one, R-4.8). */
+/**
+ * The active hold one of these tasks is a member of, if any (a task is in at most one, R-4.8): of
+ * several, the hold of the earliest task in `taskIds` (a subtree root first: its preview names the
+ * hold nearest its root).
+ */
 export async function activeHoldOfTasks(
   q: Q,
   taskIds: readonly string[],
 ): Promise<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string } | null> {
   const [row] = await q<{ hold_id: string; task_id: string; mode: HoldMode; root_task_id: string }[]>`
     SELECT m.hold_id, m.task_id, h.mode, h.root_task_id FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
-    WHERE m.task_id = ANY(${[...taskIds]}::uuid[]) AND m.active LIMIT 1`;
+    WHERE m.task_id = ANY(${[...taskIds]}::uuid[]) AND m.active
+    ORDER BY array_position(${[...taskIds]}::uuid[], m.task_id) LIMIT 1`;
   return row ?? null;
 }
 

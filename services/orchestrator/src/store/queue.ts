@@ -7,7 +7,7 @@ const COLS = 'id, task_id, session_id, position, prompt, sender_task_id, queued_
 
 export async function enqueue(
   tx: Tx,
-  m: { task_id: string; session_id: string; prompt: string; sender_task_id: string | null; queued_by: string },
+  m: { task_id: string; session_id: string | null; prompt: string; sender_task_id: string | null; queued_by: string },
 ): Promise<QueuedMessage> {
   const [row] = await tx.unsafe<QueuedMessage[]>(
     `INSERT INTO queued_messages (id, task_id, session_id, prompt, sender_task_id, queued_by) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${COLS}`,

@@ -52,6 +52,16 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
   return row ? norm(row) : null;
 }
 
+/**
+ * The task's row lock, or null at once when another transaction holds it: for background work (the
+ * reconciler) that must take the task before its session (the one lock order, ADR 0060) and must not
+ * queue behind a control action in flight. It tries again next pass.
+ */
+export async function lockTaskIfFree(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED`, [id], { prepare: true });
+  return row ? norm(row) : null;
+}
+
 /** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
 export async function bumpFenceLocked(tx: Tx, id: string): Promise<BumpedTask | null> {
   const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(
