@@ -84,16 +84,18 @@ describe.each(AGENTS)('turn cancel with %s', (agent) => {
     const pid = await eventually(async () => (await w.api.get(`/sessions/${session.id}`)).body.execution?.pid as number | undefined);
     const t0 = Date.now();
     const res = await w.api.post(`/sessions/${session.id}/cancel`);
-    expect(res.status).toBeGreaterThanOrEqual(500);
+    // R-10.5: the answer names the escalation it started (not a 503 that invites a retry).
+    expect(res.status).toBe(409);
+    expect(res.body.error).toMatchObject({ code: 'CONFLICT', details: { escalation: 'teardown', session_state: 'CANCELLED' } });
     expect(res.body.error.message).toMatch(/acknowledge/);
     expect(Date.now() - t0).toBeLessThan(5_000);
-    // Escalation: the execution is torn down and the session leaves its working state.
+    // Escalation: the execution is torn down and the session is CANCELLED as by a stop.
     await eventually(async () => !processAlive(pid), 10_000);
     const s = await eventually(async () => {
       const b = (await w.api.get(`/sessions/${session.id}`)).body;
-      return ['FAILED', 'CANCELLED', 'COMPLETED'].includes(b.state) ? b : null;
+      return b.execution === null ? b : null;
     });
-    expect(s.execution).toBeNull();
+    expect(s.state).toBe('CANCELLED');
   });
 });
 

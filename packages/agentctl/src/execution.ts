@@ -31,6 +31,8 @@ interface InFlightTurn {
   id: string;
   completion: Promise<AgentctlStopReason>;
   cancelRequested: boolean;
+  /** A cancel of this turn already went unacknowledged: a stop does not wait on the agent again. */
+  cancelIgnored: boolean;
   reported: boolean;
 }
 
@@ -47,6 +49,19 @@ function cutText(s: string, maxBytes: number): string {
   // A code point cut in half decodes as U+FFFD at the end: drop it.
   if (out.endsWith('\uFFFD')) out = out.slice(0, -1);
   return out;
+}
+
+/**
+ * How a stop spends its grace (R-10.5, ADR 0061): one deadline, `graceMs` from the stop, shared by
+ * the wait for the cancelled turn and the wait after SIGTERM; SIGKILL at the deadline. The turn gets
+ * at most half of it (and no more than the cancel timeout), so an agent that ignores the cancel
+ * still gets a SIGTERM and time to act on it; a turn whose cancel already went unacknowledged gets
+ * no wait at all. Before, the stop waited min(grace, cancel timeout) for the turn and then the
+ * whole grace again after SIGTERM: a stubborn agent lived twice the grace past its stop.
+ */
+export function stopSchedule(graceMs: number, cancelTimeoutMs: number, cancelIgnored: boolean): { cancelWaitMs: number } {
+  if (cancelIgnored || graceMs <= 0) return { cancelWaitMs: 0 };
+  return { cancelWaitMs: Math.min(cancelTimeoutMs, Math.ceil(graceMs / 2)) };
 }
 
 export class Execution {
@@ -108,7 +123,7 @@ export class Execution {
     }
     if (this.finishedTurns.has(turnId)) throw new AgentctlError('CONFLICT', `turn ${turnId} already ran`, { details: { turn_id: turnId } });
 
-    const turn: InFlightTurn = { id: turnId, completion: Promise.resolve('end_turn'), cancelRequested: false, reported: false };
+    const turn: InFlightTurn = { id: turnId, completion: Promise.resolve('end_turn'), cancelRequested: false, cancelIgnored: false, reported: false };
     this.turn = turn;
     this.state = 'running';
     this.events.emit({ type: 'turn_started', turn_id: turnId });
@@ -138,6 +153,7 @@ export class Execution {
           await this.requestCancel(turn);
           const stopReason = await this.settled(turn, this.options.cancelTimeoutMs);
           if (stopReason === undefined) {
+            turn.cancelIgnored = true;
             throw new AgentctlError('UNAVAILABLE', `agent did not acknowledge cancel within ${this.options.cancelTimeoutMs} ms`, {
               status: 504,
               details: { turn_id: turn.id },
@@ -175,7 +191,10 @@ export class Execution {
     }
   }
 
-  /** Cancel the turn (waiting no longer than the grace period), SIGTERM, and SIGKILL after graceMs. Idempotent. */
+  /**
+   * Cancel the turn, SIGTERM, SIGKILL: all within `graceMs` of this call (R-10.5). The grace is one
+   * deadline shared by the cancel wait and the SIGTERM wait (stopSchedule). Idempotent.
+   */
   stop(graceMs: number): Promise<AgentctlStopResponse> {
     this.stopping ??= this.runStop(graceMs);
     return this.stopping;
@@ -197,12 +216,15 @@ export class Execution {
   private async runStop(graceMs: number): Promise<AgentctlStopResponse> {
     this.state = 'stopping';
     yieldToControlPlane(this.adapter.pid);
+    const deadline = Date.now() + graceMs;
     const turn = this.turn;
     if (turn) {
+      const { cancelWaitMs } = stopSchedule(graceMs, this.options.cancelTimeoutMs, turn.cancelIgnored);
       await this.requestCancel(turn);
-      await this.settled(turn, Math.min(graceMs, this.options.cancelTimeoutMs));
+      if (cancelWaitMs > 0) await this.settled(turn, cancelWaitMs);
     }
-    const { how, exit } = await this.adapter.stop(graceMs);
+    // What is left of the grace, not the grace again: a stubborn agent is SIGKILLed at the deadline.
+    const { how, exit } = await this.adapter.stop(Math.max(0, deadline - Date.now()));
     if (this.turn) await this.settled(this.turn, TURN_SETTLE_AFTER_EXIT_MS);
     if (this.turn) this.finishTurn(this.turn, 'cancelled');
     this.state = 'exited';

@@ -279,6 +279,29 @@ export function describeProtocol(agent: ScriptedAgent): void {
       expect(await ctl.exited).toEqual({ code: 0, signal: null });
     });
 
+    it('R-10.5: a stubborn agent (ignores cancel and SIGTERM) is SIGKILLed within the grace, one deadline for the cancel wait and SIGTERM', async () => {
+      // A cancel timeout longer than the grace: before, the stop waited min(grace, cancel timeout)
+      // for the turn and then the whole grace again after SIGTERM (twice the grace).
+      const GRACE_MS = 1500;
+      const ctl = await startAgentctl(agent, ['--cancel-timeout-ms', '5000']);
+      const turnId = randomUUID();
+      await ctl.prompt(script([{ sleep_ms: 60_000 }], { ignore_cancel: true, ignore_sigterm: true }), turnId);
+      const started = performance.now();
+      const reply = await ctl.http('POST', '/api/v1/stop', { grace_ms: GRACE_MS });
+      const elapsed = performance.now() - started;
+      console.info(`[timing] ${agent}: stubborn agent stopped ${elapsed.toFixed(0)} ms after the stop (grace ${GRACE_MS} ms)`);
+      expect(AgentctlStopResponse.parse(reply.body)).toMatchObject({ how: 'killed', signal: 'SIGKILL', grace_ms: GRACE_MS });
+      expect(isAlive(ctl.agentPid)).toBe(false);
+      expect(elapsed).toBeGreaterThanOrEqual(GRACE_MS - 20);
+      // The SPEC bound (grace + 1 s) from the stop; the old schedule took at least twice the grace.
+      expect(elapsed).toBeLessThan(GRACE_MS + 1_000);
+      const agentEvents = readAgentEvents(ctl.eventsFile);
+      // It was asked both ways before the SIGKILL: the cancel, then SIGTERM (ignored).
+      expect(agentEvents.some((e) => e.method === cancelMethod)).toBe(true);
+      expect(agentEvents.some((e) => e.kind === 'sigterm_ignored')).toBe(true);
+      expect(await ctl.waitForEvent('turn_completed', (e) => e.turn_id === turnId)).toMatchObject({ stop_reason: 'cancelled' });
+    });
+
     it('reports usage with the script numbers and a unique usage_event_id', async () => {
       const ctl = await startAgentctl(agent, ['--execution-id', 'exec-usage']);
       const turnId = randomUUID();

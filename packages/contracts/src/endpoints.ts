@@ -13,6 +13,12 @@ export interface Endpoint<Req extends z.ZodType = z.ZodType, Res extends z.ZodTy
   readonly subject: string;
   readonly request: Req;
   readonly result: Res;
+  /**
+   * Sending it twice has the effect of sending it once (a control whose repeat finds its work done:
+   * stop, cancel, tree holds). The request client resends such a request once when the replica
+   * that took it is gone (B-6, ADR 0062, packages/runtime rpc.ts `resendOnce`).
+   */
+  readonly idempotent?: boolean;
 }
 /** An endpoint served by one particular instance (the owner of an execution). */
 export interface InstanceEndpoint<Req extends z.ZodType = z.ZodType, Res extends z.ZodType = z.ZodType> {
@@ -29,6 +35,8 @@ export const endpoint = <Req extends z.ZodType, Res extends z.ZodType>(name: str
   request,
   result,
 });
+/** Marks a control idempotent (see Endpoint.idempotent): what a replica's death may have cut short is sent again, once. */
+export const idempotent = <E extends Endpoint>(e: E): E => ({ ...e, idempotent: true });
 export const instanceEndpoint = <Req extends z.ZodType, Res extends z.ZodType>(
   service: string,
   name: string,
@@ -104,8 +112,12 @@ export const Orch = {
     z.object({ actor: Actor, session_id: id, prompt, idempotency_key: idempotencyKey }),
     z.object({ turn_id: id, replayed: z.boolean().optional() }),
   ),
-  agentCancel: endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
-  taskStop: endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult),
+  /** Idempotent: a repeat finds no turn in flight (a successful no-op, R-3.4). */
+  agentCancel: idempotent(
+    endpoint('orch.agent.cancel', z.object({ actor: Actor, session_id: id, reason }), z.object({ success: z.literal(true), session_id: id })),
+  ),
+  /** Idempotent: a repeat stops nothing twice (R-2.6). */
+  taskStop: idempotent(endpoint('orch.task.stop', z.object({ actor: Actor, task_id: id, reason }), TaskStopResult)),
   taskExecutions: endpoint('orch.task.executions', z.object({ actor: Actor, task_id: id }), z.array(RegistryEntryView)),
   taskQueue: endpoint('orch.task.queue', z.object({ actor: Actor, task_id: id }), z.array(QueuedMessage)),
   /** DELETE /tasks/:id/queue/:message_id: the removed message; NOT_FOUND when it is not (or no longer) queued. */
@@ -149,7 +161,10 @@ export const McpStopResult = z.object({ task_id: id, status: z.enum(['stopped', 
 export const McpMessageResult = z.object({ task_id: id, session_id: id.nullable(), status: z.enum(['queued', 'sent', 'started']) });
 
 export const OrchMcp = {
-  stopChildTask: endpoint('orch.mcp.stop_child_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),
+  /** Idempotent: a repeat answers `not_running` and changes nothing (R-1.5). */
+  stopChildTask: idempotent(
+    endpoint('orch.mcp.stop_child_task', z.object({ caller_task_id: callerTaskId, agent_token: agentToken, task_id: id }), McpStopResult),
+  ),
   messageTask: endpoint(
     'orch.mcp.message_task',
     z.object({

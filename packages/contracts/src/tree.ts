@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { Actor } from './envelope.js';
 import { CostSummary, Hold, Wakeup } from './entities.js';
 import { HoldMode, TaskStatus } from './enums.js';
-import { endpoint } from './endpoints.js';
+import { endpoint, idempotent } from './endpoints.js';
 import { Limits, storableObject, text } from './text.js';
 
 /**
@@ -36,10 +36,12 @@ const HoldResult = z.object({ hold: Hold });
 
 export const OrchTree = {
   preview: endpoint('orch.tree.preview', z.object({ actor: Actor, task_id: id }), TreePreview),
-  pause: endpoint('orch.tree.pause', TreeCommand, HoldResult),
-  resume: endpoint('orch.tree.resume', TreeCommand, HoldResult),
-  cancel: endpoint('orch.tree.cancel', TreeCommand, HoldResult),
-  restore: endpoint('orch.tree.restore', TreeCommand, HoldResult),
+  // Idempotent in effect (B-6, ADR 0062): a repeat holds or releases nothing twice; it answers
+  // CONFLICT (already held, nothing to release) where the first one was applied.
+  pause: idempotent(endpoint('orch.tree.pause', TreeCommand, HoldResult)),
+  resume: idempotent(endpoint('orch.tree.resume', TreeCommand, HoldResult)),
+  cancel: idempotent(endpoint('orch.tree.cancel', TreeCommand, HoldResult)),
+  restore: idempotent(endpoint('orch.tree.restore', TreeCommand, HoldResult)),
   /** A task and its ancestors, root first (the holds service's cost projection needs the path). */
   lineage: endpoint('orch.task.lineage', z.object({ actor: Actor, task_id: id }), z.array(z.object({ id, workspace_id: id, parent_id: id.nullable() }))),
   /**

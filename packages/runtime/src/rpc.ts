@@ -25,7 +25,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import type { Logger } from './log.js';
-import { SpanKind, extractTrace, inSpan, injectTrace } from './tracing.js';
+import { SpanKind, extractTrace, inSpan, injectTrace, trace } from './tracing.js';
 import { messagingSpanOf } from './semconv.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
@@ -397,7 +397,7 @@ export async function request<E extends Endpoint>(
     const maxPayload = nc.info?.max_payload;
     if (maxPayload && data.length > maxPayload - HEADER_ALLOWANCE)
       throw validationError(`request for ${endpoint.name} is too large`, { bytes: data.length, limit: maxPayload - HEADER_ALLOWANCE });
-    const msg = await send(nc, endpoint, data, h, timeout);
+    const msg = await resendOnce(nc, endpoint, data, h, timeout);
     let body: unknown;
     try {
       body = JSON.parse(dec.decode(msg.data));
@@ -411,6 +411,32 @@ export async function request<E extends Endpoint>(
     return reply.result;
   });
 }
+
+/**
+ * B-6 (ADR 0062): an idempotent control (`endpoint.idempotent`: stop, cancel, tree holds) whose
+ * replica is gone — nobody serves it, or the replica that accepted it died or fell silent
+ * mid-request (ADR 0044's UNAVAILABLE) — is sent once more, within what is left of its deadline,
+ * to the replicas still there. Sending it twice has the effect of sending it once, so a replica's
+ * death costs its caller nothing. Anything else fails as it did; a non-idempotent request is never
+ * resent (its first attempt may have applied).
+ */
+async function resendOnce(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h: MsgHdrs, timeout: number): Promise<Msg> {
+  if (!endpoint.idempotent) return send(nc, endpoint, data, h, timeout);
+  const started = performance.now();
+  try {
+    return await send(nc, endpoint, data, h, timeout);
+  } catch (e) {
+    const left = Math.floor(timeout - (performance.now() - started));
+    if (!replicaGone.has(e as object) || left < RESEND_MIN_MS) throw e;
+    trace.getActiveSpan()?.addEvent('resend', { 'kandev.resend_reason': (e as Error).message, 'kandev.resend_left_ms': left });
+    return send(nc, endpoint, data, h, left);
+  }
+}
+/** A resend needs time for a receipt, a decision and its reply. */
+const RESEND_MIN_MS = 500;
+/** Errors of `send` that mean the replica serving the request is gone (resendOnce). */
+const replicaGone = new WeakSet<object>();
+const gone = (e: KandevError): KandevError => (replicaGone.add(e), e);
 
 /** How often a request that met "no responders" right after a reconnect is sent again. */
 const NO_RESPONDERS_RETRY_MS = 50;
@@ -466,7 +492,7 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
           await new Promise((r) => setTimeout(r, NO_RESPONDERS_RETRY_MS));
           continue;
         }
-        throw unavailable(`no ${endpoint.name} responder`, new NoRespondersError(endpoint.subject));
+        throw gone(unavailable(`no ${endpoint.name} responder`, new NoRespondersError(endpoint.subject)));
       }
       // Receipt and heartbeats until the reply. Silence while this side's own link is down is NATS
       // restarting, not the handler dying: the reply follows the reconnect (ADR 0014).
@@ -480,10 +506,10 @@ async function send(nc: NatsConnection, endpoint: Endpoint, data: Uint8Array, h:
           if (msg) continue;
           if (leftNow() <= 0) throw timedOut();
         }
-        throw unavailable(`${endpoint.name} responder went silent for ${SILENCE_MS} ms after accepting the request (its replica stopped?)`);
+        throw gone(unavailable(`${endpoint.name} responder went silent for ${SILENCE_MS} ms after accepting the request (its replica stopped?)`));
       }
       if (isNoRespondersStatus(msg))
-        throw unavailable(`${endpoint.name} responder's replica is gone: its NATS connection closed after it accepted the request`);
+        throw gone(unavailable(`${endpoint.name} responder's replica is gone: its NATS connection closed after it accepted the request`));
       return msg;
     }
   } catch (e) {

@@ -21,6 +21,8 @@ import {
 } from './helpers.js';
 
 const CANCEL_TIMEOUT_MS = 1500;
+/** Longer than the time the agent got to acknowledge: the teardown's grace does not add to it. */
+const GRACE_MS = 2000;
 
 describe('turn cancel (R-3, B-2)', () => {
   let nats: TestNats;
@@ -34,7 +36,7 @@ describe('turn cancel (R-3, B-2)', () => {
     nc = await natsClient(nats.url, 'cancel-test');
     await FakeOrchestrator.start(nc);
     events = new EventLog(nc);
-    life = await startLifecycle(nats.url, 'life-a', stateDir, { CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS) });
+    life = await startLifecycle(nats.url, 'life-a', stateDir, { CANCEL_TIMEOUT_MS: String(CANCEL_TIMEOUT_MS), TEARDOWN_GRACE_MS: String(GRACE_MS) });
   });
   afterAll(async () => {
     await life?.stop();
@@ -114,21 +116,32 @@ describe('turn cancel (R-3, B-2)', () => {
     await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
   });
 
-  it('an agent ignoring cancel: UNAVAILABLE within about the cancel timeout, then escalation tears it down (R-3.4, R-6.3)', async () => {
-    const { exec, turnId } = await runningTurn('scripted-acp', script([{ sleep_ms: 60_000 }], { ignore_cancel: true }));
+  it('an agent ignoring cancel (and SIGTERM): CONFLICT naming the escalation within about the cancel timeout, then SIGKILL within the grace + 1 s of that answer (R-3.4, R-10.5)', async () => {
+    const { exec, turnId } = await runningTurn('scripted-acp', script([{ sleep_ms: 60_000 }], { ignore_cancel: true, ignore_sigterm: true }));
     const t0 = performance.now();
     await expect(cancelAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId })).rejects.toMatchObject({
-      code: 'UNAVAILABLE',
-      message: expect.stringContaining('agent did not acknowledge cancel'),
+      code: 'CONFLICT',
+      message: expect.stringContaining('being torn down'),
+      details: { escalation: 'teardown', reason: 'cancel_unacknowledged', execution_id: exec.execution_id, turn_id: turnId, grace_ms: GRACE_MS },
     });
     const unackMs = performance.now() - t0;
+    // The answer is the logical end of the agent: from it, the grace (one deadline) and 1 s at most.
+    const gone = await eventually(
+      () => (processGone(exec.pid!) ? performance.now() : null),
+      (t) => t !== null,
+      GRACE_MS + 10_000,
+      10,
+    );
+    const killMs = gone! - t0 - unackMs;
+    console.info(`[timing] stubborn agent gone ${killMs.toFixed(0)} ms after the unacknowledged cancel's answer (grace ${GRACE_MS} ms)`);
+    expect(killMs).toBeLessThan(GRACE_MS + 1_000);
     console.info(`[timing] unacknowledged cancel answered after ${unackMs.toFixed(0)} ms (cancel timeout ${CANCEL_TIMEOUT_MS} ms)`);
     expect(unackMs).toBeGreaterThanOrEqual(CANCEL_TIMEOUT_MS - 100);
     expect(unackMs).toBeLessThan(CANCEL_TIMEOUT_MS + 3_000);
 
     const stopped = await events.waitFor('execution.stopped', (e) => e.data.execution_id === exec.execution_id);
     console.info(`[timing] escalation stopped the execution ${(performance.now() - t0).toFixed(0)} ms after the cancel`);
-    expect(stopped.data).toMatchObject({ reason: 'cancel_unacknowledged', how: expect.stringMatching(/^(graceful|killed)$/), pid: exec.pid });
+    expect(stopped.data).toMatchObject({ reason: 'cancel_unacknowledged', how: 'killed', grace_ms: GRACE_MS, pid: exec.pid });
     expect(processGone(exec.pid!)).toBe(true);
     expect(processGone(exec.agentctl_pid!)).toBe(true);
     // The key goes right after the event (deleted once execution.stopped is out).

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { eventually } from '@kandev/testkit';
 import { decideCancel } from '../src/domain/cancel.js';
 import { abandonLaunch } from '../src/domain/launch.js';
-import { leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, stoppedEventId, teardownGrace } from '../src/domain/teardown.js';
+import { backstopDelayMs, leftoversToReport, shutdownGrace, stopHow, stopRequestTimeoutMs, stoppedEventId, teardownGrace } from '../src/domain/teardown.js';
 import { promptAccepted, promptRefusal, turnCompleted, turnStarted, type TurnView } from '../src/domain/turns.js';
 import { StateFile } from '../src/store/state-file.js';
 import { refreshSliceOf, refreshSlices } from '../src/domain/liveness.js';
@@ -100,8 +100,12 @@ describe('teardown rules (R-6.3, B-4)', () => {
     expect(shutdownGrace(2000, 10_000)).toBe(2000);
     expect(shutdownGrace(5000, 9000)).toBe(3000);
   });
-  it('gives agentctl time to cancel, wait the grace and kill before calling it silent', () => {
-    expect(stopRequestTimeoutMs(1000)).toBeGreaterThan(2 * 1000);
+  it('gives agentctl its one grace deadline and the kill before calling it silent; the backstop fires just after the deadline (R-10.5)', () => {
+    expect(stopRequestTimeoutMs(1000)).toBeGreaterThan(1000 + 1000);
+    expect(stopRequestTimeoutMs(1000)).toBeLessThan(2 * 1000 + 3_000);
+    expect(backstopDelayMs(2000)).toBeGreaterThan(2000);
+    // The SPEC bound is the grace + 1 s: the backstop leaves most of that second for the signal to land.
+    expect(backstopDelayMs(2000)).toBeLessThanOrEqual(2000 + 500);
   });
   it('reports each leftover of this instance once, from the state file and the registry', () => {
     const entry = (id: string, instance: string): Execution => ({

@@ -124,16 +124,36 @@ describe('orch.agent.cancel', () => {
     await expect(cancel(s.id)).rejects.toMatchObject({ code: 'CONFLICT', message: 'agent not running' });
   });
 
-  it('passes an unacknowledged cancel on as an error', async () => {
+  it('R-10.5: an unacknowledged cancel answers the escalation (CONFLICT, the agent is being torn down) and is recorded as a stop, not a crash', async () => {
     const ws = await h.workspace();
     const task = await h.task(ws.id, 't');
     const s = await h.startSession(task.id, 'x');
     h.life.cancelBehaviour = 'timeout';
     try {
-      await expect(cancel(s.id)).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+      await expect(cancel(s.id)).rejects.toMatchObject({
+        code: 'CONFLICT',
+        message: expect.stringContaining('being torn down'),
+        details: { escalation: 'teardown', reason: 'cancel_unacknowledged', session_id: s.id, session_state: 'CANCELLED', grace_ms: 500 },
+      });
     } finally {
       h.life.cancelBehaviour = 'cancel';
     }
+    // The stop pipeline's writes: CANCELLED with its fixed reason, the turn closed cancelled, and the
+    // task through R-1.4's guarded REVIEW (it was IN_PROGRESS, no other session working).
+    const [row] = await h.sql<{ state: string; cancel_reason: string | null; error_message: string | null }[]>`
+      SELECT state, cancel_reason, error_message FROM orchestrator.sessions WHERE id = ${s.id}`;
+    expect(row).toEqual({ state: 'CANCELLED', cancel_reason: 'cancel_unacknowledged', error_message: null });
+    const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
+    expect(detail.turns.at(-1)!.stop_reason).toBe('cancelled');
+    const t = await request(h.nc, Orch.taskGet, { actor: operator, task_id: task.id });
+    expect(t.status).toBe('REVIEW');
+    const [audit] = await h.sql<{ outcome: string; details: Record<string, unknown> }[]>`
+      SELECT outcome, details FROM orchestrator.audit_log WHERE task_id = ${task.id} AND action = 'agent.cancel'`;
+    expect(audit).toMatchObject({ outcome: 'escalated', details: { session_id: s.id, escalation: 'teardown' } });
+    // The execution's end, when it comes, finds the session already CANCELLED: no crash path.
+    const [ev] = await h.sql<{ payload: { data: Record<string, unknown> } }[]>`
+      SELECT payload FROM orchestrator.outbox WHERE payload->>'type' = 'session.state_changed' AND payload->>'session_id' = ${s.id} AND payload->'data'->>'to' = 'CANCELLED'`;
+    expect(ev!.payload.data).toMatchObject({ from: 'RUNNING', reason: 'cancel_unacknowledged' });
   });
 
   it("an owner that never answers (died mid-cancel) holds the session for LIFECYCLE_CANCEL_WAIT_MS, not the caller's deadline", async () => {

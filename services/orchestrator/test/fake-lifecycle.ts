@@ -111,7 +111,21 @@ export class FakeLifecycle {
         if (this.onCancel) await this.onCancel(req);
         const e = this.registry.get(req.execution_id);
         if (!e || e.status !== 'RUNNING') return { cancelled: false, turn_id: null, stop_reason: null, reason: 'no_active_turn' };
-        if (this.cancelBehaviour === 'timeout') throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');
+        if (this.cancelBehaviour === 'timeout') {
+          // As the lifecycle answers (services/lifecycle flows/turns.ts): an interrupt's cancel
+          // (escalate: false) is UNAVAILABLE; an operator's cancel escalates to a teardown and says so.
+          if (req.escalate === false) throw new KandevError('UNAVAILABLE', 'agent did not acknowledge cancel');
+          e.status = 'STOPPING';
+          await this.save(e);
+          throw new KandevError('CONFLICT', 'agent did not acknowledge the cancel within 1000 ms; it is being torn down', {
+            escalation: 'teardown',
+            reason: 'cancel_unacknowledged',
+            execution_id: e.execution_id,
+            turn_id: e.turn_id,
+            grace_ms: 500,
+            cancel_timeout_ms: 1000,
+          });
+        }
         if (this.cancelBehaviour === 'hang') {
           await new Promise<void>((r) => this.hung.push(r));
           throw new KandevError('UNAVAILABLE', 'released');

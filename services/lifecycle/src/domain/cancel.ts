@@ -14,3 +14,24 @@ export function decideCancel(current: { status: ExecutionStatus; turn_id: string
   if (requestedTurnId && requestedTurnId !== current.turn_id) return { kind: 'turn_mismatch', current: current.turn_id, requested: requestedTurnId };
   return { kind: 'cancel', turnId: current.turn_id };
 }
+
+/**
+ * An operator's cancel the agent did not acknowledge within the cancel timeout escalates to a
+ * teardown (R-3.4, R-6.3). The answer says so (R-10.5): CONFLICT with these details, never an
+ * UNAVAILABLE that invites a retry of a cancel whose agent is already going.
+ */
+export const CANCEL_ESCALATION = { escalation: 'teardown', reason: 'cancel_unacknowledged' } as const;
+
+export interface CancelEscalationDetails {
+  escalation: 'teardown';
+  reason: 'cancel_unacknowledged';
+  execution_id: string;
+  turn_id: string;
+  grace_ms: number;
+  cancel_timeout_ms: number;
+  [k: string]: unknown;
+}
+
+export function cancelEscalation(o: { executionId: string; turnId: string; graceMs: number; cancelTimeoutMs: number }): CancelEscalationDetails {
+  return { ...CANCEL_ESCALATION, execution_id: o.executionId, turn_id: o.turnId, grace_ms: o.graceMs, cancel_timeout_ms: o.cancelTimeoutMs };
+}

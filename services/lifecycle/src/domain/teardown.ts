@@ -55,11 +55,22 @@ export function stopHow(o: StopObservation): StopHow {
 }
 
 /**
- * HTTP budget for `POST /api/v1/stop`: agentctl first lets the turn cancel (up to the grace), then
- * SIGTERM → grace → SIGKILL, then waits briefly for the turn to report; beyond that it is silent.
+ * HTTP budget for `POST /api/v1/stop`: agentctl spends the grace as one deadline (the turn's cancel,
+ * then SIGTERM, SIGKILL at the deadline: R-10.5, ADR 0061), then waits briefly for the turn to
+ * report; beyond that it is silent, and what is left of the agent is SIGKILLed directly.
  */
 export function stopRequestTimeoutMs(graceMs: number): number {
-  return 2 * graceMs + 3_000;
+  return graceMs + 3_000;
+}
+
+/**
+ * How long after the start of a teardown the lifecycle SIGKILLs an agent that is still there
+ * itself (R-10.5: gone within the grace + 1 s of its logical cancel). agentctl's own SIGKILL is due
+ * at the grace; this is the backstop for an agentctl that is late, leaving it BACKSTOP_SLACK_MS.
+ */
+export const BACKSTOP_SLACK_MS = 300;
+export function backstopDelayMs(graceMs: number): number {
+  return graceMs + BACKSTOP_SLACK_MS;
 }
 
 /**

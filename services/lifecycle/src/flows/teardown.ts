@@ -1,11 +1,19 @@
 import { childProcesses, isAlive, processTree, type ProcessRef } from '@kandev/agentctl/process-tree';
-import { settledOrAfter, terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
+import { settledOrAfter, signalProcesses, terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
 import type { StoppingCpu } from '../isolation/stopping-cpu.js';
-import { stopHow, stopRequestTimeoutMs, stoppedEvent, stoppedEventId, type StopObservation, type TeardownRequest } from '../domain/teardown.js';
+import {
+  backstopDelayMs,
+  stopHow,
+  stopRequestTimeoutMs,
+  stoppedEvent,
+  stoppedEventId,
+  type StopObservation,
+  type TeardownRequest,
+} from '../domain/teardown.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { StateFile } from '../store/state-file.js';
@@ -67,19 +75,27 @@ export class TeardownExecutor {
       agentctlDied: req.agentctlDied,
     };
     let exit: ProcessExit = x.agentExit ?? { code: null, signal: null };
+    // One deadline for the whole grace (R-10.5, ADR 0061): whoever signals, the agent is SIGKILLed
+    // by `deadline`, and the lifecycle's backstop makes sure of it should agentctl be late.
+    const deadline = Date.now() + req.graceMs;
+    const left = () => Math.max(0, deadline - Date.now());
     if (!obs.exitedOnItsOwn) {
       if (x.client && !x.agentctl.exitInfo) {
         lowerStopping(x, this.deps.stoppingCpu);
+        const backstop = this.backstop(x, req.graceMs, log);
         try {
           const r = await x.client.stop(req.graceMs, stopRequestTimeoutMs(req.graceMs));
           obs.agentctlHow = r.how;
           exit = { code: r.exit_code, signal: r.signal };
         } catch (e) {
           log.warn({ err: e, status: e instanceof AgentctlHttpError ? e.status : null }, 'agentctl did not stop the agent; signalling it directly');
-          obs.killedByUs = await this.killDirectly(x, req.graceMs, log);
+          obs.killedByUs = await this.killDirectly(x, left(), log);
+        } finally {
+          if (backstop.fired()) obs.killedByUs = true;
+          backstop.clear();
         }
       } else {
-        obs.killedByUs = await this.killDirectly(x, req.graceMs, log);
+        obs.killedByUs = await this.killDirectly(x, left(), log);
       }
     }
     const confirmed = await this.reconcile(x, log);
@@ -119,6 +135,26 @@ export class TeardownExecutor {
     const agents = this.agentRefs(x);
     const r = await terminate([...agents, x.agentctl.ref], this.schedule(x, log, { graceMs }));
     return r.killed.some((k) => agents.some((a) => a.pid === k.pid));
+  }
+
+  /**
+   * R-10.5: agentctl SIGKILLs its agent at the grace deadline, but agentctl runs below the control
+   * plane once stopping (ADR 0027, 0046) and on a loaded node its timer can be late. Shortly after
+   * the deadline the lifecycle sends SIGKILL itself to whatever of the agent is still there (its
+   * process group, as every signal of terminate.ts); agentctl sees its agent exit and answers.
+   */
+  private backstop(x: LiveExecution, graceMs: number, log: Logger): { fired(): boolean; clear(): void } {
+    let fired = false;
+    const timer = setTimeout(() => {
+      const agents = this.agentRefs(x).filter(isAlive);
+      if (agents.length === 0) return;
+      const reached = signalProcesses(agents, 'SIGKILL');
+      if (reached.length === 0) return;
+      fired = true;
+      log.warn({ pids: reached.map((p) => p.pid), grace_ms: graceMs }, 'agent outlived its grace deadline with agentctl still stopping it; killed');
+    }, backstopDelayMs(graceMs));
+    timer.unref();
+    return { fired: () => fired, clear: () => clearTimeout(timer) };
   }
 
   /** The agent as we know it, or (launch not finished) whatever agentctl has spawned. */

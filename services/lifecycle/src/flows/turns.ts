@@ -1,6 +1,6 @@
 import { conflict, unavailable, type Life, type RequestOf, type ResultOf } from '@kandev/contracts';
 import { AgentctlHttpError, AgentctlUnreachable } from '../agentctl/client.js';
-import { decideCancel } from '../domain/cancel.js';
+import { CANCEL_ESCALATION, cancelEscalation, decideCancel } from '../domain/cancel.js';
 import { promptAccepted, promptRefusal } from '../domain/turns.js';
 import type { LiveExecution } from '../live-execution.js';
 import type { Executions } from './context.js';
@@ -63,9 +63,20 @@ export async function cancelTurn(ctx: Executions, x: LiveExecution, req: Request
       { err: e, turn_id: decision.turnId, escalate },
       escalate ? 'agent did not acknowledge cancel; tearing down' : 'agent did not acknowledge cancel',
     );
-    if (escalate) void ctx.teardowns.teardown(x, { reason: 'cancel_unacknowledged', graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
-    if (silent) throw unavailable(`agent did not acknowledge cancel within ${env.CANCEL_TIMEOUT_MS} ms`, e);
-    throw unavailable(`cancel failed: ${(e as Error).message}`, e);
+    if (!escalate) {
+      if (silent) throw unavailable(`agent did not acknowledge cancel within ${env.CANCEL_TIMEOUT_MS} ms`, e);
+      throw unavailable(`cancel failed: ${(e as Error).message}`, e);
+    }
+    // R-10.5: the answer says what happens next. The agent is being torn down (its grace is one
+    // deadline from now), so this is no failure to retry (not UNAVAILABLE): a CONFLICT naming the
+    // escalation, which the orchestrator records as a stop of the session (ADR 0061).
+    void ctx.teardowns.teardown(x, { reason: CANCEL_ESCALATION.reason, graceMs: env.TEARDOWN_GRACE_MS, orphaned: false });
+    throw conflict(
+      silent
+        ? `agent did not acknowledge the cancel within ${env.CANCEL_TIMEOUT_MS} ms; it is being torn down`
+        : `cancel failed (${(e as Error).message}); the agent is being torn down`,
+      cancelEscalation({ executionId: x.id, turnId: decision.turnId, graceMs: env.TEARDOWN_GRACE_MS, cancelTimeoutMs: env.CANCEL_TIMEOUT_MS }),
+    );
   }
   if (!answer.cancelled) return { cancelled: false, turn_id: null, stop_reason: null, reason: answer.reason };
   // The reply and agentctl's turn_completed line race; whichever comes first completes the turn.

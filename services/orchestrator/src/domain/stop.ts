@@ -6,6 +6,8 @@ export const StopReasons = {
   operatorStop: 'stopped_by_operator',
   treePause: 'tree_paused',
   treeCancel: 'tree_cancelled',
+  /** An operator's turn cancel the agent did not acknowledge: the lifecycle tears it down. */
+  cancelUnacknowledged: 'cancel_unacknowledged',
 } as const;
 export type StopReason = (typeof StopReasons)[keyof typeof StopReasons];
 const STOP_REASONS: readonly string[] = Object.values(StopReasons);

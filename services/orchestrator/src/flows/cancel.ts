@@ -1,15 +1,21 @@
-import { actorLabel, conflict, isActiveSession, isKandevError, Life, notFound, type Actor } from '@kandev/contracts';
-import { request } from '@kandev/runtime';
+import { actorLabel, conflict, isActiveSession, isKandevError, KandevError, Life, notFound, type Actor } from '@kandev/contracts';
+import { buildEvent, request, transaction } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
-import { sessionStateAfterTurn } from '../domain/transitions.js';
+import { mayMoveToReview, sessionStateAfterTurn } from '../domain/transitions.js';
+import { StopReasons, type StopPlan } from '../domain/stop.js';
 import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, setQueuePaused, setSessionState } from '../store/sessions.js';
-import { toSession } from '../store/rows.js';
+import { lockTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
+import { toSession, toTask, type SessionRow } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { emitAgentCancelled } from './changes.js';
-import { afterReply, mark, transactPublishLater, type CallContext, type OrchRuntime } from './context.js';
+import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type OrchRuntime } from './context.js';
+import { acceptStops } from './stop.js';
+
+/** The lifecycle's answer to a cancel it escalated (services/lifecycle domain/cancel.ts): the agent is being torn down. */
+const isEscalation = (e: unknown): e is KandevError => isKandevError(e) && e.code === 'CONFLICT' && e.details?.escalation === 'teardown';
 
 /**
  * R-3: cancel the in-flight turn without killing the agent. Runs under the per-session guard,
@@ -40,12 +46,30 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       if (!s) throw notFound('session not found');
       task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
       if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
-      const res = await request(
-        rt.nc,
-        Life.cancel.at(s.instance_id),
-        { execution_id: s.execution_id, turn_id: s.open_turn_id },
-        { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
-      );
+      let res;
+      try {
+        res = await request(
+          rt.nc,
+          Life.cancel.at(s.instance_id),
+          { execution_id: s.execution_id, turn_id: s.open_turn_id },
+          { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
+        );
+      } catch (e) {
+        if (!isEscalation(e)) throw e;
+        // R-10.5: the agent did not acknowledge and its owner is tearing it down. That is a stop of
+        // the session, recorded as the stop pipeline records one (CANCELLED with a fixed reason, the
+        // open turn closed, its questions detached), not the crash the execution's end would
+        // otherwise read as. The teardown is already under way at the owner: none is sent.
+        const plan: StopPlan = {
+          reason: StopReasons.cancelUnacknowledged,
+          cancel: [{ session_id: s.id, execution: { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id, listed: false } }],
+          halt: [],
+          gone: [],
+        };
+        const accepted = await acceptStops(tx, emit, plan, [s], s.workspace_id, actor);
+        await recordAudit(tx, { ...audit('escalated'), details: { session_id: sessionId, ...e.details } });
+        return { escalated: { s, error: e, cancelled: accepted.cancelled.length > 0 } };
+      }
       mark('cancel.answered');
       if (!res.cancelled) {
         await recordAudit(tx, audit('no_active_turn'));
@@ -69,14 +93,58 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
       return { s, res };
     });
+    if (result && 'escalated' in result && result.escalated) {
+      const { s, error, cancelled } = result.escalated;
+      log.warn({ task_id: s.task_id, execution_id: s.execution_id, details: error.details }, 'agent did not acknowledge the cancel; it is being torn down');
+      // The task follows the stop pipeline's rule (R-1.4), in a transaction of its own: this one
+      // held the session's guard, and the task's lock is taken before a session's, never after.
+      const review = cancelled
+        ? await reviewAfterEscalation(rt, s.task_id, actor).catch((err: unknown) => {
+            log.error({ err }, 'REVIEW transition after an escalated cancel failed; the stop stands');
+            return null;
+          })
+        : null;
+      afterReply(call, () => publish(review ? [review] : []));
+      throw conflict(error.message, { ...error.details, session_id: sessionId, session_state: 'CANCELLED' });
+    }
     if (result) log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
     // Committed: the reply goes first, the events once it is sent.
     afterReply(call, publish);
   } catch (e) {
+    if (isEscalation(e) && e.details?.session_state === 'CANCELLED') throw e; // committed and audited above
     const refusedBeforeLookup = task === null || (isKandevError(e) && (e.code === 'NOT_FOUND' || e.code === 'FORBIDDEN'));
     if (!refusedBeforeLookup)
       await recordAudit(rt.sql, audit(isKandevError(e) ? `error:${e.code}` : 'error')).catch((err) => log.warn({ err }, 'audit write failed'));
     throw e;
   }
   return { success: true as const, session_id: sessionId };
+}
+
+/**
+ * R-1.4's guarded REVIEW after an escalated cancel's stop: only from IN_PROGRESS or SCHEDULING, not
+ * archived, not office-managed, no other session of the task still working. The task row is locked
+ * first, then its sessions read. Returns the event it staged (the outbox row is written by
+ * review_after_stop itself), or null when the task stays as it is.
+ */
+async function reviewAfterEscalation(rt: OrchRuntime, taskId: string, actor: Actor) {
+  return transaction(rt.sql, async (tx) => {
+    const row = await lockTask(tx, taskId);
+    if (!row) return null;
+    const sessions = await tx.unsafe<Array<Pick<SessionRow, 'state'> & { at: string }>>(`SELECT state, now() AS at FROM sessions WHERE task_id = $1`, [taskId]);
+    if (
+      !mayMoveToReview(
+        row,
+        sessions.map((x) => x.state),
+      )
+    )
+      return null;
+    const at = sessions[0]?.at ?? new Date().toISOString();
+    const ev = buildEvent(
+      'task.state_changed',
+      { workspace_id: row.workspace_id, task_id: row.id, actor },
+      { task: toTask(reviewedRow(row, at)), from: row.status, to: 'REVIEW', reason: 'stopped' },
+    );
+    const reviewed = await reviewAfterStop(tx, taskId, outboxRow(ev));
+    return reviewed?.status === 'REVIEW' ? ev : null;
+  });
 }
