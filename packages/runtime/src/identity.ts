@@ -44,6 +44,19 @@ const ALG = 'EdDSA';
 
 export class BusIdentityError extends Error {}
 
+/**
+ * The public keys of the dev overlay's committed bus keys (deploy/overlays/dev): anyone can read
+ * their private halves, so a service whose own key is one of them refuses to start with
+ * NODE_ENV=production.
+ */
+export const DEV_ONLY_BUS_PUBLIC_KEYS: readonly string[] = [
+  'MCowBQYDK2VwAyEA5RgwjFscubTqt5cvTf5QWwI9nUCmsoSmvDP0816DOfk=',
+  'MCowBQYDK2VwAyEAXgZUoiL1PODdtUhNgPHB34vNZTAh09tQNALBPW9S8HI=',
+  'MCowBQYDK2VwAyEAzKocYW+VShGIp8NUPnIu0Xs1LpD9o12NHXERbJpb1cU=',
+  'MCowBQYDK2VwAyEAVg4WKNtbT7vaQYs+FxEkTqFJztngZK+qwBlMClUMmB8=',
+  'MCowBQYDK2VwAyEA/H7uLIADZVmn94jiBAECYjzF3mZR7H+/Gw9IdwVunAQ=',
+];
+
 /** A key pair for each service, as base64 DER: what npm start and the test kit generate. */
 export function generateBusKeys(services: readonly string[] = BUS_SERVICES): { privateKeys: Record<string, string>; publicKeys: string } {
   const privateKeys: Record<string, string> = {};
@@ -198,7 +211,10 @@ export function busIdentityFromEnv(service: string, env: Record<string, string |
     return null;
   }
   if (!priv || !pub) throw new BusIdentityError(`${priv ? BUS_PUBLIC_KEYS_ENV : BUS_KEY_ENV} is required with ${priv ? BUS_KEY_ENV : BUS_PUBLIC_KEYS_ENV}`);
-  return new BusIdentity(service, importPrivate(priv, BUS_KEY_ENV), parsePublicKeys(pub));
+  const key = importPrivate(priv, BUS_KEY_ENV);
+  if (production && DEV_ONLY_BUS_PUBLIC_KEYS.includes(createPublicKey(key).export({ format: 'der', type: 'spki' }).toString('base64')))
+    throw new BusIdentityError(`${BUS_KEY_ENV} is the dev overlay's committed key, refused with NODE_ENV=production`);
+  return new BusIdentity(service, key, parsePublicKeys(pub));
 }
 
 /** Removes this service's private bus key from an environment (runService: before any child can inherit it). */
