@@ -1,8 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
-import { connectNats, type NatsConnection } from '@kandev/runtime';
-import { eventually, procAlive, procStat, STACK_SERVICES, startAgentStack, type AgentStack, type StackOptions } from '@kandev/testkit';
+import { bindBusIdentity, busIdentityFromEnv, connectNats, type NatsConnection } from '@kandev/runtime';
+import { eventually, natsLogin, procAlive, procStat, STACK_SERVICES, startAgentStack, type AgentStack, type StackOptions } from '@kandev/testkit';
 import { monotonicNow, type AgentEvent } from '@kandev/testkit/agents/events';
 import { measure, summarize, type Stats } from './stats.js';
 
@@ -22,7 +22,10 @@ const running = new Set<BenchStack>();
 /** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<BenchStack> {
   const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env }, opts);
-  const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client' });
+  // The test observer's NATS user, signing as the gateway: the scenarios send operator requests on the bus (ADR 0055).
+  const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client', ...natsLogin(world.stack.nats) });
+  const gateway = busIdentityFromEnv('gateway', world.stack.busEnv('gateway'), false);
+  if (gateway) bindBusIdentity(nc, gateway);
   let stopped: Promise<void> | undefined;
   const b: BenchStack = {
     ...world,
@@ -182,7 +185,7 @@ export async function agentsEnded(b: BenchStack, agents: readonly AgentProcess[]
 
 /** Bare floors measured in the same run: a core NATS round trip and a loopback HTTP round trip. */
 export async function natsAndHttpFloor(b: BenchStack, iterations: number): Promise<{ nats: Stats; http: Stats; natsSamples: number[]; httpSamples: number[] }> {
-  const server = await connectNats({ url: b.stack.nats.url, name: 'bench-floor-responder' });
+  const server = await connectNats({ url: b.stack.nats.url, name: 'bench-floor-responder', ...natsLogin(b.stack.nats) });
   const body = new TextEncoder().encode('{"ok":true}');
   const sub = server.subscribe('bench.floor.ping', { callback: (_e, m) => void m.respond(body) });
   await server.flush();

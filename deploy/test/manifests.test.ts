@@ -156,6 +156,27 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
     }
     expect(problems).toEqual([]);
   });
+
+  it('gives each service its own NATS password and bus key, and every service the bus public keys (ADR 0054, 0055)', () => {
+    const problems: string[] = [];
+    for (const w of workloads(objs)) {
+      for (const c of w.spec.template.spec.containers) {
+        if (!ENV_SCHEMAS[c.name]) continue;
+        const ref = (name: string) => (c.env ?? []).find((e: { name: string }) => e.name === name)?.valueFrom?.secretKeyRef;
+        const want: Array<[string, string, string]> = [
+          ['NATS_PASS', 'kandev-nats-users', c.name],
+          ['KANDEV_BUS_KEY', 'kandev-bus-keys', c.name],
+          ['KANDEV_BUS_PUBLIC_KEYS', 'kandev-bus-keys', 'public-keys'],
+        ];
+        for (const [name, secret, key] of want) {
+          const r = ref(name);
+          // kustomize appends a content hash to a generated Secret's name (not in prod).
+          if (!(r?.name === secret || String(r?.name).startsWith(`${secret}-`)) || r?.key !== key) problems.push(`${w.metadata.name}: ${name} from ${JSON.stringify(r ?? null)}, want ${secret}/${key}`);
+        }
+      }
+    }
+    expect(problems).toEqual([]);
+  });
 });
 
 describe('deploy/overlays/prod', () => {

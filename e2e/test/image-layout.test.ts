@@ -71,7 +71,7 @@ describe("the image's layout", () => {
     expect(cmdline(agent.ppid)).toContain(join(layout, 'packages/agentctl/dist/agentctl.bundle.js'));
 
     const { stdout } = await execFileP(process.execPath, [join(layout, 'services/lifecycle/dist/drain.bundle.js'), '--wait-ms', '0', '--grace-ms', '500'], {
-      env: { ...process.env, NATS_URL: w.stack.nats.url, INSTANCE_ID: 'lifecycle-1' },
+      env: { ...process.env, ...w.stack.busEnv('lifecycle'), NATS_URL: w.stack.nats.url, INSTANCE_ID: 'lifecycle-1' },
       timeout: 45_000,
     });
     const report = DrainReport.parse(JSON.parse(stdout.trim()));

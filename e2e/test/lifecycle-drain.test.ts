@@ -46,13 +46,12 @@ async function startLongTurn(workspaceId: string) {
 }
 
 /**
- * The drain command a preStop hook runs, with the pod's environment (NATS_URL, INSTANCE_ID). The
- * stack's NATS has no users here (the invariant checker connects without one); that lifecycle's own
- * NATS user may send the drain is checked in nats-permissions.test.ts.
+ * The drain command a preStop hook runs, with the pod's environment (NATS_URL, INSTANCE_ID, and
+ * lifecycle's NATS user and bus key: it drains as lifecycle, ADR 0054/0055).
  */
 async function runDrain(instanceId: string, args: string[]): Promise<DrainReport> {
   const { stdout } = await promisify(execFile)(process.execPath, [drainCli, ...args], {
-    env: { ...process.env, NATS_URL: w.stack.nats.url, INSTANCE_ID: instanceId },
+    env: { ...process.env, ...w.stack.busEnv('lifecycle'), NATS_URL: w.stack.nats.url, INSTANCE_ID: instanceId },
     timeout: DRAIN_WAIT_MS + TEARDOWN_GRACE_MS + 30_000,
   });
   return DrainReport.parse(JSON.parse(stdout.trim()));

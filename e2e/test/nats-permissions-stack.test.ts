@@ -1,11 +1,25 @@
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { OrchMcp } from '@kandev/contracts';
-import { connectNats, signAgentToken, type NatsConnection } from '@kandev/runtime';
-import { connectMcp, eventually, processAlive, WsClient } from '@kandev/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generateKeyPairSync } from 'node:crypto';
+import { headers as natsHeaders } from '@nats-io/nats-core';
+import { Life, Orch, OrchMcp } from '@kandev/contracts';
+import {
+  bindBusIdentity,
+  BusIdentity,
+  busIdentityFromEnv,
+  connectNats,
+  parsePublicKeys,
+  request,
+  signAgentToken,
+  signRequest,
+  BUS_PUBLIC_KEYS_ENV,
+  type NatsConnection,
+} from '@kandev/runtime';
+import { connectMcp, eventually, natsLogin, processAlive, WsClient } from '@kandev/testkit';
 import { makeTask, sleepScript, startWorld, type World } from './support.js';
 
 /**
- * The whole stack with each service connected as its own NATS user under deploy/nats/permissions.conf:
+ * The test kit's whole stack, as every stack runs now (ADR 0054, 0055): each service connected as
+ * its own NATS user under deploy/nats/permissions.conf, no anonymous client, and verified callers:
  * the narrowed JetStream rights are enough for real work (event stream, the
  * orchestrator's durable consumer, lifecycle's registry bucket, live events on /ws), and the server
  * logs no permission violation. Then, holding the mcp user's own NATS credentials, a forged
@@ -80,7 +94,7 @@ it('refuses a forged stop_task published with the mcp user credentials but witho
   const { task: child } = await makeTask(w.api, { workspace_id, parent_id: parent.id, title: 'worker' });
   const session = await w.api.ok('POST', `/tasks/${child.id}/sessions`, { prompt: sleepScript(60_000) });
   const pid = await eventually(async () => (await w.api.get(`/sessions/${session.id}`)).body.execution?.pid as number | undefined);
-  nc = await connectNats({ url: w.stack.nats.url, name: 'forger', user: 'mcp', pass: 'mcp-test-pass' });
+  nc = await connectNats({ url: w.stack.nats.url, name: 'forger', ...natsLogin(w.stack.nats, 'mcp') });
   const before = (await w.api.get(`/tasks/${child.id}`)).body;
   const forge = async (body: Record<string, unknown>) => {
     const raw = await nc!.request(OrchMcp.stopChildTask.subject, new TextEncoder().encode(JSON.stringify(body)), { timeout: 5_000 });
@@ -99,4 +113,113 @@ it('refuses a forged stop_task published with the mcp user credentials but witho
   // Only the session's start is on record: the forged stops left no row.
   expect((await w.api.get(`/tasks/${child.id}/audit`)).body.map((r: { action: string }) => r.action)).toEqual(['session.start']);
   await w.api.post(`/tasks/${child.id}/stop`);
+});
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+/** A raw request on the bus, as a forger holding a service's NATS password sends it: no caller assertion unless `headers` has one. */
+async function rawRequest(conn: NatsConnection, subject: string, body: unknown): Promise<{ ok: boolean; error?: { code: string } }> {
+  const reply = await conn.request(subject, enc.encode(JSON.stringify(body)), { timeout: 5_000 });
+  return JSON.parse(dec.decode(reply.data));
+}
+
+it('admits no anonymous NATS client; every service reports nats_auth "user" and bus_identity "verified"', async () => {
+  const anonymous = await connectNats({ url: w.stack.nats.url, name: 'anonymous' }).catch((e: unknown) => e);
+  expect(String((anonymous as Error)?.message ?? anonymous)).toMatch(/authorization/i);
+  for (const [name, p] of w.stack.services) {
+    const body = (await (await fetch(`${p.urls.health}/readyz`)).json()) as { details?: Record<string, unknown> };
+    expect(body.details, name).toMatchObject({ nats_auth: 'user', bus_identity: 'verified' });
+  }
+});
+
+describe('an operator is verified, not trusted, on the bus', () => {
+  let gatewayCreds: NatsConnection | undefined;
+  afterAll(async () => {
+    await gatewayCreds?.close().catch(() => undefined);
+  });
+
+  it('refuses a forged task stop sent with the gateway NATS user but no verifiable operator: UNAUTHORIZED, audited, nothing changed', async () => {
+    const { task } = await makeTask(w.api, { title: 'forged-stop target' });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(60_000) });
+    const pid = await eventually(async () => (await w.api.get(`/sessions/${session.id}`)).body.execution?.pid as number | undefined);
+    gatewayCreds = await connectNats({ url: w.stack.nats.url, name: 'forger-gw', ...natsLogin(w.stack.nats, 'gateway') });
+    const forged = { actor: { type: 'operator' as const, id: 'agent-forged', workspaces: ['*'] }, task_id: task.id, reason: 'forged' };
+    const before = (await w.api.get(`/tasks/${task.id}`)).body;
+    // No assertion at all.
+    expect(await rawRequest(gatewayCreds, Orch.taskStop.subject, forged)).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });
+    // An assertion signed with a key of the forger's own that claims to be the gateway's.
+    const own = generateKeyPairSync('ed25519');
+    const pub = `gateway=${own.publicKey.export({ format: 'der', type: 'spki' }).toString('base64')}`;
+    const impostor = new BusIdentity('gateway', own.privateKey, parsePublicKeys(pub));
+    const impostorNc = await connectNats({ url: w.stack.nats.url, name: 'forger-gw-2', ...natsLogin(w.stack.nats, 'gateway') });
+    bindBusIdentity(impostorNc, impostor);
+    try {
+      expect(await request(impostorNc, Orch.taskStop, forged).catch((e: unknown) => e)).toMatchObject({ code: 'UNAUTHORIZED' });
+    } finally {
+      await impostorNc.close();
+    }
+    // Nothing changed: the session runs, its agent lives, the task reads as before.
+    const after = (await w.api.get(`/tasks/${task.id}`)).body;
+    expect(after).toEqual(before);
+    expect(after.sessions[0].state).toBe('RUNNING');
+    expect(processAlive(pid)).toBe(true);
+    // Audited on the task it named, as the unverified actor it claimed.
+    const audit = (await w.api.get(`/tasks/${task.id}/audit`)).body as Array<{ action: string; actor: string; outcome: string }>;
+    const refused = audit.filter((r) => r.action === 'bus.unverified_caller');
+    expect(refused).toHaveLength(2);
+    expect(refused.every((r) => r.actor === 'operator:agent-forged (unverified)' && r.outcome === 'unauthorized')).toBe(true);
+    await w.api.post(`/tasks/${task.id}/stop`);
+  });
+
+  it('accepts an operator request the gateway signed for exactly that operator, and refuses one whose actor differs from its assertion', async () => {
+    const { workspace_id, task } = await makeTask(w.api, { title: 'signed read' });
+    const gateway = busIdentityFromEnv('gateway', w.stack.busEnv('gateway'), false)!;
+    const signed = await connectNats({ url: w.stack.nats.url, name: 'as-gateway', ...natsLogin(w.stack.nats, 'gateway') });
+    bindBusIdentity(signed, gateway);
+    try {
+      const operator = { type: 'operator' as const, id: 'bus-test', workspaces: [workspace_id] };
+      expect((await request(signed, Orch.taskGet, { actor: operator, task_id: task.id })).id).toBe(task.id);
+      // The assertion is bound to its body: the same assertion on another actor is refused.
+      const h = natsHeaders();
+      await signRequest(
+        gateway,
+        h,
+        Orch.taskGet.subject,
+        enc.encode(JSON.stringify({ actor: operator, task_id: task.id })),
+        5_000,
+        { actor: operator },
+        undefined,
+      );
+      const swapped = enc.encode(JSON.stringify({ actor: { ...operator, workspaces: ['*'] }, task_id: task.id }));
+      const reply = JSON.parse(dec.decode((await signed.request(Orch.taskGet.subject, swapped, { timeout: 5_000, headers: h })).data));
+      expect(reply).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });
+    } finally {
+      await signed.close();
+    }
+  });
+
+  it('lifecycle refuses an execution request signed by another service, sent with NATS credentials that may publish it', async () => {
+    const { task } = await makeTask(w.api, { title: 'exec target' });
+    const session = await w.api.ok('POST', `/tasks/${task.id}/sessions`, { prompt: sleepScript(60_000) });
+    const pid = await eventually(async () => (await w.api.get(`/sessions/${session.id}`)).body.execution?.pid as number | undefined);
+    const exec = await eventually(
+      async () => ((await w.api.get(`/tasks/${task.id}/executions`)).body as Array<{ execution_id: string; instance_id: string }>)[0],
+    );
+    // The orchestrator's NATS user may publish kandev.life.>; the signature is the holds service's.
+    const holds = busIdentityFromEnv('holds', w.stack.busEnv('holds'), false)!;
+    const forger = await connectNats({ url: w.stack.nats.url, name: 'exec-forger', ...natsLogin(w.stack.nats, 'orchestrator') });
+    bindBusIdentity(forger, holds);
+    try {
+      const stop = { execution_id: exec.execution_id, reason: 'forged' };
+      expect(await request(forger, Life.stop.at(exec.instance_id), stop).catch((e: unknown) => e)).toMatchObject({ code: 'UNAUTHORIZED' });
+      // Unsigned, too.
+      expect(await rawRequest(forger, Life.stop.at(exec.instance_id).subject, stop)).toMatchObject({ ok: false, error: { code: 'UNAUTHORIZED' } });
+    } finally {
+      await forger.close();
+    }
+    expect(processAlive(pid)).toBe(true);
+    expect((await w.api.get(`/sessions/${session.id}`)).body.state).toBe('RUNNING');
+    expect(w.stack.busEnv('holds')[BUS_PUBLIC_KEYS_ENV]).toContain('orchestrator=');
+    await w.api.post(`/tasks/${task.id}/stop`);
+  });
 });

@@ -54,14 +54,16 @@ function serviceNames() {
 
 async function importRuntime() {
   try {
-    const [nats, launch, jwt, keys, bundle] = await Promise.all([
+    const [nats, natsAuth, identity, launch, jwt, keys, bundle] = await Promise.all([
       import('@kandev/runtime/dev/nats-server'),
+      import('@kandev/runtime/dev/nats-auth'),
+      import('@kandev/runtime/identity'),
       import('@kandev/runtime/dev/launch'),
       import('@kandev/runtime/jwt'),
       import('@kandev/runtime/keys'),
       import('@kandev/runtime/bundle'),
     ]);
-    return { ...nats, ...launch, ...jwt, keys, ...bundle };
+    return { ...nats, ...natsAuth, identity, ...launch, ...jwt, keys, ...bundle };
   } catch (e) {
     throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
   }
@@ -140,18 +142,28 @@ function restartInfra(label, how, restart) {
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
+/**
+ * The NATS the services use. An external one (NATS_URL, reachable) is used as it is, with the
+ * shell's NATS_USER / NATS_PASS if any: its users are its own (each service reports `nats_auth` on
+ * /readyz). Otherwise a nats-server of our own that admits only the services (ADR 0054): a config in
+ * the state dir (0700, the file 0600) that includes deploy/nats/permissions.conf, a random password
+ * per service for each start, handed to each service as NATS_USER / NATS_PASS.
+ */
 async function startNats(rt) {
   const url = env.NATS_URL || 'nats://127.0.0.1:4222';
   const { host, port } = firstNatsServer(url);
   if (await canConnect(host, port, 500)) {
-    say(`using NATS at ${url}`);
-    return { url, own: false };
+    say(
+      `using NATS at ${url} (not started here: it admits whom its own config admits${env.NATS_USER ? `; services log in as ${env.NATS_USER}` : '; services connect without a user'}, see nats_auth on /readyz)`,
+    );
+    return { url, own: false, login: () => ({}) };
   }
   if (env.NATS_URL) say(`NATS_URL ${url} is not reachable; starting a nats-server of our own`);
   const storeDir = join(state, 'nats');
+  const auth = rt.writeNatsAuthConfig({ dir: join(state, 'nats-auth'), permissionsFile: join(ROOT, 'deploy/nats/permissions.conf') });
   const out = logStream(join(logsDir, 'nats-server.log'));
   const launch = async (port) => {
-    const handle = await rt.spawnNatsServer({ storeDir, port });
+    const handle = await rt.spawnNatsServer({ storeDir, port, configFile: auth.configFile });
     running.nats = handle;
     handle.process.stderr?.on('data', (d) => out.write(d));
     watch(handle.process, 'nats-server', async () => {
@@ -161,8 +173,24 @@ async function startNats(rt) {
     return handle;
   };
   const handle = await launch((await portFree(4222)) ? 4222 : -1);
-  say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir})`);
-  return { url: handle.url, own: true };
+  say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir}; a user per service, no anonymous client: ${auth.configFile})`);
+  const login = (name) => ({ NATS_USER: auth.users[name].user, NATS_PASS: auth.users[name].pass });
+  return { url: handle.url, own: true, login };
+}
+
+/**
+ * Each service's bus identity key pair (ADR 0055), new for each start: the private keys in
+ * <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
+ * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
+ */
+function writeBusKeys(rt) {
+  const dir = join(state, 'bus-keys');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  const { privateKeys, publicKeys } = rt.identity.generateBusKeys(SERVICES);
+  for (const [name, key] of Object.entries(privateKeys)) writeFileSync(join(dir, `${name}.key`), key + '\n', { mode: 0o600 });
+  writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
+  return (name) => ({ [rt.identity.BUS_KEY_ENV]: privateKeys[name], [rt.identity.BUS_PUBLIC_KEYS_ENV]: publicKeys });
 }
 
 /** As root, the embedded server runs as `postgres`, which must reach the data dir. */
@@ -357,6 +385,7 @@ async function main() {
     return own;
   };
 
+  const busKeysFor = writeBusKeys(rt);
   const nats = await step(() => startNats(rt)).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
   });
@@ -384,9 +413,13 @@ async function main() {
   delete baseEnv.OTEL_SERVICE_NAME;
   // No process gets a key it does not hold, whatever the shell exports: keysFor adds its own.
   for (const v of ['KANDEV_JWT_SECRET', ...Object.values(rt.keys.KEY_ENV)]) delete baseEnv[v];
+  // Nor another's bus key or NATS password: each gets its own below (ADR 0054, 0055).
+  for (const v of [rt.identity.BUS_KEY_ENV, rt.identity.BUS_PUBLIC_KEYS_ENV]) delete baseEnv[v];
+  if (nats.own) for (const v of ['NATS_USER', 'NATS_PASS']) delete baseEnv[v];
+  const ownEnv = (name) => ({ ...keysFor(name), ...busKeysFor(name), ...nats.login(name) });
 
   for (const name of names) {
-    await step(() => startService(rt, name, { ...baseEnv, ...keysFor(name), INSTANCE_ID: `${name}-1` }));
+    await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), INSTANCE_ID: `${name}-1` }));
   }
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
   // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
@@ -394,7 +427,7 @@ async function main() {
   for (let n = 2; n <= replicas; n++) {
     for (const name of names) {
       const ports = name === 'gateway' ? { GATEWAY_PORT: String(await stablePort()) } : name === 'mcp' ? { MCP_PORT: String(await stablePort()) } : {};
-      await step(() => startService(rt, name, { ...baseEnv, ...keysFor(name), ...ports, INSTANCE_ID: `${name}-${n}` }));
+      await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), ...ports, INSTANCE_ID: `${name}-${n}` }));
     }
   }
   inflight = null;
@@ -414,7 +447,7 @@ async function main() {
     ...running.services.filter((s) => s.name === 'gateway' && s.urls.http !== gateway).map((s) => `             ${s.urls.http} (replica)`),
     gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
     mcp ? `  MCP:       ${mcp}` : null,
-    `  NATS:      ${nats.url}${nats.own ? ' (started here)' : ''}`,
+    `  NATS:      ${nats.url}${nats.own ? ' (started here; a user per service, no anonymous client)' : ' (external: its own users)'}`,
     `  Database:  ${maskUrl(db.url)}${db.own ? ' (embedded, started here)' : ''}`,
     `  State:     ${state}  (logs in ${logsDir})`,
     '  Health:    ' + running.services.map((s) => `${s.name} ${s.urls.health ?? '?'}`).join(', '),

@@ -1,6 +1,6 @@
 import postgres from 'postgres';
 import { connectNats } from '@kandev/runtime';
-import { connectMcp, eventually, processAlive } from '@kandev/testkit';
+import { connectMcp, natsLogin, eventually, processAlive } from '@kandev/testkit';
 import { cpuSnapshot, cpuSpent, CORES, settled, type CpuSpent } from '../cpu.js';
 import { startSdkNoopServer } from '../mcp-floor.js';
 import { startDesignFloor, type DesignFloorHops } from '../design-floor.js';
@@ -103,7 +103,7 @@ const PACE_MS = 250;
  */
 async function floorChain(b: BenchStack, name: string, poolMax: number) {
   const subject = `bench.floor.${name}`;
-  const responder = await connectNats({ url: b.stack.nats.url, name: `bench-${name}-floor-responder` });
+  const responder = await connectNats({ url: b.stack.nats.url, name: `bench-${name}-floor-responder`, ...natsLogin(b.stack.nats) });
   const body = new TextEncoder().encode('{"ok":true}');
   responder.subscribe(subject, { callback: (_e, m) => void m.respond(body) });
   await responder.flush();

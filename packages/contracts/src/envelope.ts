@@ -50,6 +50,13 @@ export const Headers = {
    * heartbeats are late sends a request there; "no responders" means that connection is gone.
    */
   liveness: 'kandev-liveness',
+  /**
+   * On a request: the sending service's caller assertion, a compact JWS (Ed25519) naming the service,
+   * the subject, a hash of the body, an expiry and, from the gateway, the operator (ADR 0055).
+   */
+  caller: 'kandev-caller',
+  /** On a request a service sends while acting on a gateway request: the gateway's assertion, passed on (ADR 0055). */
+  operator: 'kandev-operator',
   traceparent: 'traceparent',
   tracestate: 'tracestate',
   msgId: 'Nats-Msg-Id',

@@ -5,6 +5,12 @@ export const BaseEnv = z.object({
   NATS_URL: z.string().default('nats://127.0.0.1:4222'),
   NATS_USER: z.string().optional(),
   NATS_PASS: z.string().optional(),
+  /**
+   * Bus identity (identity.ts, ADR 0055): this service's Ed25519 private key and every service's
+   * public key. Read by busIdentityFromEnv; listed here so a deployment that sets them is checked.
+   */
+  KANDEV_BUS_KEY: z.string().optional(),
+  KANDEV_BUS_PUBLIC_KEYS: z.string().optional(),
   DATABASE_URL: z.string().optional(),
   // The token keys (KANDEV_JWT_SECRET, KANDEV_OPERATOR_JWT_SECRET, KANDEV_AGENT_JWT_SECRET) are not
   // here: each service names the keys it holds (ServiceDefinition.keys) and keys.ts checks them.

@@ -15,6 +15,7 @@ export * from './repeat.js';
 export * from './health.js';
 export * from './jwt.js';
 export * from './keys.js';
+export * from './identity.js';
 export * from './metrics.js';
 export * from './service.js';
 export * from './registry.js';

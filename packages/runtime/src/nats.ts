@@ -18,6 +18,14 @@ export interface NatsOptions {
   dialTimeoutMs?: number | undefined;
 }
 
+/**
+ * How this connection is admitted, for /readyz (`nats_auth`): `user` when it logged in as a user on
+ * a server that requires one, `none` when the server lets anyone in (ADR 0054).
+ */
+export function natsAuthOf(nc: NatsConnection, user: string | undefined): 'user' | 'none' {
+  return user && nc.info?.auth_required ? 'user' : 'none';
+}
+
 /** Dials of the first connection that may time out before the start fails. */
 export const FIRST_CONNECT_ATTEMPTS = 4;
 

@@ -29,6 +29,7 @@ import { SpanKind, extractTrace, inSpan, injectTrace, trace } from './tracing.js
 import { messagingSpanOf } from './semconv.js';
 import { metrics } from './metrics.js';
 import { linkOf, type NatsLink } from './nats.js';
+import { BusIdentityError, busIdentityOf, signRequest, verifyRequest, type BusIdentity } from './identity.js';
 import {
   acknowledge,
   InFlightReplies,
@@ -174,6 +175,8 @@ interface Serving {
   waitsEndBy: number | undefined;
   /** False once the reply is sent: work the handler left running no longer inherits its deadline or request id. */
   active: boolean;
+  /** The gateway's assertion behind this request, passed on with the operator actor (identity.ts). */
+  operatorAssertion?: string | undefined;
 }
 const serving = new AsyncLocalStorage<Serving>();
 
@@ -201,7 +204,16 @@ export const subjectTemplate = (endpoint: Endpoint): string => (endpoint.name.in
  */
 export async function serveEndpoints(
   nc: NatsConnection,
-  opts: { service: string; version?: string; instanceId: string; queue: string; log: Logger; inFlight?: InFlightRequests },
+  opts: {
+    service: string;
+    version?: string;
+    instanceId: string;
+    queue: string;
+    log: Logger;
+    inFlight?: InFlightRequests;
+    /** Only these services may call these endpoints (verified on the bus, identity.ts); default any. */
+    callers?: readonly string[];
+  },
   registrations: Registration[],
 ): Promise<Service> {
   const svc = await new Svcm(nc).add({
@@ -235,7 +247,7 @@ export async function serveEndpoints(
           return;
         }
         inFlight.enter();
-        void dispatch(nc, reg, msg, opts.log, endpointStats, link).finally(() => {
+        void dispatch(nc, reg, msg, opts.log, endpointStats, link, opts.callers).finally(() => {
           running.done(msg.reply);
           inFlight.leave();
         });
@@ -259,7 +271,15 @@ export async function serveEndpoints(
   return svc;
 }
 
-async function dispatch(nc: NatsConnection, reg: Registration, msg: Msg, baseLog: Logger, stats: EndpointStats, link: NatsLink | undefined): Promise<void> {
+async function dispatch(
+  nc: NatsConnection,
+  reg: Registration,
+  msg: Msg,
+  baseLog: Logger,
+  stats: EndpointStats,
+  link: NatsLink | undefined,
+  callers: readonly string[] | undefined,
+): Promise<void> {
   const { endpoint, handler } = reg;
   const started = performance.now();
   const progress = acknowledge(nc, msg, () => !link || link.connected);
@@ -281,7 +301,9 @@ async function dispatch(nc: NatsConnection, reg: Registration, msg: Msg, baseLog
         let reply: Reply<unknown>;
         try {
           try {
-            reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline, afterReply });
+            const identity = busIdentityOf(nc);
+            const guard = identity ? (payload: unknown) => admit(identity, msg, payload, callers, context, endpoint, log) : undefined;
+            reply = await handle(endpoint, handler, msg, { requestId, log, subject: msg.subject, deadline, afterReply }, guard);
           } finally {
             context.active = false;
             progress.stop();
@@ -323,8 +345,40 @@ function runAfterReply(fns: ReadonlyArray<() => unknown>, log: Logger): void {
   }
 }
 
-/** Parse, validate, run the handler, validate its reply: the envelope to send back. */
-async function handle(endpoint: Endpoint, handler: Handler<Endpoint>, msg: Msg, ctx: HandlerContext): Promise<Reply<unknown>> {
+/**
+ * The caller check of a request on a connection with a bus identity (identity.ts, ADR 0055): null
+ * when it may run (its gateway assertion, if any, kept for the handler's own requests), else the
+ * UNAUTHORIZED answer; a refusal is logged and reported to the identity's listeners (the audit).
+ */
+async function admit(
+  identity: BusIdentity,
+  msg: Msg,
+  payload: unknown,
+  callers: readonly string[] | undefined,
+  context: Serving,
+  endpoint: Endpoint,
+  log: Logger,
+): Promise<Reply<unknown> | null> {
+  try {
+    context.operatorAssertion = (await verifyRequest(identity, msg, payload, callers)).operatorAssertion;
+    return null;
+  } catch (e) {
+    if (!(e instanceof BusIdentityError)) throw e;
+    log.warn({ subject: msg.subject, reason: e.message }, 'request refused: its caller is not verified');
+    const actor = (payload as { actor?: unknown } | null)?.actor;
+    await identity.refused({ subject: msg.subject, endpoint: endpoint.name, requestId: context.requestId, caller: null, actor, payload, reason: e.message });
+    return { ok: false, error: { code: 'UNAUTHORIZED', message: `caller not verified: ${e.message}` } };
+  }
+}
+
+/** Parse, validate, check the caller (`guard`), run the handler, validate its reply: the envelope to send back. */
+async function handle(
+  endpoint: Endpoint,
+  handler: Handler<Endpoint>,
+  msg: Msg,
+  ctx: HandlerContext,
+  guard?: (payload: unknown) => Promise<Reply<unknown> | null>,
+): Promise<Reply<unknown>> {
   let raw: unknown;
   try {
     raw = msg.data.length ? JSON.parse(dec.decode(msg.data)) : {};
@@ -333,6 +387,8 @@ async function handle(endpoint: Endpoint, handler: Handler<Endpoint>, msg: Msg, 
   }
   const parsed = endpoint.request.safeParse(raw);
   if (!parsed.success) return { ok: false, error: { code: 'VALIDATION_ERROR', message: 'invalid request', details: zodIssues(parsed.error) } };
+  const refused = guard ? await guard(parsed.data) : null;
+  if (refused) return refused;
   try {
     const result = await handler(parsed.data, ctx);
     const checked = endpoint.result.safeParse(result);
@@ -392,6 +448,9 @@ export async function request<E extends Endpoint>(
     if (requestId) h.set(Headers.requestId, requestId);
     injectTrace(h);
     const data = enc.encode(JSON.stringify(parsed.data));
+    // Signed once per request: a resend in send() carries the same assertion.
+    const identity = busIdentityOf(nc);
+    if (identity) await signRequest(identity, h, endpoint.subject, data, timeout, parsed.data, outer?.operatorAssertion);
     // The contracts bound every field so this cannot happen for a valid request; should it ever,
     // it is the caller's input that is too big (VALIDATION_ERROR), not a retryable outage.
     const maxPayload = nc.info?.max_payload;

@@ -11,7 +11,9 @@ import { startHousekeeping } from './housekeeping.js';
 import { createLogger, type Logger } from './log.js';
 import { connectNats, type NatsConnection } from './nats.js';
 import { Outbox } from './outbox.js';
-import { resolveKeys, withholdKeys, type KeyKind } from './keys.js';
+import { isProduction, resolveKeys, withholdKeys, type KeyKind } from './keys.js';
+import { bindBusIdentity, busIdentityFromEnv, withholdBusKey } from './identity.js';
+import { natsAuthOf } from './nats.js';
 import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
 import { initTracing, shutdownTracing } from './tracing.js';
 
@@ -49,8 +51,11 @@ export interface ServiceRuntime<E = BaseEnv> {
   readonly sql: Sql;
   readonly publisher: EventPublisher;
   readonly outbox: Outbox;
-  /** Register endpoints in the service's queue group (call once or more). */
-  serve(registrations: Registration[]): Promise<Service>;
+  /**
+   * Register endpoints in the service's queue group (call once or more). `callers`: only these
+   * services may call them, verified on the bus (identity.ts; enforced when bus identity is on).
+   */
+  serve(registrations: Registration[], opts?: { callers?: readonly ServiceName[] }): Promise<Service>;
   /** Run at shutdown, in reverse order of registration, before NATS drains. */
   onStop(fn: () => Promise<void> | void): void;
   /** Extra readiness condition for /readyz. */
@@ -82,6 +87,8 @@ export async function startService<S extends z.ZodObject>(
 ): Promise<RunningService> {
   const env = parseEnv((def.env ?? BaseEnv) as z.ZodType, source) as z.infer<S> & BaseEnv;
   const keys = resolveKeys(source, def.keys ?? []);
+  // Verified identity on the bus (ADR 0055): required with NODE_ENV=production, else on when configured.
+  const busIdentity = busIdentityFromEnv(def.name, source, isProduction(source));
   const instanceId = env.INSTANCE_ID ?? `${def.name}-${randomBytes(4).toString('hex')}`;
   await initTracing({
     serviceName: `kandev-${def.name}`,
@@ -104,6 +111,15 @@ export async function startService<S extends z.ZodObject>(
     pass: env.NATS_PASS,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
   });
+  // The bus admits only the services (ADR 0054): in production a server that lets anyone in is refused.
+  const natsAuth = natsAuthOf(nc, env.NATS_USER);
+  if (natsAuth === 'none' && isProduction(source)) {
+    await nc.close().catch(() => undefined);
+    throw new Error(
+      `NATS at ${env.NATS_URL} admits clients without credentials (or NATS_USER is unset): refused with NODE_ENV=production; run it with a user per service (deploy/nats/permissions.conf)`,
+    );
+  }
+  if (busIdentity) bindBusIdentity(nc, busIdentity);
   if (def.publishesEvents !== false) await ensureEventStream(nc, { replicas: env.KANDEV_JS_REPLICAS, log });
   let sql: Sql | undefined;
   if (def.schema) {
@@ -118,6 +134,8 @@ export async function startService<S extends z.ZodObject>(
   const checks: Array<() => Promise<boolean>> = [];
   const details = new Map<string, () => string | number | boolean>();
   const readDetails = (): Record<string, string | number | boolean> => Object.fromEntries([...details].map(([k, fn]) => [k, fn()]));
+  details.set('nats_auth', () => natsAuth);
+  details.set('bus_identity', () => (busIdentity ? 'verified' : 'off'));
   const inFlight = new InFlightRequests();
   let ready = false;
   let stopping: Promise<void> | undefined;
@@ -134,10 +152,18 @@ export async function startService<S extends z.ZodObject>(
     },
     publisher,
     outbox,
-    async serve(registrations) {
+    async serve(registrations, serveOpts = {}) {
       const svc = await serveEndpoints(
         nc,
-        { service: def.name, ...(def.version ? { version: def.version } : {}), instanceId, queue: QueueGroups[def.name], log, inFlight },
+        {
+          service: def.name,
+          ...(def.version ? { version: def.version } : {}),
+          instanceId,
+          queue: QueueGroups[def.name],
+          log,
+          inFlight,
+          ...(serveOpts.callers ? { callers: serveOpts.callers } : {}),
+        },
         registrations,
       );
       services.push(svc);
@@ -230,6 +256,7 @@ export async function runService<S extends z.ZodObject>(def: ServiceDefinition<S
   // its own denylist names. The service holds its key in memory only (rt.key).
   const source = { ...process.env };
   withholdKeys(process.env);
+  withholdBusKey(process.env);
   try {
     running = await startService(def, source);
   } catch (e) {

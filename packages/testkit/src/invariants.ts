@@ -2,6 +2,7 @@
 // tests inject a fault, let the system recover, and then require `assertInvariants` to pass within
 // the documented bounds (docs/operations.md "Fault tests").
 import { connectNats } from '@kandev/runtime';
+import { natsLogin } from './nats.js';
 import postgres from 'postgres';
 import type { ControlLog, ControlRequest } from './control-requests.js';
 import { auditViolations } from './invariants/audit.js';
@@ -41,7 +42,7 @@ export interface InvariantOptions {
  */
 export async function checkInvariants(stack: Stack, opts: InvariantOptions): Promise<InvariantReport> {
   const sql = postgres(stack.db.url, { max: 1, onnotice: () => undefined });
-  const nc = await connectNats({ url: stack.nats.url, name: 'invariant-checker' });
+  const nc = await connectNats({ url: stack.nats.url, name: 'invariant-checker', ...natsLogin(stack.nats) });
   const requests = !opts.requests ? [] : 'requests' in opts.requests ? opts.requests.requests : opts.requests;
   const out: Violation[] = [];
   try {

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { StorageType, jetstreamManager } from '@nats-io/jetstream';
 import { spawnNatsServer, type NatsServerHandle } from '@kandev/runtime/dev/nats-server';
-import type { TestNats } from './nats.js';
+import { writeNatsAuthConfig } from '@kandev/runtime/dev/nats-auth';
+import { NATS_PERMISSIONS_FILE, type TestNats } from './nats.js';
 
 /** One node of a test cluster: its own client port, route port and store, restartable. */
 export interface ClusterNode {
@@ -45,6 +46,9 @@ async function freePort(): Promise<number> {
 export async function startNatsCluster(size = 3, opts: { running?: number } = {}): Promise<TestNatsCluster> {
   const running = opts.running ?? size;
   const root = mkdtempSync(join(tmpdir(), 'kandev-nats-cluster-'));
+  // Every node admits only the services' users (and the test's observer), as a single test server does (ADR 0054).
+  const auth = writeNatsAuthConfig({ dir: join(root, 'auth'), permissionsFile: NATS_PERMISSIONS_FILE, observer: true });
+  const credentials = { ...auth.users, observer: auth.observer! };
   const clientPorts = await Promise.all(Array.from({ length: size }, freePort));
   const routePorts = await Promise.all(Array.from({ length: size }, freePort));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
@@ -54,6 +58,7 @@ export async function startNatsCluster(size = 3, opts: { running?: number } = {}
     const h = await spawnNatsServer({
       storeDir: join(root, `n${i}`),
       port: clientPorts[i]!,
+      configFile: auth.configFile,
       extraArgs: ['--name', `kandev-n${i}`, '--cluster_name', 'kandev-test', '--cluster', `nats://127.0.0.1:${routePorts[i]}`, '--routes', routes],
     });
     h.process.stderr?.on('data', (d: Buffer) => {
@@ -63,7 +68,7 @@ export async function startNatsCluster(size = 3, opts: { running?: number } = {}
   };
   await Promise.all(clientPorts.slice(0, running).map((_, i) => spawnNode(i)));
   const url = clientPorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
-  await jetStreamReady(url, running === size ? size : 1);
+  await jetStreamReady(url, credentials.observer, running === size ? size : 1);
   const nodes: ClusterNode[] = clientPorts.map((port, i) => ({
     name: `kandev-n${i}`,
     url: `nats://127.0.0.1:${port}`,
@@ -86,6 +91,7 @@ export async function startNatsCluster(size = 3, opts: { running?: number } = {}
     process: first.process,
     storeDir: root,
     nodes,
+    credentials,
     output: () => out,
     stop: async () => {
       await stopAll();
@@ -106,8 +112,8 @@ export async function startNatsCluster(size = 3, opts: { running?: number } = {}
  * has joined, a stream with 3 replicas is refused with "no suitable peers for placement" (a service
  * starting then died at start in CI).
  */
-async function jetStreamReady(url: string, replicas: number, withinMs = 30_000): Promise<void> {
-  const nc = await connect({ servers: url.split(','), timeout: 5_000 });
+async function jetStreamReady(url: string, login: { user: string; pass: string }, replicas: number, withinMs = 30_000): Promise<void> {
+  const nc = await connect({ servers: url.split(','), timeout: 5_000, ...login });
   const until = Date.now() + withinMs;
   const probe = `KANDEV_TEST_READY_${process.pid}`;
   try {

@@ -1,18 +1,21 @@
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { KEY_ENV, SERVICE_KEYS, signAgentToken, signOperatorToken, type KeyKind } from '@kandev/runtime';
+import { BUS_KEY_ENV, BUS_PUBLIC_KEYS_ENV, KEY_ENV, SERVICE_KEYS, generateBusKeys, signAgentToken, signOperatorToken, type KeyKind } from '@kandev/runtime';
 import { spawnServiceProcess, type ServiceProcess } from '@kandev/runtime/dev/launch';
 import type { McpMode } from '@kandev/contracts';
 import { readAgentEvents, type AgentEvent } from './agents/events.js';
 import { ApiClient } from './clients.js';
-import { startNats, type TestNats } from './nats.js';
+import { natsLogin, startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
 import { repoRoot, serviceEntry } from './paths.js';
 import { startNatsCluster } from './nats-cluster.js';
 import { workerAgentUidRange } from './agent-uids.js';
 
-/** deploy/nats/permissions.conf on one local server; each user's password is `<user>-test-pass`. */
+/**
+ * deploy/nats/permissions.conf on one local server with fixed passwords (`<user>-test-pass`), for
+ * service-level tests; the whole stack's server has random ones (`Stack.nats.credentials`).
+ */
 export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
 
 export const STACK_SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'] as const;
@@ -31,6 +34,11 @@ export interface Stack {
   operatorKey: string;
   /** Signs agent tokens; mcp, orchestrator and lifecycle hold it. */
   agentKey: string;
+  /**
+   * What a process needs to join the bus as `name` (ADR 0054, 0055): its NATS user and password and
+   * its bus identity keys (KANDEV_BUS_KEY, KANDEV_BUS_PUBLIC_KEYS), as the stack's own process of it has.
+   */
+  busEnv(name: StackService): NodeJS.ProcessEnv;
   services: Map<StackService, ServiceProcess>;
   operatorToken(workspaces?: string[]): Promise<string>;
   agentToken(taskId: string, mode?: McpMode, sessionId?: string): Promise<string>;
@@ -63,7 +71,10 @@ export interface StackOptions {
   logLevel?: string;
   /** Every log line of every service (JSON), e.g. to watch lifecycle's relay of agent events. */
   onLog?: (service: StackService, line: string) => void;
-  /** The deployed NATS users and permissions (deploy/nats) apply: each service connects as its own user, as in production. */
+  /**
+   * Kept for callers of the time the permissions were optional: every stack now runs NATS with a
+   * user per service under deploy/nats/permissions.conf and no anonymous client (ADR 0054).
+   */
   natsPermissions?: boolean;
   /**
    * Scale-out topology: a nats-server cluster of this many nodes (routes on loopback; the event
@@ -80,18 +91,22 @@ export interface StackOptions {
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
-  if (opts.natsCluster && opts.natsPermissions) throw new Error('startStack: natsPermissions is not supported with natsCluster');
-  const [nats, db] = await Promise.all([
-    opts.natsCluster ? startNatsCluster(opts.natsCluster) : startNats(opts.natsPermissions ? { configFile: NATS_TEST_PERMISSIONS } : {}),
-    createTestDatabase(),
-  ]);
+  // Authenticated, as npm start and deploy/ run it: a user per service, random passwords (ADR 0054).
+  const [nats, db] = await Promise.all([opts.natsCluster ? startNatsCluster(opts.natsCluster) : startNats({ auth: true }), createTestDatabase()]);
+  // A bus identity key pair per service, each process holding only its own private key (ADR 0055).
+  const busKeys = generateBusKeys(STACK_SERVICES);
+  const busEnv = (name: StackService): NodeJS.ProcessEnv => {
+    const login = natsLogin(nats, name);
+    return { NATS_USER: login.user, NATS_PASS: login.pass, [BUS_KEY_ENV]: busKeys.privateKeys[name], [BUS_PUBLIC_KEYS_ENV]: busKeys.publicKeys };
+  };
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   // Two keys, each process holding only its own, as npm start and deploy/ run it (ADR 0020).
   const operatorKey = opts.env?.KANDEV_OPERATOR_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-operator-key-0123456789abcdef';
   const agentKey = opts.env?.KANDEV_AGENT_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-agent-key-0123456789abcdef';
   const secret = operatorKey;
   const inherited = { ...process.env };
-  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET']) delete inherited[v];
+  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'NATS_USER', 'NATS_PASS', BUS_KEY_ENV, BUS_PUBLIC_KEYS_ENV])
+    delete inherited[v];
   const baseEnv: NodeJS.ProcessEnv = {
     ...inherited,
     NATS_URL: nats.url,
@@ -125,7 +140,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...keysFor(name),
     ...pinnedPorts(name),
     INSTANCE_ID: `${name}-1`,
-    ...(opts.natsPermissions ? { NATS_USER: name, NATS_PASS: `${name}-test-pass` } : {}),
+    ...busEnv(name),
     ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
   });
   const replicas: ServiceProcess[] = [];
@@ -197,6 +212,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     secret,
     operatorKey,
     agentKey,
+    busEnv,
     services,
     ...stackTokens(operatorKey, agentKey),
     logTail: (name) => [...(tails.get(name) ?? [])],

@@ -2,10 +2,10 @@
 // services as processes; the gateway gets ready; Ctrl-C (SIGINT) exits 0 and leaves no process
 // behind. Expects a built tree (`npm test` builds first).
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
+import { connectNats, verifyAgentToken, verifyOperatorToken } from '@kandev/runtime';
 import { repoRoot } from '../src/paths.js';
 import { readyz, runCleanups, startEnv, startStack, stoppedWithin, tempStateDir, sleep } from './start-harness.js';
 
@@ -32,6 +32,37 @@ describe('npm start', () => {
     const mcpStatus = await fetch(mcp!, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' }).then((r) => r.status);
     expect(mcpStatus).toBe(401);
     expect(stdout).toMatch(/Database:\s+postgres:\/\/kandev:\*\*\*\*@/);
+
+    // The bus admits only the services (ADR 0054): an anonymous client is refused; a service's own
+    // user (its password from the config npm start wrote) gets a permissions violation outside its list.
+    const natsUrl = /^\s*NATS:\s+(nats:\/\/\S+)/m.exec(stdout)?.[1];
+    expect(natsUrl, stdout).toBeDefined();
+    const anonymous = await connectNats({ url: natsUrl!, name: 'anonymous' }).catch((e: unknown) => e);
+    expect(String((anonymous as Error)?.message ?? anonymous)).toMatch(/authorization/i);
+    const conf = readFileSync(join(s.stateDir, 'nats-auth/nats-server.conf'), 'utf8');
+    expect(conf).toMatch(/include ".*deploy\/nats\/permissions\.conf"/);
+    const holdsPass = /user: holds, password: "([^"]+)"/.exec(conf)?.[1];
+    const holds = await connectNats({ url: natsUrl!, name: 'holds-creds', user: 'holds', pass: holdsPass! });
+    try {
+      const denied = await holds.request('kandev.life.lifecycle-1.exec.stop', new TextEncoder().encode('{}'), { timeout: 2_000 }).catch((e: unknown) => e);
+      expect(String((denied as Error)?.message ?? denied)).toMatch(/permission/i);
+      // Within its list: an answer from the holds service itself.
+      expect((await holds.request('kandev.holds.ping', new TextEncoder().encode('{}'), { timeout: 5_000 })).data.length).toBeGreaterThan(0);
+    } finally {
+      await holds.close();
+    }
+    // Passwords and bus keys: readable by the control plane's user only.
+    for (const [path, mode] of [
+      ['nats-auth', 0o700],
+      ['nats-auth/nats-server.conf', 0o600],
+      ['bus-keys', 0o700],
+      ['bus-keys/gateway.key', 0o600],
+    ] as const)
+      expect((statSync(join(s.stateDir, path)).mode & 0o777).toString(8), path).toBe(mode.toString(8));
+    // Every service the gateway pings says how it is admitted and that callers are verified.
+    const readyBody = (await (await fetch(`${gateway}/readyz`)).json()) as { details?: Record<string, Record<string, unknown>> };
+    expect(Object.keys(readyBody.details ?? {}).sort(), JSON.stringify(readyBody)).toEqual(['holds', 'lifecycle', 'mcp', 'orchestrator']);
+    for (const d of Object.values(readyBody.details!)) expect(d).toMatchObject({ nats_auth: 'user', bus_identity: 'verified' });
 
     // A running agent that ignores SIGTERM: Ctrl-C must still leave neither it nor its agentctl.
     const api = async (method: string, path: string, body?: unknown) => {

@@ -7,7 +7,7 @@
  * (docs/operations.md, "Rolling out lifecycle"). Exit 0 with the report, 1 with an error.
  */
 import { Life, isKandevError } from '@kandev/contracts';
-import { connectNats, request } from '@kandev/runtime';
+import { bindBusIdentity, busIdentityFromEnv, connectNats, isProduction, request } from '@kandev/runtime';
 import { parseArgs } from 'node:util';
 
 /** What the drain may take beyond its wait and grace: agentctl's own exit wait, the teardown's registry and event writes. */
@@ -42,6 +42,9 @@ async function main(): Promise<void> {
     user: process.env.NATS_USER,
     pass: process.env.NATS_PASS,
   });
+  // Signed as lifecycle (the container's own key): lifecycle takes a drain from itself or the orchestrator only (ADR 0055).
+  const identity = busIdentityFromEnv('lifecycle', process.env, isProduction(process.env));
+  if (identity) bindBusIdentity(nc, identity);
   try {
     const report = await request(
       nc,

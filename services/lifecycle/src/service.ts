@@ -70,11 +70,16 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     await rt.serve([
       ...registryEndpoints(registry, { get: (id) => supervisor.registeredRecord(id), ofTask: (taskId) => supervisor.registeredRecordsOfTask(taskId) }),
       ...catalogueEndpoints(),
-      ...ownedExecutionEndpoints(supervisor, instanceId),
     ]);
+    // What acts on executions (launch, prompt, cancel, stop, drain) is taken from the orchestrator and
+    // lifecycle only, verified on the bus (ADR 0055): another service's NATS password is not enough.
+    await rt.serve(ownedExecutionEndpoints(supervisor, instanceId), { callers: EXECUTION_CALLERS });
     // Launch intake on a subscription set of its own, which a drain ends (Life.drain).
-    const intake = await rt.serve(launchEndpoints(supervisor));
+    const intake = await rt.serve(launchEndpoints(supervisor), { callers: EXECUTION_CALLERS });
     supervisor.setLaunchIntake(async () => void (await intake.stop()));
     log.info({ state_file: stateFile.path, registry_ttl_ms: env.REGISTRY_TTL_MS, max_executions: env.MAX_EXECUTIONS }, 'lifecycle ready');
   },
 };
+
+/** The services whose requests may act on executions (ADR 0055). */
+const EXECUTION_CALLERS = ['orchestrator', 'lifecycle'] as const;

@@ -1,5 +1,5 @@
 import { fileURLToPath } from 'node:url';
-import { consumeEventBatches, consumeEvents, packageVersion, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { busIdentityOf, consumeEventBatches, consumeEvents, packageVersion, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -20,6 +20,7 @@ import {
   transcriptGroup,
 } from './flows/transcript.js';
 import { TeardownYield } from './flows/teardown-yield.js';
+import { auditBusRefusal } from './flows/bus-refusals.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
 export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
@@ -36,6 +37,8 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
       teardownYield: new TeardownYield(runtime.env.TEARDOWN_YIELD_MS),
     });
     rt.onStop(() => rt.teardownYield.close());
+    // A request refused because its caller is not verified on the bus is audited on the task it named (ADR 0055).
+    busIdentityOf(rt.nc)?.onRefused((r) => auditBusRefusal(rt.sql, r, rt.log));
     await rt.serve([
       ...operatorEndpoints(rt),
       ...mcpEndpoints(rt),
