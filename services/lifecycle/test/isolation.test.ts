@@ -3,7 +3,7 @@ import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { probeAs, startNats, type TestNats } from '@kandev/testkit';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -192,7 +192,7 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
 
   it('runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR before anything starts', async () => {
     const ws = randomUUID();
-    const dir = join(workRoot, 'repos', 'one');
+    const dir = join(workRoot, ws, 'repos', 'one');
     const x = await launch(nc, launchRequest({ workspace_id: ws, working_dir: dir }));
     expect(readlinkSync(`/proc/${x.pid}/cwd`)).toBe(dir);
     await stopAt(nc, 'life-iso', { execution_id: x.execution_id, reason: 'test' });
@@ -201,5 +201,20 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const outside = launchRequest({ workspace_id: ws, working_dir: '/etc' });
     await expect(launch(nc, outside)).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
     expect(events.of('execution.registered', outside.execution_id)).toEqual([]);
+
+    // Through a symbolic link (an agent of the workspace may have left one; ADR 0056): refused at
+    // the launch, by descriptor, and the root-only file behind it keeps its owner.
+    const secrets = join(stateDir, 'secrets');
+    mkdirSync(secrets, { mode: 0o700 });
+    writeFileSync(join(secrets, 'canary'), 'root only', { mode: 0o600 });
+    symlinkSync(secrets, join(workRoot, ws, 'evil'));
+    for (const wd of [join(workRoot, ws, 'evil'), join(workRoot, ws, 'evil', 'below')]) {
+      const viaLink = launchRequest({ workspace_id: ws, working_dir: wd });
+      await expect(launch(nc, viaLink)).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+      expect(events.of('execution.registered', viaLink.execution_id)).toEqual([]);
+    }
+    expect(statSync(secrets)).toMatchObject({ uid: 0, gid: 0 });
+    expect(statSync(join(secrets, 'canary'))).toMatchObject({ uid: 0, gid: 0 });
+    expect(readdirSync(secrets)).toEqual(['canary']);
   });
 });
