@@ -2,7 +2,8 @@ import { unavailable, validationError } from '@kandev/contracts';
 import { checkWorkingDir, defaultTaskDir, taskHomeDir, type Logger } from '@kandev/runtime';
 import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { agentAccessProblems, agentTargets, isInside, refusal, type AccessProblem, type AgentPaths } from './agent-access.js';
 import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
 import { liveUids, ownCapEff } from './proc.js';
@@ -93,9 +94,10 @@ export class AgentIsolation {
 
   /**
    * Start-up: the work root exists and is reachable (traverse only) by agent uids; this service's
-   * own state (`stateDir/lifecycle`) is not. An ancestor of the work root that agents cannot
-   * traverse is made traversable (o+x, never readable) when it is the state dir or inside it;
-   * anything else is reported, since launches would then fail.
+   * own state (`stateDir/lifecycle`) is not. The state dir, and any ancestor of the work root inside
+   * it, that agents cannot traverse is made traversable (o+x, never readable): agentctl writes its
+   * after-death log under it. What lies outside the state dir is the operator's to change:
+   * `agentAccessProblems` then names it, and the service refuses to start (R-10.6).
    */
   prepareRoots(stateDir: string, lifecycleDir: string): void {
     mkdirSync(lifecycleDir, { recursive: true, mode: 0o700 });
@@ -112,30 +114,38 @@ export class AgentIsolation {
       );
       return;
     }
-    for (let dir = this.workRoot; ; dir = dirname(dir)) {
-      const mode = statSync(dir).mode & 0o777;
-      if ((mode & 0o001) === 0) {
-        let fixed = false;
-        if (!relative(stateDir, dir).startsWith('..')) {
+    const root = resolve(stateDir);
+    for (const start of [this.workRoot, root]) {
+      for (let dir = start; isInside(root, dir); dir = dirname(dir)) {
+        const mode = statSync(dir).mode & 0o777;
+        if ((mode & 0o001) === 0) {
           try {
             chmodSync(dir, mode | 0o001);
-            fixed = true;
-          } catch {
-            // reported below
+          } catch (e) {
+            this.log.warn({ err: e, dir }, 'cannot make this directory traversable for agents (o+x)');
           }
         }
-        if (!fixed)
-          this.log.error(
-            { dir, mode: mode.toString(8), work_dir: this.workRoot },
-            'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)',
-          );
+        if (dirname(dir) === dir) break;
       }
-      if (dirname(dir) === dir) break;
     }
     this.log.info(
       { agent_isolation: this.mode, why: this.why, uid_range: `${this.range.first}-${this.range.last}`, work_dir: this.workRoot },
       'agents run under a uid of their own per execution',
     );
+  }
+
+  /**
+   * What agent uids could not reach of what they need (R-10.6): none where agents share this
+   * service's uid. Checked at start-up (a problem refuses the start) and on every /readyz.
+   */
+  agentAccessProblems(paths: Omit<AgentPaths, 'workRoot'>): AccessProblem[] {
+    if (this.mode === 'same_uid') return [];
+    return agentAccessProblems(agentTargets({ ...paths, workRoot: this.workRoot }));
+  }
+
+  /** The refusal's words for `problems`. */
+  refusal(problems: readonly AccessProblem[]): string {
+    return refusal(problems, `${this.range.first}-${this.range.last}`);
   }
 
   /** The directory a launch runs in: the task's `working_dir` (checked again here, as text) or the default. */
