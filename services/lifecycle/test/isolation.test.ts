@@ -88,6 +88,23 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
       expect(envA[secret], secret).toBeUndefined();
     // agentctl's own environment never held the execution secret either (it came on a pipe).
     expect(Object.keys(environOf(a.agentctl_pid!))).not.toContain('AGENTCTL_SECRET');
+    // Executions' ids are out of argv (/proc/<pid>/cmdline is every uid's to read, issue 53): in
+    // agentctl's environment (its uid's alone), and not in its agent's.
+    for (const x of [a, b]) {
+      const ids = [x.execution_id, x.session_id, x.task_id, x.workspace_id];
+      for (const pid of [x.agentctl_pid!, x.pid!]) {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        for (const id of ids) expect(argv, `${pid} ${argv}`).not.toContain(id);
+      }
+      expect(environOf(x.agentctl_pid!)).toMatchObject({
+        AGENTCTL_EXECUTION_ID: x.execution_id,
+        AGENTCTL_TASK_ID: x.task_id,
+        AGENTCTL_SESSION_ID: x.session_id,
+      });
+      expect(Object.keys(environOf(x.pid!)).filter((k) => k.startsWith('AGENTCTL_'))).toEqual([]);
+    }
+    // And another execution's uid cannot read agentctl's environment, where the ids are.
+    expect(probeAs(uidB, [{ op: 'read', target: `/proc/${a.agentctl_pid}/environ` }])).toEqual(['EACCES']);
 
     const results = probeAs(uidA, [
       { op: 'read', target: `/proc/${process.pid}/environ` },
