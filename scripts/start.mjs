@@ -57,6 +57,29 @@ if (build) {
   }
 }
 
+// R-10.6: lifecycle refuses a state, work or bundle directory agent uids cannot enter. Said first,
+// in its words, rather than as lifecycle's failed start in a log tail (the same check:
+// services/lifecycle/src/isolation/agent-access.ts).
+try {
+  const refusal = await lifecyclePreflight();
+  if (refusal) {
+    console.error(`[kandev] ${refusal}`);
+    process.exit(1);
+  }
+} catch (e) {
+  console.error(`[kandev] ${e.message}; not starting`); // a malformed KANDEV_AGENT_CATALOGUE, say
+  process.exit(1);
+}
+
+async function lifecyclePreflight() {
+  if (process.geteuid?.() !== 0) return null;
+  const { preflight } = await import('../services/lifecycle/dist/isolation/agent-access.js');
+  const { loadCatalogue } = await import('../packages/agentctl/dist/catalogue.js');
+  const { stateDir } = await import('./lib/state.mjs');
+  const agentctlBin = fileURLToPath(new URL('../packages/agentctl/dist/agentctl.bundle.js', import.meta.url));
+  return preflight({ env: process.env, stateDir: stateDir(), agentctlBin, agents: [...loadCatalogue(process.env).values()], euid: process.geteuid() });
+}
+
 child = spawn(process.execPath, [fileURLToPath(new URL('./lib/stack.mjs', import.meta.url)), ...stackArgs], {
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   detached: true,

@@ -66,7 +66,8 @@ it("runs each agent under its own uid in its task's directory; that uid reaches 
 it('runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR with VALIDATION_ERROR', async () => {
   const workspace_id = (await w.api.ok('POST', '/workspaces', { name: 'dirs' })).id;
   const work = join(w.stack.stateDir, 'work');
-  for (const bad of ['/etc', join(w.stack.stateDir, 'lifecycle'), `${work}/../lifecycle`, 'relative/dir', work]) {
+  // Outside any workspace's directory (shared between workspaces) is refused too (ADR 0056).
+  for (const bad of ['/etc', join(w.stack.stateDir, 'lifecycle'), `${work}/../lifecycle`, 'relative/dir', work, join(work, 'repos', 'kandev')]) {
     const res = await w.api.post('/tasks', { workspace_id, title: 'escape', working_dir: bad });
     expect(res.status, bad).toBe(400);
     expect(res.body.error.code).toBe('VALIDATION_ERROR');
@@ -77,7 +78,7 @@ it('runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR with
   await sql.end();
   expect(count).toBe(0);
 
-  const dir = join(work, 'repos', 'kandev');
+  const dir = join(work, workspace_id, 'repos', 'kandev');
   const task = await w.api.ok('POST', '/tasks', { workspace_id, title: 'in a repo', working_dir: dir });
   expect(task.working_dir).toBe(dir);
   expect((await w.api.get(`/tasks/${task.id}`)).body.working_dir).toBe(dir);

@@ -5,8 +5,10 @@ import { z } from 'zod';
 
 /*
  * agentctl's configuration: CLI flags first, then AGENTCTL_* environment variables. Parsed once at
- * start; anything malformed stops the process before an agent is spawned. Prefer
- * AGENTCTL_MCP_TOKEN over --mcp-token: a flag is visible to anyone who can list processes.
+ * start; anything malformed stops the process before an agent is spawned. lifecycle passes every
+ * setting as AGENTCTL_* and no flag at all: /proc/<pid>/cmdline is readable by every uid, so flags
+ * would show each execution's ids (and any token) to every agent of the host; /proc/<pid>/environ
+ * needs the process's own uid. The flags stay for hand-run agentctls and benchmarks.
  */
 
 const optionalText = z.preprocess((v) => (v === '' ? undefined : v), z.string().min(1).optional());

@@ -32,11 +32,11 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export type WorkingDirCheck = { ok: true; path: string } | { ok: false; reason: string };
 
 /**
- * A task's requested `working_dir`, checked against KANDEV_WORK_DIR (`root`, absolute):
+ * A task's requested `working_dir`, checked as text against KANDEV_WORK_DIR (`root`, absolute):
  * absolute and already normalised (no `.`/`..` segments, no trailing slash, no `//`), strictly
  * under `root`, no component starting with a dot (that refuses `..` escapes and the reserved
  * `.homes`), not another workspace's area (a first component that is a workspace id other than
- * the task's own) and not the task's whole workspace area itself (lifecycle chowns the directory
+ * the task's own), under the task's own workspace directory, and not that whole directory itself (lifecycle chowns the directory
  * to each new execution, which would take every other task's directory of the workspace with it).
  */
 export function checkWorkingDir(root: string, requested: string, workspaceId: string): WorkingDirCheck {
@@ -48,9 +48,12 @@ export function checkWorkingDir(root: string, requested: string, workspaceId: st
   if (rel === '' || rel.startsWith('..') || isAbsolute(rel)) return { ok: false, reason: `working_dir must be under KANDEV_WORK_DIR (${root})` };
   const parts = rel.split(sep);
   if (parts.some((p) => p.startsWith('.'))) return { ok: false, reason: 'working_dir must not have a component starting with "."' };
-  if (UUID.test(parts[0]!) && parts[0]!.toLowerCase() !== workspaceId.toLowerCase())
-    return { ok: false, reason: "working_dir must not be inside another workspace's directory" };
-  if (parts.length === 1 && parts[0]!.toLowerCase() === workspaceId.toLowerCase())
-    return { ok: false, reason: "working_dir must not be the workspace's whole directory" };
+  // Only under the task's own workspace directory (INTERFACES.md): a directory outside every
+  // workspace's would be shared by tasks of different workspaces, each execution taking it over.
+  if (parts[0] !== workspaceId) {
+    if (UUID.test(parts[0]!)) return { ok: false, reason: "working_dir must not be inside another workspace's directory" };
+    return { ok: false, reason: `working_dir must be under the task's workspace directory (${join(root, workspaceId)}/)` };
+  }
+  if (parts.length === 1) return { ok: false, reason: "working_dir must not be the workspace's whole directory" };
   return { ok: true, path: requested };
 }

@@ -19,9 +19,11 @@ describe('work directories', () => {
   });
 
   it.each([
-    [`${root}/repo`, true],
     [`${root}/${ws}/repo`, true],
-    [`${root}/a/b/c`, true],
+    [`${root}/${ws}/a/b/c`, true],
+    // Outside every workspace's directory: shared between workspaces, refused (INTERFACES.md).
+    [`${root}/repo`, false],
+    [`${root}/a/b/c`, false],
     ['relative/path', false],
     [root, false],
     [`${root}/`, false],
@@ -33,11 +35,20 @@ describe('work directories', () => {
     ['/etc', false],
     ['/srv/kandev/workspace', false],
     [`${root}/.homes/${ws}/t`, false],
-    [`${root}/a/.git`, false],
+    [`${root}/${ws}/a/.git`, false],
+    [`${root}/${ws}/../${other}/t`, false],
     [`${root}/${other}/t`, false],
     [`${root}/${ws}`, false],
-    [`${root}/a\0b`, false],
+    [`${root}/${ws}/a\0b`, false],
   ])('%s → allowed %s', (path, ok) => {
     expect(checkWorkingDir(root, path, ws).ok).toBe(ok);
+  });
+
+  it('says why, naming the workspace directory a working_dir must be under', () => {
+    expect(checkWorkingDir(root, `${root}/repo`, ws)).toEqual({
+      ok: false,
+      reason: `working_dir must be under the task's workspace directory (${root}/${ws}/)`,
+    });
+    expect(checkWorkingDir(root, `${root}/${other}/t`, ws)).toEqual({ ok: false, reason: "working_dir must not be inside another workspace's directory" });
   });
 });

@@ -1,5 +1,6 @@
 import { SERVICE_KEYS, workDirRoot, type ServiceDefinition, packageVersion } from '@kandev/runtime';
-import { dirname } from 'node:path';
+import { CATALOGUE_ENV, loadCatalogue } from '@kandev/agentctl/catalogue';
+import { dirname, resolve } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { catalogueEndpoints, launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
@@ -31,6 +32,33 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     // Before anything is written there: this service's own state is not for agents to read.
     isolation.prepareRoots(env.KANDEV_STATE_DIR, dirname(stateFile.path));
     rt.addReadinessDetail('agent_isolation', () => isolation.mode);
+    // what agent uids cannot reach is refused now, in words, not at every launch later.
+    const agentctlBin = env.AGENTCTL_BIN ?? defaultAgentctlBin();
+    const agentPaths = () => ({
+      stateDir: resolve(env.KANDEV_STATE_DIR),
+      agentctlBin: resolve(agentctlBin),
+      nodeBin: process.execPath,
+      agents: [...loadCatalogue(process.env).values()],
+      catalogueFile: process.env[CATALOGUE_ENV] ? resolve(process.env[CATALOGUE_ENV]) : undefined,
+      PATH: process.env.PATH,
+    });
+    const problems = isolation.agentAccessProblems(agentPaths());
+    if (problems.length > 0) {
+      const words = isolation.refusal(problems);
+      log.error({ problems: problems.map((p) => ({ path: p.blocked, target: p.target.path })) }, words);
+      throw new Error(words);
+    }
+    // The same check on every /readyz: a directory made private after the start stops launches too.
+    const agentAccess = () => {
+      try {
+        const now = isolation.agentAccessProblems(agentPaths());
+        return now.length === 0 ? 'ok' : isolation.refusal(now);
+      } catch (e) {
+        return (e as Error).message; // a catalogue file broken since the start
+      }
+    };
+    rt.addReadinessDetail('agent_access', agentAccess);
+    rt.addReadinessCheck(async () => agentAccess() === 'ok');
     const stoppingCpu = StoppingCpu.open({ nice: env.AGENT_NICE, group: env.STOPPING_CPU_GROUP, log });
     rt.addReadinessDetail('stopping_cpu', () => stoppingCpu.mode);
     // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
@@ -48,7 +76,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       journal,
       registry,
       stateFile,
-      agentctlBin: env.AGENTCTL_BIN ?? defaultAgentctlBin(),
+      agentctlBin,
       agentKey: rt.key('agent'),
       isolation,
       stoppingCpu,

@@ -3,7 +3,7 @@ import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { probeAs, startNats, type TestNats } from '@kandev/testkit';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -88,6 +88,23 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
       expect(envA[secret], secret).toBeUndefined();
     // agentctl's own environment never held the execution secret either (it came on a pipe).
     expect(Object.keys(environOf(a.agentctl_pid!))).not.toContain('AGENTCTL_SECRET');
+    // Executions' ids are out of argv (/proc/<pid>/cmdline is every uid's to read, issue 53): in
+    // agentctl's environment (its uid's alone), and not in its agent's.
+    for (const x of [a, b]) {
+      const ids = [x.execution_id, x.session_id, x.task_id, x.workspace_id];
+      for (const pid of [x.agentctl_pid!, x.pid!]) {
+        const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        for (const id of ids) expect(argv, `${pid} ${argv}`).not.toContain(id);
+      }
+      expect(environOf(x.agentctl_pid!)).toMatchObject({
+        AGENTCTL_EXECUTION_ID: x.execution_id,
+        AGENTCTL_TASK_ID: x.task_id,
+        AGENTCTL_SESSION_ID: x.session_id,
+      });
+      expect(Object.keys(environOf(x.pid!)).filter((k) => k.startsWith('AGENTCTL_'))).toEqual([]);
+    }
+    // And another execution's uid cannot read agentctl's environment, where the ids are.
+    expect(probeAs(uidB, [{ op: 'read', target: `/proc/${a.agentctl_pid}/environ` }])).toEqual(['EACCES']);
 
     const results = probeAs(uidA, [
       { op: 'read', target: `/proc/${process.pid}/environ` },
@@ -192,7 +209,7 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
 
   it('runs a task in its working_dir, and refuses one outside KANDEV_WORK_DIR before anything starts', async () => {
     const ws = randomUUID();
-    const dir = join(workRoot, 'repos', 'one');
+    const dir = join(workRoot, ws, 'repos', 'one');
     const x = await launch(nc, launchRequest({ workspace_id: ws, working_dir: dir }));
     expect(readlinkSync(`/proc/${x.pid}/cwd`)).toBe(dir);
     await stopAt(nc, 'life-iso', { execution_id: x.execution_id, reason: 'test' });
@@ -201,5 +218,20 @@ describe('agents are untrusted: a uid, a directory and a secret per execution (R
     const outside = launchRequest({ workspace_id: ws, working_dir: '/etc' });
     await expect(launch(nc, outside)).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
     expect(events.of('execution.registered', outside.execution_id)).toEqual([]);
+
+    // Through a symbolic link (an agent of the workspace may have left one; ADR 0056): refused at
+    // the launch, by descriptor, and the root-only file behind it keeps its owner.
+    const secrets = join(stateDir, 'secrets');
+    mkdirSync(secrets, { mode: 0o700 });
+    writeFileSync(join(secrets, 'canary'), 'root only', { mode: 0o600 });
+    symlinkSync(secrets, join(workRoot, ws, 'evil'));
+    for (const wd of [join(workRoot, ws, 'evil'), join(workRoot, ws, 'evil', 'below')]) {
+      const viaLink = launchRequest({ workspace_id: ws, working_dir: wd });
+      await expect(launch(nc, viaLink)).rejects.toMatchObject({ code: 'VALIDATION_ERROR' });
+      expect(events.of('execution.registered', viaLink.execution_id)).toEqual([]);
+    }
+    expect(statSync(secrets)).toMatchObject({ uid: 0, gid: 0 });
+    expect(statSync(join(secrets, 'canary'))).toMatchObject({ uid: 0, gid: 0 });
+    expect(readdirSync(secrets)).toEqual(['canary']);
   });
 });

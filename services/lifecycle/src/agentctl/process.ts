@@ -84,6 +84,48 @@ export function agentctlEnvironment(
   return env;
 }
 
+/**
+ * agentctl's settings for one execution, as AGENTCTL_* variables (packages/agentctl/src/config.ts
+ * reads each flag's variable). Never argv: /proc/<pid>/cmdline is readable by every uid, so flags
+ * told every agent the task, session and execution ids of every other execution (issue 53), while
+ * /proc/<pid>/environ needs the process's own uid. Each one is set, empty when unused, so a
+ * variable of this service's own environment that AGENTCTL_ENV lets through never stands in for
+ * it. agentctl's agent gets none of them (agentEnvironment drops AGENTCTL_*).
+ */
+export function agentctlSettings(
+  opts: Pick<
+    AgentctlSpawnOptions,
+    | 'agent'
+    | 'executionId'
+    | 'sessionId'
+    | 'taskId'
+    | 'mcpUrl'
+    | 'cancelTimeoutMs'
+    | 'handshakeTimeoutMs'
+    | 'agentNice'
+    | 'exitWithParent'
+    | 'ownerSilenceMs'
+    | 'logFile'
+  >,
+): Record<string, string> {
+  return {
+    AGENTCTL_AGENT: opts.agent,
+    AGENTCTL_PORT: '0',
+    AGENTCTL_HOST: '',
+    AGENTCTL_EXECUTION_ID: opts.executionId,
+    AGENTCTL_SESSION_ID: opts.sessionId,
+    AGENTCTL_TASK_ID: opts.taskId,
+    AGENTCTL_MCP_URL: opts.mcpUrl,
+    AGENTCTL_CANCEL_TIMEOUT_MS: String(Math.max(1, opts.cancelTimeoutMs)),
+    AGENTCTL_HANDSHAKE_TIMEOUT_MS: String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
+    AGENTCTL_AGENT_NICE: String(Math.min(19, Math.max(0, opts.agentNice))),
+    AGENTCTL_SECRET_FD: '3',
+    AGENTCTL_EXIT_WITH_PARENT: opts.exitWithParent ? '1' : '',
+    AGENTCTL_OWNER_SILENCE_MS: opts.exitWithParent ? String(Math.min(opts.ownerSilenceMs, 3_600_000)) : '',
+    AGENTCTL_LOG_FILE: opts.exitWithParent ? opts.logFile : '',
+  };
+}
+
 export type AgentctlLine = Exclude<AgentctlEvent, AgentctlReadyEvent>;
 
 /**
@@ -158,33 +200,10 @@ export class AgentctlProcess {
   }
 
   static spawn(opts: AgentctlSpawnOptions): AgentctlProcess {
-    const env = agentctlEnvironment(process.env, opts);
-    const args = [
-      opts.bin,
-      '--agent',
-      opts.agent,
-      '--port',
-      '0',
-      '--execution-id',
-      opts.executionId,
-      '--session-id',
-      opts.sessionId,
-      '--task-id',
-      opts.taskId,
-      '--mcp-url',
-      opts.mcpUrl,
-      '--cancel-timeout-ms',
-      String(Math.max(1, opts.cancelTimeoutMs)),
-      '--handshake-timeout-ms',
-      String(Math.max(1, Math.min(opts.handshakeTimeoutMs, 600_000))),
-      '--agent-nice',
-      String(Math.min(19, Math.max(0, opts.agentNice))),
-      '--secret-fd',
-      '3',
-      ...(opts.exitWithParent
-        ? ['--exit-with-parent', '1', '--owner-silence-ms', String(Math.min(opts.ownerSilenceMs, 3_600_000)), '--log-file', opts.logFile]
-        : []),
-    ];
+    // Settings in the environment, not argv (agentctlSettings says why): the command line is the
+    // bundle's path alone.
+    const env = { ...agentctlEnvironment(process.env, opts), ...agentctlSettings(opts) };
+    const args = [opts.bin];
     // Own process group: a terminal's Ctrl-C reaches the services, and this service alone decides
     // when an agent dies.
     // stdin is a pipe that carries only heartbeats: it closes when this process dies, however it

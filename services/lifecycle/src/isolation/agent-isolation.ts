@@ -1,9 +1,10 @@
 import { unavailable, validationError } from '@kandev/contracts';
 import { checkWorkingDir, defaultTaskDir, taskHomeDir, type Logger } from '@kandev/runtime';
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
-import { chown, lchown, lstat, mkdir, readdir } from 'node:fs/promises';
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { agentAccessProblems, agentTargets, isInside, refusal, type AccessProblem, type AgentPaths } from './agent-access.js';
+import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
 import { liveUids, ownCapEff } from './proc.js';
 import { UidScan } from './uid-scan.js';
@@ -93,9 +94,10 @@ export class AgentIsolation {
 
   /**
    * Start-up: the work root exists and is reachable (traverse only) by agent uids; this service's
-   * own state (`stateDir/lifecycle`) is not. An ancestor of the work root that agents cannot
-   * traverse is made traversable (o+x, never readable) when it is the state dir or inside it;
-   * anything else is reported, since launches would then fail.
+   * own state (`stateDir/lifecycle`) is not. The state dir, and any ancestor of the work root inside
+   * it, that agents cannot traverse is made traversable (o+x, never readable): agentctl writes its
+   * after-death log under it. What lies outside the state dir is the operator's to change:
+   * `agentAccessProblems` then names it, and the service refuses to start (R-10.6).
    */
   prepareRoots(stateDir: string, lifecycleDir: string): void {
     mkdirSync(lifecycleDir, { recursive: true, mode: 0o700 });
@@ -112,25 +114,19 @@ export class AgentIsolation {
       );
       return;
     }
-    for (let dir = this.workRoot; ; dir = dirname(dir)) {
-      const mode = statSync(dir).mode & 0o777;
-      if ((mode & 0o001) === 0) {
-        let fixed = false;
-        if (!relative(stateDir, dir).startsWith('..')) {
+    const root = resolve(stateDir);
+    for (const start of [this.workRoot, root]) {
+      for (let dir = start; isInside(root, dir); dir = dirname(dir)) {
+        const mode = statSync(dir).mode & 0o777;
+        if ((mode & 0o001) === 0) {
           try {
             chmodSync(dir, mode | 0o001);
-            fixed = true;
-          } catch {
-            // reported below
+          } catch (e) {
+            this.log.warn({ err: e, dir }, 'cannot make this directory traversable for agents (o+x)');
           }
         }
-        if (!fixed)
-          this.log.error(
-            { dir, mode: mode.toString(8), work_dir: this.workRoot },
-            'agents cannot traverse this directory on the way to KANDEV_WORK_DIR: launches will fail (chmod o+x it, or move KANDEV_WORK_DIR)',
-          );
+        if (dirname(dir) === dir) break;
       }
-      if (dirname(dir) === dir) break;
     }
     this.log.info(
       { agent_isolation: this.mode, why: this.why, uid_range: `${this.range.first}-${this.range.last}`, work_dir: this.workRoot },
@@ -138,7 +134,21 @@ export class AgentIsolation {
     );
   }
 
-  /** The directory a launch runs in: the task's `working_dir` (checked again here) or the default. */
+  /**
+   * What agent uids could not reach of what they need (R-10.6): none where agents share this
+   * service's uid. Checked at start-up (a problem refuses the start) and on every /readyz.
+   */
+  agentAccessProblems(paths: Omit<AgentPaths, 'workRoot'>): AccessProblem[] {
+    if (this.mode === 'same_uid') return [];
+    return agentAccessProblems(agentTargets({ ...paths, workRoot: this.workRoot }));
+  }
+
+  /** The refusal's words for `problems`. */
+  refusal(problems: readonly AccessProblem[]): string {
+    return refusal(problems, `${this.range.first}-${this.range.last}`);
+  }
+
+  /** The directory a launch runs in: the task's `working_dir` (checked again here, as text) or the default. */
   taskDir(workspaceId: string, taskId: string, workingDir: string | null | undefined): string {
     if (!workingDir) return defaultTaskDir(this.workRoot, workspaceId, taskId);
     const check = checkWorkingDir(this.workRoot, workingDir, workspaceId);
@@ -148,8 +158,10 @@ export class AgentIsolation {
 
   /**
    * Before the spawn: a uid for the execution (isolated mode), its directories created and owned by
-   * it. Throws VALIDATION_ERROR (bad working_dir) or UNAVAILABLE (no free uid, directory trouble),
-   * having released what it took.
+   * it. Throws VALIDATION_ERROR (a working_dir refused as text, or reached through a symbolic link or
+   * a file: ADR 0056) or UNAVAILABLE (no free uid, directory trouble), having released what it took.
+   * Both directories are opened by descriptor from the work root before any owner changes, so a
+   * refused launch changes no file's owner.
    */
   async place(executionId: string, workspaceId: string, taskId: string, workingDir: string | null | undefined): Promise<Placement> {
     const cwd = this.taskDir(workspaceId, taskId, workingDir);
@@ -159,20 +171,37 @@ export class AgentIsolation {
     const home = sharedHome || taskHomeDir(this.workRoot, workspaceId, taskId);
     const tmp = sharedHome ? process.env.TMPDIR || tmpdir() : join(home, 'tmp');
     const identity = this.mode === 'uid_per_execution' ? this.acquire(executionId) : null;
+    const fds: number[] = [];
+    let rootFd: number | null = null;
     try {
-      for (const dir of sharedHome ? [cwd] : [cwd, home, tmp]) await this.ensureDir(dir);
+      rootFd = await openRoot(this.workRoot);
+      // Missing levels are made root's, 0711 (agents pass through, list nothing); the last one
+      // 0700 (its owner is set by the chown that follows).
+      const dirs = sharedHome ? [cwd] : [cwd, home];
+      for (const dir of dirs) {
+        const parts = relative(this.workRoot, dir).split(sep);
+        fds.push(await openPathAt(rootFd, parts, (i) => (i === parts.length - 1 ? 0o700 : 0o711)));
+      }
+      // TMPDIR, inside the home (chowned with it below).
+      if (!sharedHome) await closeFd(await openDirAt(fds[1]!, 'tmp', 0o700));
       if (identity) {
         // A new execution of the task takes its directories over: a resume edits what the last
-        // execution left (ADR 0017).
-        await chownTree(cwd, identity, this.range);
-        await chownTree(home, identity, this.range);
+        // execution left (ADR 0017). By descriptor: ADR 0056.
+        const isAgentUid = (u: number) => u >= this.range.first && u <= this.range.last;
+        await chownTreeAt(fds[0]!, identity, isAgentUid);
+        await chownTreeAt(fds[1]!, identity, isAgentUid);
       }
     } catch (e) {
       if (identity) {
         this.held.delete(identity.uid);
         this.unlock(identity.uid);
       }
+      if (e instanceof RefusedPath)
+        throw validationError(`working_dir must be reached without a symbolic link: ${e.message}`, { working_dir: workingDir ?? cwd });
       throw unavailable(`cannot prepare the agent's directories: ${(e as Error).message}`, { execution_id: executionId });
+    } finally {
+      for (const fd of fds) await closeFd(fd);
+      if (rootFd !== null) await closeFd(rootFd);
     }
     return { executionId, identity, cwd, home, tmp };
   }
@@ -207,10 +236,12 @@ export class AgentIsolation {
       );
     for (const dir of [p.cwd, p.home]) {
       try {
-        // Only if it is still ours: a later execution of the same task may have taken it over.
-        if (statSync(dir).uid === uid) await chown(dir, 0, 0);
+        // Only if it is still ours: a later execution of the same task may have taken it over. By
+        // descriptor (ADR 0056): a symbolic link swapped in on the way is refused, not followed.
+        await this.handBack(dir, uid);
       } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn({ err: e, dir }, "cannot hand a finished execution's directory back to root");
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && !(e instanceof RefusedPath)) this.log.warn({ err: e, dir }, "cannot hand a finished execution's directory back to root");
       }
     }
     if (this.held.get(uid) === p.executionId) {
@@ -300,18 +331,17 @@ export class AgentIsolation {
     rmSync(join(this.lockDir, String(uid)), { force: true });
   }
 
-  /**
-   * mkdir -p: the directories this service creates on the way are root's, mode 0711 (agents pass
-   * through, list nothing); the last one is 0700 (its owner is set by the chown that follows).
-   */
-  private async ensureDir(dir: string): Promise<void> {
-    if (existsSync(dir)) return;
-    const missing: string[] = [];
-    for (let d = dir; !existsSync(d); d = dirname(d)) missing.unshift(d);
-    for (const d of missing) {
-      await mkdir(d, { mode: d === dir ? 0o700 : 0o711 }).catch((e: NodeJS.ErrnoException) => {
-        if (e.code !== 'EEXIST') throw e;
-      });
+  private async handBack(dir: string, uid: number): Promise<void> {
+    const rootFd = await openRoot(this.workRoot);
+    try {
+      const fd = await openPathAt(rootFd, relative(this.workRoot, dir).split(sep));
+      try {
+        await chownIfOwnedBy(fd, uid, { uid: 0, gid: 0 });
+      } finally {
+        await closeFd(fd);
+      }
+    } finally {
+      await closeFd(rootFd);
     }
   }
 }
@@ -322,30 +352,5 @@ function processExists(pid: number): boolean {
     return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/**
- * chown -R without following symlinks (lchown), touching only entries not owned yet. An agent may
- * have left a symlink to anything; lchown changes the link, never its target, and the walk never
- * descends through one. A regular file with more than one link that no agent uid owns is left
- * alone: it may be a hard link an agent planted to a file of someone else's (where
- * fs.protected_hardlinks is off), and chowning it would hand that file over.
- */
-async function chownTree(root: string, id: AgentIdentity, range: UidRange): Promise<void> {
-  const stack = [root];
-  while (stack.length > 0) {
-    const path = stack.pop()!;
-    let st;
-    try {
-      st = await lstat(path);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      throw e;
-    }
-    const agentOwned = st.uid >= range.first && st.uid <= range.last;
-    const planted = st.isFile() && st.nlink > 1 && !agentOwned;
-    if ((st.uid !== id.uid || st.gid !== id.gid) && !planted) await lchown(path, id.uid, id.gid);
-    if (st.isDirectory()) for (const name of await readdir(path)) stack.push(path + sep + name);
   }
 }
