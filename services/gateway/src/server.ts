@@ -1,7 +1,7 @@
 import fastifyWebsocket from '@fastify/websocket';
 import { operatorTokenVerifier, type Logger, type NatsConnection } from '@kandev/runtime';
 import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
-import { decodeJsonBody } from './domain/body.js';
+import { decodeJsonBody, depthError } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
@@ -56,6 +56,9 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     const text = decodeJsonBody(req.headers['content-type'], body);
     if (typeof text !== 'string') return done(text, undefined);
     if (text.trim() === '') return done(null, undefined);
+    // Depth is bounded before parsing: nothing behind (the parser, zod, JSON.stringify) recurses deeper.
+    const tooDeep = depthError(text, 'request body');
+    if (tooDeep) return done(tooDeep, undefined);
     // Fastify's JSON parser answers through `done` (its type also allows a promise, which it never returns).
     void parseJson(req, text, done);
   });

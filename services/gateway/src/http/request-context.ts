@@ -14,7 +14,8 @@ import {
   tracer,
   type Logger,
 } from '@kandev/runtime';
-import { unavailable, type OperatorActor } from '@kandev/contracts';
+import { badRequest, unavailable, type OperatorActor } from '@kandev/contracts';
+import { invalidHeader } from '../domain/body.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator, type VerifyOperatorToken } from '../auth.js';
 import { drainsRefusedBody, errorResponseOf } from '../domain/http-errors.js';
@@ -88,6 +89,9 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       errorCode: null,
       finished: false,
     };
+    // Header values are inputs like bodies: bytes that are not UTF-8 are refused, never stored as latin1.
+    const badHeader = invalidHeader(req.headers);
+    if (badHeader !== null) throw badRequest('request header is not valid UTF-8 text', { header: badHeader.slice(0, 100) });
     if (config.auth) {
       // Draining: refuse new API work (503, so a load balancer retries elsewhere); probes still answer.
       if (deps.isStopping()) throw unavailable('gateway is shutting down');
