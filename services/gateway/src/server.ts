@@ -10,6 +10,7 @@ import { registerConsoleRoutes } from './routes/console.js';
 import { registerReadRoutes } from './routes/read.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
+import { redeemTicket, registerTicketRoute, type TicketDeps } from './ws/tickets.js';
 
 export interface GatewayServerOptions {
   nc: NatsConnection;
@@ -17,6 +18,8 @@ export interface GatewayServerOptions {
   jwtSecret: string;
   /** Timeout of every NATS request made on a client's behalf. */
   timeoutMs: number;
+  /** Lifetime of a /ws ticket (ADR 0058); 30 s unless a test says otherwise. */
+  wsTicketTtlMs?: number;
   consoleDir: string | null;
   isStopping: () => boolean;
 }
@@ -77,13 +80,25 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   });
   // After the websocket plugin on purpose: its onRequest hook marks upgrade requests, so when our
   // auth refuses one (401) the plugin's onResponse destroys the raw socket instead of leaking it.
-  installRequestLifecycle(app, { log: opts.log, verifyToken: operatorTokenVerifier(opts.jwtSecret), isStopping: opts.isStopping });
+  const tickets: TicketDeps = {
+    nc: opts.nc,
+    operatorKey: opts.jwtSecret,
+    timeoutMs: opts.timeoutMs,
+    ...(opts.wsTicketTtlMs ? { ttlMs: opts.wsTicketTtlMs } : {}),
+  };
+  installRequestLifecycle(app, {
+    log: opts.log,
+    verifyToken: operatorTokenVerifier(opts.jwtSecret),
+    redeemTicket: (ticket, requestId) => redeemTicket(tickets, ticket, requestId),
+    isStopping: opts.isStopping,
+  });
 
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerTicketRoute(app, tickets);
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub };
