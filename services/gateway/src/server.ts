@@ -5,6 +5,7 @@ import { decodeJsonBody, depthError } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
+import { registerOpenApiRoute } from './routes/openapi.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerReadRoutes } from './routes/read.js';
@@ -26,6 +27,8 @@ export interface GatewayServerOptions {
 export interface GatewayServer {
   app: FastifyInstance;
   hub: WsHub;
+  /** Every route registered (method, URL template), for the OpenAPI coverage test. */
+  routes: Array<{ method: string; url: string }>;
 }
 
 /** The gateway's Fastify instance with every route, not yet listening. */
@@ -47,6 +50,11 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     frameworkErrors: (_err, _req, reply) => {
       void (reply as unknown as FastifyReply).code(400).send({ error: { code: 'BAD_REQUEST', message: 'malformed request' } });
     },
+  });
+
+  const routes: Array<{ method: string; url: string }> = [];
+  app.addHook('onRoute', (r) => {
+    for (const method of Array.isArray(r.method) ? r.method : [r.method]) routes.push({ method, url: r.url });
   });
 
   // JSON only. An empty body with a JSON content type counts as no body (POST /tasks/:id/stop from
@@ -99,7 +107,8 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerTicketRoute(app, tickets);
+  registerOpenApiRoute(app, { consoleServed: opts.consoleDir !== null });
   registerWebSocketRoute(app, hub);
   await app.ready();
-  return { app, hub };
+  return { app, hub, routes };
 }
