@@ -2,7 +2,7 @@
 // NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
 // started, and exit 0 with no process of ours left behind. See docs/operations.md.
-import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startEmbeddedPostgres } from './embedded-pg.mjs';
@@ -439,6 +439,15 @@ async function main() {
   if (gateway) ready = await waitReady(gateway);
   if (stopping) return;
   const token = await rt.signOperatorToken(keys.operator.secret, { sub: 'local-operator', workspaces: ['*'] });
+  // The token goes to a file only its owner can read (issue 53): stdout may be redirected to a file
+  // anyone can read, so the token itself is printed only to a terminal.
+  const tokenFile = writeOperatorToken(state, token);
+  const tokenLines = process.stdout.isTTY
+    ? ['  Operator token (all workspaces, valid 12h; also in ' + tokenFile + ', mode 0600):', `  ${token}`]
+    : [
+        `  Operator token (all workspaces, valid 12h) is in ${tokenFile} (mode 0600; printed only to a terminal)`,
+        `  Use it:       export KANDEV_TOKEN="$(cat ${tokenFile})"`,
+      ];
 
   const lines = [
     '',
@@ -452,8 +461,7 @@ async function main() {
     `  State:     ${state}  (logs in ${logsDir})`,
     '  Health:    ' + running.services.map((s) => `${s.name} ${s.urls.health ?? '?'}`).join(', '),
     '',
-    '  Operator token (all workspaces, valid 12h):',
-    `  ${token}`,
+    ...tokenLines,
     '',
     '  More tokens:  npm run token -- operator [--workspace <id>]...',
     '                npm run token -- agent --task <task-id> [--session <id>] [--mode task|config|office|external]',
@@ -462,6 +470,16 @@ async function main() {
     '',
   ];
   process.stdout.write(lines.filter((l) => l !== null).join('\n'));
+}
+
+/** Write the operator token to `<state>/operator-token`, mode 0600 from its creation (a fresh file renamed over the old one). */
+function writeOperatorToken(dir, token) {
+  const file = join(dir, 'operator-token');
+  const tmp = `${file}.${process.pid}.tmp`;
+  rmSync(tmp, { force: true });
+  writeFileSync(tmp, token + '\n', { mode: 0o600, flag: 'wx' });
+  renameSync(tmp, file);
+  return file;
 }
 
 /** Stop what we started: services newest first, then NATS and PostgreSQL; then sweep. */

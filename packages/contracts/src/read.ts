@@ -122,6 +122,54 @@ export const AgentToolCallData = z.object({
 });
 export type AgentToolCallData = z.infer<typeof AgentToolCallData>;
 
+/** Most items `GET /inbox` answers (oldest first); `truncated` says when more are pending. */
+export const INBOX_MAX_ITEMS = 500;
+
+/**
+ * One thing waiting on a person (R-12.2): a pending question bundle (`clarification`, `id` = the
+ * bundle's id, `text` = its pending questions, one per line) or a pending permission request
+ * (`permission`, `id` = the request's id, `text` = its title). `ancestor_ids` are the task's
+ * ancestors, root first, so a board can badge every card whose subtree has something pending;
+ * `expires_at` is when a question bundle expires (null for permissions, which do not).
+ */
+export const InboxItem = z.object({
+  kind: z.enum(['clarification', 'permission']),
+  id,
+  task_id: id,
+  task_title: z.string(),
+  session_id: id,
+  created_at: ts,
+  text: z.string(),
+  ancestor_ids: z.array(id),
+  expires_at: ts.nullable(),
+});
+export type InboxItem = z.infer<typeof InboxItem>;
+export const Inbox = z.object({ items: z.array(InboxItem), truncated: z.boolean() });
+export type Inbox = z.infer<typeof Inbox>;
+
+/**
+ * The `inbox.changed` notification `/ws` workspace subscribers get when a question bundle or a
+ * permission request of the workspace opens or closes (the gateway derives it from
+ * `clarification.requested|closed` and `permission.requested|closed`): re-read `GET /inbox`.
+ */
+export const InboxChanged = z.object({
+  workspace_id: id,
+  task_id: id.nullable(),
+  session_id: id.nullable(),
+  kind: z.enum(['clarification', 'permission']),
+  /** The bundle's or request's id, when the event names it. */
+  id: id.nullable(),
+  change: z.enum(['opened', 'closed']),
+  event_id: z.string(),
+  occurred_at: ts,
+});
+export type InboxChanged = z.infer<typeof InboxChanged>;
+
+/** `POST /ws/tickets` (ADR 0058): a single-use ticket for `/ws?ticket=`, valid 30 s. */
+export const WS_TICKET_TTL_MS = 30_000;
+export const WsTicket = z.object({ ticket: z.string(), expires_at: ts });
+export type WsTicket = z.infer<typeof WsTicket>;
+
 export const OrchRead = {
   workspaceList: endpoint('orch.workspace.list', z.object({ actor: OperatorActor, limit: limit.optional(), cursor: cursor.optional() }), WorkspacePage),
   /** One workspace the actor may see (NOT_FOUND / FORBIDDEN otherwise); the /ws workspace subscription checks through it. */
@@ -131,5 +179,16 @@ export const OrchRead = {
     'orch.session.messages',
     z.object({ actor: Actor, session_id: id, after_seq: z.number().int().nonnegative().optional(), limit: limit.optional() }),
     MessagePage,
+  ),
+  /** R-12.2: every pending question bundle and permission request of a workspace (children included), oldest first. */
+  inbox: endpoint('orch.inbox.get', z.object({ actor: Actor, workspace_id: id }), Inbox),
+  /**
+   * ADR 0058: record the single use of a `/ws` ticket (its `jti`), shared by every gateway replica.
+   * `first: false` = the ticket was used before: the upgrade is refused.
+   */
+  ticketConsume: endpoint(
+    'orch.ws_ticket.consume',
+    z.object({ actor: OperatorActor, jti: text({ min: 16, max: 64 }), expires_at: ts }),
+    z.object({ first: z.boolean() }),
   ),
 } as const;

@@ -1,5 +1,7 @@
 // `npm start` supervision of its own nats-server and PostgreSQL: each killed, restarted on the
 // same port and data, and the stack serves again.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cmdline, descendants, procStat } from '../src/procs.js';
 import { runCleanups, sleep, startStack, stoppedWithin } from './start-harness.js';
@@ -9,7 +11,7 @@ afterAll(runCleanups);
 describe('npm start supervision of its own nats-server and PostgreSQL', () => {
   it('restarts a killed nats-server and a killed PostgreSQL on the same port and data; the stack serves again', async () => {
     const s = await startStack('launcher');
-    const token = /Operator token[^\n]*\n\s*(\S+)/.exec(s.out())![1]!;
+    const token = readFileSync(join(s.stateDir, 'operator-token'), 'utf8').trim();
     const api = (method: string, path: string, body?: unknown) =>
       fetch(`${s.gateway}${path}`, {
         method,

@@ -23,8 +23,13 @@ describe('npm start', () => {
 
     // The banner's token is an operator token for every workspace, signed with the stored secret.
     const secret = readFileSync(join(s.stateDir, 'secret'), 'utf8').trim();
-    const token = /Operator token[^\n]*\n\s*(\S+)/.exec(stdout)?.[1];
-    expect(await verifyOperatorToken(secret, token!)).toMatchObject({ sub: 'local-operator', workspaces: ['*'] });
+    // It is in <state>/operator-token, mode 0600, and not on stdout (a pipe here, not a terminal).
+    const tokenFile = join(s.stateDir, 'operator-token');
+    expect(stdout).toContain(tokenFile);
+    expect(statSync(tokenFile).mode & 0o777).toBe(0o600);
+    const token = readFileSync(tokenFile, 'utf8').trim();
+    expect(stdout).not.toContain(token);
+    expect(await verifyOperatorToken(secret, token)).toMatchObject({ sub: 'local-operator', workspaces: ['*'] });
     expect(stdout).toMatch(/Console:\s+http\S+\/ui\//);
     // The printed MCP URL is the live endpoint: it answers, and wants an agent token.
     const mcp = /^\s*MCP:\s+(http\S+)/m.exec(stdout)?.[1];

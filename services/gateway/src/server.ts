@@ -1,15 +1,17 @@
 import fastifyWebsocket from '@fastify/websocket';
 import { operatorTokenVerifier, type Logger, type NatsConnection } from '@kandev/runtime';
 import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
-import { decodeJsonBody } from './domain/body.js';
+import { decodeJsonBody, depthError } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
+import { registerOpenApiRoute } from './routes/openapi.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerReadRoutes } from './routes/read.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerWebSocketRoute, WsHub } from './ws/connection.js';
+import { redeemTicket, registerTicketRoute, type TicketDeps } from './ws/tickets.js';
 
 export interface GatewayServerOptions {
   nc: NatsConnection;
@@ -17,12 +19,16 @@ export interface GatewayServerOptions {
   jwtSecret: string;
   /** Timeout of every NATS request made on a client's behalf. */
   timeoutMs: number;
+  /** Lifetime of a /ws ticket (ADR 0058); 30 s unless a test says otherwise. */
+  wsTicketTtlMs?: number;
   consoleDir: string | null;
   isStopping: () => boolean;
 }
 export interface GatewayServer {
   app: FastifyInstance;
   hub: WsHub;
+  /** Every route registered (method, URL template), for the OpenAPI coverage test. */
+  routes: Array<{ method: string; url: string }>;
 }
 
 /** The gateway's Fastify instance with every route, not yet listening. */
@@ -46,6 +52,11 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     },
   });
 
+  const routes: Array<{ method: string; url: string }> = [];
+  app.addHook('onRoute', (r) => {
+    for (const method of Array.isArray(r.method) ? r.method : [r.method]) routes.push({ method, url: r.url });
+  });
+
   // JSON only. An empty body with a JSON content type counts as no body (POST /tasks/:id/stop from
   // clients that always set the header); anything else that is not JSON is BAD_REQUEST, and so is
   // a body that is not UTF-8 or declares another charset (docs/limits.md): bytes are never
@@ -56,6 +67,9 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     const text = decodeJsonBody(req.headers['content-type'], body);
     if (typeof text !== 'string') return done(text, undefined);
     if (text.trim() === '') return done(null, undefined);
+    // Depth is bounded before parsing: nothing behind (the parser, zod, JSON.stringify) recurses deeper.
+    const tooDeep = depthError(text, 'request body');
+    if (tooDeep) return done(tooDeep, undefined);
     // Fastify's JSON parser answers through `done` (its type also allows a promise, which it never returns).
     void parseJson(req, text, done);
   });
@@ -74,14 +88,27 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   });
   // After the websocket plugin on purpose: its onRequest hook marks upgrade requests, so when our
   // auth refuses one (401) the plugin's onResponse destroys the raw socket instead of leaking it.
-  installRequestLifecycle(app, { log: opts.log, verifyToken: operatorTokenVerifier(opts.jwtSecret), isStopping: opts.isStopping });
+  const tickets: TicketDeps = {
+    nc: opts.nc,
+    operatorKey: opts.jwtSecret,
+    timeoutMs: opts.timeoutMs,
+    ...(opts.wsTicketTtlMs ? { ttlMs: opts.wsTicketTtlMs } : {}),
+  };
+  installRequestLifecycle(app, {
+    log: opts.log,
+    verifyToken: operatorTokenVerifier(opts.jwtSecret),
+    redeemTicket: (ticket, requestId) => redeemTicket(tickets, ticket, requestId),
+    isStopping: opts.isStopping,
+  });
 
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerTicketRoute(app, tickets);
+  registerOpenApiRoute(app, { consoleServed: opts.consoleDir !== null });
   registerWebSocketRoute(app, hub);
   await app.ready();
-  return { app, hub };
+  return { app, hub, routes };
 }

@@ -2,9 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { KandevError, PUSHED_EVENT_TYPES, eventSubject, type EventEnvelope } from '@kandev/contracts';
 import { guardAction, isMcpAction } from '../src/domain/action-guard.js';
+import { headerText, invalidHeader, jsonNestsDeeperThan, MAX_JSON_DEPTH } from '../src/domain/body.js';
 import { parseClientFrame } from '../src/domain/frames.js';
+import { withoutFields } from '../src/domain/openapi.js';
 import { errorResponseOf } from '../src/domain/http-errors.js';
-import { isPushedSubject, notificationTargets, toNotification, workspaceKey } from '../src/domain/notifications.js';
+import { inboxChangeOf, isPushedSubject, notificationTargets, toNotification, workspaceKey } from '../src/domain/notifications.js';
 import { readinessReport } from '../src/domain/readiness.js';
 import { requestIdFrom } from '../src/domain/request-id.js';
 import { SubscriptionRegistry } from '../src/ws/subscriptions.js';
@@ -191,5 +193,72 @@ describe('SubscriptionRegistry', () => {
     expect(r.taskCount).toBe(0);
     expect(r.countOf('c1')).toBe(0);
     expect(r.subscribersOf(['t1', 't2']).size).toBe(0);
+  });
+});
+
+describe('JSON depth before parsing (issue 53)', () => {
+  it('counts arrays and objects, not brackets inside strings or escaped quotes', () => {
+    expect(jsonNestsDeeperThan('{"a":[[1]]}', 3)).toBe(false);
+    expect(jsonNestsDeeperThan('{"a":[[[1]]]}', 3)).toBe(true);
+    expect(jsonNestsDeeperThan(JSON.stringify({ s: '[[[[[{{{{' }), 1)).toBe(false);
+    expect(jsonNestsDeeperThan(JSON.stringify({ s: 'a\\"[[[[' }), 1)).toBe(false);
+    expect(jsonNestsDeeperThan('[]'.repeat(1000), 1)).toBe(false);
+    expect(jsonNestsDeeperThan('['.repeat(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)).toBe(true);
+  });
+  it('a frame nested too deep is BAD_REQUEST before it is parsed', () => {
+    const parsed = parseClientFrame(`{"id":"1","type":"request","action":"task.stop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`);
+    expect(parsed.ok).toBe(false);
+    if (!parsed.ok) expect(parsed.error.payload).toMatchObject({ code: 'BAD_REQUEST', details: { max_depth: MAX_JSON_DEPTH } });
+  });
+});
+
+describe('header values (issue 53)', () => {
+  const latin1 = (bytes: number[]) => Buffer.from(bytes).toString('latin1');
+  it('decodes UTF-8 from the latin1 Node hands over; refuses what is not UTF-8 or holds control characters', () => {
+    expect(headerText('plain-key')).toBe('plain-key');
+    expect(headerText(Buffer.from('clé', 'utf8').toString('latin1'))).toBe('clé');
+    expect(headerText(latin1([0x6b, 0xff]))).toBeNull();
+    expect(headerText(latin1([0xed, 0xa0, 0x80]))).toBeNull();
+    expect(headerText('a\u0000b')).toBeNull();
+    expect(headerText('a\tb')).toBe('a\tb');
+    expect(invalidHeader({ a: 'x', b: ['y', latin1([0xc3])] })).toBe('b');
+    expect(invalidHeader({ a: 'x', b: undefined })).toBeNull();
+  });
+});
+
+describe('inbox.changed (R-12.2)', () => {
+  const ev = (type: string, data: Record<string, unknown>): EventEnvelope =>
+    ({ id: 'e1', type, workspace_id: 'w', task_id: 't', session_id: 's', occurred_at: 'now', data }) as unknown as EventEnvelope;
+  it('is derived from the four events that open or close an inbox item, and from nothing else', () => {
+    expect(inboxChangeOf(ev('clarification.requested', { bundle: { id: 'b1' } }))?.payload).toMatchObject({
+      kind: 'clarification',
+      id: 'b1',
+      change: 'opened',
+      workspace_id: 'w',
+    });
+    expect(inboxChangeOf(ev('clarification.closed', { bundle: { id: 'b1' } }))?.payload).toMatchObject({ change: 'closed' });
+    expect(inboxChangeOf(ev('permission.requested', { permission: { id: 'p1' } }))).toMatchObject({
+      action: 'inbox.changed',
+      payload: { kind: 'permission', id: 'p1', change: 'opened' },
+    });
+    expect(inboxChangeOf(ev('permission.closed', { id: 'p2' }))?.payload).toMatchObject({ id: 'p2', change: 'closed' });
+    expect(inboxChangeOf(ev('task.state_changed', {}))).toBeNull();
+  });
+});
+
+describe('OpenAPI helpers (R-12.3)', () => {
+  it('drops what the gateway fills in, in every branch of a union', () => {
+    const s = {
+      anyOf: [
+        { type: 'object', properties: { actor: {}, a: {} }, required: ['actor', 'a'] },
+        { type: 'object', properties: { actor: {} }, required: ['actor'] },
+      ],
+    };
+    expect(withoutFields(s, ['actor'])).toEqual({
+      anyOf: [
+        { type: 'object', properties: { a: {} }, required: ['a'] },
+        { type: 'object', properties: {} },
+      ],
+    });
   });
 });

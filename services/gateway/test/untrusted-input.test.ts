@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import { connect as netConnect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch, unguardedStrings } from '@kandev/contracts';
+import { conflict, Holds, Orch, OrchRead, unguardedStrings } from '@kandev/contracts';
 import { connectNats, createLogger, on, serveEndpoints, signAgentToken, signOperatorToken, type NatsConnection, type RunningService } from '@kandev/runtime';
 import { poisonedCases, startNats, validExample, type TestNats } from '@kandev/testkit';
 import type { z } from 'zod';
+import { MAX_JSON_DEPTH } from '../src/domain/body.js';
 import { API_ROUTES } from '../src/routes/api.js';
 import { MAX_SUBSCRIPTIONS_PER_SOCKET } from '../src/ws/actions.js';
 import { fixtures, startGateway, WsTestClient } from './helpers.js';
@@ -29,6 +31,8 @@ const received: string[] = [];
 let gate: Promise<void> = Promise.resolve();
 /** Task ids the fake orchestrator was asked about (a request resent after ADR 0032's receipt timeout counts once). */
 const looked = new Set<string>();
+/** idempotency_key of each task creation that reached the fake orchestrator. */
+const idempotencyKeys: unknown[] = [];
 
 beforeAll(async () => {
   nats = await startNats();
@@ -46,6 +50,19 @@ beforeAll(async () => {
       looked.add(req.task_id);
       await gate;
       return { ...fixtures.task(req.task_id, WS1), sessions: [] } as never;
+    }),
+    on(OrchRead.workspaceGet, async (req: any) => {
+      looked.add(req.workspace_id);
+      await gate;
+      return fixtures.workspace(req.workspace_id) as never;
+    }),
+    // Reached only by bodies the gateway let through; the 409 proves they got this far.
+    on(Holds.wakeupCreate, async () => {
+      throw conflict('fake holds service');
+    }),
+    on(Orch.taskCreate, async (req: any) => {
+      idempotencyKeys.push(req.idempotency_key);
+      return fixtures.task(randomUUID(), WS1) as never;
     }),
   ]);
   await nc.flush();
@@ -252,4 +269,116 @@ describe('/ws subscription cap under a burst', () => {
       await c.close();
     }
   }, 60_000);
+});
+
+describe('/ws workspace subscription cap under a burst (issue 53)', () => {
+  it(`1,200 subscribe {workspace_id} frames sent at once on one socket: exactly ${MAX_SUBSCRIPTIONS_PER_SOCKET} succeed`, async () => {
+    const c = await WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
+    let open!: () => void;
+    gate = new Promise<void>((r) => (open = r));
+    const lookedBefore = looked.size;
+    try {
+      for (let i = 0; i < 1_200; i++) c.sendRaw(JSON.stringify({ id: `w${i}`, type: 'request', action: 'subscribe', payload: { workspace_id: randomUUID() } }));
+      // The 700 refusals come back while every lookup waits at the gate.
+      const replies: Array<Record<string, any>> = [];
+      for (let i = 0; i < 700; i++) replies.push(await c.next('reply', 20_000));
+      open();
+      for (let i = 0; i < 500; i++) replies.push(await c.next('reply', 20_000));
+      const ok = replies.filter((r) => r.type === 'response' && r.payload.subscribed === true);
+      const refused = replies.filter((r) => r.type === 'error');
+      expect(ok).toHaveLength(MAX_SUBSCRIPTIONS_PER_SOCKET);
+      expect(refused).toHaveLength(700);
+      expect(new Set(refused.map((r) => r.payload.code))).toEqual(new Set(['CONFLICT']));
+      expect(looked.size - lookedBefore).toBe(MAX_SUBSCRIPTIONS_PER_SOCKET);
+      // Task and workspace subscriptions share the cap.
+      expect((await c.call('subscribe', { task_id: randomUUID() })).payload.code).toBe('CONFLICT');
+    } finally {
+      open();
+      gate = Promise.resolve();
+      await c.close();
+    }
+  }, 60_000);
+});
+
+const nested = (depth: number) => `${'['.repeat(depth - 1)}{}${']'.repeat(depth - 1)}`;
+
+describe(`JSON depth is bounded before parsing (${MAX_JSON_DEPTH} levels, issue 53)`, () => {
+  it('a /wakeups payload nested 5,000 deep → 400 BAD_REQUEST, nothing sent on', async () => {
+    const before = received.length;
+    const res = await send('/wakeups', `{"task_id":"${randomUUID()}","reason":"r","payload":{"deep":${nested(5_000)}}}`);
+    expect([res.status, res.body.error.code]).toEqual([400, 'BAD_REQUEST']);
+    expect(res.body.error.details).toEqual({ max_depth: MAX_JSON_DEPTH });
+    await nc.flush();
+    expect(received.slice(before)).toEqual([]);
+  });
+  it(`exactly ${MAX_JSON_DEPTH} levels pass the gateway; one more does not; brackets inside strings do not count`, async () => {
+    // body {} + payload {} + deep: MAX-2 levels = MAX levels in all.
+    const atLimit = await send('/wakeups', `{"task_id":"${randomUUID()}","reason":"r","payload":{"deep":${nested(MAX_JSON_DEPTH - 2)}}}`);
+    expect([atLimit.status, atLimit.body.error.code]).toEqual([409, 'CONFLICT']);
+    const over = await send('/wakeups', `{"task_id":"${randomUUID()}","reason":"r","payload":{"deep":${nested(MAX_JSON_DEPTH - 1)}}}`);
+    expect([over.status, over.body.error.code]).toEqual([400, 'BAD_REQUEST']);
+    const strings = await send('/wakeups', JSON.stringify({ task_id: randomUUID(), reason: '[{'.repeat(100), payload: { s: '"\\[[[' } }));
+    expect([strings.status, strings.body.error.code]).toEqual([409, 'CONFLICT']);
+  });
+  it('a /ws frame nested 5,000 deep → BAD_REQUEST frame', async () => {
+    const c = await WsTestClient.open(gw.ws, { authorization: `Bearer ${token}` });
+    try {
+      c.sendRaw(`{"id":"d","type":"request","action":"task.stop","payload":{"x":${nested(5_000)}}}`);
+      const reply = await c.next('reply');
+      expect([reply.type, reply.payload.code]).toEqual(['error', 'BAD_REQUEST']);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+/** One raw HTTP/1.1 request with header bytes exactly as given; resolves with the status and body. */
+function rawRequest(head: Buffer): Promise<{ status: number; body: any }> {
+  const url = new URL(gw.http);
+  return new Promise((resolve, reject) => {
+    // write, not end: a half-closed socket is dropped by Node before a slow answer. The server closes (Connection: close).
+    const socket = netConnect(Number(url.port), url.hostname, () => socket.write(head));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [headPart, ...rest] = text.split('\r\n\r\n');
+      const status = Number(/^HTTP\/1\.1 (\d+)/.exec(headPart ?? '')?.[1] ?? 0);
+      const body = rest.join('\r\n\r\n');
+      resolve({ status, body: body ? JSON.parse(body.replace(/^[0-9a-f]+\r\n|\r\n0\r\n\r\n$/g, '')) : null });
+    });
+  });
+}
+
+const taskCreateHead = (headerLine: Buffer, body = `{"workspace_id":"${WS1}","title":"t"}`) =>
+  Buffer.concat([
+    Buffer.from(
+      `POST /tasks HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`,
+    ),
+    headerLine,
+    Buffer.from(`\r\n\r\n${body}`),
+  ]);
+
+describe('header values are checked like bodies (issue 53)', () => {
+  it('an Idempotency-Key that is not UTF-8 (0xFF, a CESU-8 surrogate) → 400 BAD_REQUEST, nothing sent on', async () => {
+    for (const bad of [Buffer.from([0xff]), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from([0xc3])]) {
+      const before = received.length;
+      const res = await rawRequest(taskCreateHead(Buffer.concat([Buffer.from('Idempotency-Key: k'), bad])));
+      expect([res.status, res.body?.error.code]).toEqual([400, 'BAD_REQUEST']);
+      await nc.flush();
+      expect(received.slice(before)).toEqual([]);
+    }
+  });
+  it('any other header with such bytes → 400 too; NUL in a header → 400', async () => {
+    const res = await rawRequest(taskCreateHead(Buffer.concat([Buffer.from('X-Note: a'), Buffer.from([0xff])])));
+    expect([res.status, res.body?.error.code]).toEqual([400, 'BAD_REQUEST']);
+    const nul = await rawRequest(taskCreateHead(Buffer.concat([Buffer.from('Idempotency-Key: a'), Buffer.from([0x00]), Buffer.from('b')])));
+    expect(nul.status).toBe(400);
+  });
+  it('a UTF-8 Idempotency-Key reaches the orchestrator as the text the caller sent', async () => {
+    const res = await rawRequest(taskCreateHead(Buffer.from('Idempotency-Key: clé-ключ', 'utf8')));
+    expect(res.status).toBe(201);
+    expect(idempotencyKeys.at(-1)).toBe('clé-ключ');
+  });
 });

@@ -1,5 +1,6 @@
 import type { ErrorBody } from '@kandev/contracts';
 import { guardAction } from './action-guard.js';
+import { depthError } from './body.js';
 
 /** Frame ids are echoed back exactly as the client sent them. */
 export type FrameId = string | number | null;
@@ -43,6 +44,8 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 export function parseClientFrame(text: string): ParsedFrame {
   let raw: unknown;
+  const tooDeep = depthError(text, 'frame');
+  if (tooDeep) return { ok: false, error: errorFrame(null, null, tooDeep.toBody()) };
   try {
     raw = JSON.parse(text);
   } catch {

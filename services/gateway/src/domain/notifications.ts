@@ -49,3 +49,39 @@ export function toNotification(ev: EventEnvelope): NotificationFrame {
     },
   };
 }
+
+/** The events that open or close something of the inbox (R-12.2), and what each one does to it. */
+const INBOX_CHANGES: Readonly<Record<string, { kind: 'clarification' | 'permission'; change: 'opened' | 'closed' }>> = {
+  'clarification.requested': { kind: 'clarification', change: 'opened' },
+  'clarification.closed': { kind: 'clarification', change: 'closed' },
+  'permission.requested': { kind: 'permission', change: 'opened' },
+  'permission.closed': { kind: 'permission', change: 'closed' },
+};
+
+/**
+ * The `inbox.changed` notification an event implies for its workspace's subscribers (contracts
+ * InboxChanged), or null. Derived here from the four events rather than published as a fifth: the
+ * events already say everything, and a workspace subscriber gets them in the same order.
+ */
+export function inboxChangeOf(ev: EventEnvelope): NotificationFrame | null {
+  const c = INBOX_CHANGES[ev.type];
+  if (!c) return null;
+  const data: Record<string, unknown> = isRecord(ev.data) ? ev.data : {};
+  const item = c.kind === 'clarification' ? (isRecord(data.bundle) ? data.bundle : {}) : isRecord(data.permission) ? data.permission : data;
+  const id = typeof item.id === 'string' ? item.id : null;
+  const sessionId = ev.session_id ?? (typeof item.session_id === 'string' ? item.session_id : null);
+  return {
+    type: 'notification',
+    action: 'inbox.changed',
+    payload: {
+      workspace_id: ev.workspace_id,
+      task_id: ev.task_id ?? null,
+      session_id: sessionId,
+      kind: c.kind,
+      id,
+      change: c.change,
+      event_id: ev.id,
+      occurred_at: ev.occurred_at,
+    },
+  };
+}

@@ -64,3 +64,10 @@ export function messagesQuery(q: Query) {
     throw validationError('after_seq and cursor disagree', { params: ['after_seq', 'cursor'] });
   return defined({ after_seq: afterSeq ?? cursor, limit: int(q, 'limit') });
 }
+
+/** `GET /inbox?workspace_id` (required). */
+export function inboxQuery(q: Query) {
+  const workspaceId = single(q, 'workspace_id');
+  if (workspaceId === undefined) throw validationError('query parameter workspace_id is required', { param: 'workspace_id' });
+  return { workspace_id: workspaceId };
+}

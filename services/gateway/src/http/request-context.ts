@@ -14,7 +14,8 @@ import {
   tracer,
   type Logger,
 } from '@kandev/runtime';
-import { unavailable, type OperatorActor } from '@kandev/contracts';
+import { badRequest, unavailable, type OperatorActor } from '@kandev/contracts';
+import { invalidHeader } from '../domain/body.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { authenticate, type Operator, type VerifyOperatorToken } from '../auth.js';
 import { drainsRefusedBody, errorResponseOf } from '../domain/http-errors.js';
@@ -42,24 +43,34 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Require an operator bearer token (checked before the body is read). */
     auth?: boolean;
-    /** Also accept the token as `?token=` (WebSocket upgrades, where browsers cannot set headers). */
+    /**
+     * Also accept `?ticket=` (a single-use ticket, ADR 0058) and `?token=` (discouraged: a long-lived
+     * token in a URL) — WebSocket upgrades, where browsers cannot set headers.
+     */
     queryToken?: boolean;
     /** Open a server span `<METHOD> <route template>` (the HTTP conventions' name) for the request. */
     traced?: boolean;
   }
 }
 
-const queryTokenOf = (req: FastifyRequest): string | null => {
+const queryParamOf = (req: FastifyRequest, name: 'token' | 'ticket'): string | null => {
   const q = req.query as Record<string, unknown> | undefined;
-  return typeof q?.token === 'string' && q.token.length > 0 ? q.token : null;
+  const v = q?.[name];
+  return typeof v === 'string' && v.length > 0 ? v : null;
 };
+
+/** A `/ws` ticket → its operator, once (ws/tickets.ts redeemTicket). */
+export type RedeemTicket = (ticket: string, requestId: string) => Promise<Operator>;
 
 /**
  * Request id, trace span, authentication, error format and access log for every request. Runs in
  * `onRequest`, i.e. before the body is parsed: a request without a valid token is answered 401
  * whatever its body.
  */
-export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logger; verifyToken: VerifyOperatorToken; isStopping: () => boolean }): void {
+export function installRequestLifecycle(
+  app: FastifyInstance,
+  deps: { log: Logger; verifyToken: VerifyOperatorToken; redeemTicket: RedeemTicket; isStopping: () => boolean },
+): void {
   app.decorateRequest('kandev', null as unknown as RequestContext);
 
   app.addHook('onRequest', async (req, reply) => {
@@ -88,11 +99,18 @@ export function installRequestLifecycle(app: FastifyInstance, deps: { log: Logge
       errorCode: null,
       finished: false,
     };
+    // Header values are inputs like bodies (R-9.4): bytes that are not UTF-8 are refused, never stored as latin1.
+    const badHeader = invalidHeader(req.headers);
+    if (badHeader !== null) throw badRequest('request header is not valid UTF-8 text', { header: badHeader.slice(0, 100) });
     if (config.auth) {
       // Draining: refuse new API work (503, so a load balancer retries elsewhere); probes still answer.
       if (deps.isStopping()) throw unavailable('gateway is shutting down');
-      const token = bearer(req.headers.authorization) ?? (config.queryToken ? queryTokenOf(req) : null);
-      req.kandev.operator = await authenticate(deps.verifyToken, token);
+      const header = bearer(req.headers.authorization);
+      const ticket = header === null && config.queryToken ? queryParamOf(req, 'ticket') : null;
+      req.kandev.operator =
+        ticket !== null
+          ? await deps.redeemTicket(ticket, requestId)
+          : await authenticate(deps.verifyToken, header ?? (config.queryToken ? queryParamOf(req, 'token') : null));
       span?.setAttribute(ATTR_ENDUSER_ID, req.kandev.operator.actor.id);
     }
   });

@@ -2,6 +2,7 @@ import { Holds, Orch, OrchClarification, OrchTree, validationError, type Endpoin
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { headerText } from '../domain/body.js';
 import { inRequestContext, operatorOf } from '../http/request-context.js';
 
 /**
@@ -109,7 +110,8 @@ function extraParams(req: FastifyRequest, params: Record<string, string> | undef
 function idempotencyField(req: FastifyRequest, fields: Record<string, unknown>): Record<string, unknown> {
   const header = req.headers['idempotency-key'];
   if (header === undefined) return {};
-  const key = Array.isArray(header) ? header[0] : header;
+  // Checked as UTF-8 in onRequest; decoded here so a non-ASCII key is the text the caller sent.
+  const key = headerText(Array.isArray(header) ? (header[0] ?? '') : header);
   if (fields.idempotency_key !== undefined && fields.idempotency_key !== key)
     throw validationError('Idempotency-Key header and body idempotency_key differ', { field: 'idempotency_key' });
   return { idempotency_key: key };

@@ -2,7 +2,7 @@ import { OrchRead, validationError, type Endpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { messagesQuery, taskListQuery, workspaceListQuery, type Query } from '../domain/read-query.js';
+import { inboxQuery, messagesQuery, taskListQuery, workspaceListQuery, type Query } from '../domain/read-query.js';
 import { inRequestContext, operatorOf } from '../http/request-context.js';
 
 /**
@@ -21,6 +21,8 @@ export const READ_ROUTES: readonly ReadRoute[] = [
   { url: '/workspaces/:id', endpoint: OrchRead.workspaceGet, fields: () => ({}), idField: 'workspace_id' },
   { url: '/tasks', endpoint: OrchRead.taskList, fields: taskListQuery, idField: null },
   { url: '/sessions/:id/messages', endpoint: OrchRead.sessionMessages, fields: messagesQuery, idField: 'session_id' },
+  // pending questions and permission requests of a workspace, children included, oldest first.
+  { url: '/inbox', endpoint: OrchRead.inbox, fields: inboxQuery, idField: null },
 ];
 
 const Uuid = z.uuid();

@@ -1,5 +1,5 @@
 import { subscribeLiveEvents, type Logger, type NatsConnection } from '@kandev/runtime';
-import { isPushedSubject, notificationTargets, toNotification } from '../domain/notifications.js';
+import { inboxChangeOf, isPushedSubject, notificationTargets, toNotification, workspaceKey } from '../domain/notifications.js';
 import type { WsClient } from './client.js';
 import type { SubscriptionRegistry } from './subscriptions.js';
 
@@ -19,6 +19,15 @@ export function startLiveFanout(nc: NatsConnection, log: Logger, subscriptions: 
       if (clients.size === 0) return;
       const text = JSON.stringify(toNotification(ev));
       for (const c of clients) c.sendText(text);
+      // workspace subscribers (the board, the inbox) also learn that the inbox changed.
+      const inbox = inboxChangeOf(ev);
+      if (inbox) {
+        const watchers = subscriptions.subscribersOf([workspaceKey(ev.workspace_id)]);
+        if (watchers.size > 0) {
+          const inboxText = JSON.stringify(inbox);
+          for (const c of watchers) c.sendText(inboxText);
+        }
+      }
     },
     // Decoded only when some socket watches something and the type is one the gateway pushes.
     (subject) => subscriptions.taskCount > 0 && isPushedSubject(subject),

@@ -24,10 +24,16 @@ export function workspaceRefOf(payload: unknown): string | null {
 }
 
 export async function subscribeWorkspace(workspaceId: string, ctx: ActionContext, maxPerSocket: number) {
-  if (ctx.subscriptions.countOf(ctx.client) >= maxPerSocket) throw conflict('too many subscriptions on this socket', { limit: maxPerSocket });
-  // The orchestrator decides visibility: FORBIDDEN (outside the token) / NOT_FOUND reach the client unchanged.
-  await request(ctx.nc, OrchRead.workspaceGet, { actor: ctx.actor, workspace_id: workspaceId }, { requestId: ctx.requestId, timeoutMs: ctx.timeoutMs });
-  if (ctx.client.open) ctx.subscriptions.add(ctx.client, workspaceKey(workspaceId));
+  // The place is taken before the lookup is awaited (as for tasks): 1,200 frames at once still make `maxPerSocket` at most.
+  const release = ctx.subscriptions.reserve(ctx.client, maxPerSocket);
+  if (!release) throw conflict('too many subscriptions on this socket', { limit: maxPerSocket });
+  try {
+    // The orchestrator decides visibility: FORBIDDEN (outside the token) / NOT_FOUND reach the client unchanged.
+    await request(ctx.nc, OrchRead.workspaceGet, { actor: ctx.actor, workspace_id: workspaceId }, { requestId: ctx.requestId, timeoutMs: ctx.timeoutMs });
+    if (ctx.client.open) ctx.subscriptions.add(ctx.client, workspaceKey(workspaceId));
+  } finally {
+    release();
+  }
   return { subscribed: true, workspace_id: workspaceId };
 }
 

@@ -4,7 +4,9 @@ import {
   notFound,
   PageLimits,
   validationError,
+  INBOX_MAX_ITEMS,
   type Actor,
+  type Inbox,
   type MessagePage,
   type OperatorActor,
   type TaskListRequest,
@@ -14,7 +16,7 @@ import {
 } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { containsPattern, decodeCursor, pageOf, pageSize } from '../domain/paging.js';
-import { getWorkspace, listTasks, listWorkspaces } from '../store/read.js';
+import { consumeWsTicket, getWorkspace, listTasks, listWorkspaces, pendingInbox } from '../store/read.js';
 import { toTask } from '../store/rows.js';
 import { getSession } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
@@ -85,4 +87,33 @@ export async function messagePage(
   const items = rows.slice(0, limit);
   // The cursor of a transcript is the last seq read: pass it back as after_seq.
   return { items, next_cursor: rows.length > limit ? String(items[items.length - 1]!.seq) : null };
+}
+
+/**
+ * R-12.2: everything of a workspace that waits on a person, oldest first: pending question bundles
+ * (not expired) and pending permission requests, of every task of the workspace (children included).
+ */
+export async function inbox(rt: OrchRuntime, req: { actor: Actor; workspace_id: string }): Promise<Inbox> {
+  await workspaceOf(rt, req.actor, req.workspace_id);
+  const rows = await pendingInbox(rt.sql, req.workspace_id, INBOX_MAX_ITEMS + 1);
+  return {
+    items: rows.slice(0, INBOX_MAX_ITEMS).map((r) => ({
+      kind: r.kind,
+      id: r.id,
+      task_id: r.task_id,
+      task_title: r.task_title,
+      session_id: r.session_id,
+      created_at: r.created_at,
+      text: r.text ?? '',
+      ancestor_ids: r.ancestor_ids,
+      expires_at: r.expires_at,
+    })),
+    truncated: rows.length > INBOX_MAX_ITEMS,
+  };
+}
+
+/** ADR 0058: the single use of a /ws ticket, recorded where every gateway replica's check meets. */
+export async function wsTicketConsume(rt: OrchRuntime, req: { actor: OperatorActor; jti: string; expires_at: string }): Promise<{ first: boolean }> {
+  if (Number.isNaN(Date.parse(req.expires_at))) throw validationError('expires_at must be a timestamp', { field: 'expires_at' });
+  return { first: await consumeWsTicket(rt.sql, req.jti, req.actor.id, req.expires_at) };
 }

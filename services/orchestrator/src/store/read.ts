@@ -70,3 +70,61 @@ export async function listTasks(q: Q, f: TaskListFilter, opts: { after: SortKey 
     LIMIT ${opts.limit}`;
   return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
 }
+
+export interface InboxRow {
+  kind: 'clarification' | 'permission';
+  id: string;
+  task_id: string;
+  task_title: string;
+  session_id: string;
+  created_at: string;
+  expires_at: string | null;
+  text: string | null;
+  ancestor_ids: string[];
+}
+
+/**
+ * A workspace's pending question bundles (not yet expired) and permission requests, oldest first,
+ * with the task's title and its ancestors (root first). Fetches `limit` rows. Ancestors are walked
+ * up at most 100 levels (deeper than KANDEV_MAX_DEPTH allows).
+ */
+export async function pendingInbox(q: Q, workspaceId: string, limit: number): Promise<InboxRow[]> {
+  return q<InboxRow[]>`
+    WITH items AS (
+      SELECT 'clarification' AS kind, b.id, b.task_id, b.session_id, b.created_at, b.expires_at,
+        (SELECT string_agg(cq.text, E'\n' ORDER BY cq.position) FROM clarification_questions cq
+          WHERE cq.bundle_id = b.id AND cq.status = 'pending') AS text
+      FROM clarification_bundles b
+      WHERE b.workspace_id = ${workspaceId} AND b.status = 'pending' AND b.expires_at > now()
+      UNION ALL
+      SELECT 'permission', p.id, p.task_id, p.session_id, p.created_at, NULL::timestamptz, p.title
+      FROM permission_requests p
+      WHERE p.workspace_id = ${workspaceId} AND p.status = 'pending'
+    )
+    SELECT i.kind, i.id, i.task_id, t.title AS task_title, i.session_id, i.created_at, i.expires_at, i.text, anc.ids AS ancestor_ids
+    FROM items i
+    JOIN tasks t ON t.id = i.task_id
+    CROSS JOIN LATERAL (
+      WITH RECURSIVE up(id, parent_id, depth) AS (
+        SELECT t.id, t.parent_id, 0
+        UNION ALL
+        SELECT p.id, p.parent_id, up.depth + 1 FROM tasks p JOIN up ON p.id = up.parent_id WHERE up.depth < 100
+      )
+      SELECT coalesce(array_agg(up.id ORDER BY up.depth DESC) FILTER (WHERE up.depth > 0), '{}')::text[] AS ids FROM up
+    ) anc
+    ORDER BY i.created_at, i.id
+    LIMIT ${limit}`;
+}
+
+/**
+ * Record the first use of a /ws ticket (ADR 0058): true when this call inserted its jti, false when
+ * it was used before. Expired rows go in the same statement.
+ */
+export async function consumeWsTicket(q: Q, jti: string, operator: string, expiresAt: string): Promise<boolean> {
+  const [row] = await q<{ first: boolean }[]>`
+    WITH swept AS (DELETE FROM ws_ticket_uses WHERE expires_at < now() - interval '1 minute'),
+      ins AS (INSERT INTO ws_ticket_uses (jti, operator, expires_at) VALUES (${jti}, ${operator}, ${expiresAt}::timestamptz)
+        ON CONFLICT (jti) DO NOTHING RETURNING jti)
+    SELECT EXISTS (SELECT 1 FROM ins) AS first`;
+  return row?.first === true;
+}
