@@ -28,6 +28,7 @@ import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { recordTranscript } from './transcript.js';
+import { assertLiveSessionRoom } from './limits.js';
 
 export interface StartedSession {
   session: SessionRow;
@@ -63,6 +64,8 @@ export async function startSession(
     launch_key?: string;
     /** B-7: the caller's Idempotency-Key; a retry with it answers the session the first start made and launches nothing. */
     idempotency_key?: string | undefined;
+    /** Checked under the task's row lock before the session is written; throws to refuse the start. */
+    guard?: (tx: Tx, task: TaskRow) => Promise<void>;
   },
 ): Promise<StartedSession> {
   const turnId = opts.prompt ? randomUUID() : null;
@@ -119,6 +122,8 @@ export async function startSession(
     // B-1: no launch escapes a tree hold. Checked under the task's row lock, which a hold takes too.
     const held = await activeHoldOfTask(tx, locked.id);
     if (held) throw conflict(`task is held by a tree ${held.mode} hold`, { hold_id: held.hold_id, hold_mode: held.mode });
+    // The caller's own condition on the locked task (spawn_session_kandev: none live), before anything is written.
+    await opts.guard?.(tx, locked);
     const primary = !(await hasPrimarySession(tx, locked.id));
     const session = await insertSession(tx, { task_id: locked.id, agent, state: 'STARTING', is_primary: primary, launch_key: opts.launch_key ?? null });
     if (startKey) await insertAnsweredKey(tx, startKey, startHash, { session_id: session.id });
@@ -154,6 +159,8 @@ export async function startSession(
     });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
+    // R-11.2: the workspace's live sessions, counted last (with this one) under a lock held to commit.
+    await assertLiveSessionRoom(rt, tx, locked.workspace_id);
     return { task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null };
   });
   if ('earlier' in decided && decided.earlier) return { session: decided.earlier, turn_id: null, ...('replayed' in decided ? { replayed: true } : {}) };
