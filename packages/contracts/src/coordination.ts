@@ -96,3 +96,17 @@ export const OrchMcpCoord = {
  */
 export const LimitName = z.enum(['children_per_task', 'tree_depth', 'live_sessions_per_workspace', 'pending_questions_per_session']);
 export type LimitName = z.infer<typeof LimitName>;
+
+/**
+ * R-11.2 request rates (ADR 0065): one fixed-window counter per token, the same on the gateway
+ * (@fastify/rate-limit) and the MCP service (rate-limiter-flexible). A token may make `burst`
+ * requests per window of `burst / rate` seconds, so `rate` per second on average with `burst` at
+ * once. Each replica counts alone, with the cluster's allowance split among `replicas`: a token
+ * whose requests spread over the replicas gets `rate`; one whose requests all land on one replica
+ * gets `rate / replicas` (the error this scheme allows, never more than `rate`). `rate` 0 = no limit.
+ */
+export function rateWindow(opts: { rate: number; burst: number; replicas: number }): { points: number; windowMs: number } | null {
+  if (opts.rate <= 0) return null;
+  const burst = Math.max(opts.burst, opts.rate, 1);
+  return { points: Math.max(1, Math.ceil(burst / Math.max(1, opts.replicas))), windowMs: Math.ceil((burst / opts.rate) * 1000) };
+}

@@ -4,6 +4,7 @@ import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
 import { decodeJsonBody } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
+import { registerOperatorRateLimit } from './http/rate-limit.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
@@ -19,6 +20,8 @@ export interface GatewayServerOptions {
   timeoutMs: number;
   consoleDir: string | null;
   isStopping: () => boolean;
+  /** per-operator-token rate (http/rate-limit.ts); absent or rate 0: no limit. */
+  operatorRate?: { rate: number; burst: number | undefined; replicas: number };
 }
 export interface GatewayServer {
   app: FastifyInstance;
@@ -75,6 +78,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   // After the websocket plugin on purpose: its onRequest hook marks upgrade requests, so when our
   // auth refuses one (401) the plugin's onResponse destroys the raw socket instead of leaking it.
   installRequestLifecycle(app, { log: opts.log, verifyToken: operatorTokenVerifier(opts.jwtSecret), isStopping: opts.isStopping });
+  if (opts.operatorRate) await registerOperatorRateLimit(app, opts.operatorRate);
 
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);

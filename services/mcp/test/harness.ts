@@ -57,6 +57,8 @@ export class Harness {
       LOG_LEVEL: 'silent',
       KANDEV_JWT_SECRET: SECRET,
       REQUEST_TIMEOUT_MS: '2000',
+      // The per-token rate is off unless a test sets it (test/rate-limit.test.ts): bursts of calls are not what the others test.
+      KANDEV_AGENT_RATE: '0',
       ...env,
     });
     const h = new Harness(nats, nc, mcp, null, null);
