@@ -11,6 +11,7 @@ export const ErrorCode = z.enum([
   'INTERNAL_ERROR',
   'UNAVAILABLE',
   'UNKNOWN_ACTION',
+  'RATE_LIMITED',
 ]);
 export type ErrorCode = z.infer<typeof ErrorCode>;
 
@@ -33,6 +34,8 @@ export function httpStatusOf(code: ErrorCode): number {
       return 500;
     case 'UNAVAILABLE':
       return 503;
+    case 'RATE_LIMITED':
+      return 429;
   }
 }
 
@@ -77,8 +80,11 @@ export const unavailable = (m: string, cause?: unknown) => new KandevError('UNAV
  */
 export const overloaded = (m: string, retryAfterS: number, d?: Record<string, unknown>) =>
   new KandevError('UNAVAILABLE', m, { ...d, retry_after_s: Math.max(1, Math.ceil(retryAfterS)) });
+/** R-11.2: too many requests from one token (429); `details.retry_after_s` becomes `Retry-After`. */
+export const rateLimited = (m: string, retryAfterS: number, d?: Record<string, unknown>) =>
+  new KandevError('RATE_LIMITED', m, { ...d, retry_after_s: Math.max(1, Math.ceil(retryAfterS)) });
 /** The `Retry-After` seconds an error carries, if any. */
 export function retryAfterOf(e: { code: ErrorCode; details?: Record<string, unknown> | undefined }): number | null {
   const v = e.details?.retry_after_s;
-  return e.code === 'UNAVAILABLE' && typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.ceil(v) : null;
+  return (e.code === 'UNAVAILABLE' || e.code === 'RATE_LIMITED') && typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.ceil(v) : null;
 }

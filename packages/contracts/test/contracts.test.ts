@@ -13,6 +13,7 @@ describe('error codes', () => {
       INTERNAL_ERROR: 500,
       UNAVAILABLE: 503,
       UNKNOWN_ACTION: 400,
+      RATE_LIMITED: 429,
     });
   });
   it('round-trip through the error body', () => {

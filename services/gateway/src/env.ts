@@ -14,5 +14,11 @@ export const GatewayEnv = BaseEnv.extend({
    * LAUNCH_TIMEOUT_MS), a cancel waits for the agent's acknowledgement (CANCEL_TIMEOUT_MS).
    */
   GATEWAY_REQUEST_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+  /** API requests per second one operator token may make on average (0 = no limit); over it, 429 RATE_LIMITED with Retry-After. */
+  KANDEV_OPERATOR_RATE: z.coerce.number().nonnegative().default(50),
+  /** Requests one operator token may make at once (the window is KANDEV_OPERATOR_BURST / KANDEV_OPERATOR_RATE seconds); unset = 5 × the rate. */
+  KANDEV_OPERATOR_BURST: z.coerce.number().int().positive().optional(),
+  /** Gateway replicas sharing the rate: each counts alone and allows its share (ADR 0065). */
+  GATEWAY_REPLICAS: z.coerce.number().int().positive().default(1),
 });
 export type GatewayEnv = z.infer<typeof GatewayEnv>;

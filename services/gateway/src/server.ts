@@ -4,6 +4,7 @@ import { fastify, type FastifyInstance, type FastifyReply } from 'fastify';
 import { decodeJsonBody, depthError } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
+import { registerOperatorRateLimit } from './http/rate-limit.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerOpenApiRoute } from './routes/openapi.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
@@ -23,6 +24,8 @@ export interface GatewayServerOptions {
   wsTicketTtlMs?: number;
   consoleDir: string | null;
   isStopping: () => boolean;
+  /** per-operator-token rate (http/rate-limit.ts); absent or rate 0: no limit. */
+  operatorRate?: { rate: number; burst: number | undefined; replicas: number };
 }
 export interface GatewayServer {
   app: FastifyInstance;
@@ -100,6 +103,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
     redeemTicket: (ticket, requestId) => redeemTicket(tickets, ticket, requestId),
     isStopping: opts.isStopping,
   });
+  if (opts.operatorRate) await registerOperatorRateLimit(app, opts.operatorRate);
 
   registerSystemRoutes(app, { nc: opts.nc, isStopping: opts.isStopping });
   await registerConsoleRoutes(app, opts.consoleDir);

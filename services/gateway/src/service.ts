@@ -28,6 +28,7 @@ export const gatewayService: ServiceDefinition<typeof GatewayEnv> = {
       timeoutMs: rt.env.GATEWAY_REQUEST_TIMEOUT_MS,
       consoleDir,
       isStopping: () => stopping,
+      operatorRate: { rate: rt.env.KANDEV_OPERATOR_RATE, burst: rt.env.KANDEV_OPERATOR_BURST, replicas: rt.env.GATEWAY_REPLICAS },
     });
     await app.listen({ host: rt.env.GATEWAY_HOST, port: rt.env.GATEWAY_PORT });
     rt.onStop(async () => {

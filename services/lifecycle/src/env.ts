@@ -1,6 +1,7 @@
 import { BaseEnv } from '@kandev/runtime';
 import { McpMode } from '@kandev/contracts';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, totalmem } from 'node:os';
+import { defaultMaxExecutions, usableMemory } from './domain/capacity.js';
 import { z } from 'zod';
 import { parseUidRange } from './domain/agent-uids.js';
 
@@ -28,9 +29,14 @@ export const LifecycleEnv = BaseEnv.extend({
   /**
    * Executions this instance runs at most (live ones plus launches in progress); one more launch or
    * reservation is refused at once (503, Retry-After) and goes to another instance on retry. 0 = no
-   * cap. Size it to the pod's memory limit over one agent's footprint (docs/operations.md).
+   * cap. Unset: from memory, floor(0.75 × memory / 128 MiB), memory being the cgroup limit or the
+   * host's (domain/capacity.ts, docs/operations.md).
    */
-  MAX_EXECUTIONS: z.coerce.number().int().nonnegative().default(0),
+  MAX_EXECUTIONS: z.coerce
+    .number()
+    .int()
+    .nonnegative()
+    .default(() => defaultMaxExecutions(usableMemory(totalmem(), process.constrainedMemory()))),
   /** `life.<instance>.drain` without `wait_ms`: how long running executions may go on before the drain stops (or leaves) them. */
   DRAIN_WAIT_MS: millis(20_000),
   /**

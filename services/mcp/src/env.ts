@@ -24,5 +24,11 @@ export const McpEnv = BaseEnv.extend({
    * the most a token outlives its execution (SPEC R-9.3, src/execution-liveness.ts).
    */
   MCP_EXECUTION_CACHE_MS: z.coerce.number().int().nonnegative().default(2_000),
+  /** MCP requests per second one agent token may make on average (0 = no limit); over it, 429 RATE_LIMITED with Retry-After. */
+  KANDEV_AGENT_RATE: z.coerce.number().nonnegative().default(20),
+  /** Requests one agent token may make at once (the window is KANDEV_AGENT_BURST / KANDEV_AGENT_RATE seconds); unset = 2 × the rate. */
+  KANDEV_AGENT_BURST: z.coerce.number().int().positive().optional(),
+  /** MCP replicas sharing the rate: each counts alone and allows its share (ADR 0065). */
+  MCP_REPLICAS: z.coerce.number().int().positive().default(1),
 });
 export type McpEnv = z.infer<typeof McpEnv>;

@@ -34,6 +34,7 @@ import { originPolicy, originRefusal, type OriginPolicy } from './domain/origin.
 import { CallCancellations } from './cancellation.js';
 import type { ExecutionLiveness } from './execution-liveness.js';
 import { connect, serverFor, type RunTool } from './protocol.js';
+import type { RateRefusal } from './rate-limit.js';
 import { callTool, type CallScope } from './tool-call.js';
 
 export interface McpHttpOptions {
@@ -51,6 +52,8 @@ export interface McpHttpOptions {
   allowedHosts?: string | undefined;
   /** Refuses tokens whose execution has ended (SPEC R-9.3); absent: tokens are checked by signature and expiry only. */
   liveness?: ExecutionLiveness;
+  /** R-11.2: the per-token request rate (rate-limit.ts); null or absent: no limit. */
+  rateLimit?: ((token: string) => Promise<RateRefusal | null>) | null;
 }
 
 export interface McpHttp {
@@ -68,6 +71,35 @@ function jsonRpcError(res: ServerResponse, status: number, code: number, message
   if (res.headersSent) return void res.end();
   res.writeHead(status, { 'content-type': 'application/json', ...extraHeaders });
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
+}
+
+/**
+ * Over the token's rate: HTTP 429 with `Retry-After`, before the body is read or anything is
+ * dispatched, answered as a JSON-RPC error whose message is the pinned failure text
+ * (`backend error [RATE_LIMITED]: …`) and whose data is the error body, so a client that surfaces
+ * the HTTP body (the SDK's does) shows the agent the code and when to retry (ADR 0065).
+ */
+function rateLimitedAnswer(res: ServerResponse, r: RateRefusal): void {
+  const message = `too many MCP requests for this agent token: at most ${r.limit} per ${r.windowMs / 1000} s; retry after ${r.retryAfterS} s`;
+  if (res.headersSent) return void res.end();
+  res.writeHead(429, { 'content-type': 'application/json', 'retry-after': String(r.retryAfterS) });
+  res.end(
+    JSON.stringify({
+      jsonrpc: '2.0',
+      error: {
+        code: JSONRPC_SERVER_ERROR,
+        message: `backend error [RATE_LIMITED]: ${message}`,
+        data: { code: 'RATE_LIMITED', message, details: { retry_after_s: r.retryAfterS, limit: r.limit, window_ms: r.windowMs } },
+      },
+      id: null,
+    }),
+  );
+}
+
+/** A JSON-RPC message, or a batch, that holds at least one request (a method and an id). */
+function carriesRequest(body: unknown): boolean {
+  const isRequest = (m: unknown) => typeof m === 'object' && m !== null && 'method' in m && 'id' in m;
+  return Array.isArray(body) ? body.some(isRequest) : isRequest(body);
 }
 
 type Auth = { ok: true; claims: AgentClaims; token: string } | { ok: false; message: string; presented: boolean; unavailable?: boolean };
@@ -191,6 +223,13 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       parsedBody = JSON.parse(text);
     } catch {
       return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON');
+    }
+
+    // R-11.2: every POST carrying a request counts against its token's rate (ADR 0065); one carrying
+    // only notifications (a cancel) or responses does not, so a flood never holds back a cancel.
+    if (opts.rateLimit && carriesRequest(parsedBody)) {
+      const refused = await opts.rateLimit(auth.token);
+      if (refused) return rateLimitedAnswer(res, refused);
     }
 
     const scope: Omit<CallScope, 'signal'> = {

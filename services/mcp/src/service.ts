@@ -2,6 +2,7 @@ import { RegistryReader, SERVICE_KEYS, type ServiceDefinition, packageVersion } 
 import { McpEnv } from './env.js';
 import { ExecutionLiveness } from './execution-liveness.js';
 import { startMcpHttp } from './http.js';
+import { agentRateLimiter } from './rate-limit.js';
 
 /**
  * The MCP server agents talk to (R-1). It owns no data: it verifies the
@@ -34,6 +35,11 @@ export const mcpService: ServiceDefinition<typeof McpEnv> = {
       allowedOrigins: rt.env.MCP_ALLOWED_ORIGINS,
       allowedHosts: rt.env.MCP_ALLOWED_HOSTS,
       liveness: new ExecutionLiveness(bindRegistry, rt.env.MCP_EXECUTION_CACHE_MS),
+      rateLimit: agentRateLimiter({
+        rate: rt.env.KANDEV_AGENT_RATE,
+        burst: rt.env.KANDEV_AGENT_BURST ?? Math.ceil(2 * rt.env.KANDEV_AGENT_RATE),
+        replicas: rt.env.MCP_REPLICAS,
+      }),
     });
     rt.onStop(() => http.close());
     return { urls: { mcp: http.url } };

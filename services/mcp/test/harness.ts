@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { OrchMcp, type Endpoint } from '@kandev/contracts';
+import { OrchMcp, OrchMcpCoord, type Endpoint } from '@kandev/contracts';
 import {
   connectNats,
   createLogger,
@@ -25,7 +25,8 @@ export interface WireRequest {
   body: Record<string, unknown>;
 }
 
-type Handlers = { -readonly [K in keyof typeof OrchMcp]?: Handler<(typeof OrchMcp)[K]> };
+const ENDPOINTS = { ...OrchMcp, ...OrchMcpCoord };
+type Handlers = { -readonly [K in keyof typeof ENDPOINTS]?: Handler<(typeof ENDPOINTS)[K]> };
 
 /**
  * A real nats-server, the mcp service in-process, and an orchestrator faked at the subject
@@ -56,6 +57,8 @@ export class Harness {
       LOG_LEVEL: 'silent',
       KANDEV_JWT_SECRET: SECRET,
       REQUEST_TIMEOUT_MS: '2000',
+      // The per-token rate is off unless a test sets it (test/rate-limit.test.ts): bursts of calls are not what the others test.
+      KANDEV_AGENT_RATE: '0',
       ...env,
     });
     const h = new Harness(nats, nc, mcp, null, null);
@@ -64,7 +67,7 @@ export class Harness {
         h.wire.push({ subject: msg.subject, body: JSON.parse(new TextDecoder().decode(msg.data)) });
       },
     });
-    const delegate = <E extends Endpoint>(endpoint: E, key: keyof typeof OrchMcp) =>
+    const delegate = <E extends Endpoint>(endpoint: E, key: keyof typeof ENDPOINTS) =>
       on(endpoint, (req, ctx) => {
         const handler = h.handlers[key] as Handler<E> | undefined;
         if (!handler) throw new Error(`no fake handler for ${String(key)}`);
@@ -75,6 +78,9 @@ export class Harness {
       delegate(OrchMcp.messageTask, 'messageTask'),
       delegate(OrchMcp.createTask, 'createTask'),
       delegate(OrchMcp.whoami, 'whoami'),
+      delegate(OrchMcpCoord.listChildren, 'listChildren'),
+      delegate(OrchMcpCoord.childConversation, 'childConversation'),
+      delegate(OrchMcpCoord.spawnSession, 'spawnSession'),
     ]);
     await nc.flush();
     h.fake = fake;

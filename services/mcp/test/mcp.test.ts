@@ -9,7 +9,15 @@ type ToolResult = { isError?: boolean; content: Array<{ type: string; text?: str
 const call = async (client: Client, name: string, args: Record<string, unknown>) => (await client.callTool({ name, arguments: args })) as ToolResult;
 const textOf = (r: ToolResult) => r.content.find((c) => c.type === 'text')?.text ?? '';
 
-const TASK_TOOLS = ['ask_user_questions', 'create_task_kandev', 'message_task_kandev', 'stop_task_kandev'];
+const TASK_TOOLS = [
+  'ask_user_questions',
+  'create_task_kandev',
+  'get_task_conversation_kandev',
+  'list_tasks_kandev',
+  'message_task_kandev',
+  'spawn_session_kandev',
+  'stop_task_kandev',
+];
 
 let h: Harness;
 const clients: Client[] = [];

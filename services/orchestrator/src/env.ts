@@ -82,5 +82,14 @@ export const OrchestratorEnv = BaseEnv.extend({
   /** Root of the agents' task directories (R-9.1), to check a task's `working_dir` against; unset = `<KANDEV_STATE_DIR>/work` (as lifecycle). */
   KANDEV_WORK_DIR: z.string().min(1).optional(),
   KANDEV_STATE_DIR: z.string().min(1).default('.kandev'),
+  // R-11.2 limits an agent cannot exceed (docs/operations.md "Limits and rates"); each refusal is CONFLICT with details.limit.
+  /** Children (not archived) one task may create through create_task_kandev. 0 = no cap. */
+  KANDEV_MAX_CHILDREN: z.coerce.number().int().nonnegative().default(100),
+  /** Levels of a task tree an agent may build (a root is level 1). 0 = no cap. */
+  KANDEV_MAX_DEPTH: z.coerce.number().int().nonnegative().default(10),
+  /** Active sessions of one workspace; one more start (operator, agent, wakeup) is refused. 0 = no cap. */
+  KANDEV_MAX_LIVE_SESSIONS_PER_WORKSPACE: z.coerce.number().int().nonnegative().default(200),
+  /** Pending ask_user_questions bundles of one session; one more is refused. 0 = no cap. */
+  KANDEV_MAX_PENDING_QUESTIONS_PER_SESSION: z.coerce.number().int().nonnegative().default(5),
 });
 export type OrchestratorEnv = z.infer<typeof OrchestratorEnv>;

@@ -3,6 +3,7 @@ import { busIdentityOf, consumeEventBatches, consumeEvents, packageVersion, Regi
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
+import { coordinationEndpoints } from './endpoints/coordination.js';
 import { operatorEndpoints } from './endpoints/operator.js';
 import { readEndpoints } from './endpoints/read.js';
 import { permissionEndpoints } from './endpoints/permissions.js';
@@ -42,6 +43,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     await rt.serve([
       ...operatorEndpoints(rt),
       ...mcpEndpoints(rt),
+      ...coordinationEndpoints(rt),
       ...lifecycleEndpoints(rt),
       ...treeEndpoints(rt),
       ...clarificationEndpoints(rt),

@@ -1,7 +1,10 @@
 import type { McpMode } from '@kandev/contracts';
 import { askUserQuestionsTool } from './ask-user-questions.js';
 import { createTaskTool } from './create-task.js';
+import { getTaskConversationTool } from './get-task-conversation.js';
+import { listTasksTool } from './list-tasks.js';
 import { messageTaskTool } from './message-task.js';
+import { spawnSessionTool } from './spawn-session.js';
 import { stopTaskTool } from './stop-task.js';
 import type { Tool } from './tool.js';
 import { whoamiTool } from './whoami.js';
@@ -12,7 +15,16 @@ export type { Tool, ToolContext } from './tool.js';
  * Every tool the server knows; each declares the modes it belongs to. A new tool is one file
  * under src/tools/ plus its line here.
  */
-const ALL_TOOLS: readonly Tool[] = [messageTaskTool, stopTaskTool, createTaskTool, askUserQuestionsTool, whoamiTool];
+const ALL_TOOLS: readonly Tool[] = [
+  messageTaskTool,
+  stopTaskTool,
+  createTaskTool,
+  askUserQuestionsTool,
+  listTasksTool,
+  getTaskConversationTool,
+  spawnSessionTool,
+  whoamiTool,
+];
 
 const byMode = new Map<McpMode, ReadonlyMap<string, Tool>>();
 /** The tools a token of this mode may list and call, by name. */

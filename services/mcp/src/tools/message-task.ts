@@ -1,7 +1,7 @@
 import { DeliveryMode, Limits, OrchMcp, text } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { z } from 'zod';
-import { CHOOSING_TABLE, PREFER_INTERRUPT_OR_STOP } from '../domain/guidance.js';
+import { CHOOSING_TABLE, PREFER_INTERRUPT_OR_STOP, RESTART_HINT } from '../domain/guidance.js';
 import { defineTool } from './tool.js';
 
 /** queued or interrupting message to a child task. */
@@ -19,6 +19,7 @@ export const messageTaskTool = defineTool({
       '(a child, your parent, a sibling, yourself); if that task has no active session, one is started with the message.',
     PREFER_INTERRUPT_OR_STOP,
     CHOOSING_TABLE,
+    RESTART_HINT,
   ].join('\n\n'),
   modes: ['task'],
   input: {

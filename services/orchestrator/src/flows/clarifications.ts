@@ -39,6 +39,7 @@ import {
   type BundleRow,
 } from '../store/clarifications.js';
 import { lockSessionAskingFor, lockSessionWithOpenTurn } from '../store/sessions.js';
+import { assertBundleRoom } from './limits.js';
 import { getTask } from '../store/tasks.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { recordTranscript } from './transcript.js';
@@ -88,6 +89,8 @@ export async function askQuestions(rt: OrchRuntime, call: CallContext, req: McpR
     if (!s) throw conflict('no agent turn in flight to attach the questions to');
     if (!isActiveSession(s.state) || !s.open_turn_id)
       throw conflict('no agent turn in flight to attach the questions to', { session_id: s.id, state: s.state });
+    // a session's pending bundles are bounded (counted under the session's row lock).
+    await assertBundleRoom(rt, tx, s.id);
     const id = randomUUID();
     await insertBundle(tx, {
       id,

@@ -30,6 +30,7 @@ import type { Sql, Tx } from '@kandev/runtime';
 import { changeSessionState, changeTaskStatus } from './changes.js';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { recordTranscript } from './transcript.js';
+import { assertLiveSessionRoom } from './limits.js';
 
 export interface StartedSession {
   session: SessionRow;
@@ -185,6 +186,8 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
     });
     const next = statusOnSessionStart(locked.status);
     const task = next ? await changeTaskStatus(tx, emit, locked, next, { actor: opts.actor, reason: 'session_started' }) : locked;
+    // the workspace's live sessions, counted last (with this one) under a lock held to commit.
+    await assertLiveSessionRoom(rt, tx, locked.workspace_id);
     return { kind: 'launch', task, session, epoch: locked.fence_epoch, previousStatus: next ? locked.status : null } as const;
   });
   if (decided.kind === 'answered') return decided.answer;

@@ -20,6 +20,7 @@ import { changeTaskStatus } from './changes.js';
 import { assertKnownAgent } from './agents.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once } from './idempotency.js';
+import { assertChildRoom } from './limits.js';
 import { checkWorkingDir, workDirRoot } from '@kandev/runtime';
 
 type Req<K extends keyof typeof Orch> = RequestOf<(typeof Orch)[K]>;
@@ -59,6 +60,8 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
       const parent = await lockParentForChild(tx, req.parent_id);
       // A parent in another workspace is answered exactly like a missing one: the caller learns nothing about ids outside its scope.
       if (!parent || parent.workspace_id !== req.workspace_id) throw notFound('parent task not found');
+      // an agent's children and depth are bounded (an operator's are not).
+      if (actor.type === 'agent') await assertChildRoom(rt, tx, parent.id);
     }
     const row = await insertTask(tx, {
       workspace_id: req.workspace_id,
