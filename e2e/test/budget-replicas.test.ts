@@ -31,7 +31,11 @@ describe('tree budgets on two replicas of every service', () => {
     );
     await w.api.ok('PUT', `/tasks/${root.id}/tree/budget`, { limit_cents: 1000 });
     // Every task known to the cost projection first, so the burst races on the budget alone.
-    await Promise.all(kids.map((k) => w.api.ok('POST', '/cost-events', { task_id: k.id, usage_event_id: randomUUID(), cost_cents: 200, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 })));
+    await Promise.all(
+      kids.map((k) =>
+        w.api.ok('POST', '/cost-events', { task_id: k.id, usage_event_id: randomUUID(), cost_cents: 200, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 }),
+      ),
+    );
     // 800 spent; 16 events of 25 at once through both gateways cross 1000 together.
     const burst = await Promise.all(
       Array.from({ length: 16 }, (_, i) =>

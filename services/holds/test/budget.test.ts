@@ -79,16 +79,22 @@ function tree(): { root: string; a: string; b: string } {
 // Generous: many requests at once reach two replicas that share this test's event loop.
 const T = { timeoutMs: 30_000 };
 const cost = (task_id: string, cents: number) =>
-  request(nc, Holds.costRecord, { actor: operator, task_id, usage_event_id: randomUUID(), cost_cents: cents, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 }, T);
+  request(
+    nc,
+    Holds.costRecord,
+    { actor: operator, task_id, usage_event_id: randomUUID(), cost_cents: cents, tokens_in: 1, tokens_cached_in: 0, tokens_out: 1 },
+    T,
+  );
 const put = (task_id: string, limit_cents: number, warn_percent?: number) =>
   request(nc, Budget.set, { actor: operator, task_id, limit_cents, ...(warn_percent ? { warn_percent } : {}) }, T);
 const get = (task_id: string) => request(nc, Budget.get, { actor: operator, task_id }, T);
 const crossingsOf = (root: string, crossing: 'warned' | 'exceeded') => crossed.filter((c) => c.task_id === root && c.crossing === crossing);
 const eventsOf = (root: string, type: string) => events.filter((e) => e.task_id === root && e.type === type);
-const codeOf = (p: Promise<unknown>) => p.then(
-  () => 'OK',
-  (e: KandevError) => e.code,
-);
+const codeOf = (p: Promise<unknown>) =>
+  p.then(
+    () => 'OK',
+    (e: KandevError) => e.code,
+  );
 
 describe('budget state (domain)', () => {
   it('is ok below the warning, warned from warn_percent of the cap, exceeded at the cap', () => {

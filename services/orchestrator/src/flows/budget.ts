@@ -23,7 +23,14 @@ async function holdOfCrossing(rt: OrchRuntime, rootId: string, key: string): Pro
 }
 
 /** One audit row per crossing on the root (B-3): a retried report of the same crossing adds none. */
-async function auditCrossing(rt: OrchRuntime, root: { id: string; workspace_id: string }, action: string, key: string, outcome: string, details: Record<string, unknown>) {
+async function auditCrossing(
+  rt: OrchRuntime,
+  root: { id: string; workspace_id: string },
+  action: string,
+  key: string,
+  outcome: string,
+  details: Record<string, unknown>,
+) {
   const [seen] = await rt.sql`SELECT 1 FROM audit_log WHERE task_id = ${root.id} AND request_id = ${key} AND action = ${action} LIMIT 1`;
   if (seen) return;
   await recordAudit(rt.sql, {
