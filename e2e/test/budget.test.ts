@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, processAlive, WsClient, type ApiClient } from '@kandev/testkit';
+import { connectMcp, eventually, processAlive, WsClient, type ApiClient } from '@kandev/testkit';
 import { makeTask, sleepScript, sharedWorld, type SharedWorld } from './support.js';
 
 /**
@@ -127,6 +127,28 @@ describe('tree budgets', () => {
       expect((await w.api.post(`/tasks/${g.id}/sessions`, { prompt: 'hello' })).status).toBe(201);
     } finally {
       ws.close();
+    }
+  });
+
+  it('children an agent creates with create_task_kandev are in the budget: their cost counts and the pause holds them', async () => {
+    const { task: root } = await makeTask(w.api, { title: 'coordinator' });
+    await w.api.ok('PUT', `/tasks/${root.id}/tree/budget`, { limit_cents: 100 });
+    const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(root.id));
+    try {
+      const created = await mcp.callJson('create_task_kandev', { title: 'delegated' });
+      expect(created.isError).toBe(false);
+      const kid = created.json as { id: string; parent_id: string };
+      expect(kid.parent_id).toBe(root.id);
+      expect((await costEvent(kid.id, 100)).status).toBe(201);
+      const budget = await eventually(async () => {
+        const x = await budgetOf(root.id);
+        return x.hold_id ? x : null;
+      }, PAUSE_BOUND_MS);
+      expect(budget).toMatchObject({ state: 'exceeded', spent_cents: 100 });
+      const preview = (await w.api.post(`/tasks/${root.id}/tree/preview`)).body;
+      expect(preview.active_hold.members.map((m: { task_id: string }) => m.task_id)).toContain(kid.id);
+    } finally {
+      await mcp.close();
     }
   });
 
