@@ -152,6 +152,24 @@ describe('tree budgets', () => {
     }
   });
 
+  it("an agent's own reported usage reaches the cap: its tree is paused and the agent stopped", async () => {
+    const { workspace_id, task: root } = await makeTask(w.api, { title: 'spender root' });
+    const c = await child(w.api, workspace_id, root.id, 'spender');
+    await w.api.ok('PUT', `/tasks/${root.id}/tree/budget`, { limit_cents: 250 });
+    const script = JSON.stringify({
+      script: [{ usage: { cost_cents: 300, tokens_in: 1000, tokens_cached_in: 0, tokens_out: 100 } }, { sleep_ms: 120_000 }],
+    });
+    const s = await w.api.ok('POST', `/tasks/${c.id}/sessions`, { prompt: script });
+    const pid = await eventually(async () => (await w.api.get(`/sessions/${s.id}`)).body.execution?.pid as number | undefined, 15_000);
+    const budget = await eventually(async () => {
+      const x = await budgetOf(root.id);
+      return x.hold_id ? x : null;
+    });
+    expect(budget).toMatchObject({ state: 'exceeded', spent_cents: 300 });
+    expect((await w.api.get(`/sessions/${s.id}`)).body.state).toBe('CANCELLED');
+    await eventually(async () => !processAlive(pid), 15_000);
+  });
+
   it('two concurrent cost events across the cap make one hold', async () => {
     const { workspace_id, task: root } = await makeTask(w.api, { title: 'race root' });
     const a = await child(w.api, workspace_id, root.id, 'a');

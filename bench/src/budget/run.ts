@@ -89,7 +89,21 @@ async function ingestion(b: BenchStack) {
       ITERATIONS,
       Math.max(50, ITERATIONS / 10),
     );
+    // What B-8 adds to an event of a tree without a budget: the probe statement alone, beside a bare round trip.
+    const probe = `SELECT b.task_id FROM holds.task_tree t JOIN holds.tree_budgets b ON b.task_id = t.root_id WHERE t.task_id = $1 FOR UPDATE OF b`;
+    const statements = await interleaved(
+      {
+        'pg.select_1': () => sql`SELECT 1`,
+        'pg.budget_probe.no_budget': () => sql.unsafe(probe, [plain.leaf], { prepare: true }),
+      },
+      ITERATIONS,
+      Math.max(50, ITERATIONS / 10),
+    );
     return {
+      statements: {
+        what: 'the one statement B-8 adds to every cost event (the budget probe, on a tree with none) beside a bare SELECT 1, on one PostgreSQL connection, interleaved',
+        stats: statements,
+      },
       what: 'holds.cost.record over NATS (as POST /cost-events reaches the holds service), one call at a time, the four cases interleaved call by call',
       cases: {
         'cost_event.no_budget.1000': 'a leaf of a 1,000-task tree with no budget: the check is one index probe that finds none',
@@ -159,7 +173,7 @@ const b = await startBenchStack();
 try {
   log(`ingestion: ${ITERATIONS} interleaved calls per case`);
   const ing = await ingestion(b);
-  for (const [k, s] of Object.entries(ing.stats)) log(`${k}: p50 ${s.p50.toFixed(2)} ms, p99 ${s.p99.toFixed(2)} ms`);
+  for (const [k, s] of Object.entries({ ...ing.stats, ...ing.statements.stats })) log(`${k}: p50 ${s.p50.toFixed(2)} ms, p99 ${s.p99.toFixed(2)} ms`);
   const crossings = [];
   for (let r = 0; r < RUNS; r++) {
     const c = await crossingToAgentsGone(b, LIVE);
