@@ -159,7 +159,7 @@ export const CostSummary = z.object({
   tokens_out: z.number(),
   /** Cost events whose model has no price: counted in the tokens, at cost 0 (packages/contracts/src/pricing.ts). */
   unpriced_events: z.number().int().optional(),
-  /** B-8: the budget of this task's tree when the task is a budgeted root; null otherwise. */
+  /** B-8: the budget of this task's tree when the task is a budgeted root; absent otherwise. */
   budget: TreeBudget.nullable().optional(),
 });
 export type CostSummary = z.infer<typeof CostSummary>;

@@ -54,5 +54,7 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
 export async function costSummary(rt: HoldsRuntime, call: CallContext, actor: Actor, taskId: string) {
   const root = await knownTask(rt, call, actor, taskId);
   const cost = await treeCost(rt.sql, root.id);
-  return { task_id: root.id, include_descendants: true as const, ...cost, budget: await budgetForSummary(rt, root.id, cost.cost_cents) };
+  // B-8: a budgeted root's summary carries its budget (an added field, absent for every other task).
+  const budget = await budgetForSummary(rt, root.id, cost.cost_cents);
+  return { task_id: root.id, include_descendants: true as const, ...cost, ...(budget ? { budget } : {}) };
 }
