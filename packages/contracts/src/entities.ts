@@ -134,6 +134,22 @@ export const Hold = z.object({
 });
 export type Hold = z.infer<typeof Hold>;
 
+/** B-8: a root task's spending cap. `state` follows the tree's cost: ok below `warn_percent` of the cap, warned from there, exceeded at the cap. */
+export const BudgetState = z.enum(['ok', 'warned', 'exceeded']);
+export type BudgetState = z.infer<typeof BudgetState>;
+export const TreeBudget = z.object({
+  /** The root task the budget caps (its whole tree). */
+  task_id: id,
+  limit_cents: z.number(),
+  warn_percent: z.number().int(),
+  /** The tree's cost now (R-4.7's cost_cents). */
+  spent_cents: z.number(),
+  state: BudgetState,
+  /** The active pause hold the budget made; null when none (or the tree was already held when the cap was reached). */
+  hold_id: id.nullable(),
+});
+export type TreeBudget = z.infer<typeof TreeBudget>;
+
 export const CostSummary = z.object({
   task_id: id,
   task_count: z.number().int(),
@@ -144,6 +160,8 @@ export const CostSummary = z.object({
   tokens_out: z.number(),
   /** Cost events whose model has no price: counted in the tokens, at cost 0 (packages/contracts/src/pricing.ts). */
   unpriced_events: z.number().int().optional(),
+  /** B-8: the budget of this task's tree when the task is a budgeted root; absent otherwise. */
+  budget: TreeBudget.nullable().optional(),
 });
 export type CostSummary = z.infer<typeof CostSummary>;
 

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { Actor } from './envelope.js';
-import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle } from './entities.js';
+import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle, TreeBudget } from './entities.js';
 import { SessionState, TaskStatus } from './enums.js';
 import { AgentToolCallData, SessionMessageData } from './read.js';
 import { AgentPermissionEventData, PermissionEventData } from './permissions.js';
@@ -45,6 +45,10 @@ export const EventData = {
   'queue.changed': z.object({ session_id: id.nullable(), size: z.number().int(), messages: z.array(QueuedMessage) }),
   'tree_hold.created': z.object({ hold: Hold }),
   'tree_hold.released': z.object({ hold: Hold }),
+  /** B-8: the tree's cost reached the budget's warn_percent (payload: the budget). */
+  'tree_budget.warned': TreeBudget,
+  /** B-8: the tree's cost reached the cap; the budget paused the tree (`hold_id`), or found it already held (null). */
+  'tree_budget.exceeded': TreeBudget,
   'clarification.requested': z.object({ bundle: ClarificationBundle }),
   'clarification.closed': z.object({ bundle: ClarificationBundle }),
   /**
@@ -92,4 +96,6 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'task.attention',
   'permission.requested',
   'permission.closed',
+  'tree_budget.warned',
+  'tree_budget.exceeded',
 ];

@@ -14,3 +14,4 @@ export * from './read.js';
 export * from './permissions.js';
 export * from './mcp.js';
 export * from './coordination.js';
+export * from './budget.js';

@@ -16,5 +16,9 @@ export const HoldsEnv = BaseEnv.extend({
   WAKEUP_CLAIM_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
   /** Launch attempts before a wakeup is finished as launch_failed. */
   WAKEUP_MAX_ATTEMPTS: z.coerce.number().int().positive().default(3),
+  /** How often every replica looks for budget crossings not yet acted on (B-8; docs/operations.md "Budgets"). */
+  BUDGET_SWEEP_MS: z.coerce.number().int().positive().default(5_000),
+  /** A crossing still pending this long was lost with its instance (or its call failed): the sweeper acts on it. */
+  BUDGET_CROSSING_RETRY_MS: z.coerce.number().int().positive().default(10_000),
 });
 export type HoldsEnv = z.infer<typeof HoldsEnv>;

@@ -3,6 +3,7 @@ import { consumeEvents, readOnScrape, type ServiceDefinition, packageVersion } f
 import { holdsEndpoints } from './endpoints/holds.js';
 import { HoldsEnv } from './env.js';
 import type { HoldsRuntime } from './flows/context.js';
+import { startBudgetSweeper } from './flows/budget.js';
 import { startDispatcher } from './flows/dispatcher.js';
 import { HOLDS_CONSUMER, onEvent } from './flows/events.js';
 import { wakeupBacklog } from './store/wakeups.js';
@@ -19,6 +20,7 @@ export const holdsService: ServiceDefinition<typeof HoldsEnv> = {
     const dispatcher = startDispatcher(rt);
     rt.onStop(() => dispatcher.stop());
     await rt.serve(holdsEndpoints(rt, dispatcher.kick));
+    rt.onStop(startBudgetSweeper(rt));
     const consumer = await consumeEvents(
       rt.nc,
       { durable: HOLDS_CONSUMER, types: ['tree_hold.created', 'tree_hold.released', 'usage.recorded'], log: rt.log },

@@ -35,6 +35,7 @@ it('migrates its own schema and answers its ping', async () => {
       'schema_migrations',
       'task_costs',
       'task_tree',
+      'tree_budgets',
       'wakeups',
     ]);
   } finally {

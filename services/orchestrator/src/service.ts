@@ -1,5 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { busIdentityOf, consumeEventBatches, consumeEvents, packageVersion, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import { budgetEndpoints } from './endpoints/budget.js';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
@@ -49,6 +50,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
       ...clarificationEndpoints(rt),
       ...readEndpoints(rt),
       ...permissionEndpoints(rt),
+      ...budgetEndpoints(rt),
     ]);
     const consumer = await consumeEvents(rt.nc, { durable: LIFECYCLE_CONSUMER, types: LIFECYCLE_EVENT_TYPES, log: rt.log }, (ev) => onLifecycleEvent(rt, ev));
     rt.onStop(() => consumer.stop());

@@ -1,6 +1,7 @@
-import { Holds } from '@kandev/contracts';
+import { Budget, Holds } from '@kandev/contracts';
 import { on, type Registration } from '@kandev/runtime';
 import type { HoldsRuntime } from '../flows/context.js';
+import { budgetOfRoot, readBudget, removeBudget, setBudget } from '../flows/budget.js';
 import { costSummary, recordCostEvent } from '../flows/costs.js';
 import { activeWakeups, applyHold, createWakeup, readWakeup, releaseHold } from '../flows/wakeups.js';
 
@@ -10,6 +11,10 @@ export const holdsEndpoints = (rt: HoldsRuntime, kick: () => void): Registration
   on(Holds.wakeupGet, (req) => readWakeup(rt, req.actor, req.wakeup_id)),
   on(Holds.wakeupCount, (req) => activeWakeups(rt, req.task_ids)),
   on(Holds.costRecord, ({ actor, ...event }, ctx) => recordCostEvent(rt, ctx, actor, event)),
+  on(Budget.set, (req, ctx) => setBudget(rt, ctx, req)),
+  on(Budget.get, (req, ctx) => readBudget(rt, ctx, req.actor, req.task_id)),
+  on(Budget.remove, (req, ctx) => removeBudget(rt, ctx, req.actor, req.task_id)),
+  on(Budget.ofRoot, (req) => budgetOfRoot(rt, req.task_id)),
   on(Holds.costSummary, (req, ctx) => costSummary(rt, ctx, req.actor, req.task_id)),
   on(Holds.holdApplied, (req) => applyHold(rt, req.hold)),
   on(Holds.holdReleased, (req) => releaseHold(rt, req.hold)),

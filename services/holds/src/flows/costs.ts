@@ -1,7 +1,7 @@
-import { transaction } from '@kandev/runtime';
 import type { Actor, Holds, RequestOf } from '@kandev/contracts';
 import { conflict } from '@kandev/contracts';
 import { recordCost, treeCost, type CostRow } from '../store/costs.js';
+import { actAfterReply, budgetForSummary, checkBudget, transactEvents, type Crossing } from './budget.js';
 import type { CallContext, HoldsRuntime } from './context.js';
 import { knownTask } from './tree.js';
 
@@ -25,8 +25,10 @@ type CostInput = Omit<RequestOf<typeof Holds.costRecord>, 'actor'>;
 /** POST /cost-events and lifecycle's usage events: idempotent by usage_event_id, folded into the task's rollup. */
 export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor: Actor, e: CostInput) {
   const task = await knownTask(rt, call, actor, e.task_id);
-  const { row, duplicate } = (await transaction(rt.sql, (tx) =>
-    recordCost(tx, {
+  const found: { crossing: Crossing | null } = { crossing: null };
+  const { row, duplicate } = await transactEvents(rt, async (tx, emit) => {
+    found.crossing = null;
+    const recorded = await recordCost(tx, {
       task_id: task.id,
       session_id: e.session_id ?? null,
       usage_event_id: e.usage_event_id,
@@ -37,8 +39,12 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
       tokens_out: e.tokens_out,
       occurred_at: e.occurred_at ?? null,
       priced: e.priced ?? true,
-    }),
-  )) as Awaited<ReturnType<typeof recordCost>>;
+    });
+    // B-8: the tree's budget, checked under its row lock with this event counted; a duplicate changes nothing.
+    if (!recorded.duplicate) found.crossing = await checkBudget(tx, emit, task.id);
+    return recorded;
+  });
+  if (found.crossing) actAfterReply(rt, call, found.crossing);
   // A usage id is global; one already used by another task is the caller's mistake, not a duplicate.
   if (duplicate && row.task_id !== task.id) throw conflict('usage_event_id is already recorded for another task');
   return toCostEvent(row, duplicate);
@@ -47,5 +53,8 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
 /** the subtree's cost. A task absent from the projection has no cost events under it (recording adds the whole path). */
 export async function costSummary(rt: HoldsRuntime, call: CallContext, actor: Actor, taskId: string) {
   const root = await knownTask(rt, call, actor, taskId);
-  return { task_id: root.id, include_descendants: true as const, ...(await treeCost(rt.sql, root.id)) };
+  const cost = await treeCost(rt.sql, root.id);
+  // B-8: a budgeted root's summary carries its budget (an added field, absent for every other task).
+  const budget = await budgetForSummary(rt, root.id, cost.cost_cents);
+  return { task_id: root.id, include_descendants: true as const, ...cost, ...(budget ? { budget } : {}) };
 }

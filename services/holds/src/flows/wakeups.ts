@@ -1,7 +1,8 @@
 import { transaction } from '@kandev/runtime';
-import { canAccessWorkspace, notFound, skipReasonOf, type Actor, type Hold, type Holds, type RequestOf } from '@kandev/contracts';
+import { BUDGET_HOLD, canAccessWorkspace, notFound, skipReasonOf, type Actor, type Hold, type Holds, type RequestOf } from '@kandev/contracts';
 import { cancelWakeupsOf, countActiveWakeups, getWakeup, insertWakeup, toWakeup } from '../store/wakeups.js';
 import { gateHold, ungateHold } from '../store/gates.js';
+import { budgetHoldReleased } from './budget.js';
 import type { CallContext, HoldsRuntime } from './context.js';
 import { knownTask } from './tree.js';
 
@@ -56,5 +57,7 @@ export async function applyHold(rt: HoldsRuntime, hold: Hold): Promise<{ cancell
 
 /** A released hold: its members are no longer gated; nothing is replayed. Idempotent. */
 export async function releaseHold(rt: HoldsRuntime, hold: Hold): Promise<{ released: boolean }> {
-  return transaction(rt.sql, async (tx) => ({ released: await ungateHold(tx, hold) }));
+  const released = await transaction(rt.sql, async (tx) => ({ released: await ungateHold(tx, hold) }));
+  if (hold.created_by === BUDGET_HOLD.created_by) await budgetHoldReleased(rt, hold.id); // B-8: no longer the budget's hold
+  return released;
 }

@@ -15,11 +15,15 @@ export async function treeNode(q: Q, taskId: string): Promise<TreeNode | null> {
   return row ?? null;
 }
 
-/** Add a task's path (root first) to the projection. Tasks are never re-parented, so existing rows stay. */
+/**
+ * Add a task's path (root first) to the projection, each row with its tree's root (a budget is
+ * found by it, B-8). Tasks are never re-parented, so existing rows stay.
+ */
 export async function upsertLineage(q: Q, chain: readonly TreeNode[]): Promise<void> {
   if (!chain.length) return;
-  await q`INSERT INTO task_tree (task_id, workspace_id, parent_id)
-          SELECT n.id, n.workspace_id, n.parent_id FROM jsonb_to_recordset(${q.json(chain as never)}) AS n(id uuid, workspace_id uuid, parent_id uuid)
+  const rootId = (chain.find((n) => n.parent_id === null) ?? chain[0]!).id;
+  await q`INSERT INTO task_tree (task_id, workspace_id, parent_id, root_id)
+          SELECT n.id, n.workspace_id, n.parent_id, ${rootId}::uuid FROM jsonb_to_recordset(${q.json(chain as never)}) AS n(id uuid, workspace_id uuid, parent_id uuid)
           ON CONFLICT (task_id) DO NOTHING`;
 }
 

@@ -37,6 +37,7 @@ import { TASK_COLUMNS, toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
+import { refuseResumeOverBudget } from './budget.js';
 
 /** how long a pause or cancel waits for its session stops to reach their owners before replying. */
 export const PROPAGATION_WAIT_MS = 1_000;
@@ -147,6 +148,7 @@ export async function holdTree(
   taskId: string,
   mode: HoldMode,
   reason: string | null,
+  opts: { createdBy?: string } = {},
 ): Promise<{ hold: Hold }> {
   const root = await accessibleRoot(rt, actor, taskId);
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
@@ -183,7 +185,7 @@ export async function holdTree(
                 workspace_id: root.workspace_id,
                 root_task_id: root.id,
                 mode,
-                created_by: actorLabel(actor),
+                created_by: opts.createdBy ?? actorLabel(actor),
                 reason,
                 request_id: call.requestId,
               },
@@ -316,6 +318,7 @@ export async function releaseTree(
       await serialiseHoldsOf(tx, root.workspace_id);
       const candidate = await activeHoldOfTasks(tx, [root.id]);
       if (!candidate || candidate.root_task_id !== root.id || candidate.mode !== mode) throw releaseConflict(mode, candidate);
+      if (mode === 'pause') await refuseResumeOverBudget(rt, call, tx, root.id); // B-8
       const current = (await getHold(tx, candidate.hold_id))!;
       const locked = await lockTasks(
         tx,
