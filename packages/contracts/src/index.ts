@@ -13,3 +13,4 @@ export * from './pricing.js';
 export * from './read.js';
 export * from './permissions.js';
 export * from './mcp.js';
+export * from './operator-extras.js';

@@ -5,6 +5,7 @@ import { decodeJsonBody } from './domain/body.js';
 import { BODY_LIMIT_BYTES, clientErrorResponse, MAX_HEADER_BYTES } from './domain/http-errors.js';
 import { installRequestLifecycle } from './http/request-context.js';
 import { registerApiRoutes } from './routes/api.js';
+import { registerOperatorExtraRoutes } from './routes/operator-extras.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerReadRoutes } from './routes/read.js';
@@ -81,6 +82,7 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerApiRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerReadRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
+  registerOperatorExtraRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub };

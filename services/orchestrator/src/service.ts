@@ -4,6 +4,7 @@ import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { operatorEndpoints } from './endpoints/operator.js';
+import { operatorExtraEndpoints } from './endpoints/operator-extras.js';
 import { readEndpoints } from './endpoints/read.js';
 import { permissionEndpoints } from './endpoints/permissions.js';
 import { treeEndpoints } from './endpoints/tree.js';
@@ -38,6 +39,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     rt.onStop(() => rt.teardownYield.close());
     await rt.serve([
       ...operatorEndpoints(rt),
+      ...operatorExtraEndpoints(rt),
       ...mcpEndpoints(rt),
       ...lifecycleEndpoints(rt),
       ...treeEndpoints(rt),
