@@ -2,6 +2,7 @@ import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
 import { ApiError, get, onUnauthorized, qs, token } from './api';
 import { Board } from './board';
+import { NewWorkspaceForm } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
 import { TaskPage } from './task';
@@ -205,7 +206,8 @@ function Welcome() {
   return (
     <section class="card welcome">
       <h1>Choose a workspace</h1>
-      <p>Pick a workspace above (or paste its id) to see its board of tasks.</p>
+      <p>Pick a workspace above (or paste its id) to see its board of tasks, or create one:</p>
+      <NewWorkspaceForm />
     </section>
   );
 }

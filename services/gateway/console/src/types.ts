@@ -144,3 +144,13 @@ export interface Notification {
   action: string;
   payload: Record<string, any>;
 }
+export interface QueuedMessage {
+  id: string;
+  task_id: string;
+  session_id: string;
+  position: number;
+  prompt: string;
+  sender_task_id: string | null;
+  queued_by: string;
+  queued_at: string;
+}
