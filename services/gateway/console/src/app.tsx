@@ -2,6 +2,7 @@ import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
 import { ApiError, get, onUnauthorized, qs, token } from './api';
 import { Board } from './board';
+import { InboxLink, InboxPage } from './inbox';
 import { NewWorkspaceForm } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
@@ -16,10 +17,10 @@ export const useLive = () => useContext(LiveContext)!;
 const ResyncContext = createContext(0);
 export const useResync = () => useContext(ResyncContext);
 
-type Route = { workspace: string | null; task: string | null };
+type Route = { workspace: string | null; task: string | null; inbox: boolean };
 function parseHash(): Route {
-  const m = /^#\/w\/([^/]+)(?:\/t\/([^/]+))?/.exec(location.hash);
-  return { workspace: m ? decodeURIComponent(m[1]!) : null, task: m?.[2] ? decodeURIComponent(m[2]) : null };
+  const m = /^#\/w\/([^/]+)(?:\/t\/([^/]+)|\/(inbox))?/.exec(location.hash);
+  return { workspace: m ? decodeURIComponent(m[1]!) : null, task: m?.[2] ? decodeURIComponent(m[2]) : null, inbox: m?.[3] === 'inbox' };
 }
 export const hrefOf = (workspace: string, task?: string) => `#/w/${encodeURIComponent(workspace)}${task ? `/t/${encodeURIComponent(task)}` : ''}`;
 
@@ -111,6 +112,7 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
             Kandev
           </a>
           <WorkspacePicker current={route.workspace} />
+          {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
           <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
             {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
           </span>
@@ -119,7 +121,9 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
           </button>
         </header>
         {route.workspace ? (
-          route.task ? (
+          route.inbox ? (
+            <InboxPage key={route.workspace} workspace={route.workspace} />
+          ) : route.task ? (
             <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
           ) : (
             <Board key={route.workspace} workspace={route.workspace} />

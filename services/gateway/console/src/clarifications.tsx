@@ -27,7 +27,8 @@ export function Clarifications({ taskId }: { taskId: string }) {
   );
 }
 
-function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
+/** One question bundle, answered in place or skipped (also used by the Inbox). */
+export function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
   const [answers, setAnswers] = useState<Record<string, string>>({});
   const open = bundle.questions.filter((q) => q.status === 'pending');
   const complete = open.every((q) => (answers[q.id] ?? '').trim() !== '');

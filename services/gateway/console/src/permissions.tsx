@@ -30,27 +30,7 @@ export function Permissions({ taskId }: { taskId: string }) {
     <section class={`card permissions${pending.length ? ' attention' : ''}`} aria-label="Permission requests">
       <h2>Permission requests {pending.length ? <span class="count">{pending.length} waiting</span> : null}</h2>
       {pending.map((p) => (
-        <div class="permission" data-testid="permission" key={p.id}>
-          <p class="ask">{p.title}</p>
-          <p class="meta">asked {ago(p.created_at)}</p>
-          <div class="controls">
-            {p.options.map((o) => (
-              <ActionButton
-                kind={o.kind.startsWith('allow') ? 'primary' : 'plain'}
-                testid={`permission-option-${o.option_id}`}
-                onClick={() => post(`/permissions/${p.id}/respond`, { option_id: o.option_id }).finally(list.reload)}
-              >
-                {o.name}
-              </ActionButton>
-            ))}
-            <ActionButton
-              title="Answer the agent with a cancelled outcome"
-              onClick={() => post(`/permissions/${p.id}/respond`, { cancelled: true }).finally(list.reload)}
-            >
-              Dismiss
-            </ActionButton>
-          </div>
-        </div>
+        <PendingPermission key={p.id} p={p} done={list.reload} />
       ))}
       {closed.length ? (
         <details>
@@ -67,5 +47,29 @@ export function Permissions({ taskId }: { taskId: string }) {
         </details>
       ) : null}
     </section>
+  );
+}
+
+/** One pending permission request with the agent's options and Dismiss (also used by the Inbox). */
+export function PendingPermission({ p, done }: { p: Permission; done: () => void }) {
+  return (
+    <div class="permission" data-testid="permission">
+      <p class="ask">{p.title}</p>
+      <p class="meta">asked {ago(p.created_at)}</p>
+      <div class="controls">
+        {p.options.map((o) => (
+          <ActionButton
+            kind={o.kind.startsWith('allow') ? 'primary' : 'plain'}
+            testid={`permission-option-${o.option_id}`}
+            onClick={() => post(`/permissions/${p.id}/respond`, { option_id: o.option_id }).finally(done)}
+          >
+            {o.name}
+          </ActionButton>
+        ))}
+        <ActionButton title="Answer the agent with a cancelled outcome" onClick={() => post(`/permissions/${p.id}/respond`, { cancelled: true }).finally(done)}>
+          Dismiss
+        </ActionButton>
+      </div>
+    </div>
   );
 }

@@ -154,3 +154,13 @@ export interface QueuedMessage {
   queued_by: string;
   queued_at: string;
 }
+/** A row of GET /inbox. */
+export interface InboxItem {
+  kind: 'clarification' | 'permission';
+  id: string;
+  task_id: string;
+  task_title: string;
+  session_id: string;
+  created_at: string;
+  text: string;
+}
