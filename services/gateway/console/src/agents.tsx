@@ -25,8 +25,14 @@ export function useAgents(): string[] | null {
   return agents;
 }
 
-/** An agent picker: a select of the catalogue's names, or a text field when they are unknown. */
+/** An agent picker: a select of the catalogue's names, or a text field when the gateway cannot list them. */
 export function AgentField({ id, value, onChange, agents }: { id: string; value: string; onChange: (v: string) => void; agents: string[] | null }) {
+  if (agents === null)
+    return (
+      <select id={id} disabled aria-busy="true">
+        <option>Loading agents…</option>
+      </select>
+    );
   if (agents && agents.length > 0)
     return (
       <select id={id} value={value} onChange={(e) => onChange((e.target as HTMLSelectElement).value)}>

@@ -3,7 +3,7 @@ import { useContext, useEffect, useState } from 'preact/hooks';
 import { ApiError, get, onUnauthorized, qs, token } from './api';
 import { Board } from './board';
 import { InboxLink, InboxPage } from './inbox';
-import { NewWorkspaceForm } from './create-forms';
+import { NewWorkspaceForm, WORKSPACES_CHANGED } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
 import { TaskPage } from './task';
@@ -146,6 +146,10 @@ function WorkspacePicker({ current }: { current: string | null }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const [typed, setTyped] = useState('');
   const first = useLoad(() => get<Page<Workspace>>(`/workspaces${qs({ limit: 100 })}`), [resync]);
+  useEffect(() => {
+    addEventListener(WORKSPACES_CHANGED, first.reload);
+    return () => removeEventListener(WORKSPACES_CHANGED, first.reload);
+  }, []);
   useEffect(() => {
     if (first.value) {
       setPages(first.value.items);

@@ -5,6 +5,9 @@ import { hrefOf } from './app';
 import type { Task, Workspace } from './types';
 import { ErrorNote, Spinner } from './ui';
 
+/** Fired on window when this console created a workspace. */
+export const WORKSPACES_CHANGED = 'kandev:workspaces-changed';
+
 /** POST /workspaces, then open the new workspace's board. */
 export function NewWorkspaceForm() {
   const [name, setName] = useState('');
@@ -22,6 +25,8 @@ export function NewWorkspaceForm() {
         try {
           const w = await post<Workspace>('/workspaces', { name: name.trim() });
           setName('');
+          // The header's picker lists it too (it reads the workspaces once otherwise).
+          dispatchEvent(new Event(WORKSPACES_CHANGED));
           location.hash = hrefOf(w.id);
         } catch (err) {
           setError(err);
