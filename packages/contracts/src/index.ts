@@ -15,3 +15,4 @@ export * from './permissions.js';
 export * from './mcp.js';
 export * from './coordination.js';
 export * from './budget.js';
+export * from './operator-extras.js';

@@ -2,53 +2,11 @@ import WebSocket from 'ws';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-/** A thin HTTP client for the gateway API: JSON in, `{status, body}` out (never throws on 4xx/5xx). */
-export class ApiClient {
-  constructor(
-    readonly baseUrl: string,
-    private readonly token: string | null,
-  ) {}
-  async call<T = any>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: T }> {
-    const res = await fetch(this.baseUrl + path, {
-      method,
-      headers: {
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
-        ...headers,
-      },
-      ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
-    return { status: res.status, body: (text ? JSON.parse(text) : null) as T };
-  }
-  get = <T = any>(p: string) => this.call<T>('GET', p);
-  post = <T = any>(p: string, b: unknown = {}) => this.call<T>('POST', p, b);
-  patch = <T = any>(p: string, b: unknown) => this.call<T>('PATCH', p, b);
-  /** POST that must succeed; returns the body. */
-  async ok<T = any>(method: string, path: string, body?: unknown): Promise<T> {
-    const r = await this.call<T>(method, path, body);
-    if (r.status >= 300) throw new Error(`${method} ${path} → ${r.status} ${JSON.stringify(r.body)}`);
-    return r.body;
-  }
-  /**
-   * `POST /tasks/:id/sessions` as a client that follows INTERFACES.md does: with an Idempotency-Key,
-   * trying again after a 503 (a launch that outlived a short gateway deadline on a busy machine) or
-   * a 409 saying the first attempt is still in progress, until `withinMs`. The key makes every try
-   * answer the one session, so a retry never launches a second agent (B-7). For set-up steps whose
-   * stack runs with a short `GATEWAY_REQUEST_TIMEOUT_MS` for the sake of what they test next.
-   */
-  async startSession<T = any>(taskId: string, body: unknown, withinMs = 60_000): Promise<T> {
-    const key = `start-${taskId}-${Math.random().toString(36).slice(2)}`;
-    const path = `/tasks/${taskId}/sessions`;
-    for (const end = Date.now() + withinMs; ;) {
-      const r = await this.call<any>('POST', path, body, { 'idempotency-key': key });
-      if (r.status < 300) return r.body as T;
-      const inProgress = r.status === 409 && /in progress/.test(String(r.body?.error?.message));
-      if ((r.status !== 503 && !inProgress) || Date.now() > end) throw new Error(`POST ${path} → ${r.status} ${JSON.stringify(r.body)}`);
-      await new Promise((resolve) => setTimeout(resolve, 250)); // a client's pause before it tries again
-    }
-  }
-}
+/**
+ * The gateway's HTTP client lives with the `kandev` CLI (@kandev/cli), the one typed client of the
+ * API; the test kit re-exports it so tests keep `ApiClient` (`call`, `get`, `post`, `ok`, `startSession`).
+ */
+export { ApiClient, ApiRefused } from '@kandev/cli';
 
 export interface WsFrame {
   id?: string;

@@ -10,6 +10,7 @@ import {
   hasGap,
   holdBadge,
   mergeMessages,
+  needsAttention,
   plainWords,
   visibleWindow,
   type TreeNodeState,
@@ -128,5 +129,13 @@ describe('console model', () => {
     expect(mergeMessages([msg(2, 'wor')], [msg(2, 'world')]).map((m) => m.text)).toEqual(['world']);
     expect(kindWords('agent', 'agent_text')).toBe('agent');
     expect(kindWords('agent', 'tool_call')).toBe('agent · tool call');
+  });
+});
+
+describe('needsAttention', () => {
+  it('flags an IN_PROGRESS task with no live session, and nothing else', () => {
+    expect(needsAttention('IN_PROGRESS', false)).toBe(true);
+    expect(needsAttention('IN_PROGRESS', true)).toBe(false);
+    for (const status of ['TODO', 'REVIEW', 'COMPLETED', 'CANCELLED', 'WAITING_FOR_INPUT'] as TaskStatus[]) expect(needsAttention(status, false)).toBe(false);
   });
 });

@@ -6,6 +6,7 @@ import { lifecycleEndpoints } from './endpoints/lifecycle.js';
 import { mcpEndpoints } from './endpoints/mcp.js';
 import { coordinationEndpoints } from './endpoints/coordination.js';
 import { operatorEndpoints } from './endpoints/operator.js';
+import { operatorExtraEndpoints } from './endpoints/operator-extras.js';
 import { readEndpoints } from './endpoints/read.js';
 import { permissionEndpoints } from './endpoints/permissions.js';
 import { treeEndpoints } from './endpoints/tree.js';
@@ -43,6 +44,7 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     busIdentityOf(rt.nc)?.onRefused((r) => auditBusRefusal(rt.sql, r, rt.log));
     await rt.serve([
       ...operatorEndpoints(rt),
+      ...operatorExtraEndpoints(rt),
       ...mcpEndpoints(rt),
       ...coordinationEndpoints(rt),
       ...lifecycleEndpoints(rt),

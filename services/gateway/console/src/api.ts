@@ -36,8 +36,8 @@ export const tokenRefused = () => {
 };
 
 /** The gateway is the page's own origin: the console is served by it at /ui/. */
-export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = {};
+export async function api<T>(method: string, path: string, body?: unknown, extraHeaders: Record<string, string> = {}): Promise<T> {
+  const headers: Record<string, string> = { ...extraHeaders };
   const t = token.get();
   if (t) headers.authorization = `Bearer ${t}`;
   if (body !== undefined) headers['content-type'] = 'application/json';
@@ -64,6 +64,13 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
 
 export const get = <T>(path: string) => api<T>('GET', path);
 export const post = <T>(path: string, body: unknown = {}) => api<T>('POST', path, body);
+export const del = <T>(path: string) => api<T>('DELETE', path);
+/**
+ * A create the server may have done though the answer was lost (a session start launches an agent):
+ * sent with an Idempotency-Key, so the operator's second click answers the first session (B-7).
+ */
+export const postOnce = <T>(path: string, body: unknown, key: string) => api<T>('POST', path, body, { 'idempotency-key': key });
+export const newKey = () => (crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`);
 
 export const qs = (params: Record<string, string | number | boolean | null | undefined>) => {
   const u = new URLSearchParams();

@@ -2,6 +2,8 @@ import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
 import { ApiError, get, onUnauthorized, qs, token } from './api';
 import { Board } from './board';
+import { InboxLink, InboxPage } from './inbox';
+import { NewWorkspaceForm, WORKSPACES_CHANGED } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
 import { TaskPage } from './task';
@@ -15,10 +17,10 @@ export const useLive = () => useContext(LiveContext)!;
 const ResyncContext = createContext(0);
 export const useResync = () => useContext(ResyncContext);
 
-type Route = { workspace: string | null; task: string | null };
+type Route = { workspace: string | null; task: string | null; inbox: boolean };
 function parseHash(): Route {
-  const m = /^#\/w\/([^/]+)(?:\/t\/([^/]+))?/.exec(location.hash);
-  return { workspace: m ? decodeURIComponent(m[1]!) : null, task: m?.[2] ? decodeURIComponent(m[2]) : null };
+  const m = /^#\/w\/([^/]+)(?:\/t\/([^/]+)|\/(inbox))?/.exec(location.hash);
+  return { workspace: m ? decodeURIComponent(m[1]!) : null, task: m?.[2] ? decodeURIComponent(m[2]) : null, inbox: m?.[3] === 'inbox' };
 }
 export const hrefOf = (workspace: string, task?: string) => `#/w/${encodeURIComponent(workspace)}${task ? `/t/${encodeURIComponent(task)}` : ''}`;
 
@@ -110,6 +112,7 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
             Kandev
           </a>
           <WorkspacePicker current={route.workspace} />
+          {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
           <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
             {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
           </span>
@@ -118,7 +121,9 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
           </button>
         </header>
         {route.workspace ? (
-          route.task ? (
+          route.inbox ? (
+            <InboxPage key={route.workspace} workspace={route.workspace} />
+          ) : route.task ? (
             <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
           ) : (
             <Board key={route.workspace} workspace={route.workspace} />
@@ -141,6 +146,10 @@ function WorkspacePicker({ current }: { current: string | null }) {
   const [cursor, setCursor] = useState<string | null>(null);
   const [typed, setTyped] = useState('');
   const first = useLoad(() => get<Page<Workspace>>(`/workspaces${qs({ limit: 100 })}`), [resync]);
+  useEffect(() => {
+    addEventListener(WORKSPACES_CHANGED, first.reload);
+    return () => removeEventListener(WORKSPACES_CHANGED, first.reload);
+  }, []);
   useEffect(() => {
     if (first.value) {
       setPages(first.value.items);
@@ -205,7 +214,8 @@ function Welcome() {
   return (
     <section class="card welcome">
       <h1>Choose a workspace</h1>
-      <p>Pick a workspace above (or paste its id) to see its board of tasks.</p>
+      <p>Pick a workspace above (or paste its id) to see its board of tasks, or create one:</p>
+      <NewWorkspaceForm />
     </section>
   );
 }

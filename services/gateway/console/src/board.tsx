@@ -1,7 +1,8 @@
 import { useEffect, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
-import { COLUMNS, STATUS_WORDS, columnOf, holdBadge } from './model';
+import { NewTaskForm } from './create-forms';
+import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention } from './model';
 import { store, useStore } from './store';
 import type { Page, TaskItem } from './types';
 import { Badge, ErrorNote, Spinner } from './ui';
@@ -78,6 +79,20 @@ export function Board({ workspace }: { workspace: string }) {
         {loading ? <Spinner label="Loading tasks" /> : null}
         {refused ? <span class="note">Live updates for the whole workspace are not offered by this gateway; reload to refresh.</span> : null}
       </div>
+      <details class="card new-task-card">
+        <summary>
+          <h2 class="inline">New task</h2>
+        </summary>
+        <NewTaskForm
+          workspace={workspace}
+          parents={tasks.map((t) => ({ id: t.id, title: t.title }))}
+          created={(t) => {
+            // Shown at once, before its task.created push (a root joins the board's list).
+            if (t.parent_id === null) store.newRoots.add(t.id);
+            store.upsert([{ ...t, child_count: 0, active_session_count: 0, hold: null }]);
+          }}
+        />
+      </details>
       <ErrorNote error={error} what="Tasks" />
       {!error && !loading && tasks.length === 0 ? <p class="empty">{query ? `No root task matches “${query}”.` : 'No tasks in this workspace yet.'}</p> : null}
       <div class="columns">
@@ -118,6 +133,7 @@ function TaskCard({ task, workspace }: { task: TaskItem; workspace: string }) {
         <Badge kind={`status-${task.status.toLowerCase()}`}>{STATUS_WORDS[task.status]}</Badge>
         {badge ? <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>{badge}</Badge> : null}
         {s.working ? <Badge kind="running">Running</Badge> : s.active ? <Badge kind="active">Session open</Badge> : null}
+        {!badge && needsAttention(task.status, s.active) ? <Badge kind="attention">Needs attention</Badge> : null}
         {task.child_count > 0 ? <span class="children">{task.child_count} subtasks</span> : null}
       </span>
     </a>

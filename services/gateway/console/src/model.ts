@@ -188,3 +188,11 @@ export function ago(iso: string | null | undefined, now = Date.now()): string {
   if (s < 86400) return `${Math.floor(s / 3600)}h ago`;
   return new Date(iso).toLocaleString();
 }
+
+/**
+ * A task that needs the operator (ADR 0025, `task.attention`): IN_PROGRESS with no live agent session,
+ * as a resume or restore leaves one whose session had ended. Nothing will move it unless someone restarts it.
+ */
+export function needsAttention(status: TaskStatus, hasLiveSession: boolean): boolean {
+  return status === 'IN_PROGRESS' && !hasLiveSession;
+}

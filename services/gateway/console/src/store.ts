@@ -70,6 +70,9 @@ export class Store {
         const had = this.tasks.get(task.id);
         this.tasks.set(task.id, { child_count: 0, active_session_count: 0, hold: null, ...had, ...task });
         if (!had && task.parent_id === null) this.newRoots.add(task.id);
+        // A new subtask: its parent now has one more (the tree row becomes expandable).
+        const parent = !had && n.action === 'task.created' && task.parent_id ? this.tasks.get(task.parent_id) : undefined;
+        if (parent) this.tasks.set(parent.id, { ...parent, child_count: (parent.child_count ?? 0) + 1 });
         break;
       }
       case 'session.state_changed': {

@@ -2,13 +2,31 @@ import { useState } from 'preact/hooks';
 import { get, post } from './api';
 import { hrefOf, useResync } from './app';
 import { formatCost, formatCount } from './model';
+import { useTaskPushes } from './task-pushes';
 import type { CostSummary, Preview, Task } from './types';
 import { ActionButton, Dialog, ErrorNote, Spinner, useLoad } from './ui';
 
-/** R-4 on the task page: what the tree holds, Pause/Resume, Cancel (confirmed)/Restore, and the Tree cost card. */
+/** Whether a pushed hold concerns this task: it is the hold's root or one of its members. */
+const holdCovers = (hold: { root_task_id?: string; members?: { task_id: string }[] } | undefined, taskId: string) =>
+  !!hold && (hold.root_task_id === taskId || !!hold.members?.some((m) => m.task_id === taskId));
+
+/**
+ * R-4 on the task page: what the tree holds, Pause/Resume, Cancel (confirmed)/Restore, and the Tree
+ * cost card. The tree controls and the cost card are for tasks with subtasks; a held task keeps its
+ * Resume / Restore. Live: a hold made or released anywhere (the API, an agent, a budget, another
+ * operator) and a subtask created under the tree re-read the preview.
+ */
 export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: boolean }) {
   const resync = useResync();
   const preview = useLoad(() => post<Preview>(`/tasks/${task.id}/tree/preview`), [task.id, task.updated_at, resync]);
+  const members = new Set((preview.value?.tasks ?? []).map((t) => t.id));
+  useTaskPushes(
+    (n) =>
+      ((n.action === 'tree_hold.created' || n.action === 'tree_hold.released') && (holdCovers(n.payload.hold, task.id) || members.has(n.payload.task_id))) ||
+      (n.action === 'task.created' && members.has(n.payload.task?.parent_id)),
+    () => preview.reload(),
+    [task.id, preview.value],
+  );
   const [confirm, setConfirm] = useState<Preview | null>(null);
   const [confirmError, setConfirmError] = useState<unknown>(null);
   const act = (what: string) => () => post(`/tasks/${task.id}/tree/${what}`).finally(preview.reload);
@@ -16,6 +34,8 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
   const p = preview.value;
   const hold = p?.active_hold ?? null;
   const ownHold = hold && hold.root_task_id === task.id;
+  // A childless task that nothing holds has no tree to control.
+  if (!hasChildren && !hold && !(preview.loading && !p)) return null;
   return (
     <>
       <section class="card tree-panel" aria-label="Tree controls">
@@ -106,14 +126,20 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
           </div>
         </Dialog>
       ) : null}
-      {hasChildren || task.parent_id === null ? <CostCard taskId={task.id} /> : null}
+      {hasChildren ? <CostCard taskId={task.id} members={members} /> : null}
     </>
   );
 }
 
-function CostCard({ taskId }: { taskId: string }) {
+/** The tree's spend (R-4.7). Live: re-read when a member's session changes state (a turn's usage is recorded by its end) or the budget warns. */
+function CostCard({ taskId, members }: { taskId: string; members: Set<string> }) {
   const resync = useResync();
   const cost = useLoad(() => get<CostSummary>(`/tasks/${taskId}/tree/cost-summary`), [taskId, resync]);
+  useTaskPushes(
+    (n) => (n.action === 'session.state_changed' || n.action.startsWith('tree_budget.')) && (n.payload.task_id === taskId || members.has(n.payload.task_id)),
+    () => cost.reload(),
+    [taskId, members.size],
+  );
   const c = cost.value;
   return (
     <section class="card cost" aria-label="Tree cost" data-testid="cost-card">

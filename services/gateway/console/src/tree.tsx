@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { get, qs } from './api';
-import { hrefOf, useResync } from './app';
+import { hrefOf, useLive, useResync } from './app';
 import { STATUS_WORDS, flattenTree, holdBadge, visibleWindow, type TreeNodeState } from './model';
 import { store, useStore } from './store';
 import type { Page, TaskItem } from './types';
@@ -45,6 +45,21 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
       setTick((t) => t + 1);
     }
   };
+
+  // A subtask created under a node whose children are all loaded joins it at once (task.created);
+  // under a node still paged, it comes with the pages.
+  const live = useLive();
+  useEffect(
+    () =>
+      live.onNotification((n) => {
+        const t = n.action === 'task.created' ? (n.payload.task as { id: string; parent_id: string | null } | undefined) : undefined;
+        const node = t?.parent_id ? nodes.get(t.parent_id) : undefined;
+        if (!t || !node?.loaded || node.cursor || node.children.includes(t.id)) return;
+        node.children = [...node.children, t.id];
+        setTick((k) => k + 1);
+      }),
+    [],
+  );
 
   // Open the root and the path to the selected task; after a reconnect, re-read what is open.
   useEffect(() => {

@@ -144,3 +144,23 @@ export interface Notification {
   action: string;
   payload: Record<string, any>;
 }
+export interface QueuedMessage {
+  id: string;
+  task_id: string;
+  session_id: string;
+  position: number;
+  prompt: string;
+  sender_task_id: string | null;
+  queued_by: string;
+  queued_at: string;
+}
+/** A row of GET /inbox. */
+export interface InboxItem {
+  kind: 'clarification' | 'permission';
+  id: string;
+  task_id: string;
+  task_title: string;
+  session_id: string;
+  created_at: string;
+  text: string;
+}

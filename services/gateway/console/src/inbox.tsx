@@ -1,0 +1,96 @@
+import { ApiError, get } from './api';
+import { hrefOf, useResync } from './app';
+import { useWorkspaceLive } from './board';
+import { BundleView } from './clarifications';
+import { ago } from './model';
+import { PendingPermission } from './permissions';
+import { useTaskPushes } from './task-pushes';
+import type { Bundle, InboxItem, Permission } from './types';
+import { ErrorNote, Spinner, useLoad } from './ui';
+
+export const inboxHref = (workspace: string) => `#/w/${encodeURIComponent(workspace)}/inbox`;
+
+/** The header's way to the Inbox, with how many items wait (re-read on the same pushes as the Inbox). */
+export function InboxLink({ workspace }: { workspace: string }) {
+  const resync = useResync();
+  const inbox = useLoad(() => get<{ items: InboxItem[] }>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
+  useTaskPushes(
+    (n) => n.action === 'inbox.changed' || n.action.startsWith('clarification.') || n.action.startsWith('permission.'),
+    () => inbox.reload(),
+    [workspace],
+  );
+  const n = inbox.value?.items.length ?? 0;
+  return (
+    <a class="inbox-link" href={inboxHref(workspace)} data-testid="inbox-link">
+      Inbox{n ? <span class="inbox-count"> ({n})</span> : null}
+    </a>
+  );
+}
+
+/**
+ * Everything in the workspace waiting on a person (R-12.2, GET /inbox): question bundles and
+ * permission requests of any task, a child's too, oldest first, each answered in place. Live: re-read
+ * on `inbox.changed` and on any question or permission push of the workspace.
+ */
+export function InboxPage({ workspace }: { workspace: string }) {
+  useWorkspaceLive(workspace);
+  const resync = useResync();
+  const inbox = useLoad(() => get<{ items: InboxItem[] }>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
+  useTaskPushes(
+    (n) => n.action === 'inbox.changed' || n.action.startsWith('clarification.') || n.action.startsWith('permission.'),
+    () => inbox.reload(),
+    [workspace],
+  );
+  const items = inbox.value?.items ?? [];
+  return (
+    <main class="page inbox-page">
+      <nav class="crumbs">
+        <a href={hrefOf(workspace)}>← Board</a>
+      </nav>
+      <div class="toolbar">
+        <h1>
+          Inbox{' '}
+          <span class="count" data-testid="inbox-count">
+            {inbox.value ? `${items.length} waiting` : ''}
+          </span>
+        </h1>
+        {inbox.loading ? <Spinner label="Loading the inbox" /> : null}
+      </div>
+      {inbox.error instanceof ApiError && inbox.error.routeMissing ? (
+        <p class="note card">{inbox.error.message}</p>
+      ) : (
+        <ErrorNote error={inbox.error} what="Inbox" />
+      )}
+      {inbox.value && items.length === 0 ? <p class="empty">Nothing waits on you in this workspace.</p> : null}
+      <ol class="inbox-items">
+        {items.map((i) => (
+          <li key={`${i.kind}-${i.id}`} class="card attention" data-testid="inbox-item" data-kind={i.kind}>
+            <p class="meta">
+              {i.kind === 'clarification' ? 'Questions' : 'Permission request'} from <a href={hrefOf(workspace, i.task_id)}>{i.task_title}</a> ·{' '}
+              {ago(i.created_at)}
+            </p>
+            <InboxAnswer item={i} done={inbox.reload} />
+          </li>
+        ))}
+      </ol>
+    </main>
+  );
+}
+
+/** The item's own answer controls: the question bundle, or the permission request with its options. */
+function InboxAnswer({ item, done }: { item: InboxItem; done: () => void }) {
+  const detail = useLoad<Bundle | Permission | null>(
+    async () =>
+      item.kind === 'clarification'
+        ? get<Bundle>(`/clarification/${item.id}`)
+        : ((await get<Permission[]>(`/tasks/${item.task_id}/permissions`)).find((p) => p.id === item.id) ?? null),
+    [item.kind, item.id],
+  );
+  if (detail.error) return <ErrorNote error={detail.error} what={item.text} />;
+  if (!detail.value) return detail.loading ? <Spinner label="Loading" /> : <p class="note">{item.text} (already answered)</p>;
+  return item.kind === 'clarification' ? (
+    <BundleView bundle={detail.value as Bundle} done={done} />
+  ) : (
+    <PendingPermission p={detail.value as Permission} done={done} />
+  );
+}
