@@ -171,7 +171,8 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
         for (const [name, secret, key] of want) {
           const r = ref(name);
           // kustomize appends a content hash to a generated Secret's name (not in prod).
-          if (!(r?.name === secret || String(r?.name).startsWith(`${secret}-`)) || r?.key !== key) problems.push(`${w.metadata.name}: ${name} from ${JSON.stringify(r ?? null)}, want ${secret}/${key}`);
+          if (!(r?.name === secret || String(r?.name).startsWith(`${secret}-`)) || r?.key !== key)
+            problems.push(`${w.metadata.name}: ${name} from ${JSON.stringify(r ?? null)}, want ${secret}/${key}`);
         }
       }
     }

@@ -31,9 +31,9 @@ describe('with NODE_ENV=production', () => {
   });
   it('refuses to start without bus keys', async () => {
     const login = natsLogin(authed, 'holds');
-    await expect(
-      startService(def, { ...base, NODE_ENV: 'production', NATS_URL: authed.url, NATS_USER: login.user, NATS_PASS: login.pass }),
-    ).rejects.toThrow(/KANDEV_BUS_KEY and KANDEV_BUS_PUBLIC_KEYS are required/);
+    await expect(startService(def, { ...base, NODE_ENV: 'production', NATS_URL: authed.url, NATS_USER: login.user, NATS_PASS: login.pass })).rejects.toThrow(
+      /KANDEV_BUS_KEY and KANDEV_BUS_PUBLIC_KEYS are required/,
+    );
   });
   it('starts with its NATS user and its bus key, and says so on /readyz', async () => {
     const login = natsLogin(authed, 'holds');

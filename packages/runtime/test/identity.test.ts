@@ -22,7 +22,8 @@ import {
 } from '../src/index.js';
 
 const keys = generateBusKeys();
-const identityOf = (service: string) => busIdentityFromEnv(service, { KANDEV_BUS_KEY: keys.privateKeys[service], KANDEV_BUS_PUBLIC_KEYS: keys.publicKeys }, false)!;
+const identityOf = (service: string) =>
+  busIdentityFromEnv(service, { KANDEV_BUS_KEY: keys.privateKeys[service], KANDEV_BUS_PUBLIC_KEYS: keys.publicKeys }, false)!;
 const enc = new TextEncoder();
 const alice = { id: 'alice', workspaces: ['w1'] };
 
@@ -44,7 +45,9 @@ describe('callerProblem (the rule)', () => {
   it('holds an endpoint to its callers; requests without an operator actor need no caller elsewhere', () => {
     const callers = ['orchestrator', 'lifecycle'];
     expect(callerProblem({ caller: { service: 'orchestrator' }, forwardedOperator: undefined, payloadOperator: undefined, callers })).toBeNull();
-    expect(callerProblem({ caller: { service: 'holds' }, forwardedOperator: undefined, payloadOperator: undefined, callers })).toMatch(/only orchestrator and lifecycle/);
+    expect(callerProblem({ caller: { service: 'holds' }, forwardedOperator: undefined, payloadOperator: undefined, callers })).toMatch(
+      /only orchestrator and lifecycle/,
+    );
     expect(callerProblem({ caller: null, forwardedOperator: undefined, payloadOperator: undefined, callers })).toMatch(/not verified/);
     expect(callerProblem({ caller: null, forwardedOperator: undefined, payloadOperator: undefined })).toBeNull();
   });
@@ -66,7 +69,11 @@ describe('caller assertions', () => {
 
   it('refuse a key outside the set, an expired assertion, and a signer claiming another name', async () => {
     const own = generateKeyPairSync('ed25519');
-    const impostor = new BusIdentity('gateway', own.privateKey, parsePublicKeys(`gateway=${own.publicKey.export({ format: 'der', type: 'spki' }).toString('base64')}`));
+    const impostor = new BusIdentity(
+      'gateway',
+      own.privateKey,
+      parsePublicKeys(`gateway=${own.publicKey.export({ format: 'der', type: 'spki' }).toString('base64')}`),
+    );
     await expect(orchestrator.verify(await impostor.assert('s', body, 1_000, alice), 's', body)).rejects.toThrow(/does not verify/);
     const gw = { privateKey: createPrivateKey({ key: Buffer.from(keys.privateKeys.gateway!, 'base64'), format: 'der', type: 'pkcs8' }) };
     const expired = await new SignJWT({})
@@ -90,7 +97,9 @@ describe('caller assertions', () => {
     expect(busIdentityFromEnv('gateway', {}, false)).toBeNull();
     expect(() => busIdentityFromEnv('gateway', {}, true)).toThrow(/required with NODE_ENV=production/);
     expect(() => busIdentityFromEnv('gateway', { KANDEV_BUS_KEY: keys.privateKeys.gateway }, false)).toThrow(/KANDEV_BUS_PUBLIC_KEYS is required/);
-    expect(() => busIdentityFromEnv('gateway', { KANDEV_BUS_KEY: keys.privateKeys.holds, KANDEV_BUS_PUBLIC_KEYS: keys.publicKeys }, false)).toThrow(/not the private key/);
+    expect(() => busIdentityFromEnv('gateway', { KANDEV_BUS_KEY: keys.privateKeys.holds, KANDEV_BUS_PUBLIC_KEYS: keys.publicKeys }, false)).toThrow(
+      /not the private key/,
+    );
     expect(() => busIdentityFromEnv('gateway', { KANDEV_BUS_KEY: 'change-me', KANDEV_BUS_PUBLIC_KEYS: keys.publicKeys }, false)).toThrow(/value hidden/);
   });
 

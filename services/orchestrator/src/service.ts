@@ -1,5 +1,14 @@
 import { fileURLToPath } from 'node:url';
-import { busIdentityOf, consumeEventBatches, consumeEvents, packageVersion, RegistryReader, SERVICE_KEYS, type ServiceDefinition, type ServiceRuntime } from '@kandev/runtime';
+import {
+  busIdentityOf,
+  consumeEventBatches,
+  consumeEvents,
+  packageVersion,
+  RegistryReader,
+  SERVICE_KEYS,
+  type ServiceDefinition,
+  type ServiceRuntime,
+} from '@kandev/runtime';
 import { budgetEndpoints } from './endpoints/budget.js';
 import { clarificationEndpoints } from './endpoints/clarifications.js';
 import { lifecycleEndpoints } from './endpoints/lifecycle.js';

@@ -42,10 +42,7 @@ export function writeNatsAuthConfig(opts: { dir: string; permissionsFile: string
   chmodSync(opts.dir, 0o700);
   const configFile = join(opts.dir, 'nats-server.conf');
   const password = () => randomBytes(24).toString('base64url');
-  const users = Object.fromEntries(Object.keys(NATS_SERVICE_USERS).map((u) => [u, { user: u, pass: password() }])) as Record<
-    NatsServiceUser,
-    NatsCredentials
-  >;
+  const users = Object.fromEntries(Object.keys(NATS_SERVICE_USERS).map((u) => [u, { user: u, pass: password() }])) as Record<NatsServiceUser, NatsCredentials>;
   const observer = opts.observer ? { user: 'kandev-test-observer', pass: password() } : undefined;
   const lines = Object.entries(NATS_SERVICE_USERS).map(
     ([u, perms]) => `    { user: ${u}, password: "${users[u as NatsServiceUser].pass}", permissions: $${perms} }`,
