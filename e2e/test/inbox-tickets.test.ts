@@ -1,4 +1,5 @@
 import { connect as netConnect } from 'node:net';
+import postgres from 'postgres';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signOperatorToken } from '@kandev/runtime';
@@ -225,6 +226,36 @@ function raw(bytes: Buffer): Promise<{ status: number; body: any }> {
 }
 
 describe("the gateway's smaller holes (issue 53)", () => {
+  it('1,200 subscribe {workspace_id} frames at once on one socket, each a real workspace: exactly 500 subscribe, 700 are CONFLICT', async () => {
+    // 1,200 workspaces in one statement (the API would take minutes here), removed again afterwards.
+    const sql = postgres(w.stack.db.url, { max: 1, onnotice: () => undefined });
+    const tag = `cap-${Date.now()}`;
+    const ids = (
+      await sql<{ id: string }[]>`
+        INSERT INTO orchestrator.workspaces (id, name, created_at)
+        SELECT gen_random_uuid(), ${tag} || '-' || g, now() - interval '1 day' FROM generate_series(1, 1200) g RETURNING id`
+    ).map((r) => r.id);
+    const ws = await WsClient.connect(w.stack.wsUrl, w.token);
+    const replies: any[] = [];
+    ws.socket.on('message', (d) => {
+      const f = JSON.parse(String(d));
+      if (f.type !== 'notification') replies.push(f);
+    });
+    try {
+      ids.forEach((id, i) => ws.sendRaw(JSON.stringify({ id: `c${i}`, type: 'request', action: 'subscribe', payload: { workspace_id: id } })));
+      await eventually(async () => replies.length === 1_200, 60_000);
+      const ok = replies.filter((r) => r.type === 'response' && r.payload.subscribed === true);
+      const refused = replies.filter((r) => r.type === 'error');
+      expect(ok).toHaveLength(500);
+      expect(refused).toHaveLength(700);
+      expect(new Set(refused.map((r) => r.payload.code))).toEqual(new Set(['CONFLICT']));
+    } finally {
+      ws.close();
+      await sql`DELETE FROM orchestrator.workspaces WHERE id = ANY(${ids}::uuid[])`;
+      await sql.end();
+    }
+  }, 120_000);
+
   it('a /wakeups payload nested 5,000 deep → 400 BAD_REQUEST (was 500)', async () => {
     const { task } = await makeTask(w.api);
     const deep = `${'['.repeat(4_999)}{}${']'.repeat(4_999)}`;

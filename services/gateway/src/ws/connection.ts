@@ -145,7 +145,7 @@ function textOf(data: RawData): string {
 }
 
 /**
- * `/ws`: the token (header or `?token=`) is verified in `onRequest`, so an unauthenticated upgrade
+ * `/ws`: the token (header, a single-use `?ticket=` (ADR 0058), or the discouraged `?token=`) is verified in `onRequest`, so an unauthenticated upgrade
  * is answered with a plain HTTP 401 and never becomes a socket. A GET without upgrade is a 400.
  */
 export function registerWebSocketRoute(app: FastifyInstance, hub: WsHub): void {
