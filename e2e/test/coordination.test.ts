@@ -15,7 +15,12 @@ beforeAll(async () => {
 afterAll(async () => w?.stop());
 
 const mcpOf = async (taskId: string) => connectMcp(w.stack.mcpUrl, await w.stack.agentToken(taskId));
-type Conversation = { task_id: string; session_id: string | null; items: Array<{ seq: number; role: string; kind: string; text: string }>; next_seq: number | null };
+type Conversation = {
+  task_id: string;
+  session_id: string | null;
+  items: Array<{ seq: number; role: string; kind: string; text: string }>;
+  next_seq: number | null;
+};
 
 describe('the delegation loop', () => {
   it('create → list → read → stop → spawn: a stopped child restarts and runs its new prompt', async () => {
@@ -37,7 +42,15 @@ describe('the delegation loop', () => {
       250,
     );
     expect(listed.tasks).toEqual([
-      { id: child.id, title: 'worker', status: 'IN_PROGRESS', session: { id: child.session_id, state: 'WAITING_FOR_INPUT' }, hold: null, pending_questions: 0, pending_permissions: 0 },
+      {
+        id: child.id,
+        title: 'worker',
+        status: 'IN_PROGRESS',
+        session: { id: child.session_id, state: 'WAITING_FOR_INPUT' },
+        hold: null,
+        pending_questions: 0,
+        pending_permissions: 0,
+      },
     ]);
 
     // Read: the prompt and the agent's echo.
@@ -147,7 +160,7 @@ describe('limits and rates', () => {
     expect(limited.length).toBeGreaterThanOrEqual(40);
     for (const r of limited) {
       expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-      expect((await r.json()).error.message).toMatch(/^backend error \[RATE_LIMITED\]/);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(/^backend error \[RATE_LIMITED\]/);
     }
   });
 });

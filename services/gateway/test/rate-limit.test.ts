@@ -47,7 +47,11 @@ describe('per-token operator rate', () => {
       expect(retryAfter).toBeLessThanOrEqual(5);
       const body = await r.json();
       expect(body).toEqual({
-        error: { code: 'RATE_LIMITED', message: expect.stringMatching(/^too many requests for this operator token/), details: { retry_after_s: retryAfter, limit: 10, window_ms: 5000 } },
+        error: {
+          code: 'RATE_LIMITED',
+          message: expect.stringMatching(/^too many requests for this operator token/),
+          details: { retry_after_s: retryAfter, limit: 10, window_ms: 5000 },
+        },
       });
     }
     // Another token, and requests without one (health, refused tokens), are not held back.

@@ -68,7 +68,9 @@ describe('coordination tools (task mode)', () => {
     const session = uuid();
     const client = await clientFor('task', me);
     h.handlers.listChildren = async () => ({
-      tasks: [{ id: child, title: 'c', status: 'IN_PROGRESS', session: { id: session, state: 'RUNNING' }, hold: null, pending_questions: 1, pending_permissions: 0 }],
+      tasks: [
+        { id: child, title: 'c', status: 'IN_PROGRESS', session: { id: session, state: 'RUNNING' }, hold: null, pending_questions: 1, pending_permissions: 0 },
+      ],
     });
     h.handlers.childConversation = async (req) => ({
       task_id: req.task_id,
@@ -80,7 +82,9 @@ describe('coordination tools (task mode)', () => {
 
     const listed = await call(client, 'list_tasks_kandev', { caller_task_id: uuid() });
     expect(listed.isError).toBeFalsy();
-    expect(JSON.parse(textOf(listed))).toEqual({ tasks: [expect.objectContaining({ id: child, session: { id: session, state: 'RUNNING' }, pending_questions: 1 })] });
+    expect(JSON.parse(textOf(listed))).toEqual({
+      tasks: [expect.objectContaining({ id: child, session: { id: session, state: 'RUNNING' }, pending_questions: 1 })],
+    });
     const conv = await call(client, 'get_task_conversation_kandev', { task_id: child, after_seq: 2, limit: 10 });
     expect(conv.structuredContent).toMatchObject({ task_id: child, session_id: session, next_seq: null });
     const spawned = await call(client, 'spawn_session_kandev', { task_id: child, prompt: 'again', sender_task_id: uuid() });

@@ -15,8 +15,7 @@ async function failure(p: Promise<unknown>): Promise<KandevError | null> {
   }
 }
 
-const list = async (h: Harness, caller: string) =>
-  request(h.nc, OrchMcpCoord.listChildren, { caller_task_id: caller, agent_token: await agentToken(caller) });
+const list = async (h: Harness, caller: string) => request(h.nc, OrchMcpCoord.listChildren, { caller_task_id: caller, agent_token: await agentToken(caller) });
 const conversation = async (h: Harness, caller: string, task_id: string, page: { after_seq?: number; limit?: number } = {}) =>
   request(h.nc, OrchMcpCoord.childConversation, { caller_task_id: caller, agent_token: await agentToken(caller), task_id, ...page });
 const spawn = async (h: Harness, caller: string, task_id: string, prompt?: string) =>
@@ -54,8 +53,23 @@ describe('coordination tools', () => {
     }).catch(() => undefined); // the waiter answers later; the bundle is stored at once
     const res = await list(h, f.parent.id);
     expect(res.tasks.map((t) => t.id)).toEqual([f.child.id, f.sibling.id]);
-    expect(res.tasks[0]).toMatchObject({ title: 'child', status: 'IN_PROGRESS', session: { id: s.id }, hold: null, pending_questions: 2, pending_permissions: 0 });
-    expect(res.tasks[1]).toEqual({ id: f.sibling.id, title: 'sibling', status: 'TODO', session: null, hold: null, pending_questions: 0, pending_permissions: 0 });
+    expect(res.tasks[0]).toMatchObject({
+      title: 'child',
+      status: 'IN_PROGRESS',
+      session: { id: s.id },
+      hold: null,
+      pending_questions: 2,
+      pending_permissions: 0,
+    });
+    expect(res.tasks[1]).toEqual({
+      id: f.sibling.id,
+      title: 'sibling',
+      status: 'TODO',
+      session: null,
+      hold: null,
+      pending_questions: 0,
+      pending_permissions: 0,
+    });
     // The grandparent sees only its own child; a leaf sees none; another workspace's task sees none of these.
     expect((await list(h, f.grandparent.id)).tasks.map((t) => t.id)).toEqual([f.parent.id]);
     expect((await list(h, f.child.id)).tasks).toEqual([]);

@@ -21,11 +21,18 @@ export async function registerOperatorRateLimit(app: FastifyInstance, opts: { ra
     max: window.points,
     timeWindow: window.windowMs,
     allowList: (req) => !req.kandev?.operator,
-    keyGenerator: (req) => createHash('sha256').update(bearer(req.headers.authorization) ?? String(req.kandev?.operator?.actor.id)).digest('base64url'),
+    keyGenerator: (req) =>
+      createHash('sha256')
+        .update(bearer(req.headers.authorization) ?? String(req.kandev?.operator?.actor.id))
+        .digest('base64url'),
     errorResponseBuilder: (_req, ctx) =>
-      rateLimited(`too many requests for this operator token: at most ${window.points} per ${window.windowMs / 1000} s; retry after ${Math.ceil(ctx.ttl / 1000)} s`, ctx.ttl / 1000, {
-        limit: window.points,
-        window_ms: window.windowMs,
-      }),
+      rateLimited(
+        `too many requests for this operator token: at most ${window.points} per ${window.windowMs / 1000} s; retry after ${Math.ceil(ctx.ttl / 1000)} s`,
+        ctx.ttl / 1000,
+        {
+          limit: window.points,
+          window_ms: window.windowMs,
+        },
+      ),
   });
 }

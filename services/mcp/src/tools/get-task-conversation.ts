@@ -18,13 +18,8 @@ export const getTaskConversationTool = defineTool({
   modes: ['task'],
   input: {
     task_id: z.uuid().describe('Full UUID of the direct child task.'),
-    after_seq: z.number().int().nonnegative().optional().describe('Read items after this seq (the previous page\'s next_seq); default: from the start.'),
-    limit: z
-      .number()
-      .int()
-      .min(1)
-      .optional()
-      .describe(`Items per page (default ${ConversationLimits.defaultItems}, at most ${ConversationLimits.maxItems}).`),
+    after_seq: z.number().int().nonnegative().optional().describe("Read items after this seq (the previous page's next_seq); default: from the start."),
+    limit: z.number().int().min(1).optional().describe(`Items per page (default ${ConversationLimits.defaultItems}, at most ${ConversationLimits.maxItems}).`),
   },
   annotations: { title: "Read a child task's conversation", readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   async run(args, ctx) {

@@ -17,7 +17,9 @@ export const spawnSessionTool = defineTool({
   modes: ['task'],
   input: {
     task_id: z.uuid().describe('Full UUID of the direct child task.'),
-    prompt: text({ min: 1, max: Limits.prompt }).optional().describe('First prompt of the new session; without one the agent waits (queued messages go first).'),
+    prompt: text({ min: 1, max: Limits.prompt })
+      .optional()
+      .describe('First prompt of the new session; without one the agent waits (queued messages go first).'),
     agent: text({ min: 1, max: Limits.agent }).optional().describe("Agent to run (default: the child's agent)."),
   },
   annotations: { title: 'Start a new session on a child task', readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: false },

@@ -103,8 +103,12 @@ export async function countLiveSessions(q: Q, workspaceId: string): Promise<numb
 
 /** Pending question bundles of a session (read under the session's row lock, which every ask takes). */
 export async function countPendingBundles(q: Q, sessionId: string): Promise<number> {
-  const [row] = await q.unsafe<Array<{ n: number }>>(`SELECT count(*)::int AS n FROM clarification_bundles WHERE session_id = $1 AND status = 'pending'`, [sessionId], {
-    prepare: true,
-  });
+  const [row] = await q.unsafe<Array<{ n: number }>>(
+    `SELECT count(*)::int AS n FROM clarification_bundles WHERE session_id = $1 AND status = 'pending'`,
+    [sessionId],
+    {
+      prepare: true,
+    },
+  );
   return row!.n;
 }
