@@ -160,7 +160,7 @@ describe('limits and rates', () => {
     expect(limited.length).toBeGreaterThanOrEqual(40);
     for (const r of limited) {
       expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-      expect((await r.json()).error.message).toMatch(/^backend error \[RATE_LIMITED\]/);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(/^backend error \[RATE_LIMITED\]/);
     }
   });
 });

@@ -25,8 +25,8 @@ export interface WireRequest {
   body: Record<string, unknown>;
 }
 
-const ENDPOINTS = { ...OrchMcp, ...OrchMcpCoord };
-type Handlers = { -readonly [K in keyof typeof ENDPOINTS]?: Handler<(typeof ENDPOINTS)[K]> };
+type Endpoints = typeof OrchMcp & typeof OrchMcpCoord;
+type Handlers = { -readonly [K in keyof Endpoints]?: Handler<Endpoints[K]> };
 
 /**
  * A real nats-server, the mcp service in-process, and an orchestrator faked at the subject
@@ -67,7 +67,7 @@ export class Harness {
         h.wire.push({ subject: msg.subject, body: JSON.parse(new TextDecoder().decode(msg.data)) });
       },
     });
-    const delegate = <E extends Endpoint>(endpoint: E, key: keyof typeof ENDPOINTS) =>
+    const delegate = <E extends Endpoint>(endpoint: E, key: keyof Endpoints) =>
       on(endpoint, (req, ctx) => {
         const handler = h.handlers[key] as Handler<E> | undefined;
         if (!handler) throw new Error(`no fake handler for ${String(key)}`);

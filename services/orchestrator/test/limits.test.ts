@@ -46,7 +46,7 @@ describe('limits an agent cannot exceed', () => {
     const results = await Promise.allSettled(Array.from({ length: 12 }, (_, i) => h.createChild(parent.id, { title: `c${i}` })));
     expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(5);
     for (const r of results) if (r.status === 'rejected') expect((r.reason as KandevError).details).toMatchObject({ limit: 'children_per_task' });
-    const [{ n }] = await h.sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM orchestrator.tasks WHERE parent_id = ${parent.id}`;
+    const [{ n }] = await h.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM orchestrator.tasks WHERE parent_id = ${parent.id}`;
     expect(n).toBe(5);
   });
 
@@ -58,7 +58,7 @@ describe('limits an agent cannot exceed', () => {
     const l4 = await failure(h.createChild(l3.id, { title: 'l4' }));
     expect(l4?.code).toBe('CONFLICT');
     expect(l4?.details).toEqual({ limit: 'tree_depth', max: 3, current: 3 });
-    const [{ n }] = await h.sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM orchestrator.tasks WHERE parent_id = ${l3.id}`;
+    const [{ n }] = await h.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM orchestrator.tasks WHERE parent_id = ${l3.id}`;
     expect(n).toBe(0);
   });
 
@@ -71,7 +71,7 @@ describe('limits an agent cannot exceed', () => {
     const refused = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
     expect((refused.reason as KandevError).code).toBe('CONFLICT');
     expect((refused.reason as KandevError).details).toEqual({ limit: 'live_sessions_per_workspace', max: 3, current: 3 });
-    const [{ n }] = await h.sql<Array<{ n: number }>>`
+    const [{ n }] = await h.sql<[{ n: number }]>`
       SELECT count(*)::int AS n FROM orchestrator.sessions s JOIN orchestrator.tasks t ON t.id = s.task_id WHERE t.workspace_id = ${ws.id}`;
     expect(n).toBe(3);
     expect(h.life.launches.length - launchesBefore).toBe(3);
@@ -103,7 +103,7 @@ describe('limits an agent cannot exceed', () => {
     const third = await failure(ask('c'));
     expect(third?.code).toBe('CONFLICT');
     expect(third?.details).toEqual({ limit: 'pending_questions_per_session', max: 2, current: 2 });
-    const [{ n }] = await h.sql<Array<{ n: number }>>`SELECT count(*)::int AS n FROM orchestrator.clarification_bundles WHERE session_id = ${session.id}`;
+    const [{ n }] = await h.sql<[{ n: number }]>`SELECT count(*)::int AS n FROM orchestrator.clarification_bundles WHERE session_id = ${session.id}`;
     expect(n).toBe(2);
     await request(h.nc, Orch.taskStop, { actor: operator, task_id: task.id });
   });
