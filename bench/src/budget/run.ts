@@ -18,7 +18,8 @@ import { summarize, type Stats } from '../stats.js';
 
 const benchDir = fileURLToPath(new URL('../..', import.meta.url));
 const ITERATIONS = Number(process.env.BENCH_BUDGET_ITERATIONS ?? 1000);
-const LIVE = Number(process.env.BENCH_BUDGET_LIVE ?? 10);
+/** Live agents in the tree of the crossing runs, one or more sizes (`10,30`). */
+const LIVE = (process.env.BENCH_BUDGET_LIVE ?? '10,30').split(',').map(Number);
 const RUNS = Number(process.env.BENCH_BUDGET_RUNS ?? 3);
 const write = process.env.BENCH_WRITE !== '0';
 const operator = { type: 'operator' as const, id: 'bench', workspaces: ['*'] };
@@ -175,14 +176,15 @@ try {
   const ing = await ingestion(b);
   for (const [k, s] of Object.entries({ ...ing.stats, ...ing.statements.stats })) log(`${k}: p50 ${s.p50.toFixed(2)} ms, p99 ${s.p99.toFixed(2)} ms`);
   const crossings = [];
-  for (let r = 0; r < RUNS; r++) {
-    const c = await crossingToAgentsGone(b, LIVE);
-    log(`crossing → ${LIVE} agents gone: ${JSON.stringify(c)}`);
-    crossings.push(c);
-  }
+  for (const live of LIVE)
+    for (let r = 0; r < RUNS; r++) {
+      const c = await crossingToAgentsGone(b, live);
+      log(`crossing → ${live} agents gone: ${JSON.stringify(c)}`);
+      crossings.push(c);
+    }
   const result = {
     command: 'npm run build && node bench/dist/budget/run.js',
-    env: { BENCH_BUDGET_ITERATIONS: ITERATIONS, BENCH_BUDGET_LIVE: LIVE, BENCH_BUDGET_RUNS: RUNS },
+    env: { BENCH_BUDGET_ITERATIONS: ITERATIONS, BENCH_BUDGET_LIVE: LIVE.join(','), BENCH_BUDGET_RUNS: RUNS },
     date: new Date().toISOString(),
     commit,
     cpu: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KandevError, Orch, OrchTree } from '@kandev/contracts';
-import { EventPublisher, request, startService, type RunningService } from '@kandev/runtime';
+import { Budget, KandevError, Orch, OrchTree } from '@kandev/contracts';
+import { createLogger, EventPublisher, on, request, serveEndpoints, startService, type RunningService } from '@kandev/runtime';
 import type { OrchRuntime } from '../src/flows/context.js';
 import { reconcileOnce } from '../src/flows/reconcile.js';
 import { orchestratorService } from '../src/service.js';
@@ -16,6 +16,10 @@ const STALLED_MS = 200;
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness({ STALLED_TASK_AFTER_MS: String(STALLED_MS) });
+  // A resume asks the holds service for the tree's budget (B-8): none here.
+  await serveEndpoints(h.nc, { service: 'holds', instanceId: 'holds-fake', queue: 'holds', log: createLogger('fake-holds', 'silent') }, [
+    on(Budget.ofRoot, async () => ({ budget: null })),
+  ]);
 });
 let restarted: RunningService | undefined;
 afterAll(async () => {

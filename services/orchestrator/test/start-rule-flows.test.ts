@@ -73,6 +73,37 @@ describe('a CANCELLED task gets no new session from any path (R-10.1)', () => {
     expect(await queueOf(child.id)).toEqual([]);
   });
 
+  it('a message racing the cancel of its target is refused once the cancel commits, not stored', async () => {
+    const { parent, child } = await family();
+    await h.startSession(child.id, 'work');
+    let commit!: () => void;
+    const committing = new Promise<void>((r) => (commit = r));
+    let cancelled!: () => void;
+    const holdsRow = new Promise<void>((r) => (cancelled = r));
+    // A cancel in flight: the row is CANCELLED in its transaction, not yet committed.
+    const cancel = h.sql.begin(async (tx) => {
+      await tx`UPDATE orchestrator.tasks SET status = 'CANCELLED', cancelled_at = now() WHERE id = ${child.id}`;
+      cancelled();
+      await committing;
+    });
+    await holdsRow;
+    // The message's unlocked read still sees the old status; its store waits for the cancel's row.
+    const message = h.message(parent.id, child.id, 'more work').catch((e: unknown) => e);
+    try {
+      await eventually(async () => {
+        const [row] = await h.sql<
+          { n: number }[]
+        >`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`;
+        return row!.n >= 1;
+      }, 10_000);
+    } finally {
+      commit();
+      await cancel;
+    }
+    expect(await message).toMatchObject({ code: 'CONFLICT', details: { reason: 'task_cancelled' } });
+    expect(await queueOf(child.id)).toEqual([]);
+  });
+
   it('another status set by an operator lets it start again', async () => {
     const { child } = await family();
     await cancel(child.id);

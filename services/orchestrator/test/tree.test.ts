@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Holds, KandevError, Orch, OrchTree, type Hold } from '@kandev/contracts';
+import { Budget, Holds, KandevError, Orch, OrchTree, type Hold } from '@kandev/contracts';
 import { createLogger, on, request, serveEndpoints } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
 import { operator, startHarness, type Harness } from './harness.js';
@@ -21,6 +21,8 @@ beforeAll(async () => {
       applied.push(req.hold);
       return { cancelled_wakeups: 0 };
     }),
+    // A resume asks for the tree's budget (B-8): none in these trees.
+    on(Budget.ofRoot, async () => ({ budget: null })),
     on(Holds.holdReleased, async (req) => {
       released.push(req.hold);
       return { released: true };

@@ -1,4 +1,4 @@
-import { tokenRefused } from './api';
+import { ApiError, post, tokenRefused } from './api';
 import { backoffMs } from './model';
 import type { Notification } from './types';
 
@@ -26,7 +26,7 @@ export class Live {
   state: LiveState = 'connecting';
 
   constructor(private readonly token: string) {
-    this.connect();
+    void this.connect();
   }
 
   onNotification(fn: (n: Notification) => void): () => void {
@@ -67,12 +67,42 @@ export class Live {
     this.stateListeners.forEach((fn) => fn(s, resync));
   }
 
-  private connect() {
+  /** Whether this gateway offers POST /ws/tickets; learnt from the first try (an older one answers 404). */
+  private ticketsOffered = true;
+
+  /**
+   * How the socket proves who it is (R-12.4): a single-use ticket from POST /ws/tickets, so the
+   * long-lived operator token never appears in a URL (access logs, proxies). Only a gateway without
+   * that route gets `?token=`. null: no way to connect now (the token was refused, or the gateway is
+   * unreachable: the caller retries with backoff).
+   */
+  private async credential(): Promise<[string, string] | null> {
+    if (!this.ticketsOffered) return ['token', this.token];
+    try {
+      const { ticket } = await post<{ ticket: string }>('/ws/tickets');
+      return ['ticket', ticket];
+    } catch (e) {
+      if (e instanceof ApiError && e.routeMissing) {
+        this.ticketsOffered = false;
+        return ['token', this.token];
+      }
+      return null; // a 401 already signed the console out (api.ts); anything else is retried
+    }
+  }
+
+  private async connect() {
     if (this.closed) return;
     this.setState('connecting');
     const url = new URL('/ws', location.href);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    url.searchParams.set('token', this.token);
+    const credential = await this.credential();
+    if (this.closed) return;
+    if (!credential) {
+      this.setState('offline');
+      this.timer = setTimeout(() => void this.connect(), backoffMs(this.attempt++));
+      return;
+    }
+    url.searchParams.set(credential[0], credential[1]);
     const ws = new WebSocket(url);
     this.ws = ws;
     ws.onopen = () => {
@@ -106,7 +136,7 @@ export class Live {
         tokenRefused();
         return;
       }
-      this.timer = setTimeout(() => this.connect(), backoffMs(this.attempt++));
+      this.timer = setTimeout(() => void this.connect(), backoffMs(this.attempt++));
     };
   }
   private everOpen = false;

@@ -1,5 +1,5 @@
 import { BUDGET_HOLD, Budget, conflict, isKandevError, notFound, OrchBudget, type RequestOf, type TreeBudget } from '@kandev/contracts';
-import { request, type Tx } from '@kandev/runtime';
+import { request, transaction, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { getTask, lineageOf } from '../store/tasks.js';
 import type { CallContext, OrchRuntime } from './context.js';
@@ -31,17 +31,21 @@ async function auditCrossing(
   outcome: string,
   details: Record<string, unknown>,
 ) {
-  const [seen] = await rt.sql`SELECT 1 FROM audit_log WHERE task_id = ${root.id} AND request_id = ${key} AND action = ${action} LIMIT 1`;
-  if (seen) return;
-  await recordAudit(rt.sql, {
-    task_id: root.id,
-    workspace_id: root.workspace_id,
-    action,
-    actor: `system:${BUDGET_ACTOR.id}`,
-    reason: action === 'tree.budget_exceeded' ? BUDGET_HOLD.reason : 'budget_warned',
-    request_id: key,
-    outcome,
-    details,
+  await transaction(rt.sql, async (tx) => {
+    // Reports of one crossing may race (a sweep beside the first report): one at a time per key.
+    await tx`SELECT pg_advisory_xact_lock(hashtext(${'kandev-budget-audit:' + key + ':' + action}))`;
+    const [seen] = await tx`SELECT 1 FROM audit_log WHERE task_id = ${root.id} AND request_id = ${key} AND action = ${action} LIMIT 1`;
+    if (!seen)
+      await recordAudit(tx, {
+        task_id: root.id,
+        workspace_id: root.workspace_id,
+        action,
+        actor: `system:${BUDGET_ACTOR.id}`,
+        reason: action === 'tree.budget_exceeded' ? BUDGET_HOLD.reason : 'budget_warned',
+        request_id: key,
+        outcome,
+        details,
+      });
   });
 }
 

@@ -5,7 +5,7 @@ import { assertQueueHasRoom, assertTakesMessages, queueEventMessage, sessionIsId
 import { recordAudit, settleAudit } from '../store/audit.js';
 import { claimNextMessage, enqueue, queueOfTask, queueSize, takeMessage } from '../store/queue.js';
 import { activeSessionsOfTask, getSession, lockSession } from '../store/sessions.js';
-import { getTask } from '../store/tasks.js';
+import { getTask, shareTask } from '../store/tasks.js';
 import { completeTurn, openTurn } from '../store/turns.js';
 import type { SessionRow, TaskRow } from '../store/rows.js';
 import { emitAgentCancelled } from './changes.js';
@@ -85,6 +85,11 @@ async function deliverMessage(
   // Store first, under the guard: from here on the message is never lost. An interrupt is audited
   // in this same transaction (B-3), as `queued`; delivery settles the row's outcome in its own.
   const { stored, auditId } = await transact(rt, async (tx, emit) => {
+    // R-10.1 again, where it cannot race: a cancel committed since the check above refuses the
+    // message here, before the insert; one that comes later waits for this insert to commit.
+    const current = await shareTask(tx, task.id);
+    if (!current) throw notFound('task not found');
+    assertTakesMessages(current);
     const s = (await lockSession(tx, session.id))!;
     assertQueueHasRoom(await queueSize(tx, task.id), rt.env.QUEUE_LIMIT);
     const m = await enqueue(tx, { task_id: task.id, session_id: s.id, prompt, sender_task_id: caller.id, queued_by: actorLabel(actor) });

@@ -79,10 +79,14 @@ async function replayedStart(tx: Tx | Sql, key: IdempotencyRef, hash: string): P
 }
 
 /**
- * Start a session: record it (STARTING) and move the task to IN_PROGRESS under the task's row
- * lock, capturing the launch fence epoch; then launch. The lifecycle service asks us to admit
- * the execution when it registers (orch.execution.admit), which refuses it if a stop bumped the
- * fence meanwhile (B-1).
+ * Start a session: the only way one is made. Every path calls this (operator start, wakeup
+ * dispatch, a message to a child with no session, create_task_kandev, spawn_session_kandev with
+ * `live_session: 'refuse'`), and under the task's row lock it asks the one start rule
+ * (domain/start.ts, ADR 0060): refused (archived, held, CANCELLED: CONFLICT with `details.reason`),
+ * joined (a start in flight, or a live session by the path's policy: nothing launched), or started:
+ * record it (STARTING) and move the task to IN_PROGRESS, capturing the launch fence epoch; then
+ * launch. The lifecycle service asks us to admit the execution when it registers
+ * (orch.execution.admit), which refuses it if a stop bumped the fence meanwhile (B-1).
  */
 export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions & { keep_prompt: true }): Promise<StartedSession | QueuedPrompt>;
 export async function startSession(rt: OrchRuntime, call: CallContext, opts: StartOptions): Promise<StartedSession>;

@@ -53,6 +53,16 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
 }
 
 /**
+ * The task's row under a share lock: its status cannot change (an operator's PATCH, a tree cancel
+ * take the row's update lock) until this transaction ends, while other share holders pass. Taken
+ * before any session lock (task → session, ADR 0060).
+ */
+export async function shareTask(tx: Tx, id: string): Promise<TaskRow | null> {
+  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR SHARE`, [id], { prepare: true });
+  return row ? norm(row) : null;
+}
+
+/**
  * The task's row lock, or null at once when another transaction holds it: for background work (the
  * reconciler) that must take the task before its session (the one lock order, ADR 0060) and must not
  * queue behind a control action in flight. It tries again next pass.
