@@ -7,8 +7,6 @@ import { installRequestLifecycle } from './http/request-context.js';
 import { registerOperatorRateLimit } from './http/rate-limit.js';
 import { registerApiRoutes } from './routes/api.js';
 import { registerOpenApiRoute } from './routes/openapi.js';
-import { registerBudgetRoutes } from './routes/budget.js';
-import { registerOperatorExtraRoutes } from './routes/operator-extras.js';
 import { registerPermissionRoutes } from './routes/permissions.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerReadRoutes } from './routes/read.js';
@@ -114,8 +112,6 @@ export async function buildGatewayServer(opts: GatewayServerOptions): Promise<Ga
   registerPermissionRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerTicketRoute(app, tickets);
   registerOpenApiRoute(app, { consoleServed: opts.consoleDir !== null });
-  registerBudgetRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
-  registerOperatorExtraRoutes(app, { nc: opts.nc, timeoutMs: opts.timeoutMs });
   registerWebSocketRoute(app, hub);
   await app.ready();
   return { app, hub, routes };

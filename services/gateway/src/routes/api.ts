@@ -1,4 +1,4 @@
-import { Holds, Orch, OrchClarification, OrchTree, validationError, type Endpoint } from '@kandev/contracts';
+import { Budget, Holds, Orch, OrchClarification, OrchOperatorExtras, OrchTree, validationError, type Endpoint } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -12,11 +12,11 @@ import { inRequestContext, operatorOf } from '../http/request-context.js';
  * the contract's issues), and the endpoint's result is the response body.
  */
 interface ApiRoute {
-  method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
   url: string;
   endpoint: Endpoint;
   /** Response status; a function when the result decides it (a duplicate cost event is 200, a new one 201). */
-  status: 200 | 201 | 202 | ((result: unknown) => number);
+  status: 200 | 201 | 202 | 204 | ((result: unknown) => number);
   /** The request field that `:id` fills. */
   idField: 'task_id' | 'session_id' | 'wakeup_id' | 'bundle_id' | null;
   /** Whether the route forwards a JSON body (absent body = `{}`). */
@@ -60,6 +60,10 @@ export const API_ROUTES: readonly ApiRoute[] = [
     params: { message_id: 'message_id' },
   },
   { method: 'POST', url: '/tasks/:id/queue/resume', endpoint: Orch.taskQueueResume, status: 200, idField: 'task_id', body: false },
+  // The operator's queued delivery (R-12.1): stored behind the running turn, delivered at once to an idle session.
+  { method: 'POST', url: '/tasks/:id/queue', endpoint: OrchOperatorExtras.queueAdd, status: 201, idField: 'task_id', body: true },
+  // The catalogue's agent names a session may start with (the console's and the CLI's picker).
+  { method: 'GET', url: '/agents', endpoint: OrchOperatorExtras.agentList, status: 200, idField: null, body: false },
   { method: 'GET', url: '/tasks/:id/audit', endpoint: Orch.taskAudit, status: 200, idField: 'task_id', body: false },
   { method: 'GET', url: '/sessions/:id', endpoint: Orch.sessionGet, status: 200, idField: 'session_id', body: false },
   { method: 'POST', url: '/sessions/:id/prompt', endpoint: Orch.sessionPrompt, status: 202, idField: 'session_id', body: true, idempotencyHeader: true },
@@ -71,6 +75,10 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { method: 'POST', url: '/tasks/:id/tree/cancel', endpoint: OrchTree.cancel, status: 200, idField: 'task_id', body: true },
   { method: 'POST', url: '/tasks/:id/tree/restore', endpoint: OrchTree.restore, status: 200, idField: 'task_id', body: true },
   { method: 'GET', url: '/tasks/:id/tree/cost-summary', endpoint: Holds.costSummary, status: 200, idField: 'task_id', body: false },
+  // B-8 tree budgets, owned by the holds service (ADR 0066).
+  { method: 'PUT', url: '/tasks/:id/tree/budget', endpoint: Budget.set, status: 200, idField: 'task_id', body: true },
+  { method: 'GET', url: '/tasks/:id/tree/budget', endpoint: Budget.get, status: 200, idField: 'task_id', body: false },
+  { method: 'DELETE', url: '/tasks/:id/tree/budget', endpoint: Budget.remove, status: 204, idField: 'task_id', body: false },
   {
     method: 'POST',
     url: '/cost-events',
@@ -137,7 +145,8 @@ export function registerApiRoutes(app: FastifyInstance, deps: { nc: NatsConnecti
           const keyed = r.idempotencyHeader ? idempotencyField(req, fields) : {};
           const payload = { ...fields, ...keyed, ...extraParams(req, r.params), ...(r.idField ? { [r.idField]: pathId(req) } : {}), actor };
           const result = await request(deps.nc, r.endpoint, payload, { requestId: req.kandev.requestId, timeoutMs: deps.timeoutMs });
-          return reply.code(typeof r.status === 'function' ? r.status(result) : r.status).send(result);
+          const status = typeof r.status === 'function' ? r.status(result) : r.status;
+          return status === 204 ? reply.code(204).send() : reply.code(status).send(result);
         }),
     });
   }
