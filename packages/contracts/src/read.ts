@@ -188,7 +188,7 @@ export const OrchRead = {
    */
   ticketConsume: endpoint(
     'orch.ws_ticket.consume',
-    z.object({ actor: OperatorActor, jti: text({ min: 16, max: 64 }), expires_at: ts }),
+    z.object({ actor: OperatorActor, jti: text({ min: 16, max: 64 }), expires_at: z.iso.datetime({ offset: true }) }),
     z.object({ first: z.boolean() }),
   ),
 } as const;
