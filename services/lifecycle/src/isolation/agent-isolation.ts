@@ -4,6 +4,7 @@ import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, statSy
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { agentAccessProblems, agentTargets, isInside, refusal, type AccessProblem, type AgentPaths } from './agent-access.js';
+import type { AgentNetwork } from './agent-network.js';
 import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
 import { liveUids, ownCapEff } from './proc.js';
@@ -77,6 +78,8 @@ export class AgentIsolation {
   private readonly log: Logger;
   private readonly lockDir: string;
   private readonly uidScan = new UidScan(UID_SCAN_SPACING_MS);
+  /** The agents' loopback filter (ADR 0057), when the service set one up. */
+  network: Pick<AgentNetwork, 'restrict' | 'release'> | null = null;
 
   constructor(opts: IsolationOptions) {
     const range = parseUidRange(opts.uidRange);
@@ -174,6 +177,8 @@ export class AgentIsolation {
     const fds: number[] = [];
     let rootFd: number | null = null;
     try {
+      // Before anything of the uid runs: its loopback is filtered from its first packet (ADR 0057).
+      if (identity) await this.network?.restrict(identity.uid);
       rootFd = await openRoot(this.workRoot);
       // Missing levels are made root's, 0711 (agents pass through, list nothing); the last one
       // 0700 (its owner is set by the chown that follows).
@@ -193,6 +198,7 @@ export class AgentIsolation {
       }
     } catch (e) {
       if (identity) {
+        await this.network?.release(identity.uid);
         this.held.delete(identity.uid);
         this.unlock(identity.uid);
       }
@@ -245,6 +251,8 @@ export class AgentIsolation {
       }
     }
     if (this.held.get(uid) === p.executionId) {
+      // Only once no process of the uid is left (a survivor keeps its filter, and its uid stays out of use).
+      if (survivors.length === 0) await this.network?.release(uid);
       this.held.delete(uid);
       this.unlock(uid);
     }
