@@ -5,8 +5,20 @@ import { rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allowedLoopbackPorts, isLoopbackHost, tableScript } from '../src/isolation/agent-network.js';
-import { EventLog, FakeOrchestrator, eventually, getExecution, launch, launchRequest, natsClient, startLifecycle, stopAt, tmpStateDir } from './helpers.js';
+import { AgentNetwork, allowedLoopbackPorts, isLoopbackHost, tableScript } from '../src/isolation/agent-network.js';
+import {
+  EventLog,
+  FakeOrchestrator,
+  eventually,
+  getExecution,
+  launch,
+  launchRequest,
+  log,
+  natsClient,
+  startLifecycle,
+  stopAt,
+  tmpStateDir,
+} from './helpers.js';
 
 /*
  * Agents and loopback (ADR 0057): where the restriction is on, an agent's uid reaches the MCP
@@ -112,6 +124,22 @@ describe('agents reach only the MCP endpoint on loopback (ADR 0057)', { timeout:
     // Finished: the uid's filter is lifted with it (the next holder of the uid gets its own).
     running.splice(running.indexOf(life), 1);
     await life.stop();
+  });
+
+  it('restricts and releases uids in batches (one nft at a time); a release of a uid never restricted is no error; the table goes at close', async () => {
+    const net = await AgentNetwork.open({ setting: 'auto', isolated: true, ports: [8090], log });
+    expect(net.mode).toBe('loopback_restricted');
+    const uids = Array.from({ length: 12 }, (_, i) => 29_900 + i);
+    await Promise.all(uids.map((u) => net.restrict(u)));
+    const table = `kandev_agents_${process.pid}`;
+    const listed = () => spawnSync('nft', ['list', 'set', 'inet', table, 'uids'], { encoding: 'utf8' }).stdout;
+    for (const u of uids) expect(listed()).toContain(String(u));
+    await Promise.all([...uids, 29_899].map((u) => net.release(u)));
+    for (const u of uids) expect(listed()).not.toContain(String(u));
+    await net.close();
+    // Other instances of this process (the lifecycle of the other tests) may still use the table.
+    const users = running.length;
+    expect(spawnSync('nft', ['list', 'tables'], { encoding: 'utf8' }).stdout.includes(table)).toBe(users > 0);
   });
 
   it('AGENT_NETWORK=off: unrestricted, and /readyz says so', async () => {

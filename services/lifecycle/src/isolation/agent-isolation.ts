@@ -251,8 +251,12 @@ export class AgentIsolation {
       }
     }
     if (this.held.get(uid) === p.executionId) {
-      // Only once no process of the uid is left (a survivor keeps its filter, and its uid stays out of use).
-      if (survivors.length === 0) await this.network?.release(uid);
+      // The loopback filter is lifted only once no process of the uid is left (a survivor keeps it),
+      // and before the uid is free: a late lift would open a new holder's filter. Awaited, so an
+      // execution's stopped event still means its uid is free again (nft runs are batched, one at
+      // a time: agent-network.ts).
+      if (survivors.length === 0)
+        await this.network?.release(uid).catch((e: unknown) => this.log.warn({ err: e, uid }, "cannot lift a finished execution's loopback filter"));
       this.held.delete(uid);
       this.unlock(uid);
     }

@@ -115,18 +115,60 @@ export class AgentNetwork {
   async restrict(uid: number): Promise<void> {
     if (!this.table) return;
     const pairs = this.ports.map((p) => `${uid} . ${p}`).join(', ');
-    const r = await nft(`add element inet ${this.table} allowed { ${pairs} }\nadd element inet ${this.table} uids { ${uid} }\n`);
-    if (!r.ok) throw new Error(`cannot restrict agent uid ${uid}'s loopback: ${r.err}`);
+    // Adding an element that is there already is no error: a batch of adds fails only as a whole.
+    await this.apply(`add element inet ${this.table} allowed { ${pairs} }\nadd element inet ${this.table} uids { ${uid} }\n`).catch((e: Error) => {
+      throw new Error(`cannot restrict agent uid ${uid}'s loopback: ${e.message}`);
+    });
   }
 
-  /** After the uid's final sweep: nothing of it runs any more. */
+  /** After the uid's final sweep, before the uid may go to another execution (the caller holds it until this settles). */
   async release(uid: number): Promise<void> {
     if (!this.table) return;
     const pairs = this.ports.map((p) => `${uid} . ${p}`).join(', ');
-    // Elements may be gone already (a release after a failed restrict): each delete on its own.
-    for (const cmd of [`delete element inet ${this.table} uids { ${uid} }`, `delete element inet ${this.table} allowed { ${pairs} }`]) {
-      const r = await nft(`${cmd}\n`);
-      if (!r.ok && !/No such file or directory/.test(r.err)) this.log.warn({ uid, err: r.err }, "cannot lift a finished execution's loopback filter");
+    try {
+      await this.apply(`delete element inet ${this.table} uids { ${uid} }\ndelete element inet ${this.table} allowed { ${pairs} }\n`);
+    } catch {
+      // Some element was gone already (a release after a failed restrict): each delete on its own.
+      for (const cmd of [`delete element inet ${this.table} uids { ${uid} }`, `delete element inet ${this.table} allowed { ${pairs} }`]) {
+        const r = await nft(`${cmd}\n`);
+        if (!r.ok && !/No such file or directory/.test(r.err)) this.log.warn({ uid, err: r.err }, "cannot lift a finished execution's loopback filter");
+      }
+    }
+  }
+
+  /*
+   * One `nft` at a time per instance, with whatever was asked meanwhile in one transaction: a tree
+   * of a hundred executions starting or stopping together costs a few nft runs, not a hundred
+   * (each is a process, tens of ms on a busy host). A batch that fails is retried item by item, so
+   * one bad item fails alone.
+   */
+  private readonly pending: Array<{ script: string; done: (err: Error | null) => void }> = [];
+  private running = false;
+
+  private apply(script: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ script, done: (err) => (err ? reject(err) : resolve()) });
+      if (!this.running) void this.drain();
+    });
+  }
+
+  private async drain(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.pending.length > 0) {
+        const batch = this.pending.splice(0);
+        const all = await nft(batch.map((b) => b.script).join(''));
+        if (all.ok) {
+          for (const b of batch) b.done(null);
+          continue;
+        }
+        for (const b of batch) {
+          const one = batch.length === 1 ? all : await nft(b.script);
+          b.done(one.ok ? null : new Error(one.err || 'nft failed'));
+        }
+      }
+    } finally {
+      this.running = false;
     }
   }
 
