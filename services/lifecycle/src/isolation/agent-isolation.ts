@@ -179,6 +179,8 @@ export class AgentIsolation {
     try {
       // Before anything of the uid runs: its loopback is filtered from its first packet (ADR 0057).
       if (identity) await this.network?.restrict(identity.uid);
+      // The work root is the operator's (configured, trusted): made by path if missing, as at start-up.
+      mkdirSync(this.workRoot, { recursive: true, mode: 0o711 });
       rootFd = await openRoot(this.workRoot);
       // Missing levels are made root's, 0711 (agents pass through, list nothing); the last one
       // 0700 (its owner is set by the chown that follows).
@@ -187,8 +189,12 @@ export class AgentIsolation {
         const parts = relative(this.workRoot, dir).split(sep);
         fds.push(await openPathAt(rootFd, parts, (i) => (i === parts.length - 1 ? 0o700 : 0o711)));
       }
-      // TMPDIR, inside the home (chowned with it below).
-      if (!sharedHome) await closeFd(await openDirAt(fds[1]!, 'tmp', 0o700));
+      // TMPDIR, inside the home (chowned with it below). A symbolic link an agent put there is its
+      // own business (it follows it with its own uid's rights; the walk does not): left alone.
+      if (!sharedHome)
+        await openDirAt(fds[1]!, 'tmp', 0o700).then(closeFd, (e: unknown) => {
+          if (!(e instanceof RefusedPath)) throw e;
+        });
       if (identity) {
         // A new execution of the task takes its directories over: a resume edits what the last
         // execution left (ADR 0017). By descriptor: ADR 0056.
