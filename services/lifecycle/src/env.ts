@@ -84,6 +84,24 @@ export const LifecycleEnv = BaseEnv.extend({
     .refine((v) => typeof parseUidRange(v) !== 'string', { message: 'must look like "20000-29999", start at 1000 or above and not end before it starts' }),
   /** `off` runs agents under this service's own uid even where it could isolate them (debugging only; /readyz says `same_uid`). */
   AGENT_ISOLATION: z.enum(['auto', 'off']).default('auto'),
+  /**
+   * `auto`: where agents have uids of their own and nftables is usable, an execution's uid reaches
+   * only the MCP endpoint, DNS, the trace collector and AGENT_LOOPBACK_PORTS on this host's loopback
+   * (ADR 0057); `off`: agents reach whatever listens there (/readyz says `unrestricted`).
+   */
+  AGENT_NETWORK: z.enum(['auto', 'off']).default('auto'),
+  /** Further loopback ports agents may reach (comma-separated), e.g. a local model proxy. */
+  AGENT_LOOPBACK_PORTS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+        .map(Number),
+    )
+    .refine((ports) => ports.every((p) => Number.isInteger(p) && p > 0 && p < 65_536), { message: 'must be a comma-separated list of ports (1-65535)' }),
   /** Root of the agents' task directories (`<root>/<workspace_id>/<task_id>`); unset = `<KANDEV_STATE_DIR>/work`. */
   KANDEV_WORK_DIR: z.string().min(1).optional(),
   /**

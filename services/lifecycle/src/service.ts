@@ -5,13 +5,14 @@ import { defaultAgentctlBin } from './agentctl/process.js';
 import { catalogueEndpoints, launchEndpoints } from './endpoints/launch.js';
 import { ownedExecutionEndpoints } from './endpoints/owned.js';
 import { registryEndpoints } from './endpoints/registry.js';
-import { LifecycleEnv } from './env.js';
+import { LifecycleEnv, mcpPublicUrl } from './env.js';
 import { cleanUpLeftovers } from './flows/startup-cleanup.js';
 import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';
 import { AgentIsolation } from './isolation/agent-isolation.js';
 import { StoppingCpu } from './isolation/stopping-cpu.js';
+import { AgentNetwork, allowedLoopbackPorts } from './isolation/agent-network.js';
 import { ExecutionSupervisor } from './supervisor.js';
 
 /**
@@ -59,6 +60,22 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     };
     rt.addReadinessDetail('agent_access', agentAccess);
     rt.addReadinessCheck(async () => agentAccess() === 'ok');
+    // Agents and loopback (ADR 0057): each execution's uid reaches only the MCP endpoint (and DNS,
+    // the collector) on this host's loopback, where nftables is usable.
+    const network = await AgentNetwork.open({
+      setting: env.AGENT_NETWORK,
+      isolated: isolation.mode === 'uid_per_execution',
+      ports: allowedLoopbackPorts(mcpPublicUrl(env), env.OTEL_EXPORTER_OTLP_ENDPOINT, env.AGENT_LOOPBACK_PORTS),
+      log,
+    });
+    isolation.network = network;
+    if (network.mode === 'unrestricted' && isolation.mode === 'uid_per_execution')
+      log.warn(
+        { agent_network: network.mode, why: network.why },
+        "agents reach every listener on this host's loopback (NATS, PostgreSQL, health ports, other agentctls): docs/security.md",
+      );
+    else log.info({ agent_network: network.mode, why: network.why }, "agents' loopback");
+    rt.addReadinessDetail('agent_network', () => network.mode);
     const stoppingCpu = StoppingCpu.open({ nice: env.AGENT_NICE, group: env.STOPPING_CPU_GROUP, log });
     rt.addReadinessDetail('stopping_cpu', () => stoppingCpu.mode);
     // Events a previous run recorded but never saw acknowledged go out first (ADR 0008).
@@ -89,6 +106,7 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
       if (!(await journal.drain(Math.floor(env.SHUTDOWN_TIMEOUT_MS * 0.2))))
         log.warn({ pending: journal.pending, path: journal.path }, 'events still unpublished at shutdown; the next start publishes them');
       journal.close();
+      await network.close();
     });
     // Not ready once draining: the rollout (and an operator) sees that this pod takes no launches.
     rt.addReadinessCheck(async () => !supervisor.isDraining);

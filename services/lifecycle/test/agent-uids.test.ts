@@ -84,6 +84,9 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
     try {
       expect((await readyz(root.healthUrl)).details).toEqual({
         agent_isolation: 'uid_per_execution',
+        agent_access: 'ok',
+        // This project's test machines are root with nftables (ADR 0057).
+        agent_network: 'loopback_restricted',
         stopping_cpu: stoppingCpu,
         draining: false,
         executions: 0,
@@ -92,7 +95,14 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
       await root.stop();
     }
     inProcess = await startLifecycle(nats.url, 'life-off', dir, { AGENT_ISOLATION: 'off' });
-    expect((await readyz(inProcess.healthUrl)).details).toEqual({ agent_isolation: 'same_uid', stopping_cpu: stoppingCpu, draining: false, executions: 0 });
+    expect((await readyz(inProcess.healthUrl)).details).toEqual({
+      agent_isolation: 'same_uid',
+      agent_access: 'ok',
+      agent_network: 'unrestricted',
+      stopping_cpu: stoppingCpu,
+      draining: false,
+      executions: 0,
+    });
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(process.getuid!());
     await stopAt(nc, 'life-off', { execution_id: x.execution_id, reason: 'test' });
@@ -118,7 +128,14 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
     expect(warnings).toHaveLength(1);
     expect(JSON.parse(warnings[0]!)).toMatchObject({ level: 'warn', agent_isolation: 'same_uid' });
     // Not root: it cannot make the host's stopping cpu group, and lowers each stopping session instead.
-    expect((await readyz(started.urls!.health!)).details).toEqual({ agent_isolation: 'same_uid', stopping_cpu: 'autogroup', draining: false, executions: 0 });
+    expect((await readyz(started.urls!.health!)).details).toEqual({
+      agent_isolation: 'same_uid',
+      agent_access: 'ok',
+      agent_network: 'unrestricted',
+      stopping_cpu: 'autogroup',
+      draining: false,
+      executions: 0,
+    });
 
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(uid);

@@ -208,8 +208,12 @@ describe('files by descriptor (ADR 0056)', { timeout: 180_000 }, () => {
     expect([...notRootOwned(root), ...notRootOwned(secrets.dir)]).toEqual(before);
     expect(readdirSync(secrets.dir)).toEqual(['canary']);
 
-    // A plain directory of the workspace is fine, and becomes the execution's.
-    const ok = await iso.place(randomUUID(), ws, randomUUID(), join(root, ws, 'repo'));
+    // A plain directory of the workspace is fine, and becomes the execution's. A symbolic link an
+    // agent left as its home's tmp is left alone, not followed, and does not stop the launch.
+    const taskId = randomUUID();
+    mkdirSync(join(root, '.homes', ws, taskId), { recursive: true });
+    symlinkSync(secrets.dir, join(root, '.homes', ws, taskId, 'tmp'));
+    const ok = await iso.place(randomUUID(), ws, taskId, join(root, ws, 'repo'));
     expect(statSync(join(root, ws, 'repo')).uid).toBe(ok.identity!.uid);
     expect(lstatSync(join(root, ws, 'repo', 'inner-link')).uid).toBe(0);
     expect(notRootOwned(secrets.dir)).toEqual([]);

@@ -4,6 +4,7 @@ import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, rmSync, statSy
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { agentAccessProblems, agentTargets, isInside, refusal, type AccessProblem, type AgentPaths } from './agent-access.js';
+import type { AgentNetwork } from './agent-network.js';
 import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
 import { liveUids, ownCapEff } from './proc.js';
@@ -77,6 +78,8 @@ export class AgentIsolation {
   private readonly log: Logger;
   private readonly lockDir: string;
   private readonly uidScan = new UidScan(UID_SCAN_SPACING_MS);
+  /** The agents' loopback filter (ADR 0057), when the service set one up. */
+  network: Pick<AgentNetwork, 'restrict' | 'release'> | null = null;
 
   constructor(opts: IsolationOptions) {
     const range = parseUidRange(opts.uidRange);
@@ -174,6 +177,10 @@ export class AgentIsolation {
     const fds: number[] = [];
     let rootFd: number | null = null;
     try {
+      // Before anything of the uid runs: its loopback is filtered from its first packet (ADR 0057).
+      if (identity) await this.network?.restrict(identity.uid);
+      // The work root is the operator's (configured, trusted): made by path if missing, as at start-up.
+      mkdirSync(this.workRoot, { recursive: true, mode: 0o711 });
       rootFd = await openRoot(this.workRoot);
       // Missing levels are made root's, 0711 (agents pass through, list nothing); the last one
       // 0700 (its owner is set by the chown that follows).
@@ -182,8 +189,12 @@ export class AgentIsolation {
         const parts = relative(this.workRoot, dir).split(sep);
         fds.push(await openPathAt(rootFd, parts, (i) => (i === parts.length - 1 ? 0o700 : 0o711)));
       }
-      // TMPDIR, inside the home (chowned with it below).
-      if (!sharedHome) await closeFd(await openDirAt(fds[1]!, 'tmp', 0o700));
+      // TMPDIR, inside the home (chowned with it below). A symbolic link an agent put there is its
+      // own business (it follows it with its own uid's rights; the walk does not): left alone.
+      if (!sharedHome)
+        await openDirAt(fds[1]!, 'tmp', 0o700).then(closeFd, (e: unknown) => {
+          if (!(e instanceof RefusedPath)) throw e;
+        });
       if (identity) {
         // A new execution of the task takes its directories over: a resume edits what the last
         // execution left (ADR 0017). By descriptor: ADR 0056.
@@ -193,6 +204,7 @@ export class AgentIsolation {
       }
     } catch (e) {
       if (identity) {
+        await this.network?.release(identity.uid);
         this.held.delete(identity.uid);
         this.unlock(identity.uid);
       }
@@ -245,6 +257,12 @@ export class AgentIsolation {
       }
     }
     if (this.held.get(uid) === p.executionId) {
+      // The loopback filter is lifted only once no process of the uid is left (a survivor keeps it),
+      // and before the uid is free: a late lift would open a new holder's filter. Awaited, so an
+      // execution's stopped event still means its uid is free again (nft runs are batched, one at
+      // a time: agent-network.ts).
+      if (survivors.length === 0)
+        await this.network?.release(uid).catch((e: unknown) => this.log.warn({ err: e, uid }, "cannot lift a finished execution's loopback filter"));
       this.held.delete(uid);
       this.unlock(uid);
     }
