@@ -90,7 +90,10 @@ function importPrivate(b64: string, what: string): KeyObject {
 /** `<service>=<base64 SPKI>,...` → the public key of each service. */
 export function parsePublicKeys(text: string): Map<string, KeyObject> {
   const out = new Map<string, KeyObject>();
-  for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const eq = part.indexOf('=');
     const service = part.slice(0, eq).trim();
     if (eq <= 0 || !service) throw new BusIdentityError(`${BUS_PUBLIC_KEYS_ENV}: "${part.slice(0, 20)}…" is not <service>=<key>`);
@@ -123,7 +126,11 @@ export class BusIdentity {
     const own = publicKeys.get(service);
     if (!own) throw new BusIdentityError(`${BUS_PUBLIC_KEYS_ENV} has no key for ${service} itself`);
     // A private key that does not match the published public key would sign what nobody accepts.
-    if (!createPublicKey(privateKey).export({ format: 'der', type: 'spki' }).equals(own.export({ format: 'der', type: 'spki' })))
+    if (
+      !createPublicKey(privateKey)
+        .export({ format: 'der', type: 'spki' })
+        .equals(own.export({ format: 'der', type: 'spki' }))
+    )
       throw new BusIdentityError(`${BUS_KEY_ENV} is not the private key of ${service}'s key in ${BUS_PUBLIC_KEYS_ENV}`);
     this.publicKeys = publicKeys;
   }
