@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from '@nats-io/transport-node';
 import { EventEnvelope } from '@kandev/contracts';
 import { costOf } from '@kandev/contracts/pricing';
-import { eventually, processAlive, stubPrompt, UNPRICED_MODEL, WsClient } from '@kandev/testkit';
+import { eventually, natsLogin, processAlive, stubPrompt, UNPRICED_MODEL, WsClient } from '@kandev/testkit';
 import { CODEX_MODEL, makeTask, REAL_AGENTS, requestFor, runningSession, reportOnFailure, startRealWorld, type RealWorld } from './support.js';
 
 /**
@@ -17,7 +17,7 @@ let stopUsage: (() => Promise<void>) | undefined;
 
 beforeAll(async () => {
   w = await startRealWorld();
-  const nc = await connect({ servers: w.stack.nats.url });
+  const nc = await connect({ servers: w.stack.nats.url, ...natsLogin(w.stack.nats) });
   const sub = nc.subscribe('kandev.evt.usage.recorded');
   void (async () => {
     for await (const m of sub) {

@@ -29,14 +29,17 @@ export interface DesignFloorHops {
   reply: number;
 }
 
-export async function startDesignFloor(natsUrl: string, dbUrl: string) {
+/** `login`: the stack's NATS admits only known users (ADR 0054); the floor's processes log in as the test observer. */
+export async function startDesignFloor(natsUrl: string, dbUrl: string, login: { user?: string; pass?: string } = {}) {
+  const natsLogin: Record<string, string> = login.user ? { BENCH_RELAY_NATS_USER: login.user, BENCH_RELAY_NATS_PASS: login.pass ?? '' } : {};
   const subject = 'bench.design_floor.decide';
   const decider = await startFixture<{ ready: boolean }>('design-floor-decider', {
     BENCH_RELAY_NATS_URL: natsUrl,
     BENCH_RELAY_SUBJECT: subject,
     BENCH_DECIDER_DB_URL: dbUrl,
+    ...natsLogin,
   });
-  const edge = await startSdkNoopServer({ relay: { natsUrl, subject } });
+  const edge = await startSdkNoopServer({ relay: { natsUrl, subject, login } });
   const client = await connectMcp(edge.url, 'unused');
   let stopped: Promise<void> | undefined;
   return {

@@ -13,7 +13,10 @@ export const e2eIterations = (fallback: number) => {
 };
 
 export interface BenchStack extends AgentStack {
+  /** Signs as the gateway: operator requests to the orchestrator and holds (ADR 0055). */
   nc: NatsConnection;
+  /** Signs as the orchestrator: requests to lifecycle's execution endpoints, which admit only it and lifecycle. */
+  asOrchestrator: NatsConnection;
 }
 
 /** Stacks started and not yet stopped: what their services logged last is printed when a scenario fails. */
@@ -22,18 +25,24 @@ const running = new Set<BenchStack>();
 /** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<BenchStack> {
   const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env }, opts);
-  // The test observer's NATS user, signing as the gateway: the scenarios send operator requests on the bus (ADR 0055).
-  const nc = await connectNats({ url: world.stack.nats.url, name: 'bench-client', ...natsLogin(world.stack.nats) });
-  const gateway = busIdentityFromEnv('gateway', world.stack.busEnv('gateway'), false);
-  if (gateway) bindBusIdentity(nc, gateway);
+  // The test observer's NATS user, signing as a service: the scenarios send its requests on the bus (ADR 0055).
+  const signingAs = async (service: 'gateway' | 'orchestrator') => {
+    const conn = await connectNats({ url: world.stack.nats.url, name: `bench-client-${service}`, ...natsLogin(world.stack.nats) });
+    const identity = busIdentityFromEnv(service, world.stack.busEnv(service), false);
+    if (identity) bindBusIdentity(conn, identity);
+    return conn;
+  };
+  const nc = await signingAs('gateway');
+  const asOrchestrator = await signingAs('orchestrator');
   let stopped: Promise<void> | undefined;
   const b: BenchStack = {
     ...world,
     nc,
+    asOrchestrator,
     // Once, however often it is called (a scenario stops a stack early and defers the stop too).
     stop() {
       running.delete(b);
-      stopped ??= nc.close().then(() => world.stop());
+      stopped ??= Promise.all([nc.close(), asOrchestrator.close()]).then(() => world.stop());
       return stopped;
     },
   };

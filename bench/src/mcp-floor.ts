@@ -24,9 +24,15 @@ export async function startFixture<T>(name: string, env: Record<string, string>)
  * With `relay`, it also has the design floor's `relay` tool (src/design-floor.ts).
  */
 export async function startSdkNoopServer(
-  opts: { sse?: boolean; relay?: { natsUrl: string; subject: string } } = {},
+  opts: { sse?: boolean; relay?: { natsUrl: string; subject: string; login?: { user?: string; pass?: string } } } = {},
 ): Promise<{ url: string; stop(): Promise<void> }> {
-  const relay: Record<string, string> = opts.relay ? { BENCH_RELAY_NATS_URL: opts.relay.natsUrl, BENCH_RELAY_SUBJECT: opts.relay.subject } : {};
+  const relay: Record<string, string> = opts.relay
+    ? {
+        BENCH_RELAY_NATS_URL: opts.relay.natsUrl,
+        BENCH_RELAY_SUBJECT: opts.relay.subject,
+        ...(opts.relay.login?.user ? { BENCH_RELAY_NATS_USER: opts.relay.login.user, BENCH_RELAY_NATS_PASS: opts.relay.login.pass ?? '' } : {}),
+      }
+    : {};
   const { ready, stop } = await startFixture<{ url: string }>('sdk-noop-server', { BENCH_SDK_SSE: opts.sse ? '1' : '0', ...relay });
   return { url: ready.url, stop };
 }

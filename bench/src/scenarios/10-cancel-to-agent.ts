@@ -197,7 +197,7 @@ const scenario: Scenario = {
     const operator = { type: 'operator' as const, id: 'bench', workspaces: ['*'] };
     const entries = {
       orchestrator: (_turn: string) => request(b.nc, Orch.agentCancel, { actor: operator, session_id: s.session.id }),
-      lifecycle: (turn: string) => request(b.nc, Life.cancel.at(execution.instance_id), { execution_id: s.execution_id, turn_id: turn }),
+      lifecycle: (turn: string) => request(b.asOrchestrator, Life.cancel.at(execution.instance_id), { execution_id: s.execution_id, turn_id: turn }),
     };
     for (const [hop, send] of Object.entries(entries)) {
       const toAgent: number[] = [];

@@ -25,7 +25,7 @@ const scenario: Scenario = {
       // stop path's, not a start-up burst's on 2 cores.
       await new Promise((r) => setTimeout(r, 300));
       const t0 = preciseNow();
-      await request(b.nc, Life.stop.at('lifecycle-1'), { execution_id: s.execution_id, reason: 'bench' });
+      await request(b.asOrchestrator, Life.stop.at('lifecycle-1'), { execution_id: s.execution_id, reason: 'bench' });
       const t1 = preciseNow();
       const sig = await agentEventAfter(b, s.pid, t0, (e) => e.kind === 'sigterm');
       if (i >= 3) {

@@ -274,7 +274,7 @@ const scenario: Scenario = {
     const mcpNoop = await samples(() => noop.callTool({ name: 'noop', arguments: {} }), 500);
     const paced = await pacedFloorChain(b, noop);
     // The design floor: the prescribed path (MCP → NATS → two PostgreSQL round trips) with nothing of ours on it.
-    const design = await startDesignFloor(b.stack.nats.url, b.stack.db.url);
+    const design = await startDesignFloor(b.stack.nats.url, b.stack.db.url, natsLogin(b.stack.nats));
     ctx.defer(() => design.stop());
     const designHot = await samples(() => design.call(), 300);
 

@@ -42,7 +42,15 @@ const CLOCK_TOLERANCE_S = 5;
 const ASSERTION_SLACK_S = 5;
 const ALG = 'EdDSA';
 
-export class BusIdentityError extends Error {}
+export class BusIdentityError extends Error {
+  constructor(
+    message: string,
+    /** The caller, when its assertion verified and the rule refused it. */
+    readonly caller: Caller | null = null,
+  ) {
+    super(message);
+  }
+}
 
 /**
  * The public keys of the dev overlay's committed bus keys (deploy/overlays/dev): anyone can read
@@ -325,6 +333,6 @@ export async function verifyRequest(
     operatorAssertion = forwarded;
   }
   const problem = callerProblem({ caller, forwardedOperator, payloadOperator, callers });
-  if (problem) throw new BusIdentityError(problem);
+  if (problem) throw new BusIdentityError(problem, caller);
   return { caller, operatorAssertion };
 }

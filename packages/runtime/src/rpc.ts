@@ -366,7 +366,15 @@ async function admit(
     if (!(e instanceof BusIdentityError)) throw e;
     log.warn({ subject: msg.subject, reason: e.message }, 'request refused: its caller is not verified');
     const actor = (payload as { actor?: unknown } | null)?.actor;
-    await identity.refused({ subject: msg.subject, endpoint: endpoint.name, requestId: context.requestId, caller: null, actor, payload, reason: e.message });
+    await identity.refused({
+      subject: msg.subject,
+      endpoint: endpoint.name,
+      requestId: context.requestId,
+      caller: e.caller,
+      actor,
+      payload,
+      reason: e.message,
+    });
     return { ok: false, error: { code: 'UNAUTHORIZED', message: `caller not verified: ${e.message}` } };
   }
 }

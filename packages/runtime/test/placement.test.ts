@@ -1,6 +1,6 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Streams } from '@kandev/contracts';
-import { startNatsCluster } from '@kandev/testkit';
+import { natsLogin, startNatsCluster } from '@kandev/testkit';
 import { pino } from 'pino';
 import { expect, it } from 'vitest';
 import { connectNats, ensureEventStream, JS_NO_SUITABLE_PEERS, PLACEMENT_WAIT_MS } from '../src/index.js';
@@ -9,7 +9,8 @@ it(
   'a stream with 3 replicas, asked for while the cluster is still forming, is created once its last node joins',
   async () => {
     const cluster = await startNatsCluster(3, { running: 2 });
-    const nc = await connectNats({ url: cluster.url, name: 'placement-test' });
+    // As the orchestrator, which ensures the event stream at start-up (the cluster admits only the services' users).
+    const nc = await connectNats({ url: cluster.url, name: 'placement-test', ...natsLogin(cluster, 'orchestrator') });
     try {
       // Without the wait, JetStream refuses: two of three nodes cannot hold three replicas.
       await expect(ensureEventStream(nc, { replicas: 3, placementWaitMs: 0 })).rejects.toMatchObject({ code: JS_NO_SUITABLE_PEERS });

@@ -22,7 +22,12 @@ afterAll(async () => {
 });
 
 it('migrates its own schema and answers its ping', async () => {
-  await expect(request(nc, pingEndpoint('holds'), {})).resolves.toEqual({ service: 'holds', instance_id: 'holds-t' });
+  await expect(request(nc, pingEndpoint('holds'), {})).resolves.toEqual({
+    service: 'holds',
+    instance_id: 'holds-t',
+    // A bare test nats-server and no bus keys (ADR 0054, 0055).
+    details: { nats_auth: 'none', bus_identity: 'off' },
+  });
   const sql = postgres(db.url, { max: 1 });
   try {
     const tables = await sql`SELECT table_name FROM information_schema.tables WHERE table_schema = 'holds' ORDER BY table_name`;

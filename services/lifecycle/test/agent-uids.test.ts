@@ -90,6 +90,10 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
         stopping_cpu: stoppingCpu,
         draining: false,
         executions: 0,
+        max_executions: expect.any(Number),
+        // A bare test nats-server and no bus keys (ADR 0054, 0055).
+        nats_auth: 'none',
+        bus_identity: 'off',
       });
     } finally {
       await root.stop();
@@ -102,6 +106,9 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
       stopping_cpu: stoppingCpu,
       draining: false,
       executions: 0,
+      max_executions: expect.any(Number),
+      nats_auth: 'none',
+      bus_identity: 'off',
     });
     const x = await launch(nc, launchRequest());
     expect(uidOf(x.pid!)).toBe(process.getuid!());
@@ -135,6 +142,9 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
       stopping_cpu: 'autogroup',
       draining: false,
       executions: 0,
+      max_executions: expect.any(Number),
+      nats_auth: 'none',
+      bus_identity: 'off',
     });
 
     const x = await launch(nc, launchRequest());

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Holds, Orch, OrchTree, type LaunchRequest } from '@kandev/contracts';
+import { Budget, Holds, Orch, OrchTree, type LaunchRequest } from '@kandev/contracts';
 import { createLogger, EventPublisher, on, request, serveEndpoints } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
 import type { OrchRuntime } from '../src/flows/context.js';
@@ -21,6 +21,8 @@ beforeAll(async () => {
     on(Holds.wakeupCount, async () => ({ count: 0 })),
     on(Holds.holdApplied, async () => ({ cancelled_wakeups: 0 })),
     on(Holds.holdReleased, async () => ({ released: true })),
+    // A resume asks for the tree's budget (B-8): none in these trees.
+    on(Budget.ofRoot, async () => ({ budget: null })),
   ]);
 });
 afterAll(async () => h?.stop());

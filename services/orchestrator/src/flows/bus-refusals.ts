@@ -39,7 +39,7 @@ export async function auditBusRefusal(sql: Sql, r: BusRefusal, log: Logger): Pro
       reason: r.reason,
       request_id: r.requestId,
       outcome: 'unauthorized',
-      details: { subject: r.subject, endpoint: r.endpoint },
+      details: { subject: r.subject, endpoint: r.endpoint, caller: r.caller?.service ?? null },
     });
   } catch (err) {
     log.error({ err, subject: r.subject }, 'could not audit a request refused for its caller');
