@@ -205,10 +205,16 @@ describe('JSON depth before parsing (issue 53)', () => {
     expect(jsonNestsDeeperThan('[]'.repeat(1000), 1)).toBe(false);
     expect(jsonNestsDeeperThan('['.repeat(MAX_JSON_DEPTH + 1), MAX_JSON_DEPTH)).toBe(true);
   });
-  it('a frame nested too deep is BAD_REQUEST before it is parsed', () => {
-    const parsed = parseClientFrame(`{"id":"1","type":"request","action":"task.stop","payload":${'['.repeat(5000)}${']'.repeat(5000)}}`);
+  it('a frame nested too deep is BAD_REQUEST, answering its id and action; an mcp.* one is FORBIDDEN however deep', () => {
+    const deep = `${'['.repeat(5000)}${']'.repeat(5000)}`;
+    const parsed = parseClientFrame(`{"id":"1","type":"request","action":"task.stop","payload":${deep}}`);
     expect(parsed.ok).toBe(false);
-    if (!parsed.ok) expect(parsed.error.payload).toMatchObject({ code: 'BAD_REQUEST', details: { max_depth: MAX_JSON_DEPTH } });
+    if (!parsed.ok) {
+      expect(parsed.error).toMatchObject({ id: '1', action: 'task.stop' });
+      expect(parsed.error.payload).toMatchObject({ code: 'BAD_REQUEST', details: { max_depth: MAX_JSON_DEPTH } });
+    }
+    const mcp = parseClientFrame(`{"id":"2","type":"request","action":"mcp.stop_task","payload":${deep}}`);
+    expect(mcp).toMatchObject({ ok: false, error: { action: 'mcp.stop_task', payload: { code: 'FORBIDDEN' } } });
   });
 });
 

@@ -44,8 +44,6 @@ const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 export function parseClientFrame(text: string): ParsedFrame {
   let raw: unknown;
-  const tooDeep = depthError(text, 'frame');
-  if (tooDeep) return { ok: false, error: errorFrame(null, null, tooDeep.toBody()) };
   try {
     raw = JSON.parse(text);
   } catch {
@@ -58,6 +56,11 @@ export function parseClientFrame(text: string): ParsedFrame {
     const denied = guardAction(action);
     if (denied) return { ok: false, error: errorFrame(id, action, denied) };
   }
+  // Nesting is bounded before anything walks the frame (validation, logs and JSON.stringify recurse;
+  // JSON.parse does not), and after the id, the action and the mcp.* guard are read, so the error
+  // answers its request and an mcp.* frame is FORBIDDEN however deep (R-7.1).
+  const tooDeep = depthError(text, 'frame');
+  if (tooDeep) return { ok: false, error: errorFrame(id, action, tooDeep.toBody()) };
   if (action === null || action.length === 0)
     return { ok: false, error: errorFrame(id, null, { code: 'BAD_REQUEST', message: 'frame needs a string "action"' }) };
   if (raw.type !== 'request') return { ok: false, error: errorFrame(id, action, { code: 'BAD_REQUEST', message: 'frame "type" must be "request"' }) };
