@@ -18,7 +18,7 @@ import { checked, commands, GRACE_MS, type Model, type Real } from './model.js';
  * shrinking (a failure prints its sequence and the seed to replay). `npm run test:model`: many runs
  * from a random seed (KANDEV_MODEL_RUNS, KANDEV_MODEL_SEED, KANDEV_MODEL_STEPS), shrinking on.
  */
-const RUNS = Number(process.env.KANDEV_MODEL_RUNS ?? 3);
+const RUNS = Number(process.env.KANDEV_MODEL_RUNS ?? 6);
 const STEPS = Number(process.env.KANDEV_MODEL_STEPS ?? 10);
 const SEED = process.env.KANDEV_MODEL_SEED === 'random' ? Date.now() % 2 ** 31 : Number(process.env.KANDEV_MODEL_SEED ?? 54);
 const SHRINK = process.env.KANDEV_MODEL_SHRINK === '1';
@@ -57,7 +57,8 @@ describe('the controls against their reference model (R-10.7, B-9)', () => {
         }
       });
       const out = await fc.check(property, { seed: SEED, numRuns: RUNS, endOnFailure: !SHRINK, verbose: 1 });
-      if (out.failed) console.error(`[model] failed at step ${lastTrace.length}: ${lastTrace.join(' → ')}\n${fc.defaultReportMessage(out)}`);
+      if (out.failed)
+        console.error(`[model] failed at step ${lastTrace.length}: ${lastTrace.join(' → ')}\n  ${String(out.errorInstance)}\n${fc.defaultReportMessage(out)}`);
       expect(out.failed, out.failed ? (fc.defaultReportMessage(out) ?? '') : '').toBe(false);
     },
     Math.max(300_000, RUNS * STEPS * 30_000),
