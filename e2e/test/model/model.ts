@@ -39,6 +39,8 @@ export const GRACE_MS = 500;
 export const PROCESS_BOUND_MS = GRACE_MS + 1_000;
 /** An agent that stays in its turn for the whole run. */
 const LONG_TURN = (tag = randomUUID()) => JSON.stringify({ script: [{ sleep_ms: 300_000 }], tag });
+/** R-10.5's stubborn agent: ignores the cancel and SIGTERM. */
+const STUBBORN_TURN = () => JSON.stringify({ script: [{ sleep_ms: 300_000 }], ignore_cancel: true, ignore_sigterm: true });
 
 type Status = 'TODO' | 'SCHEDULING' | 'IN_PROGRESS' | 'REVIEW' | 'BLOCKED' | 'WAITING_FOR_INPUT' | 'COMPLETED' | 'FAILED' | 'CANCELLED';
 const ACTIVE = ['CREATED', 'STARTING', 'RUNNING', 'WAITING_FOR_INPUT'];
@@ -48,7 +50,7 @@ export interface ChildModel {
   /** What the rules pin; null: not pinned by the last step (read back from the system). */
   status: Status | null;
   hold: null | { mode: 'pause' | 'cancel'; snapshot: Status | null; alreadyCancelled: boolean };
-  live: null | { sessionId: string; pid: number };
+  live: null | { sessionId: string; pid: number; stubborn: boolean };
   /** Tags of the messages sent to it and accepted (queued, sent or started). */
   messages: string[];
 }
@@ -118,23 +120,26 @@ class CreateChild implements Cmd {
 }
 
 class StartSession implements Cmd {
-  constructor(readonly i: number) {}
+  constructor(
+    readonly i: number,
+    readonly stubborn: boolean,
+  ) {}
   check = (m: Readonly<Model>) => m.children.length > 0 && !childOf(m as Model, this.i).live;
   async run(m: Model, r: Real) {
     const c = childOf(m, this.i);
     const before = await auditActions(r, c.id);
-    const res = await r.w.api.post(`/tasks/${c.id}/sessions`, { prompt: LONG_TURN() });
+    const res = await r.w.api.post(`/tasks/${c.id}/sessions`, { prompt: this.stubborn ? STUBBORN_TURN() : LONG_TURN() });
     if (isCancelled(c) || c.hold) {
       // R-10.1 (cancelled), R-4.3/R-4.2 (held): refused, nothing launched.
       expectThat(res.status === 409, isCancelled(c) ? 'R-10.1' : 'R-4.2', 'a start on a cancelled or held task is CONFLICT', res);
       return;
     }
     expectThat(res.status === 201, 'R-12.1', 'a start on an idle task launches', res);
-    c.live = { sessionId: res.body.id, pid: await pidOf(r, res.body.id) };
+    c.live = { sessionId: res.body.id, pid: await pidOf(r, res.body.id), stubborn: this.stubborn };
     c.status = 'IN_PROGRESS';
     await audited(r, c.id, 'session.start', before);
   }
-  toString = () => `start(${this.i})`;
+  toString = () => `start(${this.i}${this.stubborn ? ', stubborn' : ''})`;
 }
 
 class Message implements Cmd {
@@ -163,7 +168,7 @@ class Message implements Cmd {
     if (!c.live) {
       // R-1.8: an idle child gets it at once; a session had to start.
       expectThat(status === 'started', 'R-1.8', 'a message to a child with no session starts one', res.json);
-      c.live = { sessionId: res.json.session_id, pid: await pidOf(r, res.json.session_id) };
+      c.live = { sessionId: res.json.session_id, pid: await pidOf(r, res.json.session_id), stubborn: false };
       c.status = 'IN_PROGRESS';
       return;
     }
@@ -231,6 +236,21 @@ class TurnCancel implements Cmd {
     const live = c.live!;
     const before = await auditActions(r, c.id);
     const res = await r.w.api.post(`/sessions/${live.sessionId}/cancel`, {});
+    const s = (await r.w.api.get(`/sessions/${live.sessionId}`)).body as { state: string; turns: Array<{ completed_at: string | null }> };
+    if (live.stubborn && s.turns.some((t) => t.completed_at === null)) {
+      // R-3.4, R-10.5: not acknowledged: the answer names the escalation, the session is CANCELLED
+      // as by a stop (not FAILED), and the agent is gone within its bound (I3).
+      expectThat(
+        res.status === 409 && res.body.error?.details?.escalation === 'teardown' && s.state === 'CANCELLED',
+        'R-10.5',
+        'an unacknowledged cancel answers the escalation and the session is CANCELLED',
+        { res, state: s.state },
+      );
+      c.live = null;
+      await audited(r, c.id, 'agent.cancel', before);
+      await syncStatus(r, c);
+      return;
+    }
     // R-3.1/R-3.4: cancelled, or a no-op success when no turn is in flight; the agent lives on.
     expectThat(res.status === 200, 'R-3.1', 'a turn cancel of a live session succeeds', res);
     expectThat(processAlive(live.pid), 'R-3.1', 'a turn cancel does not kill the agent', live);
@@ -302,7 +322,7 @@ class Wakeup implements Cmd {
       return;
     }
     expectThat(done.session_id !== null, 'R-4.3', 'an admitted wakeup starts a session', done);
-    c.live = { sessionId: done.session_id!, pid: await pidOf(r, done.session_id!) };
+    c.live = { sessionId: done.session_id!, pid: await pidOf(r, done.session_id!), stubborn: false };
     c.status = 'IN_PROGRESS';
   }
   toString = () => `wakeup(${this.i})`;
@@ -366,7 +386,7 @@ class KillAgent implements Cmd {
 
 export const commands = [
   fc.constant(new CreateChild()),
-  fc.nat(MAX_CHILDREN - 1).map((i) => new StartSession(i)),
+  fc.tuple(fc.nat(MAX_CHILDREN - 1), fc.boolean()).map(([i, stubborn]) => new StartSession(i, stubborn)),
   fc.tuple(fc.nat(MAX_CHILDREN - 1), fc.constantFrom('queued' as const, 'interrupt' as const)).map(([i, mode]) => new Message(i, mode)),
   fc.nat(MAX_CHILDREN - 1).map((i) => new OperatorStop(i)),
   fc.nat(MAX_CHILDREN - 1).map((i) => new McpStop(i)),
