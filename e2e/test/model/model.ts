@@ -236,8 +236,9 @@ class TurnCancel implements Cmd {
     const live = c.live!;
     const before = await auditActions(r, c.id);
     const res = await r.w.api.post(`/sessions/${live.sessionId}/cancel`, {});
-    const s = (await r.w.api.get(`/sessions/${live.sessionId}`)).body as { state: string; turns: Array<{ completed_at: string | null }> };
-    if (live.stubborn && s.turns.some((t) => t.completed_at === null)) {
+    const s = (await r.w.api.get(`/sessions/${live.sessionId}`)).body as { state: string };
+    // A stubborn agent's turn is always in flight: it never ends it, and an interrupt cannot land on it.
+    if (live.stubborn) {
       // R-3.4, R-10.5: not acknowledged: the answer names the escalation, the session is CANCELLED
       // as by a stop (not FAILED), and the agent is gone within its bound (I3).
       expectThat(
