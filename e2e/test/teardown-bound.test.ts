@@ -70,12 +70,12 @@ describe('teardown bound (R-10.5)', () => {
     const gone = await goneAt(pid, GRACE_MS + 15_000);
     const s = (await w.api.get(`/sessions/${session.id}`)).body;
     expect(s).toMatchObject({ state: 'CANCELLED', error_message: null });
-    // The logical cancel is the CANCELLED write, committed just before the answer (the row's
-    // completed_at is its transaction's start, before the cancel timeout was waited out).
-    const lived = gone - answered;
+    // The logical cancel is the CANCELLED write (stamped when it was decided, just before the 409).
+    const lived = gone - Date.parse(s.completed_at as string);
     console.info(
-      `[timing] unacknowledged cancel: stubborn agent gone ${lived} ms after the 409 (grace ${GRACE_MS} ms, cancel timeout ${CANCEL_TIMEOUT_MS} ms)`,
+      `[timing] unacknowledged cancel: stubborn agent gone ${lived} ms after its logical cancel, ${gone - answered} ms after the 409 (grace ${GRACE_MS} ms, cancel timeout ${CANCEL_TIMEOUT_MS} ms)`,
     );
+    expect(Date.parse(s.completed_at as string)).toBeGreaterThanOrEqual(t0 + CANCEL_TIMEOUT_MS - 100);
     expect(lived).toBeLessThan(BOUND_MS + OBSERVE_MS);
     // R-1.4's rule, as for a stop (IN_PROGRESS, not office, nothing else working → REVIEW), and the
     // execution's end does not rewrite the session as a crash.

@@ -1,5 +1,5 @@
-import { actorLabel, conflict, isActiveSession, isKandevError, KandevError, Life, notFound, type Actor } from '@kandev/contracts';
-import { buildEvent, request, transaction } from '@kandev/runtime';
+import { actorLabel, conflict, isActiveSession, isKandevError, KandevError, Life, notFound, type Actor, type EventType } from '@kandev/contracts';
+import { buildEvent, request, transaction, type EventScope } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { mayMoveToReview, sessionStateAfterTurn } from '../domain/transitions.js';
 import { StopReasons, type StopPlan } from '../domain/stop.js';
@@ -8,10 +8,10 @@ import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
 import { lockSessionWithOpenTurn, setQueuePaused, setSessionState } from '../store/sessions.js';
 import { lockTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
-import { toSession, toTask, type SessionRow } from '../store/rows.js';
+import { SESSION_COLUMNS, toSession, toTask, type SessionRow } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { emitAgentCancelled } from './changes.js';
-import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type OrchRuntime } from './context.js';
+import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops } from './stop.js';
 
 /** The lifecycle's answer to a cancel it escalated (services/lifecycle domain/cancel.ts): the agent is being torn down. */
@@ -66,7 +66,22 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
           halt: [],
           gone: [],
         };
-        const accepted = await acceptStops(tx, emit, plan, [s], s.workspace_id, actor);
+        // The session is CANCELLED now, not when this transaction began (its now(), before the
+        // cancel timeout was waited out): R-10.5's bound runs from the logical cancel, and the
+        // invariant checker reads it off the row. Its event carries the row as stamped.
+        const staged: Array<[EventType, EventScope, unknown]> = [];
+        const stage: Emit = async (type, scope, data) => void staged.push([type, scope, data]);
+        const accepted = await acceptStops(tx, stage, plan, [s], s.workspace_id, actor);
+        const [stamped] = accepted.cancelled.length
+          ? await tx.unsafe<SessionRow[]>(
+              `UPDATE sessions SET completed_at = clock_timestamp(), updated_at = clock_timestamp() WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
+              [s.id],
+            )
+          : [];
+        for (const [type, scope, data] of staged) {
+          const body = type === 'session.state_changed' && stamped ? { ...(data as object), session: toSession(stamped) } : data;
+          await emit(type, scope, body as never);
+        }
         await recordAudit(tx, { ...audit('escalated'), details: { session_id: sessionId, ...e.details } });
         return { escalated: { s, error: e, cancelled: accepted.cancelled.length > 0 } };
       }
