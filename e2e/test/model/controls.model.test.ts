@@ -14,8 +14,9 @@ import { checked, commands, GRACE_MS, type Model, type Real } from './model.js';
  * or delivered twice, I3 no agent past its bound, I4 restored statuses equal the snapshots, I5 every
  * control audited, I6 the fault tests' checker clean, I7 the tree's cost).
  *
- * `npm test`: a fixed seed and a few short runs (about a minute on a busy 2-core machine), no
- * shrinking (a failure prints its sequence and the seed to replay). `npm run test:model`: many runs
+ * `npm test`: a fixed seed and a few runs of STEPS controls each (about a minute on a busy 2-core
+ * machine), no shrinking (a failure prints its sequence and the seed to replay). With shrinking,
+ * sequences are 1 to STEPS long so that fast-check can shorten them. `npm run test:model`: many runs
  * from a random seed (KANDEV_MODEL_RUNS, KANDEV_MODEL_SEED, KANDEV_MODEL_STEPS), shrinking on.
  */
 const RUNS = Number(process.env.KANDEV_MODEL_RUNS ?? 6);
@@ -35,30 +36,35 @@ describe('the controls against their reference model (R-10.7, B-9)', () => {
     async () => {
       const ws = await w.api.ok('POST', '/workspaces', { name: 'model' });
       let lastTrace: string[] = [];
-      const property = fc.asyncProperty(fc.array(fc.oneof(...commands.map((a) => a.map(checked))), { minLength: STEPS, maxLength: STEPS }), async (cmds) => {
-        // Each run: a coordinator task of its own (never controlled itself), its MCP client.
-        const root = await w.api.ok('POST', '/tasks', { workspace_id: ws.id, title: 'coordinator' });
-        const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(root.id));
-        const model: Model = { rootId: root.id, children: [], costCents: 0 };
-        const real: Real = { w, mcp, agentPids: new Map(), trace: [] };
-        lastTrace = real.trace;
-        // Two children to begin with (createChild adds a third).
-        for (const title of ['child-a', 'child-b']) {
-          const t = await w.api.ok('POST', '/tasks', { workspace_id: ws.id, parent_id: root.id, title });
-          model.children.push({ id: t.id, status: 'TODO', hold: null, live: null, messages: [] });
-        }
-        try {
-          await fc.asyncModelRun(() => ({ model, real }), cmds);
-        } finally {
-          console.info(`[model] run: ${real.trace.join(' → ') || '(nothing ran)'}`);
-          await mcp.close().catch(() => undefined);
-          // Leave no agent running into the next run.
-          for (const c of model.children) if (c.live) await w.api.post(`/tasks/${c.id}/stop`, {});
-        }
-      });
+      const property = fc.asyncProperty(
+        fc.array(fc.oneof(...commands.map((a) => a.map(checked))), { minLength: SHRINK ? 1 : STEPS, maxLength: STEPS }),
+        async (cmds) => {
+          // Each run: a coordinator task of its own (never controlled itself), its MCP client.
+          const root = await w.api.ok('POST', '/tasks', { workspace_id: ws.id, title: 'coordinator' });
+          const mcp = await connectMcp(w.stack.mcpUrl, await w.stack.agentToken(root.id));
+          const model: Model = { rootId: root.id, children: [], costCents: 0 };
+          const real: Real = { w, mcp, agentPids: new Map(), trace: [] };
+          lastTrace = real.trace;
+          // Two children to begin with (createChild adds a third).
+          for (const title of ['child-a', 'child-b']) {
+            const t = await w.api.ok('POST', '/tasks', { workspace_id: ws.id, parent_id: root.id, title });
+            model.children.push({ id: t.id, status: 'TODO', hold: null, live: null, messages: [] });
+          }
+          try {
+            await fc.asyncModelRun(() => ({ model, real }), cmds);
+          } finally {
+            console.info(`[model] run: ${real.trace.join(' → ') || '(nothing ran)'}`);
+            await mcp.close().catch(() => undefined);
+            // Leave no agent running into the next run.
+            for (const c of model.children) if (c.live) await w.api.post(`/tasks/${c.id}/stop`, {});
+          }
+        },
+      );
       const out = await fc.check(property, { seed: SEED, numRuns: RUNS, endOnFailure: !SHRINK, verbose: 1 });
       if (out.failed)
-        console.error(`[model] failed at step ${lastTrace.length}: ${lastTrace.join(' → ')}\n  ${String(out.errorInstance)}\n${fc.defaultReportMessage(out)}`);
+        console.error(
+          `[model] failed; the last run (step ${lastTrace.length}): ${lastTrace.join(' → ')}\n  ${String(out.errorInstance)}\n${fc.defaultReportMessage(out)}`,
+        );
       expect(out.failed, out.failed ? (fc.defaultReportMessage(out) ?? '') : '').toBe(false);
     },
     Math.max(300_000, RUNS * STEPS * 30_000),

@@ -145,6 +145,12 @@ describe('orch.agent.cancel', () => {
     expect(row).toEqual({ state: 'CANCELLED', cancel_reason: 'cancel_unacknowledged', error_message: null });
     const detail = await request(h.nc, Orch.sessionGet, { actor: operator, session_id: s.id });
     expect(detail.turns.at(-1)!.stop_reason).toBe('cancelled');
+    // Stamped when the escalation was decided (not at the transaction's start), the turn with it:
+    // the invariant checker reads the stop's turn as the one that ends with its session.
+    const [stamps] = await h.sql<{ same: boolean; fresh: boolean }[]>`
+      SELECT t.completed_at = s.completed_at AS same, s.completed_at > s.started_at AS fresh
+      FROM orchestrator.sessions s JOIN orchestrator.turns t ON t.session_id = s.id WHERE s.id = ${s.id} ORDER BY t.started_at DESC LIMIT 1`;
+    expect(stamps).toEqual({ same: true, fresh: true });
     const t = await request(h.nc, Orch.taskGet, { actor: operator, task_id: task.id });
     expect(t.status).toBe('REVIEW');
     const [audit] = await h.sql<{ outcome: string; details: Record<string, unknown> }[]>`

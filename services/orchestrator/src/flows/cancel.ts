@@ -68,13 +68,16 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
         };
         // The session is CANCELLED now, not when this transaction began (its now(), before the
         // cancel timeout was waited out): R-10.5's bound runs from the logical cancel, and the
-        // invariant checker reads it off the row. Its event carries the row as stamped.
+        // invariant checker reads it off the row. The turn the stop closed ends at the same instant
+        // (as a stop's turn ends with its session). Its event carries the row as stamped.
         const staged: Array<[EventType, EventScope, unknown]> = [];
         const stage: Emit = async (type, scope, data) => void staged.push([type, scope, data]);
         const accepted = await acceptStops(tx, stage, plan, [s], s.workspace_id, actor);
         const [stamped] = accepted.cancelled.length
           ? await tx.unsafe<SessionRow[]>(
-              `UPDATE sessions SET completed_at = clock_timestamp(), updated_at = clock_timestamp() WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
+              `WITH ts AS (SELECT clock_timestamp() AS at),
+                 closed AS (UPDATE turns SET completed_at = (SELECT at FROM ts) WHERE session_id = $1 AND completed_at = now() AND stop_reason = 'cancelled')
+               UPDATE sessions SET completed_at = (SELECT at FROM ts), updated_at = (SELECT at FROM ts) WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
               [s.id],
             )
           : [];
