@@ -219,23 +219,29 @@ describe('deploy/overlays/prod', () => {
     expect(missing).toEqual([]);
   });
 
-  it.each(['kandev-dashboard.json', 'kandev-product-dashboard.json'])('the Grafana dashboard %s is valid JSON whose queries use exported metrics, shipped as a labelled ConfigMap', async (file) => {
-    const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod', file), 'utf8')) as {
-      panels: { title: string; targets: { expr: string }[] }[];
-    };
-    const exported = new Set([...(await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]), ...NATS_EXPORTER_METRICS]);
-    const missing = dash.panels.flatMap((p) =>
-      p.targets.flatMap((t) =>
-        metricNames(t.expr)
-          .filter((n) => !exported.has(n))
-          .map((n) => `${p.title}: ${n}`),
-      ),
-    );
-    expect(dash.panels.length).toBeGreaterThan(3);
-    expect(missing).toEqual([]);
-    const cm = objs.find((o) => o.kind === 'ConfigMap' && o.data?.[file]);
-    expect(cm?.metadata.labels?.grafana_dashboard, `${file} in a ConfigMap for Grafana's sidecar`).toBe('1');
-  });
+  it.each(['kandev-dashboard.json', 'kandev-product-dashboard.json'])(
+    'the Grafana dashboard %s is valid JSON whose queries use exported metrics, shipped as a labelled ConfigMap',
+    async (file) => {
+      const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod', file), 'utf8')) as {
+        panels: { title: string; targets: { expr: string }[] }[];
+      };
+      const exported = new Set([
+        ...(await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]),
+        ...NATS_EXPORTER_METRICS,
+      ]);
+      const missing = dash.panels.flatMap((p) =>
+        p.targets.flatMap((t) =>
+          metricNames(t.expr)
+            .filter((n) => !exported.has(n))
+            .map((n) => `${p.title}: ${n}`),
+        ),
+      );
+      expect(dash.panels.length).toBeGreaterThan(3);
+      expect(missing).toEqual([]);
+      const cm = objs.find((o) => o.kind === 'ConfigMap' && o.data?.[file]);
+      expect(cm?.metadata.labels?.grafana_dashboard, `${file} in a ConfigMap for Grafana's sidecar`).toBe('1');
+    },
+  );
 
   it('scrapes NATS through the prometheus-nats-exporter sidecar, pinned, on a port the PodMonitor names and the network policy opens', () => {
     const nats = objs.find((o) => o.kind === 'StatefulSet' && o.metadata.name === 'nats')!;

@@ -49,7 +49,10 @@ describe('promtool', () => {
         t.alert_rule_test.filter((a) => a.exp_alerts.length > 0).map((a) => a.alertname),
       ),
     );
-    expect(alertNames().filter((a) => !tested.has(a)), 'alerts with no test that fires them').toEqual([]);
+    expect(
+      alertNames().filter((a) => !tested.has(a)),
+      'alerts with no test that fires them',
+    ).toEqual([]);
   });
 
   it('points every alert at a runbook section that docs/operations.md has', () => {

@@ -48,7 +48,9 @@ describe('metrics under a workload', () => {
 
     const mcpPage = await scrape('mcp');
     expect(sample(mcpPage, 'kandev_mcp_tool_duration_seconds_count', { tool: 'message_task_kandev', code: 'OK' })).toBe(1);
-    expect(sample(mcpPage, 'http_server_request_duration_seconds_count', { http_route: '/mcp', http_request_method: 'POST', http_response_status_code: '200' })).toBeGreaterThanOrEqual(1);
+    expect(
+      sample(mcpPage, 'http_server_request_duration_seconds_count', { http_route: '/mcp', http_request_method: 'POST', http_response_status_code: '200' }),
+    ).toBeGreaterThanOrEqual(1);
 
     const orchestrator = await scrape('orchestrator');
     expect(sample(orchestrator, 'kandev_hold_members_count', { mode: 'pause' })).toBe(1);
@@ -114,7 +116,15 @@ describe('metrics under a workload', () => {
       expect((await w.api.get(`/sessions/${session.id}`)).body.state).toBe('CANCELLED');
 
       const model = `e2e-${randomUUID().slice(0, 8)}`;
-      await w.api.ok('POST', '/cost-events', { task_id: task.id, usage_event_id: randomUUID(), model, cost_cents: 30, tokens_in: 10, tokens_cached_in: 0, tokens_out: 5 });
+      await w.api.ok('POST', '/cost-events', {
+        task_id: task.id,
+        usage_event_id: randomUUID(),
+        model,
+        cost_cents: 30,
+        tokens_in: 10,
+        tokens_cached_in: 0,
+        tokens_out: 5,
+      });
       const holds = await scrape('holds');
       expect(sample(holds, 'kandev_cost_cents_total', { model })).toBe(30);
       expect(sample(holds, 'kandev_tokens_total', { model, kind: 'output' })).toBe(5);

@@ -187,7 +187,7 @@ const productMetrics = {
   }),
   turnCancels: new Counter({
     name: 'kandev_turn_cancels_total',
-    help: "Turns cancelled (the session lives on), by who cancelled them",
+    help: 'Turns cancelled (the session lives on), by who cancelled them',
     labelNames: ['source'],
     registers: [registry],
   }),
@@ -210,7 +210,10 @@ const productMetrics = {
     labelNames: ['model'],
     registers: [registry],
   }),
-  pendingQuestionBundles: scrapedGauge('kandev_pending_question_bundles', 'Question bundles waiting for an answer (the whole deployment, read from the database)'),
+  pendingQuestionBundles: scrapedGauge(
+    'kandev_pending_question_bundles',
+    'Question bundles waiting for an answer (the whole deployment, read from the database)',
+  ),
   pendingQuestionOldestAge: scrapedGauge(
     'kandev_pending_question_oldest_age_seconds',
     'How long the oldest unanswered question bundle has waited (the whole deployment; 0 when none)',

@@ -61,7 +61,12 @@ describe('product metrics (orchestrator)', () => {
 
   it('counts stops by who asked: operator, parent agent, tree hold, budget', async () => {
     const stops = (source: string) => value('kandev_session_stops_total', { source });
-    const before = { operator: await stops('operator'), parent_agent: await stops('parent_agent'), tree_hold: await stops('tree_hold'), budget: await stops('budget') };
+    const before = {
+      operator: await stops('operator'),
+      parent_agent: await stops('parent_agent'),
+      tree_hold: await stops('tree_hold'),
+      budget: await stops('budget'),
+    };
 
     const byOperator = await running('operator stops me');
     await request(h.nc, Orch.taskStop, { actor: operator, task_id: byOperator.task.id });
