@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Orch, OrchBudget, OrchClarification, OrchMcpClarification, OrchTree } from '@kandev/contracts';
+import { KandevError, Orch, OrchBudget, OrchClarification, OrchMcpClarification, OrchPermission, OrchTree } from '@kandev/contracts';
 import { EventPublisher, request } from '@kandev/runtime';
 import { eventually, metricSample, scrapeMetrics } from '@kandev/testkit';
+import { FakeAgentPermissions } from './fake-permissions.js';
 import { agentToken, operator, startHarness, type Harness } from './harness.js';
 
 /**
@@ -11,8 +12,11 @@ import { agentToken, operator, startHarness, type Harness } from './harness.js';
  * the database at scrape time).
  */
 let h: Harness;
+let agent: FakeAgentPermissions;
 beforeAll(async () => {
   h = await startHarness();
+  agent = new FakeAgentPermissions(h.nc);
+  await agent.start();
 });
 afterAll(async () => h?.stop());
 
@@ -45,6 +49,27 @@ describe('product metrics (orchestrator)', () => {
       { execution_id: execOf(session.id).execution_id, how: 'exited', grace_ms: 0, reason: 'test', pid: null, exit_code: 1, signal: null },
     );
     await movedBy('kandev_sessions_failed_total', { ...agent, reason: 'execution_exited' }, failed, 1);
+  });
+
+  it('counts a failed launch as launch_failed, under the agent it was for', async () => {
+    const labels = { agent: 'scripted-codex', reason: 'launch_failed' };
+    const before = await value('kandev_sessions_failed_total', labels);
+    const ws = await h.workspace();
+    const task = await request(h.nc, Orch.taskCreate, {
+      actor: operator,
+      workspace_id: ws.id,
+      title: 'launch fails',
+      parent_id: null,
+      agent: 'scripted-codex',
+    });
+    h.life.launchFails = new KandevError('INTERNAL_ERROR', 'agent binary missing');
+    try {
+      await expect(h.startSession(task.id, 'work')).rejects.toMatchObject({ code: 'INTERNAL_ERROR' });
+    } finally {
+      h.life.launchFails = null;
+    }
+    expect(await value('kandev_sessions_failed_total', labels)).toBe(before + 1);
+    expect(await value('kandev_sessions_started_total', { agent: 'scripted-codex' })).toBeGreaterThanOrEqual(1);
   });
 
   it('observes a turn when it ends', async () => {
@@ -112,5 +137,20 @@ describe('product metrics (orchestrator)', () => {
     expect(metricSample(await scrape(), 'kandev_pending_permission_requests')).not.toBeNull();
     await request(h.nc, OrchClarification.respond, { actor: operator, bundle_id: wait.bundle.id, answers: [{ question_id: 'q', answer: 'left' }] });
     await movedBy('kandev_pending_question_bundles', {}, before, 0);
+  });
+
+  it('reports pending permission requests from the database until decided', async () => {
+    const before = await value('kandev_pending_permission_requests');
+    const { ws, task, session } = await running('asks permission');
+    const e = execOf(session.id);
+    const { permission_id } = await agent.ask({ workspace_id: ws.id, task_id: task.id, session_id: session.id }, e.execution_id, e.turn_id);
+    await movedBy('kandev_pending_permission_requests', {}, before, 1);
+    const row = await eventually(
+      async () => (await request(h.nc, OrchPermission.ofTask, { actor: operator, task_id: task.id })).find((p) => p.permission_id === permission_id) ?? null,
+      10_000,
+      10,
+    );
+    await request(h.nc, OrchPermission.respond, { actor: operator, permission_request_id: row.id, option_id: 'allow' });
+    await movedBy('kandev_pending_permission_requests', {}, before, 0);
   });
 });
