@@ -162,7 +162,7 @@ export async function holdTree(
     log,
   );
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
-  const { hold, teardowns, stopped } = await auditedFailure(rt, log, audit, () =>
+  const { hold, teardowns, stopped, members } = await auditedFailure(rt, log, audit, () =>
     rt.teardownYield.decision(() =>
       transact(rt, async (tx, emit) => {
         await serialiseHoldsOf(tx, root.workspace_id);
@@ -201,12 +201,12 @@ export async function holdTree(
         await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
         await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
         log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
-        metrics.holdMembers.observe({ mode }, members.length);
-        return { hold, teardowns: accepted.teardowns, stopped: accepted.cancelled.length };
+        return { hold, teardowns: accepted.teardowns, stopped: accepted.cancelled.length, members: members.length };
       }),
     ),
   );
-  // Committed: a budget's pause is this same hold, told apart by its caller.
+  // Committed (a retried transaction is counted once): a budget's pause is this same hold, told apart by its caller.
+  metrics.holdMembers.observe({ mode }, members);
   product.sessionsStopped(opts.source ?? 'tree_hold', stopped);
   const propagation = Promise.all([
     dispatchTeardowns(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
