@@ -148,8 +148,10 @@ export function observeHttpRequest(route: string, method: string | undefined, st
  */
 export function boundedLabel(max: number): (value: string | null | undefined) => string {
   const seen = new Set<string>();
-  return (value) => {
-    if (!value) return 'none';
+  return (raw) => {
+    if (!raw) return 'none';
+    // A name, not a payload: long values are cut to what a dashboard legend can show.
+    const value = raw.slice(0, 100);
     if (seen.has(value)) return value;
     if (seen.size >= max) return 'other';
     seen.add(value);
