@@ -208,6 +208,7 @@ describe('deploy/overlays/prod', () => {
     const exported = new Set((await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_sum`, `${m.name}_bucket`]));
     // Synthesised by Prometheus for every target, not exported.
     exported.add('up');
+    for (const n of NATS_EXPORTER_METRICS) exported.add(n);
     const alerts = rule.spec.groups.flatMap((g: { rules: { alert: string; expr: string }[] }) => g.rules);
     expect(alerts.length).toBeGreaterThan(5);
     const missing: string[] = [];
@@ -218,21 +219,61 @@ describe('deploy/overlays/prod', () => {
     expect(missing).toEqual([]);
   });
 
-  it('the Grafana dashboard is valid JSON whose queries use exported metrics', async () => {
-    const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod/kandev-dashboard.json'), 'utf8')) as {
-      panels: { title: string; targets: { expr: string }[] }[];
-    };
-    const exported = new Set((await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]));
-    const missing = dash.panels.flatMap((p) =>
-      p.targets.flatMap((t) =>
-        metricNames(t.expr)
-          .filter((n) => !exported.has(n))
-          .map((n) => `${p.title}: ${n}`),
-      ),
-    );
-    expect(missing).toEqual([]);
+  it.each(['kandev-dashboard.json', 'kandev-product-dashboard.json'])(
+    'the Grafana dashboard %s is valid JSON whose queries use exported metrics, shipped as a labelled ConfigMap',
+    async (file) => {
+      const dash = JSON.parse(readFileSync(join(DEPLOY, 'overlays/prod', file), 'utf8')) as {
+        panels: { title: string; targets: { expr: string }[] }[];
+      };
+      const exported = new Set([
+        ...(await registry.getMetricsAsJSON()).flatMap((m) => [m.name, `${m.name}_count`, `${m.name}_bucket`]),
+        ...NATS_EXPORTER_METRICS,
+      ]);
+      const missing = dash.panels.flatMap((p) =>
+        p.targets.flatMap((t) =>
+          metricNames(t.expr)
+            .filter((n) => !exported.has(n))
+            .map((n) => `${p.title}: ${n}`),
+        ),
+      );
+      expect(dash.panels.length).toBeGreaterThan(3);
+      expect(missing).toEqual([]);
+      const cm = objs.find((o) => o.kind === 'ConfigMap' && o.data?.[file]);
+      expect(cm?.metadata.labels?.grafana_dashboard, `${file} in a ConfigMap for Grafana's sidecar`).toBe('1');
+    },
+  );
+
+  it('scrapes NATS through the prometheus-nats-exporter sidecar, pinned, on a port the PodMonitor names and the network policy opens', () => {
+    const nats = objs.find((o) => o.kind === 'StatefulSet' && o.metadata.name === 'nats')!;
+    const exporter = nats.spec.template.spec.containers.find((c: { name: string }) => c.name === 'nats-exporter');
+    expect(exporter?.image).toMatch(/^natsio\/prometheus-nats-exporter:\d+\.\d+\.\d+$/);
+    expect(exporter.args).toEqual(expect.arrayContaining(['-varz', '-jsz=all', 'http://localhost:8222']));
+    const port = exporter.ports.find((p: { name: string }) => p.name === 'metrics').containerPort;
+    const monitor = objs.find((o) => o.kind === 'PodMonitor' && o.metadata.name === 'nats')!;
+    expect(monitor.spec.selector.matchLabels).toEqual({ 'app.kubernetes.io/name': 'nats' });
+    expect(monitor.spec.podMetricsEndpoints.map((e: { port: string }) => e.port)).toEqual(['metrics']);
+    // The prod policy that lets the monitoring namespace in.
+    const fromMonitoring = objs
+      .filter((o) => o.kind === 'NetworkPolicy' && o.spec.podSelector?.matchLabels?.['app.kubernetes.io/name'] === 'nats')
+      .flatMap((o) => o.spec.ingress as { from: { namespaceSelector?: unknown }[]; ports: { port: number }[] }[])
+      .filter((r) => r.from.some((f) => JSON.stringify(f.namespaceSelector ?? '').includes('monitoring')));
+    expect(fromMonitoring.flatMap((r) => r.ports.map((p) => p.port))).toContain(port);
   });
 });
+
+/**
+ * What the NATS sidecar (natsio/prometheus-nats-exporter with `-varz -jsz=all`, deploy/nats) exports
+ * that the alerts and dashboards read: its jsz collector's stream and consumer gauges and varz's
+ * route count, under the names of the pinned release.
+ */
+const NATS_EXPORTER_METRICS = [
+  'jetstream_consumer_num_pending',
+  'jetstream_consumer_num_redelivered',
+  'jetstream_consumer_num_ack_pending',
+  'jetstream_server_total_message_bytes',
+  'jetstream_server_max_storage',
+  'gnatsd_varz_routes',
+];
 
 /** PromQL function and keyword names, which look like metric names to the scan below. */
 const PROMQL_WORDS = new Set([
@@ -258,6 +299,8 @@ const PROMQL_WORDS = new Set([
   'le',
   'irate',
   'delta',
+  'absent',
+  'max_over_time',
 ]);
 
 /** The metric names an expression reads: identifiers not inside braces or brackets, not functions, not label names. */

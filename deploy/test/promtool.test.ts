@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { registry } from '@kandev/runtime';
-import { render } from './render.js';
+import { DEPLOY, render } from './render.js';
 
 /**
  * Prometheus's own tool over what an operator's Prometheus will load: the alert rules of the prod
@@ -23,16 +23,58 @@ function promtool(args: string[], input?: string) {
 const dir = mkdtempSync(join(tmpdir(), 'kandev-promtool-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
+const rule = render('overlays/prod').find((o) => o.kind === 'PrometheusRule');
+const rulesFile = join(dir, 'rules.yaml');
+if (rule) writeFileSync(rulesFile, stringify({ groups: rule.spec.groups }));
+const alertNames = (): string[] => (rule!.spec.groups as { rules: { alert: string }[] }[]).flatMap((g) => g.rules.map((r) => r.alert));
+
 describe('promtool', () => {
   it('accepts the alert rules of the prod overlay', () => {
-    const rule = render('overlays/prod').find((o) => o.kind === 'PrometheusRule');
     expect(rule, 'the prod overlay has a PrometheusRule').toBeDefined();
-    const file = join(dir, 'rules.yaml');
-    writeFileSync(file, stringify({ groups: rule!.spec.groups }));
-    const check = promtool(['check', 'rules', file]);
+    const check = promtool(['check', 'rules', rulesFile]);
     expect(check.status, `${check.stdout}${check.stderr}`).toBe(0);
     const alerts = (rule!.spec.groups as { rules: unknown[] }[]).flatMap((g) => g.rules).length;
     expect(check.stdout).toContain(`SUCCESS: ${alerts} rules found`);
+  });
+
+  it('passes the unit tests of the alerts (deploy/alerts.test.yaml), which test every alert', () => {
+    // promtool resolves rule_files beside the tests file: both go to the same directory.
+    const tests = join(dir, 'alerts.test.yaml');
+    copyFileSync(join(DEPLOY, 'alerts.test.yaml'), tests);
+    const run = promtool(['test', 'rules', tests]);
+    expect(run.status, `${run.stdout}${run.stderr}`).toBe(0);
+    expect(run.stdout).toContain('SUCCESS');
+    const tested = new Set(
+      (parse(readFileSync(tests, 'utf8')) as { tests: { alert_rule_test: { alertname: string; exp_alerts: unknown[] }[] }[] }).tests.flatMap((t) =>
+        t.alert_rule_test.filter((a) => a.exp_alerts.length > 0).map((a) => a.alertname),
+      ),
+    );
+    expect(
+      alertNames().filter((a) => !tested.has(a)),
+      'alerts with no test that fires them',
+    ).toEqual([]);
+  });
+
+  it('points every alert at a runbook section that docs/operations.md has', () => {
+    // GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes.
+    const anchors = new Set(
+      readFileSync(join(DEPLOY, '../docs/operations.md'), 'utf8')
+        .split('\n')
+        .filter((l) => l.startsWith('## '))
+        .map((l) =>
+          l
+            .slice(3)
+            .trim()
+            .toLowerCase()
+            .replace(/[^a-z0-9 _-]/g, '')
+            .replace(/ /g, '-'),
+        ),
+    );
+    const missing = (rule!.spec.groups as { rules: { alert: string; annotations?: { runbook_url?: string } }[] }[])
+      .flatMap((g) => g.rules)
+      .filter((r) => !anchors.has(r.annotations?.runbook_url?.split('#')[1] ?? ''))
+      .map((r) => `${r.alert}: ${r.annotations?.runbook_url ?? 'no runbook_url'}`);
+    expect(missing).toEqual([]);
   });
 
   it('finds nothing to fix in the metrics the services export', async () => {

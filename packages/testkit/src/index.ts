@@ -12,3 +12,4 @@ export * from './poison.js';
 export * from './nats-cluster.js';
 export * from './probe.js';
 export * from './agent-uids.js';
+export * from './metrics.js';

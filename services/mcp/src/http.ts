@@ -16,6 +16,8 @@ import {
   context,
   httpServerAttributes,
   httpServerSpanName,
+  observeHttpRequest,
+  product,
   propagation,
   SpanKind,
   trace,
@@ -283,7 +285,12 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
     const method = req.method ?? 'GET';
     const span = tracer().startSpan(httpServerSpanName(method, MCP_ROUTE), { kind: SpanKind.SERVER }, parent);
     if (span.isRecording()) span.setAttributes(httpServerAttributes(method, MCP_ROUTE, path));
+    const started = performance.now();
+    const ended = product.mcpRequestStarted();
+    // `close` comes once the response is sent or the connection dropped: the request is over either way.
     res.once('close', () => {
+      ended();
+      observeHttpRequest(MCP_ROUTE, method, res.statusCode, (performance.now() - started) / 1000);
       span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.statusCode);
       if (res.statusCode >= 500) {
         span.setAttribute(ATTR_ERROR_TYPE, String(res.statusCode));

@@ -8,6 +8,7 @@ import {
   inSpan,
   MCP_METHOD_NAME_VALUE_TOOLS_CALL,
   metrics,
+  product,
   SpanKind,
   type AgentClaims,
   type Context,
@@ -56,7 +57,8 @@ export async function callTool(tool: Tool | undefined, requested: string, args: 
       });
     }
     const started = performance.now();
-    const result = await runTool(tool, requested, args, scope);
+    const ended = product.mcpToolCallStarted();
+    const result = await runTool(tool, requested, args, scope).finally(ended);
     const code = result.isError ? String((result.structuredContent as { code?: unknown } | undefined)?.code ?? 'INTERNAL_ERROR') : 'OK';
     if (result.isError) {
       span.setAttribute('kandev.error_code', code);

@@ -4,6 +4,7 @@ import {
   consumeEventBatches,
   consumeEvents,
   packageVersion,
+  readOnScrape,
   RegistryReader,
   SERVICE_KEYS,
   type ServiceDefinition,
@@ -33,6 +34,7 @@ import {
 } from './flows/transcript.js';
 import { TeardownYield } from './flows/teardown-yield.js';
 import { auditBusRefusal } from './flows/bus-refusals.js';
+import { pendingForPeople } from './store/pending.js';
 
 /** Tasks, sessions, turns, the message queue; authorization; stop, interrupt and cancel orchestration; launch fences. */
 export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
@@ -80,5 +82,17 @@ export const orchestratorService: ServiceDefinition<typeof OrchestratorEnv> = {
     );
     rt.onStop(() => transcript.stop());
     rt.onStop(startReconciler(rt));
+    // Questions and permission requests waiting on people, read from the database when scraped:
+    // the same deployment-wide number from every replica (kept per replica, it would sum wrong).
+    // One read serves the four gauges of a scrape.
+    let read: { at: number; value: ReturnType<typeof pendingForPeople> } | null = null;
+    const pending = () => {
+      if (!read || Date.now() - read.at > 1000) read = { at: Date.now(), value: pendingForPeople(rt.sql) };
+      return read.value;
+    };
+    readOnScrape('kandev_pending_question_bundles', async () => (await pending()).questions.count);
+    readOnScrape('kandev_pending_question_oldest_age_seconds', async () => (await pending()).questions.oldestAgeS);
+    readOnScrape('kandev_pending_permission_requests', async () => (await pending()).permissions.count);
+    readOnScrape('kandev_pending_permission_oldest_age_seconds', async () => (await pending()).permissions.oldestAgeS);
   },
 };

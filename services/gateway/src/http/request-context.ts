@@ -7,7 +7,7 @@ import {
   context,
   httpServerAttributes,
   httpServerSpanName,
-  metrics,
+  observeHttpRequest,
   propagation,
   SpanKind,
   trace,
@@ -157,7 +157,7 @@ export function finishRequest(req: FastifyRequest, status: number): void {
     k.span.end();
   }
   // Untraced routes (probes, /metrics, console files) are not the API: RED metrics are for the API.
-  if (k.span) metrics.httpRequestDuration.observe({ route: k.route, method: req.method, code: String(status) }, durationMs / 1000);
+  if (k.span) observeHttpRequest(k.route, req.method, status, durationMs / 1000);
   const line = {
     method: req.method,
     route: k.route,

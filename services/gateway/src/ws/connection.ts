@@ -1,6 +1,6 @@
 import { ROOT_CONTEXT } from '@opentelemetry/api';
 import { badRequest, isKandevError, type ErrorBody } from '@kandev/contracts';
-import { ATTR_ENDUSER_ID, inSpan, metrics, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
+import { ATTR_ENDUSER_ID, inSpan, metrics, product, propagation, SpanKind, type Logger, type NatsConnection } from '@kandev/runtime';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import type { RawData, WebSocket } from 'ws';
@@ -48,6 +48,7 @@ export class WsHub {
     const id = randomUUID();
     const client = new WsClient(id, socket, operator.actor, this.deps.log.child({ ws_connection: id, operator: operator.actor.id }));
     this.#clients.add(client);
+    const closed = product.wsConnectionOpened();
     client.log.info({ request_id: req.kandev.requestId }, 'websocket connected');
 
     let expiry: NodeJS.Timeout | undefined;
@@ -68,6 +69,7 @@ export class WsHub {
     });
     socket.on('message', (data, isBinary) => void this.#onMessage(client, data, isBinary));
     socket.on('close', (code) => {
+      closed();
       clearTimeout(expiry);
       this.#clients.delete(client);
       this.subscriptions.removeClient(client);

@@ -1,5 +1,6 @@
 import type { Actor, Holds, RequestOf } from '@kandev/contracts';
 import { conflict } from '@kandev/contracts';
+import { product } from '@kandev/runtime';
 import { recordCost, treeCost, type CostRow } from '../store/costs.js';
 import { actAfterReply, budgetForSummary, checkBudget, transactEvents, type Crossing } from './budget.js';
 import type { CallContext, HoldsRuntime } from './context.js';
@@ -44,6 +45,15 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
     if (!recorded.duplicate) found.crossing = await checkBudget(tx, emit, task.id);
     return recorded;
   });
+  // Committed and new (a replayed usage event counts once): the spend the spending alerts read.
+  if (!duplicate)
+    product.costRecorded({
+      model: row.model,
+      tokens_in: Number(row.tokens_in),
+      tokens_cached_in: Number(row.tokens_cached_in),
+      tokens_out: Number(row.tokens_out),
+      cost_cents: Number(row.cost_cents),
+    });
   if (found.crossing) actAfterReply(rt, call, found.crossing);
   // A usage id is global; one already used by another task is the caller's mistake, not a duplicate.
   if (duplicate && row.task_id !== task.id) throw conflict('usage_event_id is already recorded for another task');

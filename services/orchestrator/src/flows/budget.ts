@@ -72,7 +72,9 @@ export async function budgetCrossed(rt: OrchRuntime, call: CallContext, req: Req
   if (!holdId) {
     try {
       // The crossing's key is the pause's request id: on the hold, its audit rows, its stops.
-      holdId = (await holdTree(rt, { requestId: req.key }, BUDGET_ACTOR, root.id, 'pause', BUDGET_HOLD.reason, { createdBy: BUDGET_HOLD.created_by })).hold.id;
+      holdId = (
+        await holdTree(rt, { requestId: req.key }, BUDGET_ACTOR, root.id, 'pause', BUDGET_HOLD.reason, { createdBy: BUDGET_HOLD.created_by, source: 'budget' })
+      ).hold.id;
     } catch (e) {
       if (!isKandevError(e) || e.code !== 'CONFLICT') throw e;
       // Another replica's report of this crossing made the hold, or another hold has a member.

@@ -1,5 +1,5 @@
 import { actorLabel, conflict, isActiveSession, isKandevError, KandevError, Life, notFound, type Actor, type EventType } from '@kandev/contracts';
-import { buildEvent, request, transaction, type EventScope } from '@kandev/runtime';
+import { buildEvent, product, request, transaction, type EventScope } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { mayMoveToReview, sessionStateAfterTurn } from '../domain/transitions.js';
 import { StopReasons, type StopPlan } from '../domain/stop.js';
@@ -111,8 +111,12 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
       return { s, res };
     });
+    // Committed: an operator's cancel (the API) or an agent's (its MCP tool, through the same endpoint).
+    const source = actor.type === 'agent' ? 'parent_agent' : 'operator';
     if (result && 'escalated' in result && result.escalated) {
       const { s, error, cancelled } = result.escalated;
+      // The agent ignored the cancel and is being torn down: that is a stop of its session.
+      if (cancelled) product.sessionsStopped(source, 1);
       log.warn({ task_id: s.task_id, execution_id: s.execution_id, details: error.details }, 'agent did not acknowledge the cancel; it is being torn down');
       // The task follows the stop pipeline's rule, in a transaction of its own: this one
       // held the session's guard, and the task's lock is taken before a session's, never after.
@@ -125,7 +129,10 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
       afterReply(call, () => publish(review ? [review] : []));
       throw conflict(error.message, { ...error.details, session_id: sessionId, session_state: 'CANCELLED' });
     }
-    if (result) log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
+    if (result) {
+      product.turnCancelled(source);
+      log.info({ task_id: result.s.task_id, execution_id: result.s.execution_id, turn_id: result.res.turn_id }, 'turn cancelled');
+    }
     // Committed: the reply goes first, the events once it is sent.
     afterReply(call, publish);
   } catch (e) {

@@ -1,5 +1,5 @@
 import { isActiveSession, type EventEnvelope } from '@kandev/contracts';
-import { processOnce } from '@kandev/runtime';
+import { processOnce, product, type SessionFailure } from '@kandev/runtime';
 import { sessionStateAfterExecutionEnd, sessionStateAfterTurn, turnEndAfterExecutionEnd } from '../domain/transitions.js';
 import { recordAudit } from '../store/audit.js';
 import { lockSession } from '../store/sessions.js';
@@ -30,7 +30,10 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
   if (!sessionId || !taskId) return;
   const staged: EventEnvelope[] = [];
   let drained = false;
+  // What this event ended, counted once its transaction commits (a retried transaction starts over).
+  let counted: { turn?: { agent: string | null; seconds: number }; failed?: { agent: string | null; reason: SessionFailure } } = {};
   await processOnce(rt.sql, LIFECYCLE_CONSUMER, ev.id, async (tx) => {
+    counted = {};
     const emit: Emit = async (type, scope, data) => void staged.push(await rt.outbox.add(tx, type, scope, data));
     // An execution's end may move the task (REVIEW), so its task is locked first: task → session is
     // the one lock order (ADR 0060). Taken the other way, a failed launch's repair (task, then its
@@ -48,6 +51,7 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
       case 'turn.completed': {
         const ended = await endTurn(rt, tx, emit, task, s, ev.data.turn_id, ev.data.stop_reason, ev.id);
         drained = ended.drained;
+        if (ended.seconds !== null) counted.turn = { agent: s.agent, seconds: ended.seconds };
         // A turn that ends `cancelled` here on a live session was not closed by a cancel or interrupt of
         // ours (those close it in their own transaction): the agent runtime cancelled it while our
         // request failed (its owner died, the database refused the commit). The control action took
@@ -73,12 +77,15 @@ export async function onLifecycleEvent(rt: OrchRuntime, ev: EventEnvelope): Prom
         const { how, exit_code, reason } = ev.data;
         const end = sessionStateAfterExecutionEnd(how, exit_code, reason);
         await changeSessionState(tx, emit, task, s, end.state, { error_message: end.error, reason: `execution_${how}` });
+        if (end.state === 'FAILED') counted.failed = { agent: s.agent, reason: executionFailure(how) };
         await reviewTaskIfNothingActive(tx, emit, task.id, `session_${end.state.toLowerCase()}`);
         return;
       }
     }
   });
   await rt.outbox.flush(staged);
+  if (counted.turn) product.turnEnded(counted.turn.agent, counted.turn.seconds);
+  if (counted.failed) product.sessionFailed(counted.failed.agent, counted.failed.reason);
   if (drained) rt.log.info({ task_id: taskId, session_id: sessionId }, 'queued message delivered after turn end');
 }
 
@@ -97,14 +104,19 @@ export async function endTurn(
   turnId: string,
   stopReason: string,
   requestId: string,
-): Promise<{ closed: boolean; drained: boolean }> {
-  const first = await completeTurn(tx, turnId, stopReason);
+): Promise<{ closed: boolean; drained: boolean; seconds: number | null }> {
+  const seconds = await completeTurn(tx, turnId, stopReason);
   // A turn another path already closed (a cancel, an interrupt or a stop did) changes nothing here.
-  if (!first) return { closed: false, drained: false };
+  if (seconds === null) return { closed: false, drained: false, seconds };
   if (stopReason === 'cancelled' && s.execution_id && isActiveSession(s.state))
     await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, turnId);
-  if (await openTurn(tx, s.id)) return { closed: true, drained: false };
+  if (await openTurn(tx, s.id)) return { closed: true, drained: false, seconds };
   const next = sessionStateAfterTurn(s.state);
   const idle = next ? await changeSessionState(tx, emit, task, s, next, { reason: `turn_${stopReason}` }) : s;
-  return { closed: true, drained: (await drainQueue(rt, { requestId }, tx, emit, task, idle)) !== null };
+  return { closed: true, drained: (await drainQueue(rt, { requestId }, tx, emit, task, idle)) !== null, seconds };
+}
+
+/** The failure label of an execution that ended without a stop (a fixed set: bounded). */
+function executionFailure(how: string): SessionFailure {
+  return how === 'exited' || how === 'lost' || how === 'killed' ? `execution_${how}` : 'execution_other';
 }

@@ -135,7 +135,7 @@ async function deliverMessage(
             completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'),
             auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null,
           ]);
-          if (closed)
+          if (closed !== null)
             await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, {
               type: 'agent',
               task_id: caller.id,

@@ -1,5 +1,5 @@
 import { ACTIVE_SESSION_STATES, isLiveExecution, type Execution } from '@kandev/contracts';
-import { repeatEvery, type Sql, type Tx } from '@kandev/runtime';
+import { product, repeatEvery, type Sql, type Tx } from '@kandev/runtime';
 import { recordAudit } from '../store/audit.js';
 import { sessionStateAfterExecutionEnd, statusOfStalledTask } from '../domain/transitions.js';
 import { recordedStopReason, StopReasons } from '../domain/stop.js';
@@ -143,15 +143,18 @@ async function failLostLaunches(rt: OrchRuntime): Promise<number> {
       const task = await lockTaskIfFree(tx, task_id);
       const s = task ? await lockSessionIfFree(tx, id) : null;
       // Re-check under the guard: an admission may have attached an execution since the listing.
-      if (!task || !s || s.state !== 'STARTING' || s.execution_id !== null) return false;
+      if (!task || !s || s.state !== 'STARTING' || s.execution_id !== null) return null;
       await completeOpenTurns(tx, s.id, 'error');
       await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: 'the launch was lost before an agent started', reason: 'launch_lost' });
       if (!(await activeHoldOfTask(tx, task.id))) await reviewTaskIfNothingActive(tx, emit, task.id, 'launch_lost');
       await reconcilerAudit(tx, task, 'reconcile.launch_lost', { session_id: s.id, after_ms: bound });
       rt.log.warn({ task_id: s.task_id, session_id: s.id, after_ms: bound }, 'session reconciled: STARTING with no execution; its launch was lost');
-      return true;
+      return { agent: s.agent };
     });
-    if (done) failed++;
+    if (done) {
+      failed++;
+      product.sessionFailed(done.agent, 'launch_lost');
+    }
   }
   return failed;
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { actorLabel, conflict, isKandevError, Life, notFound, type Actor, type QueuedMessage, type TaskStatus } from '@kandev/contracts';
 import { recordAudit } from '../store/audit.js';
-import { request } from '@kandev/runtime';
+import { product, request } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { assertQueueHasRoom, senderContext, sessionIsIdle } from '../domain/messages.js';
 import { earlyRefusal, refusalError, sessionStartVerdict, StartRefusals, type LiveSessionPolicy } from '../domain/start.js';
@@ -196,6 +196,8 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
   });
   if (decided.kind === 'answered') return decided.answer;
   const { task, session, epoch, previousStatus } = decided;
+  // Committed: a session now exists that is launching (its failure, if any, is counted apart).
+  product.sessionStarted(session.agent!);
   const log = rt.log.child({ task_id: task.id, session_id: session.id, request_id: call.requestId });
   try {
     const execution = await request(
@@ -233,8 +235,9 @@ export async function startSession(rt: OrchRuntime, call: CallContext, opts: Sta
     return { session: updated, turn_id: turnId };
   } catch (e) {
     log.warn({ err: e }, 'launch failed');
-    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message.slice(0, 500) : 'launch failed', previousStatus, opts.actor).catch((err) =>
-      log.error({ err }, 'could not record the failed launch; the reconciler will repair the task'),
+    await failStartingSession(rt, task, session.id, isKandevError(e) ? e.message.slice(0, 500) : 'launch failed', previousStatus, opts.actor).then(
+      (failed) => failed && product.sessionFailed(session.agent, 'launch_failed'),
+      (err) => log.error({ err }, 'could not record the failed launch; the reconciler will repair the task'),
     );
     throw e;
   }
@@ -273,16 +276,24 @@ async function keepPrompt(rt: OrchRuntime, tx: Tx, emit: Emit, task: TaskRow, se
  * before this start moved it to IN_PROGRESS, unless something else has happened since (another
  * active session, a stop, an operator move).
  */
-async function failStartingSession(rt: OrchRuntime, task: TaskRow, sessionId: string, message: string, previousStatus: TaskStatus | null, actor: Actor) {
-  await transact(rt, async (tx, emit) => {
+async function failStartingSession(
+  rt: OrchRuntime,
+  task: TaskRow,
+  sessionId: string,
+  message: string,
+  previousStatus: TaskStatus | null,
+  actor: Actor,
+): Promise<boolean> {
+  return transact(rt, async (tx, emit) => {
     const locked = await lockTask(tx, task.id);
     const s = (await lockSession(tx, sessionId))!;
-    if (s.state !== 'STARTING') return;
+    if (s.state !== 'STARTING') return false;
     await changeSessionState(tx, emit, task, s, 'FAILED', { error_message: message, reason: 'launch_failed' });
-    if (!locked || !previousStatus) return;
+    if (!locked || !previousStatus) return true;
     const others = (await activeSessionsOfTask(tx, task.id)).filter((o) => o.id !== s.id);
     const revert = statusAfterFailedLaunch(locked.status, previousStatus, others.length);
     if (revert) await changeTaskStatus(tx, emit, locked, revert, { actor, reason: 'launch_failed' });
+    return true;
   });
 }
 

@@ -11,7 +11,7 @@ import {
   type ResultOf,
   type SessionState,
 } from '@kandev/contracts';
-import { buildEvent, isNoResponders, request, type Logger, type RegistryReader, type Tx } from '@kandev/runtime';
+import { buildEvent, isNoResponders, product, request, type Logger, type RegistryReader, type StopSource, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import {
   decideStops,
@@ -260,6 +260,8 @@ interface PlannedStop {
 interface StopRun {
   taskId: string;
   actor: Actor;
+  /** Who asked, for the stops metric. */
+  source: StopSource;
   /** Reads under the locks and plans; runs first in the stop's transaction. */
   planner: (tx: Tx) => Promise<PlannedStop>;
   /** Attempt the REVIEW transition after accepted stops. */
@@ -358,6 +360,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   }
   const { result, publish } = done;
   const { accepted, teardowns, plan, reviewEvent, reviewed } = result;
+  product.sessionsStopped(run.source, accepted);
   const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
   if (reviewEvent && !reviewedNow)
     log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
@@ -484,6 +487,7 @@ export async function stopChildTask(rt: OrchRuntime, call: CallContext, callerTa
     const { accepted } = await runStop(rt, call, {
       taskId: targetTaskId,
       actor,
+      source: 'parent_agent',
       review: true,
       audit: { action: 'mcp.stop_task' },
       idleOutcome: 'not_running',
@@ -536,6 +540,7 @@ export async function stopTask(rt: OrchRuntime, call: CallContext, actor: Actor,
   const { outcomes } = await runStop(rt, call, {
     taskId: task.id,
     actor,
+    source: actor.type === 'agent' ? 'parent_agent' : 'operator',
     review: true,
     audit: { action: 'task.stop', reason },
     idleOutcome: 'not_found',

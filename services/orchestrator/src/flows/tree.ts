@@ -13,7 +13,7 @@ import {
   type HoldMode,
   type TreePreview,
 } from '@kandev/contracts';
-import { metrics, request, type Logger } from '@kandev/runtime';
+import { metrics, product, request, type Logger, type StopSource } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { StopReasons, planTreeStop } from '../domain/stop.js';
 import { holdMembersOf, releaseConflict } from '../domain/tree.js';
@@ -148,7 +148,7 @@ export async function holdTree(
   taskId: string,
   mode: HoldMode,
   reason: string | null,
-  opts: { createdBy?: string } = {},
+  opts: { createdBy?: string; source?: StopSource } = {},
 ): Promise<{ hold: Hold }> {
   const root = await accessibleRoot(rt, actor, taskId);
   const stopReason = mode === 'pause' ? StopReasons.treePause : StopReasons.treeCancel;
@@ -162,7 +162,7 @@ export async function holdTree(
     log,
   );
   // A stop decision in flight while it runs: answer-at-commit teardowns yield to it (ADR 0012).
-  const { hold, teardowns } = await auditedFailure(rt, log, audit, () =>
+  const { hold, teardowns, stopped, members } = await auditedFailure(rt, log, audit, () =>
     rt.teardownYield.decision(() =>
       transact(rt, async (tx, emit) => {
         await serialiseHoldsOf(tx, root.workspace_id);
@@ -201,11 +201,13 @@ export async function holdTree(
         await auditMembers(tx, hold, `tree.${mode}`, actor, reason, call.requestId, 'held');
         await emit('tree_hold.created', { workspace_id: root.workspace_id, task_id: root.id, actor }, { hold });
         log.info({ hold_id: hold.id, members: members.length, sessions: accepted.cancelled.length }, 'tree hold created');
-        metrics.holdMembers.observe({ mode }, members.length);
-        return { hold, teardowns: accepted.teardowns };
+        return { hold, teardowns: accepted.teardowns, stopped: accepted.cancelled.length, members: members.length };
       }),
     ),
   );
+  // Committed (a retried transaction is counted once): a budget's pause is this same hold, told apart by its caller.
+  metrics.holdMembers.observe({ mode }, members);
+  product.sessionsStopped(opts.source ?? 'tree_hold', stopped);
   const propagation = Promise.all([
     dispatchTeardowns(rt, call, teardowns, stopReason, log, (details) => audit('error:INTERNAL_ERROR', { ...details, hold_id: hold.id })),
     request(rt.nc, Holds.holdApplied, { hold }, { requestId: call.requestId }).catch((e) =>

@@ -22,10 +22,15 @@ export async function openTurn(q: Q, sessionId: string): Promise<Turn | null> {
   return row ?? null;
 }
 
-/** Idempotent: a turn completes once; later reports of the same turn change nothing. */
-export async function completeTurn(tx: Tx, id: string, stopReason: string): Promise<boolean> {
-  const rows = await tx`UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE id = ${id} AND completed_at IS NULL RETURNING id`;
-  return rows.length > 0;
+/**
+ * Idempotent: a turn completes once; later reports of the same turn change nothing. Returns how long
+ * the turn ran in seconds (null when it was already complete).
+ */
+export async function completeTurn(tx: Tx, id: string, stopReason: string): Promise<number | null> {
+  const [row] = await tx<{ seconds: number }[]>`
+    UPDATE turns SET completed_at = now(), stop_reason = ${stopReason} WHERE id = ${id} AND completed_at IS NULL
+    RETURNING extract(epoch FROM completed_at - started_at)::float8 AS seconds`;
+  return row ? row.seconds : null;
 }
 
 export async function completeOpenTurns(tx: Tx, sessionId: string, stopReason: string): Promise<void> {
