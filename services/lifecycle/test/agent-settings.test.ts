@@ -3,8 +3,10 @@ import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { taskHomeDir } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { randomUUID } from 'node:crypto';
-import { chmodSync, lstatSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readSettings, SETTINGS_LIMITS } from '../src/isolation/agent-settings.js';
 import {
@@ -243,8 +245,57 @@ describe('readSettings', () => {
 
     const fifoDir = join(dir, 'fifo');
     mkdirSync(fifoDir);
-    const { execFileSync } = await import('node:child_process');
     execFileSync('mkfifo', [join(fifoDir, 'pipe')]);
     await expect(refused({ source: fifoDir, home_path: '.x' })).rejects.toThrow('is neither a file nor a directory');
+  });
+});
+
+describe("writeSettings with the lifecycle pod's capabilities", () => {
+  const dir = tmpStateDir();
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('rewrites the settings in a home the last execution’s uid left behind, with CHOWN and DAC_READ_SEARCH but no DAC_OVERRIDE or FOWNER', () => {
+    const src = settingsDir(join(dir, 'src'));
+    // A home as a finished execution hands it back (deploy/base/lifecycle.yaml, docs/security.md):
+    // root's 0700 at the top, its `.codex` still the old uid's 0700, with an edited config.
+    const home = join(dir, 'home');
+    const old = 29_977;
+    mkdirSync(join(home, '.codex', 'prompts'), { recursive: true, mode: 0o700 });
+    writeFileSync(join(home, '.codex', 'config.toml'), 'edited by the agent\n', { mode: 0o600 });
+    for (const p of ['.codex', '.codex/prompts', '.codex/config.toml']) chownSync(join(home, p), old, old);
+    chmodSync(join(home, '.codex'), 0o700);
+    chmodSync(home, 0o700);
+    // lifecycle's compiled module, run as root with exactly the pod's capabilities (setpriv), nothing else.
+    const module = fileURLToPath(new URL('../dist/isolation/agent-settings.js', import.meta.url));
+    const program = `
+      import { openSync } from 'node:fs';
+      const m = await import(${JSON.stringify(module)});
+      const settings = await m.readSettings('x', { source: ${JSON.stringify(src)}, home_path: '.codex' });
+      await m.writeSettings(openSync(${JSON.stringify(home)}, 'r'), settings);
+      console.log('written');`;
+    const out = execFileSync(
+      'setpriv',
+      ['--inh-caps=-all', '--bounding-set=-all,+setuid,+setgid,+chown,+kill,+dac_read_search', process.execPath, '--input-type=module', '-e', program],
+      { encoding: 'utf8' },
+    );
+    expect(out.trim()).toBe('written');
+    expect(readFileSync(join(home, '.codex', 'config.toml'), 'utf8')).toBe(CONFIG);
+    expect(readFileSync(join(home, '.codex', 'prompts', 'review.md'), 'utf8')).toBe(PROMPT);
+    // Root's until the home's chown hands it to the next execution (agent-isolation.ts place()).
+    expect(statSync(join(home, '.codex'))).toMatchObject({ uid: 0, gid: 0 });
+  });
+
+  it('the same without DAC_READ_SEARCH is refused: the capability set above is the least that works', () => {
+    const home = join(dir, 'home2');
+    mkdirSync(join(home, '.codex'), { recursive: true, mode: 0o700 });
+    chownSync(join(home, '.codex'), 29_977, 29_977);
+    const module = fileURLToPath(new URL('../dist/isolation/agent-settings.js', import.meta.url));
+    const program = `
+      import { openSync } from 'node:fs';
+      const m = await import(${JSON.stringify(module)});
+      await m.writeSettings(openSync(${JSON.stringify(home)}, 'r'), { homeParts: ['.codex'], entries: [{ kind: 'file', name: 'a', data: Buffer.from('x') }] });`;
+    expect(() =>
+      execFileSync('setpriv', ['--inh-caps=-all', '--bounding-set=-all,+chown', process.execPath, '--input-type=module', '-e', program], { stdio: 'pipe' }),
+    ).toThrow(/EACCES/);
   });
 });

@@ -1,6 +1,6 @@
 import { homePathParts, loadCatalogue, type SettingsFrom } from '@kandev/agentctl/catalogue';
 import { constants } from 'node:fs';
-import { close, fchmod, fstat, lstat, open, readdir, read, rm, unlink, write } from 'node:fs';
+import { close, fchmod, fchown, fstat, lstat, open, readdir, read, rm, unlink, write } from 'node:fs';
 import { basename } from 'node:path';
 import { promisify } from 'node:util';
 import { at, closeFd, openDirAt, RefusedPath } from './dir-fd.js';
@@ -50,6 +50,7 @@ const pOpen = promisify(open);
 const pClose = promisify(close);
 const pFstat = promisify(fstat);
 const pFchmod = promisify(fchmod);
+const pFchown = promisify(fchown);
 const pLstat = promisify(lstat);
 const pReaddir = promisify(readdir);
 const pRead = promisify(read);
@@ -248,7 +249,13 @@ async function writeEntries(dirFd: number, entries: readonly SettingsEntry[]): P
   }
 }
 
-/** A directory below `dirFd`, made (0700) or reused (made 0700); a link or a file in its place is removed first. */
+/**
+ * A directory below `dirFd`, made or reused, this process's and 0700 until the home's chown; a link or a
+ * file in its place is removed first. A reused one (the last execution's `.codex`) still belongs to
+ * that execution's uid with 0700: the lifecycle pod's root has DAC_READ_SEARCH and CHOWN but not
+ * DAC_OVERRIDE or FOWNER (deploy/base/lifecycle.yaml), so it could open that directory but neither
+ * write in it nor chmod it. Taken back first (fchown, on the descriptor), it can.
+ */
 async function dirAt(dirFd: number, name: string): Promise<number> {
   let fd: number;
   try {
@@ -258,7 +265,16 @@ async function dirAt(dirFd: number, name: string): Promise<number> {
     await removeAt(dirFd, name);
     fd = await openDirAt(dirFd, name, 0o700);
   }
-  await pFchmod(fd, 0o700);
+  try {
+    // This process's own ids: root in the pod; where agents share lifecycle's uid it owns them already.
+    const st = await pFstat(fd);
+    const [uid, gid] = [process.geteuid!(), process.getegid!()];
+    if (st.uid !== uid || st.gid !== gid) await pFchown(fd, uid, gid);
+    await pFchmod(fd, 0o700);
+  } catch (e) {
+    await closeFd(fd);
+    throw e;
+  }
   return fd;
 }
 
