@@ -27,7 +27,6 @@ const BASELINE_CAPABILITIES = new Set([
 /** Volume types `restricted` allows. */
 const RESTRICTED_VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim', 'projected', 'secret'];
 
-/* eslint-disable @typescript-eslint/no-explicit-any -- rendered YAML, checked field by field */
 export function podSecurityViolations(pod: any, level: PodSecurityLevel): string[] {
   if (level === 'privileged') return [];
   const out: string[] = [];
