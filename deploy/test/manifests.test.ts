@@ -160,7 +160,7 @@ describe.each(OVERLAYS)('deploy/%s', (overlay) => {
         if (!level || !POD_SECURITY_LEVELS.includes(level)) problems.push(`Namespace/${ns.metadata.name}: pod-security.kubernetes.io/${mode}`);
         if (!labels[`pod-security.kubernetes.io/${mode}-version`]) problems.push(`Namespace/${ns.metadata.name}: pod-security.kubernetes.io/${mode}-version`);
       }
-      enforced.set(ns.metadata.name, labels['pod-security.kubernetes.io/enforce']);
+      enforced.set(ns.metadata.name, labels['pod-security.kubernetes.io/enforce'] as PodSecurityLevel);
     }
     for (const w of workloads(objs)) {
       const ns = (w.metadata as { namespace?: string }).namespace!;

@@ -26,13 +26,14 @@ describe('podSecurityViolations', () => {
   });
 
   it('refuses host namespaces, hostPath, privileged containers and a missing seccomp profile', () => {
-    const pod = { ...restrictedPod(), hostNetwork: true, volumes: [{ name: 'h', hostPath: { path: '/' } }] } as ReturnType<typeof restrictedPod> & {
-      hostNetwork: boolean;
-    };
-    pod.containers[0]!.securityContext = { ...pod.containers[0]!.securityContext, privileged: true } as never;
+    // A copy as loose as rendered YAML is.
+    const pod = JSON.parse(JSON.stringify(restrictedPod()));
+    pod.hostNetwork = true;
+    pod.volumes = [{ name: 'h', hostPath: { path: '/' } }];
+    pod.containers[0].securityContext.privileged = true;
     expect(podSecurityViolations(pod, 'baseline')).toEqual(['hostNetwork', 'volume h: hostPath', 'app: privileged']);
-    const noSeccomp = restrictedPod();
-    noSeccomp.securityContext = { runAsNonRoot: true, runAsUser: 1000 } as never;
+    const noSeccomp = JSON.parse(JSON.stringify(restrictedPod()));
+    delete noSeccomp.securityContext.seccompProfile;
     expect(podSecurityViolations(noSeccomp, 'restricted')).toEqual(['app: seccompProfile RuntimeDefault or Localhost']);
   });
 });
