@@ -8,12 +8,14 @@ import { chmodSync, chownSync, lstatSync, mkdirSync, readFileSync, rmSync, statS
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentIsolation } from '../src/isolation/agent-isolation.js';
 import { readSettings, SETTINGS_LIMITS } from '../src/isolation/agent-settings.js';
 import {
   EventLog,
   FakeOrchestrator,
   killHard,
   launch,
+  log,
   launchRequest,
   natsClient,
   promptAt,
@@ -247,6 +249,27 @@ describe('readSettings', () => {
     mkdirSync(fifoDir);
     execFileSync('mkfifo', [join(fifoDir, 'pipe')]);
     await expect(refused({ source: fifoDir, home_path: '.x' })).rejects.toThrow('is neither a file nor a directory');
+  });
+});
+
+describe('settings_from where agents share lifecycle’s uid', () => {
+  const dir = tmpStateDir();
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('gives an agent with settings its task’s home, never the user’s own; one without keeps the user’s', async () => {
+    const workRoot = join(dir, 'work');
+    mkdirSync(workRoot, { recursive: true });
+    const iso = new AgentIsolation({ workRoot, uidRange: '29000-29001', setting: 'off', log, uidLockDir: join(dir, 'locks') });
+    expect(iso.mode).toBe('same_uid');
+    const settings = await readSettings('x', { source: settingsDir(join(dir, 'src')), home_path: '.codex' });
+    const [ws, task] = [randomUUID(), randomUUID()];
+    const placed = await iso.place(randomUUID(), ws, task, null, settings);
+    expect(placed.home).toBe(taskHomeDir(workRoot, ws, task));
+    expect(placed.home).not.toBe(process.env.HOME);
+    expect(readFileSync(join(placed.home, '.codex', 'config.toml'), 'utf8')).toBe(CONFIG);
+    expect(statSync(join(placed.home, '.codex', 'config.toml')).mode & 0o777).toBe(0o600);
+    const plain = await iso.place(randomUUID(), randomUUID(), randomUUID(), null);
+    expect(plain.home).toBe(process.env.HOME);
   });
 });
 
