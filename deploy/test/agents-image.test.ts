@@ -198,6 +198,27 @@ describe('deploy/overlays/prod: lifecycle with real agents', () => {
     }
   });
 
+  it("mounts every settings file its catalogue names (settings_from), from a ConfigMap key, so lifecycle's start-up check passes", () => {
+    const path = env[CATALOGUE_ENV]!;
+    const volumeOf = (name: string) => pod.volumes.find((v: { name: string }) => v.name === name);
+    const catalogueMount = container.volumeMounts.find((m: { mountPath: string }) => m.mountPath === posix.dirname(path));
+    const cm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === volumeOf(catalogueMount.name).configMap.name)!;
+    const catalogue = CatalogueFile.parse(JSON.parse(cm.data[basename(path)]));
+    const sources = Object.values(catalogue).flatMap((e) => (e.settings_from ? [e.settings_from.source].flat() : []));
+    // Claude Code needs its settings.json: without it every kandev MCP call waits for an operator.
+    expect(catalogue['claude-code']!.settings_from).toMatchObject({ home_path: '.claude' });
+    expect(sources.length).toBeGreaterThan(0);
+    for (const source of sources) {
+      const mount = container.volumeMounts.find((m: { mountPath: string }) => source.startsWith(`${m.mountPath}/`));
+      expect(mount, `${source} is under a mounted volume`).toBeDefined();
+      const volume = volumeOf(mount.name);
+      const item = (volume.configMap.items ?? []).find((i: { path: string }) => `${mount.mountPath}/${i.path}` === source);
+      expect(item, `${source} is an item of ConfigMap ${volume.configMap.name}`).toBeDefined();
+      const data = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === volume.configMap.name)!.data;
+      expect(() => JSON.parse(data[item.key]), `${item.key} is JSON`).not.toThrow();
+    }
+  });
+
   it('hands agents exactly the provider keys of its Secret (an ExternalSecret in prod)', () => {
     const passthrough = env.AGENT_ENV_PASSTHROUGH!.split(',');
     const ext = objs.find((o) => o.kind === 'ExternalSecret' && o.spec.target.name === 'kandev-agent-providers')!;

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 
@@ -12,7 +12,7 @@ export type K8sObject = { apiVersion: string; kind: string; metadata: { name: st
 export function render(overlay: string): K8sObject[] {
   let out: string;
   try {
-    out = execFileSync('kubectl', ['kustomize', join(DEPLOY, overlay)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    out = execFileSync('kubectl', ['kustomize', resolve(DEPLOY, overlay)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   } catch (e) {
     throw new Error(`kubectl kustomize ${overlay} failed (kubectl with kustomize must be on PATH): ${(e as Error).message}`);
   }

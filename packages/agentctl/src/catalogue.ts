@@ -17,15 +17,49 @@ export interface AgentSpec {
   command: string;
   args: string[];
   env: Record<string, string>;
+  /** Read-only settings lifecycle copies into each execution's own home before the agent starts (docs/agents.md). */
+  settings_from?: SettingsFrom;
 }
 
 export const CATALOGUE_ENV = 'KANDEV_AGENT_CATALOGUE';
+
+/**
+ * `home_path` split into its components: relative to the execution's HOME, plain names only, so
+ * the copy can walk it by descriptor and never leave the home. `.` (or an empty path) is HOME
+ * itself. A string is the reason it is refused.
+ */
+export function homePathParts(homePath: string): string[] | string {
+  if (homePath.startsWith('/')) return "must be relative to the execution's HOME, not absolute";
+  const parts = homePath.split('/').filter((p) => p !== '' && p !== '.');
+  if (parts.some((p) => p === '..')) return 'must stay inside the execution\'s HOME (no "..")';
+  if (parts.some((p) => p.includes('\0'))) return 'must not contain NUL';
+  return parts;
+}
+
+/**
+ * Settings an agent reads from its home (Codex's `~/.codex`, Claude Code's `~/.claude`, Gemini's
+ * `~/.gemini`). `source` is a directory whose contents are copied, or files (one path or a list)
+ * copied by their own names, into `HOME/<home_path>`. Lifecycle makes the copy for each execution,
+ * because under root each one has a uid and a home of its own and cannot share a directory with
+ * the next (docs/agents.md, "Settings").
+ */
+export const SettingsFrom = z
+  .object({
+    source: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]),
+    home_path: z.string().superRefine((v, ctx) => {
+      const parts = homePathParts(v);
+      if (typeof parts === 'string') ctx.addIssue({ code: 'custom', message: `home_path ${parts}` });
+    }),
+  })
+  .strict();
+export type SettingsFrom = z.infer<typeof SettingsFrom>;
 
 const CatalogueEntry = z.object({
   protocol: AgentctlProtocol,
   command: z.string().min(1),
   args: z.array(z.string()).default([]),
   env: z.record(z.string(), z.string()).default({}),
+  settings_from: SettingsFrom.optional(),
 });
 export const CatalogueFile = z.record(z.string().min(1), CatalogueEntry);
 export type CatalogueFile = z.infer<typeof CatalogueFile>;
@@ -102,8 +136,18 @@ function readCatalogueFile(file: string): CatalogueFile {
   if (!parsed.success) throw new CatalogueError(`invalid ${CATALOGUE_ENV} file ${file}: ${z.prettifyError(parsed.error)}`);
   // A relative command path is relative to the catalogue file, so a catalogue can ship with its agents.
   const base = dirname(resolve(file));
-  for (const entry of Object.values(parsed.data)) {
-    if (entry.command.startsWith('./') || entry.command.startsWith('../')) entry.command = resolve(base, entry.command);
+  const relative = (p: string) => p.startsWith('./') || p.startsWith('../');
+  for (const [name, entry] of Object.entries(parsed.data)) {
+    if (relative(entry.command)) entry.command = resolve(base, entry.command);
+    const from = entry.settings_from;
+    if (!from) continue;
+    // Settings sources, like commands, may ship beside the catalogue; anything else must be absolute,
+    // since lifecycle and agentctl do not share a working directory.
+    const sources = (Array.isArray(from.source) ? from.source : [from.source]).map((p) => (relative(p) ? resolve(base, p) : p));
+    const loose = sources.find((p) => !isAbsolute(p));
+    if (loose)
+      throw new CatalogueError(`invalid ${CATALOGUE_ENV} file ${file}: agent "${name}": settings_from source ${loose} must be absolute or start with ./`);
+    from.source = Array.isArray(from.source) ? sources : sources[0]!;
   }
   return parsed.data;
 }

@@ -57,3 +57,42 @@ describe('the default agent catalogue', () => {
     }
   });
 });
+
+describe('settings_from in a catalogue entry (docs/agents.md, "Settings")', () => {
+  const write = (entry: unknown): { dir: string; env: NodeJS.ProcessEnv } => {
+    const dir = mkdtempSync(join(tmpdir(), 'kandev-catalogue-'));
+    writeFileSync(join(dir, 'catalogue.json'), JSON.stringify({ agent: { protocol: 'acp', command: '/bin/true', ...(entry as object) } }));
+    return { dir, env: { PATH: '', [CATALOGUE_ENV]: join(dir, 'catalogue.json') } };
+  };
+
+  it('keeps a directory or a list of files; a ./ source is relative to the catalogue file, like a command', () => {
+    const one = write({ settings_from: { source: './codex', home_path: '.codex' } });
+    const list = write({ settings_from: { source: ['/etc/kandev/claude/settings.json', './CLAUDE.md'], home_path: '.claude' } });
+    try {
+      expect(loadCatalogue(one.env).get('agent')!.settings_from).toEqual({ source: join(one.dir, 'codex'), home_path: '.codex' });
+      expect(loadCatalogue(list.env).get('agent')!.settings_from).toEqual({
+        source: ['/etc/kandev/claude/settings.json', join(list.dir, 'CLAUDE.md')],
+        home_path: '.claude',
+      });
+    } finally {
+      rmSync(one.dir, { recursive: true, force: true });
+      rmSync(list.dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a home_path outside HOME, a relative source without ./, and unknown keys', () => {
+    for (const [settings_from, words] of [
+      [{ source: '/etc/x', home_path: '../x' }, 'home_path must stay inside'],
+      [{ source: '/etc/x', home_path: '/root/.codex' }, 'home_path must be relative'],
+      [{ source: 'etc/x', home_path: '.x' }, 'settings_from source etc/x must be absolute or start with ./'],
+      [{ source: '/etc/x', home_path: '.x', mode: '0644' }, 'Unrecognized key'],
+    ] as const) {
+      const c = write({ settings_from });
+      try {
+        expect(() => loadCatalogue(c.env)).toThrow(words);
+      } finally {
+        rmSync(c.dir, { recursive: true, force: true });
+      }
+    }
+  });
+});

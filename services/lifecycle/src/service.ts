@@ -11,6 +11,7 @@ import { EventJournal } from './store/event-journal.js';
 import { ExecutionRegistry } from './store/registry.js';
 import { StateFile } from './store/state-file.js';
 import { AgentIsolation } from './isolation/agent-isolation.js';
+import { catalogueSettingsProblems } from './isolation/agent-settings.js';
 import { StoppingCpu } from './isolation/stopping-cpu.js';
 import { AgentNetwork, allowedLoopbackPorts } from './isolation/agent-network.js';
 import { ExecutionSupervisor } from './supervisor.js';
@@ -47,6 +48,14 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
     if (problems.length > 0) {
       const words = isolation.refusal(problems);
       log.error({ problems: problems.map((p) => ({ path: p.blocked, target: p.target.path })) }, words);
+      throw new Error(words);
+    }
+    // R-10.6 too: every settings_from source is read now, as each launch will read it, so a missing,
+    // unreadable or oversized one (or a link inside it) refuses the start in words.
+    const settingsProblems = await catalogueSettingsProblems(process.env);
+    if (settingsProblems.length > 0) {
+      const words = `the agent catalogue's settings cannot be used: ${settingsProblems.join('; ')}`;
+      log.error({ problems: settingsProblems }, words);
       throw new Error(words);
     }
     // The same check on every /readyz: a directory made private after the start stops launches too.

@@ -28,6 +28,7 @@ export const AgentEventKind = z.enum([
   'sigterm_ignored',
   'exit',
   'orphan',
+  'read_file',
 ]);
 export type AgentEventKind = z.infer<typeof AgentEventKind>;
 

@@ -1,5 +1,8 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import type { AgentEventSink } from './events.js';
 import { McpToolCaller, type McpTarget } from './mcp.js';
 import { parsePrompt, type ScriptStep, type Usage } from './script.js';
@@ -156,6 +159,10 @@ export class ScriptedTurn {
       const pid = await orphan(step.orphan.ignore_sigterm);
       log('orphan', { turn: this.id, orphan_pid: pid });
       await io.say(`orphan ${pid}`);
+    } else if ('read_file' in step) {
+      const text = await readFileStep(step.read_file);
+      log('read_file', { turn: this.id, path: step.read_file });
+      await io.say(text);
     } else {
       throw new Error(step.fail);
     }
@@ -176,6 +183,16 @@ export class ScriptedTurn {
       if (!this.cancelled) await io.toolCallFinished(toolCallId, 'failed');
       throw err;
     }
+  }
+}
+
+/** The `read_file` step's answer: the file's content, or the error code that kept the agent from it. */
+async function readFileStep(path: string): Promise<string> {
+  const full = path.startsWith('~/') ? join(homedir(), path.slice(2)) : path;
+  try {
+    return `read_file ${path}: ${await readFile(full, 'utf8')}`;
+  } catch (e) {
+    return `read_file ${path}: error ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
   }
 }
 

@@ -31,6 +31,12 @@ export const ScriptStep = z.union([
    * ignoring SIGTERM when `ignore_sigterm`; the agent says `orphan <pid>`.
    */
   z.object({ orphan: z.object({ ignore_sigterm: z.boolean().default(true) }) }),
+  /**
+   * Extension for tests of agent settings and homes (docs/agents.md, `settings_from`): the agent
+   * reads this file (`~/` is its HOME) and says `read_file <path>: <content>`, or
+   * `read_file <path>: error <code>` when it cannot (EACCES from another execution's home).
+   */
+  z.object({ read_file: z.string().min(1) }),
 ]);
 export type ScriptStep = z.infer<typeof ScriptStep>;
 export type Usage = z.infer<typeof UsageStep>['usage'];

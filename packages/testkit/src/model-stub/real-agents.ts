@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -54,57 +54,47 @@ export function codexProviderArgs(stubUrl: string, model = CODEX_MODEL): string[
 }
 
 /**
- * Writes `<dir>/catalogue.json` and the agents' homes under `dir`. Names: `codex` and
+ * Writes `<dir>/catalogue.json` and the agents' settings under `dir`. Names: `codex` and
  * `claude-code` run commands unasked; `codex-asks` and `claude-code-asks` ask for approval first;
  * `codex-unpriced` names a model without a price.
  */
 export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, dir: string): string {
-  // Each execution's agent gets a home of its own inside its task's directory, seeded with the
-  // test's settings (agent-home.sh): where lifecycle is root, every execution runs under a uid of
-  // its own (R-9.1), so a home shared by executions would hold files one uid wrote and the next
-  // cannot read, and a home of the machine's would run its profile scripts.
+  // Each agent's settings are named by its entry (`settings_from`, docs/agents.md "Settings") and
+  // lifecycle copies them into each execution's own home, where the agents' docs say they live
+  // (~/.codex, ~/.claude, ~/.gemini): where lifecycle is root every execution runs under a uid of its
+  // own (R-9.1), so a settings directory shared by executions would hold files one uid wrote and the
+  // next cannot read. An entry with settings also gets its task's home where agents share
+  // lifecycle's uid, so a run as a normal user never touches that user's own settings.
   const seeds = join(dir, 'seeds');
   const seed = (name: string, files: Record<string, unknown>) => {
     const root = join(seeds, name);
     mkdirSync(root, { recursive: true });
     for (const [path, content] of Object.entries(files)) {
       mkdirSync(dirname(join(root, path)), { recursive: true });
-      writeFileSync(join(root, path), JSON.stringify(content));
+      writeFileSync(join(root, path), typeof content === 'string' ? content : JSON.stringify(content));
     }
     return root;
   };
-  // Claude Code reads settings.json in CLAUDE_CONFIG_DIR. kandev's MCP tools are allowed in both (else
-  // Claude Code asks before each call); one config lets Bash run unasked, the other asks.
-  const claudeAllow = seed('claude-allow', { '.claude-config/settings.json': { permissions: { allow: ['mcp__kandev', 'Bash'] } } });
-  const claudeAsk = seed('claude-ask', { '.claude-config/settings.json': { permissions: { allow: ['mcp__kandev'] } } });
+  // Claude Code reads settings.json in its config directory (~/.claude). kandev's MCP tools are
+  // allowed in both (else Claude Code asks before each call); one config lets Bash run unasked, the other asks.
+  const claudeAllow = { source: seed('claude-allow', { 'settings.json': { permissions: { allow: ['mcp__kandev', 'Bash'] } } }), home_path: '.claude' };
+  const claudeAsk = { source: seed('claude-ask', { 'settings.json': { permissions: { allow: ['mcp__kandev'] } } }), home_path: '.claude' };
   // Gemini CLI keeps its settings in HOME/.gemini: without folder trust settled, it treats the
   // workspace as untrusted and falls back from --approval-mode yolo to "default" (every shell command then asks).
   // Usage statistics and update checks are off: tests run offline, and neither may reach Google from a CI machine.
-  const gemini = seed('gemini', {
-    '.gemini/settings.json': {
-      security: { folderTrust: { enabled: false } },
-      privacy: { usageStatisticsEnabled: false },
-      general: { enableAutoUpdate: false, enableAutoUpdateNotification: false },
-    },
-  });
-  const codex = seed('codex', {});
-  const wrapper = join(dir, 'agent-home.sh');
-  writeFileSync(
-    wrapper,
-    [
-      '#!/bin/sh',
-      '# Usage: agent-home.sh <agent binary> [args...]; AGENT_HOME_SEED names the settings to copy in.',
-      'set -e',
-      'HOME="$(pwd -P)/.agent-home"',
-      'export HOME CODEX_HOME="$HOME/.codex" CLAUDE_CONFIG_DIR="$HOME/.claude-config"',
-      'mkdir -p "$HOME" "$CODEX_HOME" "$CLAUDE_CONFIG_DIR"',
-      'cp -R "$AGENT_HOME_SEED/." "$HOME/"',
-      'exec "$@"',
-      '',
-    ].join('\n'),
-  );
-  const claudeEnv = (configSeed: string) => ({
-    AGENT_HOME_SEED: configSeed,
+  const gemini = {
+    source: seed('gemini', {
+      'settings.json': {
+        security: { folderTrust: { enabled: false } },
+        privacy: { usageStatisticsEnabled: false },
+        general: { enableAutoUpdate: false, enableAutoUpdateNotification: false },
+      },
+    }),
+    home_path: '.gemini',
+  };
+  // Codex is configured by `-c` (codexProviderArgs); its home gets a config.toml of its own all the same.
+  const codex = { source: seed('codex', { 'config.toml': '# kandev agents-e2e: settings come as -c overrides\n' }), home_path: '.codex' };
+  const claudeEnv = {
     ANTHROPIC_BASE_URL: stubUrl,
     ANTHROPIC_API_KEY: 'stub-key',
     // As root: claude-code-acp offers bypass mode when IS_SANDBOX has any value, and the Claude Code
@@ -112,42 +102,37 @@ export function writeRealAgentCatalogue(bins: RealAgentBins, stubUrl: string, di
     IS_SANDBOX: '1',
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
     DISABLE_AUTOUPDATER: '1',
-  });
-  const codexEnv = { AGENT_HOME_SEED: codex };
+  };
   // Gemini CLI: an API key and GOOGLE_GEMINI_BASE_URL, no Google sign-in.
-  const geminiEnv = { AGENT_HOME_SEED: gemini, GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
-  const run = (bin: string, args: string[]) => ({ command: wrapper, args: [bin, ...args] });
+  const geminiEnv = { GEMINI_API_KEY: 'stub-key', GOOGLE_GEMINI_BASE_URL: stubUrl };
+  const run = (bin: string, args: string[]) => ({ command: bin, args });
   const catalogue = {
     codex: {
       protocol: 'codex',
       ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="never"', '-c', 'sandbox_mode="danger-full-access"']),
-      env: codexEnv,
+      settings_from: codex,
     },
-    'codex-asks': { protocol: 'codex', ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"']), env: codexEnv },
+    'codex-asks': {
+      protocol: 'codex',
+      ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl), '-c', 'approval_policy="on-request"']),
+      settings_from: codex,
+    },
     'codex-unpriced': {
       protocol: 'codex',
       ...run(bins.codex, ['app-server', ...codexProviderArgs(stubUrl, UNPRICED_MODEL), '-c', 'approval_policy="never"']),
-      env: codexEnv,
+      settings_from: codex,
     },
-    'claude-code': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAllow) },
-    'claude-code-asks': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv(claudeAsk) },
-    gemini: { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'yolo']), env: geminiEnv },
-    'gemini-asks': { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'default']), env: geminiEnv },
+    'claude-code': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv, settings_from: claudeAllow },
+    'claude-code-asks': { protocol: 'acp', ...run(bins.claudeCodeAcp, []), env: claudeEnv, settings_from: claudeAsk },
+    gemini: { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'yolo']), env: geminiEnv, settings_from: gemini },
+    'gemini-asks': { protocol: 'acp', ...run(bins.gemini, ['--acp', '--approval-mode', 'default']), env: geminiEnv, settings_from: gemini },
   };
   const file = join(dir, 'catalogue.json');
   writeFileSync(file, JSON.stringify(catalogue, null, 2));
-  // Agents under uids of their own read the catalogue, the wrapper and the seeds, and write nothing here.
+  // agentctl reads the catalogue under each execution's uid; the seeds are read by lifecycle (root
+  // where agents have uids of their own), so they stay private to this run.
   chmodSync(dir, 0o711);
-  chmodSync(wrapper, 0o755);
   chmodSync(file, 0o644);
-  const open = (p: string) => {
-    for (const e of readdirSync(p, { withFileTypes: true })) {
-      const q = join(p, e.name);
-      if (e.isDirectory()) open(q);
-      chmodSync(q, e.isDirectory() ? 0o755 : 0o644);
-    }
-  };
-  chmodSync(seeds, 0o755);
-  open(seeds);
+  chmodSync(seeds, 0o700);
   return file;
 }

@@ -1,4 +1,4 @@
-import { CatalogueError, resolveAgent } from '@kandev/agentctl/catalogue';
+import { CatalogueError, resolveAgent, type AgentSpec } from '@kandev/agentctl/catalogue';
 import { processRef } from '@kandev/agentctl/process-tree';
 import { Orch, conflict, unavailable, validationError, type AgentctlReadyEvent, type Execution, type LaunchRequest } from '@kandev/contracts';
 import { request, signAgentToken } from '@kandev/runtime';
@@ -9,6 +9,7 @@ import { abandonLaunch, type LaunchFailure } from '../domain/launch.js';
 import { ownerSilenceBound } from '../domain/liveness.js';
 import { mcpPublicUrl } from '../env.js';
 import type { Placement } from '../isolation/agent-isolation.js';
+import { readSettings, SettingsError, type AgentSettings } from '../isolation/agent-settings.js';
 import type { LaunchGate } from '../launch-gate.js';
 import { LiveExecution } from '../live-execution.js';
 import type { Executions } from './context.js';
@@ -44,7 +45,7 @@ export async function launch(ctx: Executions, gate: LaunchGate, req: LaunchReque
     const prepared = await prepare(ctx, req);
     const started = performance.now();
     // A uid of its own and its task's directory, owned by it (R-9.1); refusals here change nothing.
-    const placement = await ctx.deps.isolation.place(req.execution_id, req.workspace_id, req.task_id, req.working_dir);
+    const placement = await ctx.deps.isolation.place(req.execution_id, req.workspace_id, req.task_id, req.working_dir, prepared.settings);
     let x: LiveExecution;
     try {
       x = spawn(ctx, req, prepared, placement);
@@ -80,15 +81,24 @@ function alreadyHere(ctx: Executions, req: LaunchRequest): Execution | null {
 }
 
 /** Everything that can refuse the launch before a process exists. */
-async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol: Execution['protocol']; token: string }> {
+async function prepare(ctx: Executions, req: LaunchRequest): Promise<Prepared> {
   const { registry, env, agentKey } = ctx.deps;
   const elsewhere = await registry.get(req.execution_id, req.task_id);
   if (elsewhere) throw conflict(`execution is already registered by ${elsewhere.instance_id}`, { execution_id: req.execution_id });
-  let protocol: Execution['protocol'];
+  let spec: AgentSpec;
   try {
-    protocol = resolveAgent(req.agent).protocol;
+    spec = resolveAgent(req.agent);
   } catch (e) {
     if (e instanceof CatalogueError) throw validationError(e.message, { agent: req.agent });
+    throw e;
+  }
+  // Read before a uid is taken: a source broken since the start (R-10.6 checked it then) refuses
+  // this launch in the same words, and nothing has been placed yet.
+  let settings: AgentSettings | undefined;
+  try {
+    settings = spec.settings_from ? await readSettings(spec.name, spec.settings_from) : undefined;
+  } catch (e) {
+    if (e instanceof SettingsError) throw unavailable(e.message, { agent: req.agent });
     throw e;
   }
   const token = await signAgentToken(agentKey, {
@@ -97,11 +107,17 @@ async function prepare(ctx: Executions, req: LaunchRequest): Promise<{ protocol:
     execution_id: req.execution_id,
     mode: req.mcp_mode ?? env.AGENT_MCP_MODE,
   });
-  return { protocol, token };
+  return { protocol: spec.protocol, token, settings };
+}
+
+interface Prepared {
+  protocol: Execution['protocol'];
+  token: string;
+  settings: AgentSettings | undefined;
 }
 
 /** Step 1: agentctl is started and the execution is registered STARTING (memory, KV, state file). */
-function spawn(ctx: Executions, req: LaunchRequest, prepared: { protocol: Execution['protocol']; token: string }, placement: Placement): LiveExecution {
+function spawn(ctx: Executions, req: LaunchRequest, prepared: Prepared, placement: Placement): LiveExecution {
   const { deps } = ctx;
   const { env } = deps;
   const log = deps.log.child({ task_id: req.task_id, session_id: req.session_id, execution_id: req.execution_id });

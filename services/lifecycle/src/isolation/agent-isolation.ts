@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { agentAccessProblems, agentTargets, isInside, refusal, type AccessProblem, type AgentPaths } from './agent-access.js';
 import type { AgentNetwork } from './agent-network.js';
+import { writeSettings, type AgentSettings } from './agent-settings.js';
 import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
 import { liveUids, ownCapEff } from './proc.js';
@@ -164,13 +165,16 @@ export class AgentIsolation {
    * it. Throws VALIDATION_ERROR (a working_dir refused as text, or reached through a symbolic link or
    * a file: ADR 0056) or UNAVAILABLE (no free uid, directory trouble), having released what it took.
    * Both directories are opened by descriptor from the work root before any owner changes, so a
-   * refused launch changes no file's owner.
+   * refused launch changes no file's owner. `settings` (the agent's `settings_from`, read already)
+   * are written into the home while it is still root's, then chowned with it (agent-settings.ts).
    */
-  async place(executionId: string, workspaceId: string, taskId: string, workingDir: string | null | undefined): Promise<Placement> {
+  async place(executionId: string, workspaceId: string, taskId: string, workingDir: string | null | undefined, settings?: AgentSettings): Promise<Placement> {
     const cwd = this.taskDir(workspaceId, taskId, workingDir);
     // Sharing this service's uid, an agent gains nothing from a home of its own, and keeps what
-    // the user set up in theirs (a `claude login`); with a uid of its own it cannot use ours.
-    const sharedHome = this.mode === 'same_uid' ? process.env.HOME : undefined;
+    // the user set up in theirs (a `claude login`); with a uid of its own it cannot use ours. An
+    // agent with `settings_from` gets the task's home in both modes: its settings are copied there,
+    // never over the user's own.
+    const sharedHome = this.mode === 'same_uid' && !settings ? process.env.HOME : undefined;
     const home = sharedHome || taskHomeDir(this.workRoot, workspaceId, taskId);
     const tmp = sharedHome ? process.env.TMPDIR || tmpdir() : join(home, 'tmp');
     const identity = this.mode === 'uid_per_execution' ? this.acquire(executionId) : null;
@@ -195,6 +199,7 @@ export class AgentIsolation {
         await openDirAt(fds[1]!, 'tmp', 0o700).then(closeFd, (e: unknown) => {
           if (!(e instanceof RefusedPath)) throw e;
         });
+      if (settings) await writeSettings(fds[1]!, settings);
       if (identity) {
         // A new execution of the task takes its directories over: a resume edits what the last
         // execution left (ADR 0017). By descriptor: ADR 0056.
