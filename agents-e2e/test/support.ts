@@ -47,7 +47,16 @@ export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealW
   const logs: LogLine[] = [];
   const w = await startAgentStack(
     // Real agents take seconds to start (Claude Code loads its CLI): a generous handshake bound.
-    { KANDEV_AGENT_CATALOGUE: file, TEARDOWN_GRACE_MS: '2000', LOG_LEVEL: 'info', LAUNCH_TIMEOUT_MS: '60000', ...env },
+    // Agents reach only the MCP endpoint on loopback (ADR 0057); the model stub stands in for the
+    // vendor's API, which a real deployment reaches off-host, so its port is allowed by name.
+    {
+      KANDEV_AGENT_CATALOGUE: file,
+      TEARDOWN_GRACE_MS: '2000',
+      LOG_LEVEL: 'info',
+      LAUNCH_TIMEOUT_MS: '60000',
+      AGENT_LOOPBACK_PORTS: new URL(stub.url).port,
+      ...env,
+    },
     {
       onLog: (service, line) => {
         try {

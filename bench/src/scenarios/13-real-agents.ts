@@ -65,6 +65,8 @@ const scenario: Scenario = {
       KANDEV_AGENT_CATALOGUE: writeRealAgentCatalogue(bins, stub.url, dir),
       LAUNCH_TIMEOUT_MS: '60000',
       TEARDOWN_GRACE_MS: '2000',
+      // The model stub is on loopback, where agents reach only what is allowed (ADR 0057).
+      AGENT_LOOPBACK_PORTS: new URL(stub.url).port,
     });
     ctx.defer(() => b.stop());
     const ws = await WsClient.connect(b.stack.wsUrl, b.token);
