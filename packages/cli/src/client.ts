@@ -1,4 +1,6 @@
 import type {
+  Inbox,
+  InboxItem,
   Orch,
   OrchOperatorExtras,
   OrchTree,
@@ -8,6 +10,7 @@ import type {
   SessionDetail,
   TaskListItem,
   TaskWithSessions,
+  TreeBudget,
   TreePreview,
   Workspace,
   Task,
@@ -18,25 +21,8 @@ export interface Page<T> {
   items: T[];
   next_cursor: string | null;
 }
-/** `PUT /tasks/:id/tree/budget`'s answer (INTERFACES.md; the holds service owns the route). */
-export interface TreeBudget {
-  task_id: string;
-  limit_cents: number;
-  warn_percent: number;
-  spent_cents: number;
-  state: 'ok' | 'warned' | 'exceeded';
-  hold_id: string | null;
-}
-/** One row of `GET /inbox` (INTERFACES.md). */
-export interface InboxItem {
-  kind: 'clarification' | 'permission';
-  id: string;
-  task_id: string;
-  task_title: string;
-  session_id: string;
-  created_at: string;
-  text: string;
-}
+/** The budget and inbox shapes are the contracts' own (the holds and orchestrator answers, validated there). */
+export type { InboxItem, TreeBudget };
 export type TreeAction = 'pause' | 'resume' | 'cancel' | 'restore';
 export interface TaskListQuery {
   workspace_id: string;
@@ -149,5 +135,5 @@ export class ApiClient {
     this.ok<ResultOf<(typeof OrchTree)[TreeAction]>>('POST', `/tasks/${taskId}/tree/${action}`, reason ? { reason } : {});
   budget = (taskId: string) => this.ok<TreeBudget>('GET', `/tasks/${taskId}/tree/budget`);
   setBudget = (taskId: string, limitCents: number) => this.ok<TreeBudget>('PUT', `/tasks/${taskId}/tree/budget`, { limit_cents: limitCents });
-  inbox = (workspaceId: string) => this.ok<{ items: InboxItem[] }>('GET', `/inbox${query({ workspace_id: workspaceId })}`);
+  inbox = (workspaceId: string) => this.ok<Inbox>('GET', `/inbox${query({ workspace_id: workspaceId })}`);
 }
