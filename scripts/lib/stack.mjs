@@ -143,22 +143,25 @@ function restartInfra(label, how, restart) {
 }
 
 /**
- * The NATS the services use. An external one (NATS_URL, reachable) is used as it is, with the
- * shell's NATS_USER / NATS_PASS if any: its users are its own (each service reports `nats_auth` on
- * /readyz). Otherwise a nats-server of our own that admits only the services (ADR 0054): a config in
- * the state dir (0700, the file 0600) that includes deploy/nats/permissions.conf, a random password
- * per service for each start, handed to each service as NATS_USER / NATS_PASS.
+ * The NATS the services use. One named by NATS_URL (reachable) is used as it is, with the shell's
+ * NATS_USER / NATS_PASS if any: its users are its own (each service reports `nats_auth` on
+ * /readyz). Otherwise, and always when NATS_URL is unset (a server that merely answers on the
+ * default port may admit anyone, as Debian's does), a nats-server of our own that admits only the
+ * services (ADR 0054): a config in the state dir (0700, the file 0600) that includes
+ * deploy/nats/permissions.conf, a random password per service for each start, handed to each
+ * service as NATS_USER / NATS_PASS.
  */
 async function startNats(rt) {
-  const url = env.NATS_URL || 'nats://127.0.0.1:4222';
-  const { host, port } = firstNatsServer(url);
-  if (await canConnect(host, port, 500)) {
-    say(
-      `using NATS at ${url} (not started here: it admits whom its own config admits${env.NATS_USER ? `; services log in as ${env.NATS_USER}` : '; services connect without a user'}, see nats_auth on /readyz)`,
-    );
-    return { url, own: false, login: () => ({}) };
+  if (env.NATS_URL) {
+    const { host, port } = firstNatsServer(env.NATS_URL);
+    if (await canConnect(host, port, 500)) {
+      say(
+        `using NATS at ${env.NATS_URL} (not started here: it admits whom its own config admits${env.NATS_USER ? `; services log in as ${env.NATS_USER}` : '; services connect without a user'}, see nats_auth on /readyz)`,
+      );
+      return { url: env.NATS_URL, own: false, login: () => ({}) };
+    }
+    say(`NATS_URL ${env.NATS_URL} is not reachable; starting a nats-server of our own`);
   }
-  if (env.NATS_URL) say(`NATS_URL ${url} is not reachable; starting a nats-server of our own`);
   const storeDir = join(state, 'nats');
   const auth = rt.writeNatsAuthConfig({ dir: join(state, 'nats-auth'), permissionsFile: join(ROOT, 'deploy/nats/permissions.conf') });
   const out = logStream(join(logsDir, 'nats-server.log'));
