@@ -37,10 +37,12 @@ describe('may this task get a session now?', () => {
     expect(verdict({ task: task('CANCELLED', true), hold: { hold_id: 'h', mode: 'pause' } })).toMatchObject({ reason: 'task_archived' });
   });
 
-  it('joins a start in flight on every path: at most one start per task', () => {
+  it('joins a start in flight on every path but spawn, which it refuses: at most one start per task', () => {
     const starting = session('s2', 'STARTING');
-    for (const p of ['join', 'refuse', 'another'] as const)
+    for (const p of ['join', 'another'] as const)
       expect(verdict({ live: [session('s1', 'WAITING_FOR_INPUT'), starting] }, p)).toEqual({ kind: 'join', session: starting });
+    // a child with a live session, one being started included, is CONFLICT to a spawn.
+    expect(verdict({ live: [starting] }, 'refuse')).toMatchObject({ kind: 'refuse', reason: 'session_live', details: { session_id: 's2' } });
   });
 
   it('with a live session: a wakeup joins the newest, a spawn is refused, an operator start opens another', () => {

@@ -23,9 +23,10 @@ export const StartRefusals = {
 export type StartRefusal = (typeof StartRefusals)[keyof typeof StartRefusals];
 
 /**
- * What the asking path does when the task already has a live session (not one being started, which
- * every path joins): a wakeup joins it (the task is already working; the wakeup is coalesced), a
- * spawn refuses (R-11.1), an operator start opens another session beside it (non-primary, R-1.3).
+ * What the asking path does when the task already has a live session: a wakeup joins it (the task
+ * is already working; the wakeup is coalesced), a spawn refuses (R-11.1: any live session, one being
+ * started included), an operator start opens another session beside it (non-primary, R-1.3). A
+ * session being started is joined by every path but spawn.
  */
 export type LiveSessionPolicy = 'join' | 'refuse' | 'another';
 
@@ -50,8 +51,10 @@ export function sessionStartVerdict<S extends { id: string; state: SessionState 
   }
   if (facts.task.status === 'CANCELLED')
     return refuse(StartRefusals.cancelled, 'task is CANCELLED: it gets no new session until an operator sets another status or a restore returns it');
+  // A start in flight is joined, except by a path that asked for none live (spawn): to it, a
+  // STARTING session is as live as a RUNNING one.
   const starting = facts.live.find((s) => s.state === 'STARTING');
-  if (starting) return { kind: 'join', session: starting };
+  if (starting && policy !== 'refuse') return { kind: 'join', session: starting };
   const newest = facts.live.at(-1);
   if (newest && policy === 'join') return { kind: 'join', session: newest };
   if (newest && policy === 'refuse') return refuse(StartRefusals.sessionLive, 'task already has a live session', { session_id: newest.id });

@@ -57,9 +57,9 @@ export async function childConversation(rt: OrchRuntime, req: Req<'childConversa
 /**
  * spawn_session_kandev: a new session on a direct child that has none live, through the operator's
  * start (startSession and its one start rule, domain/start.ts: archived, held and CANCELLED are
- * refused; `live_session: 'refuse'` refuses a live one under the child's row lock). A live session
- * is refused here first as well, for a clear answer before lifecycle is asked for capacity: the
- * rule joins a start already in flight, so two spawns racing start one session.
+ * refused; `live_session: 'refuse'` refuses a live one, a start in flight included, under the
+ * child's row lock, so of two spawns racing one starts a session and the other is CONFLICT). A live
+ * session is refused here first as well, for a clear answer before lifecycle is asked for capacity.
  */
 export async function spawnSession(rt: OrchRuntime, call: CallContext, req: Req<'spawnSession'>): Promise<SpawnResult> {
   const { caller, target } = await callerAndChild(rt, req.caller_task_id, req.task_id);
