@@ -10,8 +10,8 @@ import { ErrorNote, Spinner, useLoad } from './ui';
 
 export const inboxHref = (workspace: string) => `#/w/${encodeURIComponent(workspace)}/inbox`;
 
-/** The header's way to the Inbox, with how many items wait (re-read on the same pushes as the Inbox). */
-export function InboxLink({ workspace }: { workspace: string }) {
+/** GET /inbox for the workspace, re-read on `inbox.changed` and on any question or permission push. */
+function useLiveInbox(workspace: string) {
   const resync = useResync();
   const inbox = useLoad(() => get<{ items: InboxItem[] }>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
   useTaskPushes(
@@ -19,6 +19,12 @@ export function InboxLink({ workspace }: { workspace: string }) {
     () => inbox.reload(),
     [workspace],
   );
+  return inbox;
+}
+
+/** The header's way to the Inbox, with how many items wait (re-read on the same pushes as the Inbox). */
+export function InboxLink({ workspace }: { workspace: string }) {
+  const inbox = useLiveInbox(workspace);
   const n = inbox.value?.items.length ?? 0;
   return (
     <a class="inbox-link" href={inboxHref(workspace)} data-testid="inbox-link">
@@ -34,13 +40,7 @@ export function InboxLink({ workspace }: { workspace: string }) {
  */
 export function InboxPage({ workspace }: { workspace: string }) {
   useWorkspaceLive(workspace);
-  const resync = useResync();
-  const inbox = useLoad(() => get<{ items: InboxItem[] }>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
-  useTaskPushes(
-    (n) => n.action === 'inbox.changed' || n.action.startsWith('clarification.') || n.action.startsWith('permission.'),
-    () => inbox.reload(),
-    [workspace],
-  );
+  const inbox = useLiveInbox(workspace);
   const items = inbox.value?.items ?? [];
   return (
     <main class="page inbox-page">
