@@ -13,8 +13,8 @@
 // looked up (import.meta.resolve), may be a devDependency. The few packages declared for what they install
 // rather than what is imported are listed in NOT_IMPORTED, each with its reason.
 //
-// Workspaces without src/ (e2e, agents-e2e) are test code only: their imports are checked against
-// dependencies and devDependencies together.
+// Workspaces without src/ (e2e) are test code only: their imports are checked against
+// dependencies and devDependencies together. So is agents-e2e, which is not a workspace (STANDALONE).
 import { builtinModules } from 'node:module';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -33,11 +33,6 @@ const NOT_IMPORTED = {
 
 /** Imported but deliberately not declared: workspace → { package: reason }. */
 const NOT_DECLARED = {
-  'packages/testkit': {
-    '@openai/codex': 'resolved at run time by real-agents.ts, only where agents-e2e installed it (404 MB unpacked)',
-    '@zed-industries/claude-code-acp': 'resolved at run time by real-agents.ts, only where agents-e2e installed it',
-    '@google/gemini-cli': 'resolved at run time by real-agents.ts, only where agents-e2e installed it',
-  },
   'packages/runtime': {
     '@kandev/testkit':
       'by the tests only; testkit depends on runtime, and turbo refuses a cycle even through devDependencies (the workspace link is there either way)',
@@ -116,9 +111,14 @@ const sharedTools = new Set(Object.keys(rootPkg.devDependencies ?? {}));
 const workspaces = rootPkg.workspaces
   .flatMap((w) => (w.endsWith('/*') ? readdirSync(join(root, w.slice(0, -2))).map((d) => join(w.slice(0, -2), d)) : [w]))
   .filter((w) => existsSync(join(root, w, 'package.json')));
+// Outside the workspaces, with a lockfile of their own (agents-e2e: the published agents, installed
+// apart). They reach the workspaces' packages through the root's node_modules, where npm links them,
+// so those are not declared there (npm would look them up in the registry); everything else is.
+const STANDALONE = ['agents-e2e'];
+const workspaceNames = new Set(workspaces.map((w) => JSON.parse(readFileSync(join(root, w, 'package.json'), 'utf8')).name));
 
 const problems = [];
-for (const ws of workspaces) {
+for (const ws of [...workspaces, ...STANDALONE]) {
   const dir = join(root, ws);
   const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
   const deps = new Set(Object.keys(pkg.dependencies ?? {}));
@@ -135,6 +135,7 @@ for (const ws of workspaces) {
   for (const set of [srcImports, testImports]) {
     set.delete(pkg.name);
     for (const n of Object.keys(undeclared)) set.delete(n);
+    if (STANDALONE.includes(ws)) for (const n of workspaceNames) set.delete(n);
   }
   const used = (name, set) => set.has(name) || (name.startsWith('@types/') && [...set].some((n) => typesFor(n) === name));
   const say = (msg) => problems.push(`${ws}: ${msg}`);
@@ -166,4 +167,4 @@ if (problems.length) {
   for (const p of problems) console.error(`  ${p}`);
   process.exit(1);
 }
-console.log(`check-deps: ${workspaces.length} workspaces declare exactly what they import (${relative(process.cwd(), root) || '.'})`);
+console.log(`check-deps: ${workspaces.length} workspaces and ${STANDALONE.join(', ')} declare exactly what they import (${relative(process.cwd(), root) || '.'})`);

@@ -11,10 +11,13 @@
 //      runs at normal priority.
 //    - the rest, one phase after the other: pure (contracts, agentctl, deploy: no NATS, PostgreSQL
 //      or stack; a contract or agentctl break reports in the first minute), the service packages
-//      two at a time with two files each (SERVICE_WORKERS), then agents-e2e and bench (no tests of
-//      its own). Pure and services run at `nice` LANE_NICE (5): they are CPU-heavy (imports,
-//      transforms) and would otherwise take the cores from e2e's stacks; agents-e2e,
-//      timing-sensitive, runs at normal priority. The two lanes take about as long (docs/testing.md).
+//      two at a time with two files each (SERVICE_WORKERS), then agents-e2e. Pure and services run
+//      at `nice` LANE_NICE (5): they are CPU-heavy (imports, transforms) and would otherwise take
+//      the cores from e2e's stacks; agents-e2e, timing-sensitive, runs at normal priority. The two
+//      lanes take about as long (docs/testing.md).
+//    agents-e2e is not a workspace: the published agents install into it from its own lockfile
+//    (agents-e2e/install.mjs), not with the root's `npm ci`. That install starts beside the build
+//    (it waits mostly on the registry and the disk) and its phase waits for it; bench has no tests.
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
 //    the cores busy while e2e's files wait on the system's own bounds.
 //
@@ -25,8 +28,9 @@ import { spawn } from 'node:child_process';
 
 const PURE = ['@kandev/contracts', '@kandev/agentctl', '@kandev/deploy'];
 const E2E = ['@kandev/e2e'];
-const LATE_STACKS = ['@kandev/bench', '@kandev/agents-e2e'];
-const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
+const NO_TESTS = ['@kandev/bench'];
+const SERVICES = [...PURE, ...E2E, ...NO_TESTS].map((p) => `!${p}`);
+const AGENTS_E2E = 'agents-e2e';
 const NICE = process.env.LANE_NICE ?? '5';
 // Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
 // of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
@@ -36,10 +40,11 @@ const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 
 /** Runs a command to its end; resolves with its exit code (1 if it died of a signal). */
-function run(cmd, args, { nice, quiet } = {}) {
+function run(cmd, args, { nice, quiet, onSpawn } = {}) {
   const [file, argv] = nice && nice !== '0' ? ['nice', ['-n', nice, cmd, ...args]] : [cmd, args];
   return new Promise((resolve) => {
     const child = spawn(file, argv, { stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
+    onSpawn?.(child);
     let output = '';
     if (quiet) for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (output += d));
     child.on('error', (e) => resolve({ code: 1, output: `${output}${e.message}\n` }));
@@ -84,10 +89,23 @@ async function together(name, commands) {
   return first(...results);
 }
 
+/** agents-e2e's own `npm test` (its tests, at normal priority), once its agents are installed. */
+async function agentsE2e(installing) {
+  const started = Date.now();
+  console.log(`\n[test] phase agents-e2e: npm test in ${AGENTS_E2E}/`);
+  const { code: installed, output } = await installing;
+  if (output.trim()) process.stdout.write(output);
+  const { code } = installed === 0 ? await run('npm', ['test', '--prefix', AGENTS_E2E, '--silent']) : { code: installed };
+  console.log(`[test] phase agents-e2e: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${seconds(started)} s`);
+  return code;
+}
+
 const first = (...codes) => codes.find((c) => c !== 0) ?? 0;
 const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 
 const started = Date.now();
+let installer;
+const installing = run('node', [`${AGENTS_E2E}/install.mjs`], { quiet: true, onSpawn: (child) => (installer = child) });
 // One after the other (build beside Prettier, then lint beside the type check, which read the
 // built declarations then) they took 119 s of a clean clone; side by side the two cores stay busy.
 const checked = await together('build and checks', [
@@ -99,6 +117,9 @@ const checked = await together('build and checks', [
 ]);
 if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
+  // The agents' install is for the tests: stopped (the next run installs them again).
+  installer?.kill('SIGTERM');
+  await installing;
   process.exit(checked);
 }
 const [e2e, rest] = await Promise.all([
@@ -106,7 +127,7 @@ const [e2e, rest] = await Promise.all([
   (async () => {
     const pure = await phase('pure', PURE, { concurrency: 2, nice: NICE });
     const services = await phase('services', SERVICES, { concurrency: 2, nice: NICE, vitestArgs: [`--maxWorkers=${SERVICE_WORKERS}`] });
-    const late = await phase('agents-e2e', LATE_STACKS);
+    const late = await agentsE2e(installing);
     return first(pure, services, late);
   })(),
 ]);

@@ -16,7 +16,8 @@ import {
 } from '@kandev/testkit';
 
 /*
- * The published agents, installed from the npm registry as this workspace's pinned dependencies,
+ * The published agents, installed from the npm registry as this directory's pinned dependencies
+ * (its own lockfile; install.mjs, run by its `npm test`),
  * registered through KANDEV_AGENT_CATALOGUE exactly as docs/agents.md tells a user to, and pointed
  * at a local model stub instead of a vendor's API. Nothing here needs the internet.
  */
@@ -40,9 +41,9 @@ export interface RealWorld extends AgentStack {
 export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealWorld> {
   const home = mkdtempSync(join(tmpdir(), 'kandev-real-agents-'));
   const stub = await startModelStub({ logFile: process.env.MODEL_STUB_LOG });
-  // This workspace pins the agents, so they are installed; a missing one is a failure, not a skip.
+  // This directory pins the agents and its `npm test` installs them; a missing one is a failure, not a skip.
   const bins = findRealAgents();
-  if (!bins) throw new Error('the published agents are not installed: run `npm ci` at the repository root (agents-e2e pins them)');
+  if (!bins) throw new Error('the published agents are not installed in agents-e2e/node_modules: run `node agents-e2e/install.mjs` (or `npm test` in agents-e2e)');
   const file = writeRealAgentCatalogue(bins, stub.url, home);
   const logs: LogLine[] = [];
   const w = await startAgentStack(

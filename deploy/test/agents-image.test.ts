@@ -10,7 +10,7 @@ import { DEPLOY, render } from './render.js';
  * The lifecycle image with the published agents (Dockerfile target `agents`) and the manifests that
  * run it (deploy/components/real-agents, used by overlays/prod). No image is built here (no Docker):
  * what can be checked without one is — the agents are the versions agents-e2e tests, their
- * lockfile is the repository's, the Dockerfile's stages and copies hold together, and the rendered
+ * lockfile is agents-e2e's, the Dockerfile's stages and copies hold together, and the rendered
  * Deployment points at what the image installs and sets what lifecycle reads.
  */
 const REPO = join(DEPLOY, '..');
@@ -18,7 +18,8 @@ const AGENTS_DIR = join(DEPLOY, 'docker/agents');
 const readJson = <T>(path: string): T => JSON.parse(readFileSync(path, 'utf8')) as T;
 
 const manifest = readJson<AgentsManifest>(join(AGENTS_DIR, 'package.json'));
-const repoLock = readJson<Lockfile>(join(REPO, 'package-lock.json'));
+// The agents are not in the repository's lockfile: agents-e2e installs them from its own.
+const e2eLock = readJson<Lockfile>(join(REPO, 'agents-e2e/package-lock.json'));
 const e2ePins = readJson<{ dependencies: Record<string, string> }>(join(REPO, 'agents-e2e/package.json')).dependencies;
 
 describe('the agents of the image', () => {
@@ -27,12 +28,12 @@ describe('the agents of the image', () => {
     for (const [name, version] of Object.entries(manifest.dependencies)) {
       expect(version, name).toMatch(/^\d+\.\d+\.\d+$/);
       expect(version, `${name}: agents-e2e pins ${e2ePins[name]}`).toBe(e2ePins[name]);
-      expect(repoLock.packages[`node_modules/${name}`]?.version, `${name} in package-lock.json`).toBe(version);
+      expect(e2eLock.packages[`node_modules/${name}`]?.version, `${name} in agents-e2e/package-lock.json`).toBe(version);
     }
   });
 
-  it('install from a lockfile that is the repository lockfile’s own subtree (same versions and integrity hashes)', () => {
-    const derived = renderLock(deriveAgentsLock(repoLock, manifest));
+  it('install from a lockfile that is agents-e2e’s lockfile’s own subtree (same versions and integrity hashes)', () => {
+    const derived = renderLock(deriveAgentsLock(e2eLock, manifest));
     const path = join(AGENTS_DIR, 'package-lock.json');
     if (process.env.UPDATE_AGENTS_LOCK) writeFileSync(path, derived);
     expect(readFileSync(path, 'utf8'), 'deploy/docker/agents/package-lock.json is stale: UPDATE_AGENTS_LOCK=1 npx vitest run test/agents-image.test.ts').toBe(
@@ -41,7 +42,7 @@ describe('the agents of the image', () => {
     const lock = readJson<Lockfile>(path);
     for (const [key, entry] of Object.entries(lock.packages)) {
       if (key === '') continue;
-      expect(entry.integrity ?? entry.link, key).toBe(repoLock.packages[key]!.integrity ?? repoLock.packages[key]!.link);
+      expect(entry.integrity ?? entry.link, key).toBe(e2eLock.packages[key]!.integrity ?? e2eLock.packages[key]!.link);
     }
   });
 });
@@ -188,7 +189,7 @@ describe('deploy/overlays/prod: lifecycle with real agents', () => {
     expect(Object.keys(catalogue).sort()).toEqual(['claude-code', 'codex']);
     const bins = new Set(
       Object.keys(manifest.dependencies).flatMap((name) => {
-        const bin = repoLock.packages[`node_modules/${name}`]!.bin;
+        const bin = e2eLock.packages[`node_modules/${name}`]!.bin;
         return typeof bin === 'object' ? Object.keys(bin) : [];
       }),
     );

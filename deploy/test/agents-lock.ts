@@ -1,6 +1,7 @@
-// The lockfile of the image's agents (deploy/docker/agents/package.json), derived from the
-// repository's own package-lock.json: the pinned packages and everything they need, at the exact
-// versions, paths and integrity hashes agents-e2e was tested with. Nothing is resolved anew, so the
+// The lockfile of the image's agents (deploy/docker/agents/package.json), derived from
+// agents-e2e/package-lock.json (the agents are not in the repository's own lockfile): the pinned
+// packages and everything they need, at the exact versions, paths and integrity hashes agents-e2e
+// was tested with. Nothing is resolved anew, so the
 // image runs what the tests ran. A subset of a valid tree at unchanged paths is a valid tree: npm ci
 // installs it as is. agents-image.test.ts fails when the committed file differs from this;
 // `UPDATE_AGENTS_LOCK=1 npx vitest run test/agents-image.test.ts` (in deploy/) rewrites it.
@@ -41,8 +42,8 @@ function resolveFrom(packages: Lockfile['packages'], from: string, dep: string):
   }
 }
 
-export function deriveAgentsLock(repoLock: Lockfile, manifest: AgentsManifest): Lockfile {
-  const { packages } = repoLock;
+export function deriveAgentsLock(testedLock: Lockfile, manifest: AgentsManifest): Lockfile {
+  const { packages } = testedLock;
   const keep = new Set<string>();
   const visit = (key: string) => {
     if (keep.has(key)) return;
@@ -56,13 +57,13 @@ export function deriveAgentsLock(repoLock: Lockfile, manifest: AgentsManifest): 
     for (const [dep, required] of deps) {
       const at = resolveFrom(packages, key, dep);
       if (at) visit(at);
-      else if (required) throw new Error(`${key} needs ${dep}, which the repository lockfile does not hold`);
+      else if (required) throw new Error(`${key} needs ${dep}, which agents-e2e's lockfile does not hold`);
     }
   };
   for (const [name, version] of Object.entries(manifest.dependencies)) {
     const p = packages[`node_modules/${name}`];
-    if (!p) throw new Error(`${name} is not in the repository lockfile (agents-e2e pins the agents)`);
-    if (p.version !== version) throw new Error(`${name}: deploy/docker/agents pins ${version}, the repository lockfile has ${p.version}`);
+    if (!p) throw new Error(`${name} is not in agents-e2e's lockfile (agents-e2e pins the agents)`);
+    if (p.version !== version) throw new Error(`${name}: deploy/docker/agents pins ${version}, agents-e2e's lockfile has ${p.version}`);
     visit(`node_modules/${name}`);
   }
   const out: Lockfile = {
@@ -73,7 +74,7 @@ export function deriveAgentsLock(repoLock: Lockfile, manifest: AgentsManifest): 
     packages: { '': { name: manifest.name, version: manifest.version, dependencies: manifest.dependencies } },
   };
   for (const key of [...keep].sort()) {
-    // Production dependencies of this package, whatever they were in the repository.
+    // Production dependencies of this package, whatever they were in agents-e2e.
     const entry = { ...packages[key]! };
     delete entry.dev;
     delete entry.devOptional;

@@ -54,7 +54,7 @@ const scenario: Scenario = {
     if (ctx.round > 1) return [];
     const bins = findRealAgents();
     if (!bins) {
-      ctx.log('the published agents are not installed (npm ci at the repository root installs them for agents-e2e); skipped');
+      ctx.log('the published agents are not installed (`node agents-e2e/install.mjs` installs them); skipped');
       return [];
     }
     const stub = await startModelStub();

@@ -1,12 +1,13 @@
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /*
- * The published agents pinned by the agents-e2e workspace (installed by `npm ci` at the repo root,
- * never in the production image), registered as a KANDEV_AGENT_CATALOGUE file exactly as
- * docs/agents.md tells a user to, and pointed at the local model stub. Shared by agents-e2e and the
- * bench; testkit itself does not depend on the agents, it only finds them.
+ * The published agents pinned by agents-e2e (installed into agents-e2e/node_modules from its own
+ * lockfile by agents-e2e/install.mjs, never by the root's `npm ci`, never in the production image),
+ * registered as a KANDEV_AGENT_CATALOGUE file exactly as docs/agents.md tells a user to, and pointed
+ * at the local model stub. Shared by agents-e2e and the bench; testkit itself does not depend on the
+ * agents, it only finds them.
  */
 
 export interface RealAgentBins {
@@ -24,17 +25,21 @@ export const CODEX_MODEL = 'gpt-5';
 /** A model with no row in pricing.ts (catalogue entry `codex-unpriced`): usage is recorded unpriced. */
 export const UNPRICED_MODEL = 'kandev-stub-model';
 
-/** Where the installed agents are; undefined when they are not installed (e.g. the production image). */
-export function findRealAgents(): RealAgentBins | undefined {
-  const require = createRequire(import.meta.url);
-  try {
-    const codex = join(dirname(require.resolve('@openai/codex/package.json')), 'bin/codex.js');
-    const claudeCodeAcp = join(dirname(require.resolve('@zed-industries/claude-code-acp/package.json')), 'dist/index.js');
-    const gemini = join(dirname(require.resolve('@google/gemini-cli/package.json')), 'bundle/gemini.js');
-    return [codex, claudeCodeAcp, gemini].every((p) => existsSync(p)) ? { codex, claudeCodeAcp, gemini } : undefined;
-  } catch {
-    return undefined;
-  }
+/** The repository's agents-e2e directory (from src/model-stub/ or dist/model-stub/ of this package). */
+export const AGENTS_E2E_DIR = fileURLToPath(new URL('../../../../agents-e2e/', import.meta.url));
+
+/**
+ * Where the installed agents are, in `dir`'s own node_modules (not wherever Node would find a
+ * package of that name); undefined when they are not installed there (e.g. the production image).
+ */
+export function findRealAgents(dir = AGENTS_E2E_DIR): RealAgentBins | undefined {
+  const inPackage = (name: string, file: string) => join(dir, 'node_modules', name, file);
+  const bins = {
+    codex: inPackage('@openai/codex', 'bin/codex.js'),
+    claudeCodeAcp: inPackage('@zed-industries/claude-code-acp', 'dist/index.js'),
+    gemini: inPackage('@google/gemini-cli', 'bundle/gemini.js'),
+  };
+  return Object.values(bins).every((p) => existsSync(p)) ? bins : undefined;
 }
 
 /** Codex's `-c` overrides that make the stub its model provider (OpenAI Responses API). */
