@@ -415,8 +415,8 @@ export const pgRefusing: Fault = {
 
 /**
  * Every service must outlive every fault: a service that exited fails the case, with its log. (The
- * PostgreSQL fault used to crash the orchestrator through a postgres.js defect, which
- * patches/postgres+3.4.9.patch mends, ADR 0030: a crash there is a regression now, not a known one.)
+ * PostgreSQL fault used to crash the orchestrator through a postgres.js 3 defect, which postgres.js 4
+ * does not have, ADR 0070: a crash there is a regression now, not a known one.)
  */
 function assertAllRunning(w: World, when: string): void {
   for (const [name, p] of w.stack.services) {
