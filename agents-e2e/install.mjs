@@ -3,7 +3,7 @@
 // node_modules when they are missing, or were installed from another lockfile. agents-e2e is not a
 // workspace of the repository, so the root's `npm ci` leaves the agents out (Codex CLI alone is
 // about 400 MB): only whoever runs these tests pays for them. Run by this directory's `npm test`,
-// and by scripts/test.mjs beside the build, so `npm test` at the root finds them installed.
+// and by scripts/test.mjs as its test lanes start, so the agents-e2e phase finds them installed.
 //
 // The install is `npm ci` from the committed lockfile (the npm registry only, no other network),
 // then a stamp with the lockfile's hash: a later run with the same lockfile and the pinned packages
@@ -38,7 +38,7 @@ if (installed()) {
   // --prefix: this directory is the project, whatever npm's environment (npm test at the root sets
   // npm_config_* for the root) says.
   const npm = spawn('npm', ['ci', '--prefix', dir, '--no-audit', '--no-fund', '--loglevel=error'], { stdio: 'inherit', env: withoutNpmScriptEnv() });
-  // Stopped (scripts/test.mjs stops it when the checks fail): npm stops too, the next run installs again.
+  // Stopped: npm stops too (without the stamp, the next run installs again).
   process.once('SIGTERM', () => npm.kill('SIGTERM'));
   const [code, signal] = await once(npm, 'exit');
   const missing = Object.keys(pins).filter((name) => !existsSync(join(dir, 'node_modules', name, 'package.json')));

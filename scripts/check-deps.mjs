@@ -167,4 +167,6 @@ if (problems.length) {
   for (const p of problems) console.error(`  ${p}`);
   process.exit(1);
 }
-console.log(`check-deps: ${workspaces.length} workspaces and ${STANDALONE.join(', ')} declare exactly what they import (${relative(process.cwd(), root) || '.'})`);
+console.log(
+  `check-deps: ${workspaces.length} workspaces and ${STANDALONE.join(', ')} declare exactly what they import (${relative(process.cwd(), root) || '.'})`,
+);

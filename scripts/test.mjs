@@ -16,8 +16,10 @@
 //      the cores from e2e's stacks; agents-e2e, timing-sensitive, runs at normal priority. The two
 //      lanes take about as long (docs/testing.md).
 //    agents-e2e is not a workspace: the published agents install into it from its own lockfile
-//    (agents-e2e/install.mjs), not with the root's `npm ci`. That install starts beside the build
-//    (it waits mostly on the registry and the disk) and its phase waits for it; bench has no tests.
+//    (agents-e2e/install.mjs), not with the root's `npm ci`. That install starts with the lanes,
+//    at LANE_NICE (it waits mostly on the registry and the disk), and its phase waits for it. Not
+//    beside the checks: lint reads agents-e2e's imports, which npm would be writing. bench has no
+//    tests.
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
 //    the cores busy while e2e's files wait on the system's own bounds.
 //
@@ -40,11 +42,10 @@ const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 
 /** Runs a command to its end; resolves with its exit code (1 if it died of a signal). */
-function run(cmd, args, { nice, quiet, onSpawn } = {}) {
+function run(cmd, args, { nice, quiet } = {}) {
   const [file, argv] = nice && nice !== '0' ? ['nice', ['-n', nice, cmd, ...args]] : [cmd, args];
   return new Promise((resolve) => {
     const child = spawn(file, argv, { stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
-    onSpawn?.(child);
     let output = '';
     if (quiet) for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (output += d));
     child.on('error', (e) => resolve({ code: 1, output: `${output}${e.message}\n` }));
@@ -104,8 +105,6 @@ const first = (...codes) => codes.find((c) => c !== 0) ?? 0;
 const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 
 const started = Date.now();
-let installer;
-const installing = run('node', [`${AGENTS_E2E}/install.mjs`], { quiet: true, onSpawn: (child) => (installer = child) });
 // One after the other (build beside Prettier, then lint beside the type check, which read the
 // built declarations then) they took 119 s of a clean clone; side by side the two cores stay busy.
 const checked = await together('build and checks', [
@@ -117,11 +116,9 @@ const checked = await together('build and checks', [
 ]);
 if (checked !== 0) {
   // A type or lint error usually breaks tests too; report it alone instead of a wall of failures.
-  // The agents' install is for the tests: stopped (the next run installs them again).
-  installer?.kill('SIGTERM');
-  await installing;
   process.exit(checked);
 }
+const installing = run('node', [`${AGENTS_E2E}/install.mjs`], { quiet: true, nice: NICE });
 const [e2e, rest] = await Promise.all([
   phase('e2e', E2E),
   (async () => {

@@ -43,7 +43,8 @@ export async function startRealWorld(env: NodeJS.ProcessEnv = {}): Promise<RealW
   const stub = await startModelStub({ logFile: process.env.MODEL_STUB_LOG });
   // This directory pins the agents and its `npm test` installs them; a missing one is a failure, not a skip.
   const bins = findRealAgents();
-  if (!bins) throw new Error('the published agents are not installed in agents-e2e/node_modules: run `node agents-e2e/install.mjs` (or `npm test` in agents-e2e)');
+  if (!bins)
+    throw new Error('the published agents are not installed in agents-e2e/node_modules: run `node agents-e2e/install.mjs` (or `npm test` in agents-e2e)');
   const file = writeRealAgentCatalogue(bins, stub.url, home);
   const logs: LogLine[] = [];
   const w = await startAgentStack(
