@@ -38,8 +38,6 @@ if (installed()) {
   // --prefix: this directory is the project, whatever npm's environment (npm test at the root sets
   // npm_config_* for the root) says.
   const npm = spawn('npm', ['ci', '--prefix', dir, '--no-audit', '--no-fund', '--loglevel=error'], { stdio: 'inherit', env: withoutNpmScriptEnv() });
-  // Stopped: npm stops too (without the stamp, the next run installs again).
-  process.once('SIGTERM', () => npm.kill('SIGTERM'));
   const [code, signal] = await once(npm, 'exit');
   const missing = Object.keys(pins).filter((name) => !existsSync(join(dir, 'node_modules', name, 'package.json')));
   if (code !== 0 || missing.length) {
