@@ -15,9 +15,9 @@ import {
   visibleWindow,
   type TreeNodeState,
 } from '../console/src/model.js';
-import type { Message, TaskItem, TaskStatus } from '../console/src/types.js';
+import type { TaskListItem, TaskStatus, TranscriptItem } from '@kandev/contracts';
 
-const task = (id: string, parent_id: string | null = null): TaskItem => ({
+const task = (id: string, parent_id: string | null = null): TaskListItem => ({
   id,
   workspace_id: 'w',
   parent_id,
@@ -33,7 +33,7 @@ const task = (id: string, parent_id: string | null = null): TaskItem => ({
   active_session_count: 0,
   hold: null,
 });
-const msg = (seq: number, text = `m${seq}`): Message => ({ seq, turn_id: null, role: 'agent', kind: 'text', text, created_at: '' });
+const msg = (seq: number, text = `m${seq}`): TranscriptItem => ({ seq, turn_id: null, role: 'agent', kind: 'agent_text', text, created_at: '' });
 
 describe('console model', () => {
   it('puts every task status in exactly one board column', () => {

@@ -4,7 +4,7 @@ import { hrefOf, useLive, useResync } from './app';
 import { NewTaskForm } from './create-forms';
 import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention } from './model';
 import { store, useStore } from './store';
-import type { Page, TaskItem } from './types';
+import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
 
 /** Subscribe the console's socket to a whole workspace (every task's pushes) while mounted. */
@@ -39,7 +39,7 @@ export function Board({ workspace }: { workspace: string }) {
   const load = async (after: string | null) => {
     setLoading(true);
     try {
-      const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, roots: true, q: query, limit: 100, cursor: after })}`);
+      const page = await get<TaskPage>(`/tasks${qs({ workspace_id: workspace, roots: true, q: query, limit: 100, cursor: after })}`);
       store.upsert(page.items);
       setIds((have) => (after ? [...have, ...page.items.map((t) => t.id)] : page.items.map((t) => t.id)));
       setCursor(page.next_cursor);
@@ -59,7 +59,7 @@ export function Board({ workspace }: { workspace: string }) {
     const t = store.tasks.get(id);
     if (t && t.workspace_id === workspace && !shown.has(id) && t.title.toLowerCase().includes(needle)) shown.add(id);
   }
-  const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskItem => !!t && !t.archived_at);
+  const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskListItem => !!t && !t.archived_at);
 
   return (
     <main class="page board-page">
@@ -123,7 +123,7 @@ export function Board({ workspace }: { workspace: string }) {
   );
 }
 
-function TaskCard({ task, workspace }: { task: TaskItem; workspace: string }) {
+function TaskCard({ task, workspace }: { task: TaskListItem; workspace: string }) {
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
   return (

@@ -2,13 +2,13 @@ import { useState } from 'preact/hooks';
 import { get, post } from './api';
 import { useResync } from './app';
 import { useTaskPushes } from './task-pushes';
-import type { Bundle } from './types';
+import type { ClarificationBundleView, TaskClarifications } from '@kandev/contracts';
 import { ActionButton, ErrorNote, useLoad } from './ui';
 
 /** Pending clarification bundles of the task (GET /tasks/:id/clarifications, refreshed on `clarification.*` pushes). */
 export function Clarifications({ taskId }: { taskId: string }) {
   const resync = useResync();
-  const list = useLoad(() => get<{ active: Bundle | null; bundles: Bundle[] }>(`/tasks/${taskId}/clarifications`), [taskId, resync]);
+  const list = useLoad(() => get<TaskClarifications>(`/tasks/${taskId}/clarifications`), [taskId, resync]);
   useTaskPushes(
     (n) => n.payload.task_id === taskId && n.action.startsWith('clarification.'),
     () => list.reload(),
@@ -28,7 +28,7 @@ export function Clarifications({ taskId }: { taskId: string }) {
 }
 
 /** One question bundle, answered in place or skipped (also used by the Inbox). */
-export function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
+export function BundleView({ bundle, done }: { bundle: ClarificationBundleView; done: () => void }) {
   const [answers, setAnswers] = useState<Record<string, string>>({});
   const open = bundle.questions.filter((q) => q.status === 'pending');
   const complete = open.every((q) => (answers[q.id] ?? '').trim() !== '');

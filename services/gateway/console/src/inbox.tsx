@@ -5,7 +5,7 @@ import { BundleView } from './clarifications';
 import { ago } from './model';
 import { PendingPermission } from './permissions';
 import { useTaskPushes } from './task-pushes';
-import type { Bundle, InboxItem, Permission } from './types';
+import type { ClarificationBundleView, InboxItem, PermissionRequest } from '@kandev/contracts';
 import { ErrorNote, Spinner, useLoad } from './ui';
 
 export const inboxHref = (workspace: string) => `#/w/${encodeURIComponent(workspace)}/inbox`;
@@ -79,18 +79,18 @@ export function InboxPage({ workspace }: { workspace: string }) {
 
 /** The item's own answer controls: the question bundle, or the permission request with its options. */
 function InboxAnswer({ item, done }: { item: InboxItem; done: () => void }) {
-  const detail = useLoad<Bundle | Permission | null>(
+  const detail = useLoad<ClarificationBundleView | PermissionRequest | null>(
     async () =>
       item.kind === 'clarification'
-        ? get<Bundle>(`/clarification/${item.id}`)
-        : ((await get<Permission[]>(`/tasks/${item.task_id}/permissions`)).find((p) => p.id === item.id) ?? null),
+        ? get<ClarificationBundleView>(`/clarification/${item.id}`)
+        : ((await get<PermissionRequest[]>(`/tasks/${item.task_id}/permissions`)).find((p) => p.id === item.id) ?? null),
     [item.kind, item.id],
   );
   if (detail.error) return <ErrorNote error={detail.error} what={item.text} />;
   if (!detail.value) return detail.loading ? <Spinner label="Loading" /> : <p class="note">{item.text} (already answered)</p>;
   return item.kind === 'clarification' ? (
-    <BundleView bundle={detail.value as Bundle} done={done} />
+    <BundleView bundle={detail.value as ClarificationBundleView} done={done} />
   ) : (
-    <PendingPermission p={detail.value as Permission} done={done} />
+    <PendingPermission p={detail.value as PermissionRequest} done={done} />
   );
 }

@@ -3,7 +3,7 @@ import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
 import { STATUS_WORDS, flattenTree, holdBadge, visibleWindow, type TreeNodeState } from './model';
 import { store, useStore } from './store';
-import type { Page, TaskItem } from './types';
+import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
 
 const ROW = 32;
@@ -31,7 +31,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
     nodes.set(id, node);
     setTick((t) => t + 1);
     try {
-      const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, parent_id: id, limit: PAGE, cursor: fresh ? null : node.cursor })}`);
+      const page = await get<TaskPage>(`/tasks${qs({ workspace_id: workspace, parent_id: id, limit: PAGE, cursor: fresh ? null : node.cursor })}`);
       store.upsert(page.items);
       const ids = page.items.map((t) => t.id);
       node.children = fresh ? ids : [...node.children, ...ids.filter((c) => !node.children.includes(c))];
@@ -123,7 +123,8 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
                 </div>
               );
             const node = nodes.get(r.task.id);
-            const leaf = r.task.child_count === 0 || (!!node?.loaded && node.children.length === 0 && !node.cursor);
+            // Children read say it; before that the row's count does (0 for a root opened by link, until read).
+            const leaf = node?.loaded ? node.children.length === 0 && !node.cursor : r.task.child_count === 0;
             return (
               <TreeRowView
                 key={r.task.id}
@@ -149,7 +150,7 @@ function TreeRowView(props: {
   leaf: boolean;
   top: number;
   pad: number;
-  task: TaskItem;
+  task: TaskListItem;
   expanded: boolean;
   loading: boolean;
   selected: boolean;
@@ -159,7 +160,6 @@ function TreeRowView(props: {
   const { task } = props;
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
-  // The root row of a freshly opened tree has no child_count (GET /tasks/:id) until its children are read.
   const hasChildren = !props.leaf;
   return (
     <div
