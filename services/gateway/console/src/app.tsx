@@ -3,7 +3,7 @@ import { useContext, useEffect, useState } from 'preact/hooks';
 import { ApiError, api, get, qs } from './api';
 import { askOtherTabs, onSignedOut, signOut, token } from './auth';
 import { Board } from './board';
-import { InboxLink, InboxPage } from './inbox';
+import { InboxLink, InboxPage, InboxProvider } from './inbox';
 import { NewWorkspaceForm, WORKSPACES_CHANGED } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
@@ -106,34 +106,45 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
     return () => (offState(), offN(), l.close());
   }, [tok]);
   if (!live) return null;
+  const page = (
+    <>
+      <header class="top">
+        <a class="brand" href="#/">
+          Kandev
+        </a>
+        <WorkspacePicker current={route.workspace} />
+        {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
+        <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
+          {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
+        </span>
+        <button type="button" class="btn plain" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      {route.workspace ? (
+        route.inbox ? (
+          <InboxPage key={route.workspace} workspace={route.workspace} />
+        ) : route.task ? (
+          <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
+        ) : (
+          <Board key={route.workspace} workspace={route.workspace} />
+        )
+      ) : (
+        <main class="page">
+          <Welcome />
+        </main>
+      )}
+    </>
+  );
   return (
     <LiveContext.Provider value={live}>
       <ResyncContext.Provider value={resync}>
-        <header class="top">
-          <a class="brand" href="#/">
-            Kandev
-          </a>
-          <WorkspacePicker current={route.workspace} />
-          {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
-          <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
-            {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
-          </span>
-          <button type="button" class="btn plain" onClick={signOut}>
-            Sign out
-          </button>
-        </header>
         {route.workspace ? (
-          route.inbox ? (
-            <InboxPage key={route.workspace} workspace={route.workspace} />
-          ) : route.task ? (
-            <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
-          ) : (
-            <Board key={route.workspace} workspace={route.workspace} />
-          )
+          <InboxProvider key={route.workspace} workspace={route.workspace}>
+            {page}
+          </InboxProvider>
         ) : (
-          <main class="page">
-            <Welcome />
-          </main>
+          page
         )}
       </ResyncContext.Provider>
     </LiveContext.Provider>

@@ -1,8 +1,9 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
 import { NewTaskForm } from './create-forms';
-import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention } from './model';
+import { useInbox } from './inbox';
+import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention, pendingBySubtree } from './model';
 import { store, useStore } from './store';
 import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
@@ -60,6 +61,9 @@ export function Board({ workspace }: { workspace: string }) {
     if (t && t.workspace_id === workspace && !shown.has(id) && t.title.toLowerCase().includes(needle)) shown.add(id);
   }
   const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskListItem => !!t && !t.archived_at);
+  // What waits on a person anywhere under each card (a child's question too), live with the inbox.
+  const inbox = useInbox();
+  const waiting = useMemo(() => pendingBySubtree(inbox.value?.items ?? []), [inbox.value]);
 
   return (
     <main class="page board-page">
@@ -106,7 +110,7 @@ export function Board({ workspace }: { workspace: string }) {
               <ul>
                 {inCol.map((t) => (
                   <li>
-                    <TaskCard task={t} workspace={workspace} />
+                    <TaskCard task={t} workspace={workspace} waiting={waiting.get(t.id) ?? 0} />
                   </li>
                 ))}
               </ul>
@@ -123,7 +127,7 @@ export function Board({ workspace }: { workspace: string }) {
   );
 }
 
-function TaskCard({ task, workspace }: { task: TaskListItem; workspace: string }) {
+function TaskCard({ task, workspace, waiting }: { task: TaskListItem; workspace: string; waiting: number }) {
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
   return (
@@ -134,6 +138,14 @@ function TaskCard({ task, workspace }: { task: TaskListItem; workspace: string }
         {badge ? <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>{badge}</Badge> : null}
         {s.working ? <Badge kind="running">Running</Badge> : s.active ? <Badge kind="active">Session open</Badge> : null}
         {!badge && needsAttention(task.status, s.active) ? <Badge kind="attention">Needs attention</Badge> : null}
+        {waiting > 0 ? (
+          <Badge kind="waiting">
+            <span data-testid="inbox-badge" title="Questions or permission requests wait on you in this task or its subtasks (see the Inbox)">
+              <span aria-hidden="true">⚑ </span>
+              {waiting} waiting on you
+            </span>
+          </Badge>
+        ) : null}
         {task.child_count > 0 ? <span class="children">{task.child_count} subtasks</span> : null}
       </span>
     </a>

@@ -3,7 +3,7 @@ import { get, post } from './api';
 import { useResync } from './app';
 import { useTaskPushes } from './task-pushes';
 import type { ClarificationBundleView, TaskClarifications } from '@kandev/contracts';
-import { ActionButton, ErrorNote, useLoad } from './ui';
+import { ActionButton, ErrorNote, Expiry, useLoad } from './ui';
 
 /** Pending clarification bundles of the task (GET /tasks/:id/clarifications, refreshed on `clarification.*` pushes). */
 export function Clarifications({ taskId }: { taskId: string }) {
@@ -27,8 +27,8 @@ export function Clarifications({ taskId }: { taskId: string }) {
   );
 }
 
-/** One question bundle, answered in place or skipped (also used by the Inbox). */
-export function BundleView({ bundle, done }: { bundle: ClarificationBundleView; done: () => void }) {
+/** One question bundle, answered in place or skipped (also used by the Inbox, whose list line shows the expiry). */
+export function BundleView({ bundle, done, expiry = true }: { bundle: ClarificationBundleView; done: () => void; expiry?: boolean }) {
   const [answers, setAnswers] = useState<Record<string, string>>({});
   const open = bundle.questions.filter((q) => q.status === 'pending');
   const complete = open.every((q) => (answers[q.id] ?? '').trim() !== '');
@@ -36,6 +36,7 @@ export function BundleView({ bundle, done }: { bundle: ClarificationBundleView; 
     <section class="card questions attention" aria-label="Questions from the agent" data-testid="clarification">
       <div class="head-row">
         <h2>The agent asks</h2>
+        {expiry ? <Expiry at={bundle.expires_at} /> : null}
         <ActionButton
           kind="plain"
           testid="skip-questions"

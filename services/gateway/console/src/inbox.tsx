@@ -1,3 +1,5 @@
+import { createContext, type ComponentChildren } from 'preact';
+import { useContext } from 'preact/hooks';
 import { ApiError, get } from './api';
 import { hrefOf, useResync } from './app';
 import { useWorkspaceLive } from './board';
@@ -5,15 +7,15 @@ import { BundleView } from './clarifications';
 import { ago } from './model';
 import { PendingPermission } from './permissions';
 import { useTaskPushes } from './task-pushes';
-import type { ClarificationBundleView, InboxItem, PermissionRequest } from '@kandev/contracts';
-import { ErrorNote, Spinner, useLoad } from './ui';
+import type { ClarificationBundleView, Inbox, InboxItem, PermissionRequest } from '@kandev/contracts';
+import { ErrorNote, Expiry, Spinner, useLoad } from './ui';
 
 export const inboxHref = (workspace: string) => `#/w/${encodeURIComponent(workspace)}/inbox`;
 
 /** GET /inbox for the workspace, re-read on `inbox.changed` and on any question or permission push. */
 function useLiveInbox(workspace: string) {
   const resync = useResync();
-  const inbox = useLoad(() => get<{ items: InboxItem[] }>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
+  const inbox = useLoad(() => get<Inbox>(`/inbox?workspace_id=${encodeURIComponent(workspace)}`), [workspace, resync]);
   useTaskPushes(
     (n) => n.action === 'inbox.changed' || n.action.startsWith('clarification.') || n.action.startsWith('permission.'),
     () => inbox.reload(),
@@ -22,9 +24,18 @@ function useLiveInbox(workspace: string) {
   return inbox;
 }
 
-/** The header's way to the Inbox, with how many items wait (re-read on the same pushes as the Inbox). */
+type LiveInbox = ReturnType<typeof useLiveInbox>;
+const InboxContext = createContext<LiveInbox | null>(null);
+
+/** One live inbox load per workspace, shared by the header's count, the board's badges and the Inbox page. */
+export function InboxProvider({ workspace, children }: { workspace: string; children: ComponentChildren }) {
+  return <InboxContext.Provider value={useLiveInbox(workspace)}>{children}</InboxContext.Provider>;
+}
+export const useInbox = (): LiveInbox => useContext(InboxContext)!;
+
+/** The header's way to the Inbox, with how many items wait. */
 export function InboxLink({ workspace }: { workspace: string }) {
-  const inbox = useLiveInbox(workspace);
+  const inbox = useInbox();
   const n = inbox.value?.items.length ?? 0;
   return (
     <a class="inbox-link" href={inboxHref(workspace)} data-testid="inbox-link">
@@ -40,7 +51,7 @@ export function InboxLink({ workspace }: { workspace: string }) {
  */
 export function InboxPage({ workspace }: { workspace: string }) {
   useWorkspaceLive(workspace);
-  const inbox = useLiveInbox(workspace);
+  const inbox = useInbox();
   const items = inbox.value?.items ?? [];
   return (
     <main class="page inbox-page">
@@ -68,6 +79,12 @@ export function InboxPage({ workspace }: { workspace: string }) {
             <p class="meta">
               {i.kind === 'clarification' ? 'Questions' : 'Permission request'} from <a href={hrefOf(workspace, i.task_id)}>{i.task_title}</a> ·{' '}
               {ago(i.created_at)}
+              {i.expires_at ? (
+                <>
+                  {' '}
+                  · <Expiry at={i.expires_at} />
+                </>
+              ) : null}
             </p>
             <InboxAnswer item={i} done={inbox.reload} />
           </li>
@@ -89,7 +106,7 @@ function InboxAnswer({ item, done }: { item: InboxItem; done: () => void }) {
   if (detail.error) return <ErrorNote error={detail.error} what={item.text} />;
   if (!detail.value) return detail.loading ? <Spinner label="Loading" /> : <p class="note">{item.text} (already answered)</p>;
   return item.kind === 'clarification' ? (
-    <BundleView bundle={detail.value as ClarificationBundleView} done={done} />
+    <BundleView bundle={detail.value as ClarificationBundleView} done={done} expiry={false} />
   ) : (
     <PendingPermission p={detail.value as PermissionRequest} done={done} />
   );

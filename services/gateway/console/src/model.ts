@@ -213,3 +213,27 @@ export function tokenUsable(token: string, now = Date.now()): boolean {
     return false;
   }
 }
+
+/**
+ * How many things wait on a person in each task's subtree (R-12.2): an inbox item counts for its
+ * task and for every ancestor (`ancestor_ids`), so a root's board card shows what waits deep below it.
+ */
+export function pendingBySubtree(items: readonly { task_id: string; ancestor_ids: readonly string[] }[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const item of items) for (const id of new Set([item.task_id, ...item.ancestor_ids])) counts.set(id, (counts.get(id) ?? 0) + 1);
+  return counts;
+}
+
+/**
+ * When a question bundle expires, in words an operator reads without the colour: seconds under two
+ * minutes, minutes under an hour, else the clock time; `soon` under 15 s (styled as urgent too).
+ */
+export function expiryWords(iso: string, now = Date.now()): { words: string; soon: boolean; expired: boolean } {
+  const at = Date.parse(iso);
+  if (!Number.isFinite(at)) return { words: '', soon: false, expired: false };
+  const s = Math.ceil((at - now) / 1000);
+  if (s <= 0) return { words: 'expired', soon: true, expired: true };
+  if (s < 120) return { words: `expires in ${s} s`, soon: s < 15, expired: false };
+  if (s < 3600) return { words: `expires in ${Math.round(s / 60)} min`, soon: false, expired: false };
+  return { words: `expires at ${new Date(at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`, soon: false, expired: false };
+}
