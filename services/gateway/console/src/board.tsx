@@ -146,7 +146,11 @@ function TaskCard({ task, workspace, waiting }: { task: TaskListItem; workspace:
             </span>
           </Badge>
         ) : null}
-        {task.child_count > 0 ? <span class="children">{task.child_count} subtasks</span> : null}
+        {task.child_count > 0 ? (
+          <span class="children">
+            {task.child_count} subtask{task.child_count === 1 ? '' : 's'}
+          </span>
+        ) : null}
       </span>
     </a>
   );

@@ -142,7 +142,6 @@ export function Expiry({ at }: { at: string }) {
   const e = expiryWords(at, now);
   return (
     <time role="timer" dateTime={at} class={`expiry${e.soon ? ' soon' : ''}`} title={`The agent stops waiting at ${new Date(at).toLocaleTimeString()}`} data-testid="expiry">
-      <span aria-hidden="true">⏱ </span>
       {e.words}
     </time>
   );
