@@ -119,7 +119,9 @@ describe('kandev CLI', () => {
     const lines = (await ok(['inbox', '--workspace', workspace_id])).stdout.trimEnd().split('\n');
     expect(lines[0]).toMatch(/^KIND\s+ID\s+TASK\s+SINCE\s+EXPIRES\s+TEXT$/);
     expect(lines.slice(1)).toEqual([
-      expect.stringMatching(new RegExp(`^clarification\\s+${question!.id}\\s+cli inbox child\\s+\\S+\\s+${question!.expires_at!.replace(/[.+]/g, '\\$&')}\\s+Which database\\?$`)),
+      expect.stringMatching(
+        new RegExp(`^clarification\\s+${question!.id}\\s+cli inbox child\\s+\\S+\\s+${question!.expires_at!.replace(/[.+]/g, '\\$&')}\\s+Which database\\?$`),
+      ),
       expect.stringMatching(new RegExp(`^permission\\s+${permission!.id}\\s+cli inbox root\\s+\\S+\\s+-\\s+Deploy to staging\\?$`)),
     ]);
 
@@ -141,14 +143,7 @@ describe('kandev CLI', () => {
     expect(JSON.parse(none.stdout).error.code).toBe('NOT_FOUND');
 
     const set = await ok(['tree', 'budget', root.id, '--set', '2500']);
-    expect(set.stdout.trimEnd().split('\n')).toEqual([
-      `task:    ${root.id}`,
-      'limit:   $25.00',
-      'spent:   $0.00',
-      'warn at: 80%',
-      'state:   ok',
-      'hold:    -',
-    ]);
+    expect(set.stdout.trimEnd().split('\n')).toEqual([`task:    ${root.id}`, 'limit:   $25.00', 'spent:   $0.00', 'warn at: 80%', 'state:   ok', 'hold:    -']);
     const shown = JSON.parse((await ok(['tree', 'budget', root.id, '--json'])).stdout);
     expect(shown).toEqual({ task_id: root.id, limit_cents: 2500, warn_percent: 80, spent_cents: 0, state: 'ok', hold_id: null });
     expect(await w.api.ok('GET', `/tasks/${root.id}/tree/budget`)).toEqual(shown);

@@ -27,9 +27,12 @@ afterAll(async () => {
 const poll = <T>(fn: () => Promise<T>) => expect.poll(fn, { timeout: 30_000, interval: 100 });
 const ui = (workspace?: string, rest = '') => `${w.stack.gatewayUrl}/ui/${workspace ? `#/w/${workspace}${rest}` : ''}`;
 const script = (steps: unknown[]) => JSON.stringify({ script: steps });
-const inboxItems = async (workspace: string) => (await w.api.ok('GET', `/inbox?workspace_id=${workspace}`)).items as { kind: string; id: string; task_id: string; expires_at: string | null }[];
+const inboxItems = async (workspace: string) =>
+  (await w.api.ok('GET', `/inbox?workspace_id=${workspace}`)).items as { kind: string; id: string; task_id: string; expires_at: string | null }[];
 const agentSaid = async (sessionId: string) =>
-  ((await w.api.ok('GET', `/sessions/${sessionId}/messages?limit=500`)).items as { role: string; text: string }[]).filter((m) => m.role === 'agent').map((m) => m.text);
+  ((await w.api.ok('GET', `/sessions/${sessionId}/messages?limit=500`)).items as { role: string; text: string }[])
+    .filter((m) => m.role === 'agent')
+    .map((m) => m.text);
 
 /** The seconds an expiry shows ("expires in 42 s"), or NaN when it shows something else. */
 const seconds = async (page: Page, scope = page.getByTestId('expiry').first()) => Number(/expires in (\d+) s/.exec((await scope.textContent()) ?? '')?.[1]);
@@ -79,7 +82,10 @@ describe('console: the inbox', () => {
     await permission.getByTestId('permission-option-allow').click();
     await permission.waitFor({ state: 'detached' });
     await page.getByText('Nothing waits on you in this workspace.').waitFor();
-    await page.getByTestId('inbox-link').filter({ hasText: /^Inbox$/ }).waitFor();
+    await page
+      .getByTestId('inbox-link')
+      .filter({ hasText: /^Inbox$/ })
+      .waitFor();
     const [perm] = (await w.api.ok('GET', `/tasks/${root.id}/permissions`)) as { status: string; chosen_option_id: string }[];
     expect(perm).toMatchObject({ status: 'answered', chosen_option_id: 'allow' });
     await poll(async () => (await agentSaid(permitting.id)).includes('permission: allow')).toBe(true);
@@ -101,7 +107,10 @@ describe('console: the inbox', () => {
     await page.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();
     expect(await page.getByTestId('inbox-badge').count()).toBe(0);
 
-    const s = await w.api.startSession(grandchild.id, { agent: 'scripted-acp', prompt: script([{ ask: [{ id: 'order', text: 'Run the migrations first?', options: ['yes', 'no'] }] }]) });
+    const s = await w.api.startSession(grandchild.id, {
+      agent: 'scripted-acp',
+      prompt: script([{ ask: [{ id: 'order', text: 'Run the migrations first?', options: ['yes', 'no'] }] }]),
+    });
     await card('Release train').getByTestId('inbox-badge').filter({ hasText: '1 waiting on you' }).waitFor();
     expect(await card('Nothing to ask').getByTestId('inbox-badge').count()).toBe(0);
     expect(await page.getByTestId('inbox-badge').count()).toBe(1);
@@ -135,7 +144,9 @@ describe('console: sign-in across tabs, and no token in any URL', () => {
     await second.getByRole('button', { name: 'Sign out' }).waitFor();
     expect(await second.getByLabel('Operator token').count()).toBe(0);
     for (const tab of [first, second]) {
-      expect(await tab.evaluate(() => ({ local: localStorage.length, cookie: document.cookie, token: sessionStorage.getItem('kandev.operatorToken') }))).toEqual({
+      expect(
+        await tab.evaluate(() => ({ local: localStorage.length, cookie: document.cookie, token: sessionStorage.getItem('kandev.operatorToken') })),
+      ).toEqual({
         local: 0,
         cookie: '',
         token: w.token,

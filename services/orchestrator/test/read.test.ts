@@ -217,7 +217,8 @@ describe('read surface', () => {
       const child = await h.task(w.id, 'held child', root.id);
       expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: root.id })).hold).toBeNull();
       const { hold } = await request(h.nc, OrchTree.pause, { actor: operator, task_id: root.id });
-      for (const id of [root.id, child.id]) expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: id })).hold).toEqual({ id: hold.id, mode: 'pause' });
+      for (const id of [root.id, child.id])
+        expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: id })).hold).toEqual({ id: hold.id, mode: 'pause' });
       const [listed] = (await listTasks(w.id, { roots: true })).items;
       expect(listed!.hold).toEqual({ id: hold.id, mode: 'pause' });
       // Released as a resume leaves it (the resume itself needs the holds service, not in this harness).

@@ -74,7 +74,8 @@ function SignIn({ onSignedIn }: { onSignedIn: (t: string) => void }) {
           spellcheck={false}
         />
         <p class="hint">
-          Print one with <code>npm run token -- operator</code>. It is kept for this browser session only (sessionStorage), and handed to the console's other tabs you open.
+          Print one with <code>npm run token -- operator</code>. It is kept for this browser session only (sessionStorage), and handed to the console's other
+          tabs you open.
         </p>
         <button type="submit" class="btn primary" disabled={busy || !value.trim()}>
           {busy ? 'Checking…' : 'Sign in'}

@@ -125,7 +125,8 @@ export function hasGap(have: TranscriptItem[], next: TranscriptItem): boolean {
 
 /** One visible row of the task tree: a task, or the "load more" row after a parent's last loaded child. */
 export type TreeRow =
-  { kind: 'task'; task: TaskListItem; depth: number; expanded: boolean; loading: boolean } | { kind: 'more'; parentId: string; depth: number; loading: boolean };
+  | { kind: 'task'; task: TaskListItem; depth: number; expanded: boolean; loading: boolean }
+  | { kind: 'more'; parentId: string; depth: number; loading: boolean };
 export interface TreeNodeState {
   children: string[];
   cursor: string | null;

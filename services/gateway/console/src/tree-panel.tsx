@@ -21,7 +21,8 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
   const members = new Set((preview.value?.tasks ?? []).map((t) => t.id));
   useTaskPushes(
     (n) =>
-      ((n.action === 'tree_hold.created' || n.action === 'tree_hold.released') && (holdCovers(n.payload.hold, task.id) || isMember(members, n.payload.task_id))) ||
+      ((n.action === 'tree_hold.created' || n.action === 'tree_hold.released') &&
+        (holdCovers(n.payload.hold, task.id) || isMember(members, n.payload.task_id))) ||
       (n.action === 'task.created' && isMember(members, n.payload.task.parent_id)),
     () => preview.reload(),
     [task.id, preview.value],
@@ -135,7 +136,8 @@ function CostCard({ taskId, members }: { taskId: string; members: Set<string> })
   const resync = useResync();
   const cost = useLoad(() => get<CostSummary>(`/tasks/${taskId}/tree/cost-summary`), [taskId, resync]);
   useTaskPushes(
-    (n) => (n.action === 'session.state_changed' || n.action.startsWith('tree_budget.')) && (n.payload.task_id === taskId || isMember(members, n.payload.task_id)),
+    (n) =>
+      (n.action === 'session.state_changed' || n.action.startsWith('tree_budget.')) && (n.payload.task_id === taskId || isMember(members, n.payload.task_id)),
     () => cost.reload(),
     [taskId, members.size],
   );

@@ -141,7 +141,13 @@ export function Expiry({ at }: { at: string }) {
   }, [at]);
   const e = expiryWords(at, now);
   return (
-    <time role="timer" dateTime={at} class={`expiry${e.soon ? ' soon' : ''}`} title={`The agent stops waiting at ${new Date(at).toLocaleTimeString()}`} data-testid="expiry">
+    <time
+      role="timer"
+      dateTime={at}
+      class={`expiry${e.soon ? ' soon' : ''}`}
+      title={`The agent stops waiting at ${new Date(at).toLocaleTimeString()}`}
+      data-testid="expiry"
+    >
       {e.words}
     </time>
   );
