@@ -121,6 +121,10 @@ describe('console: the inbox', () => {
     const bundleCard = page.getByTestId('clarification');
     await bundleCard.getByText('Run the migrations first?').waitFor();
     expect(await seconds(page, bundleCard.getByTestId('expiry'))).toBeGreaterThan(0);
+    // Its tree badges every row on the way down to it, and nothing beside it.
+    for (const id of [root.id, child.id, grandchild.id])
+      await page.locator(`[data-testid="tree-row"][data-task-id="${id}"]`).getByTestId('tree-inbox-badge').filter({ hasText: '1 waiting' }).waitFor();
+    expect(await page.getByTestId('tree-inbox-badge').count()).toBe(3);
 
     // Answered elsewhere (the API): the badge leaves the board without a reload.
     await page.goto(ui(workspace_id));

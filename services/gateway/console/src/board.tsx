@@ -1,9 +1,9 @@
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
 import { NewTaskForm } from './create-forms';
-import { useInbox } from './inbox';
-import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention, pendingBySubtree } from './model';
+import { useWaitingBySubtree } from './inbox';
+import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention } from './model';
 import { store, useStore } from './store';
 import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
@@ -62,8 +62,7 @@ export function Board({ workspace }: { workspace: string }) {
   }
   const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskListItem => !!t && !t.archived_at);
   // What waits on a person anywhere under each card (a child's question too), live with the inbox.
-  const inbox = useInbox();
-  const waiting = useMemo(() => pendingBySubtree(inbox.value?.items ?? []), [inbox.value]);
+  const waiting = useWaitingBySubtree();
 
   return (
     <main class="page board-page">

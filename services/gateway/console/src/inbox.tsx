@@ -1,10 +1,10 @@
 import { createContext, type ComponentChildren } from 'preact';
-import { useContext } from 'preact/hooks';
+import { useContext, useMemo } from 'preact/hooks';
 import { ApiError, get } from './api';
 import { hrefOf, useResync } from './app';
 import { useWorkspaceLive } from './board';
 import { BundleView } from './clarifications';
-import { ago } from './model';
+import { ago, pendingBySubtree } from './model';
 import { PendingPermission } from './permissions';
 import { useTaskPushes } from './task-pushes';
 import type { ClarificationBundleView, Inbox, InboxItem, PermissionRequest } from '@kandev/contracts';
@@ -32,6 +32,12 @@ export function InboxProvider({ workspace, children }: { workspace: string; chil
   return <InboxContext.Provider value={useLiveInbox(workspace)}>{children}</InboxContext.Provider>;
 }
 export const useInbox = (): LiveInbox => useContext(InboxContext)!;
+
+/** How many inbox items wait in each task's subtree (the board's and the tree's badges). */
+export function useWaitingBySubtree(): Map<string, number> {
+  const inbox = useInbox();
+  return useMemo(() => pendingBySubtree(inbox.value?.items ?? []), [inbox.value]);
+}
 
 /** The header's way to the Inbox, with how many items wait. */
 export function InboxLink({ workspace }: { workspace: string }) {

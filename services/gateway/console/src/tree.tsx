@@ -1,6 +1,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
+import { useWaitingBySubtree } from './inbox';
 import { STATUS_WORDS, flattenTree, holdBadge, visibleWindow, type TreeNodeState } from './model';
 import { store, useStore } from './store';
 import type { TaskListItem, TaskPage } from '@kandev/contracts';
@@ -87,6 +88,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
   };
 
   const rows = flattenTree(rootId, store.tasks, nodes, expanded);
+  const waiting = useWaitingBySubtree();
   const { start, end } = visibleWindow(rows.length, ROW, scrollTop, viewport);
 
   // Keep the selected row in view when the tree first shows it.
@@ -135,6 +137,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
                 expanded={r.expanded}
                 loading={r.loading}
                 selected={r.task.id === selected}
+                waiting={waiting.get(r.task.id) ?? 0}
                 workspace={workspace}
                 toggle={toggle}
               />
@@ -154,6 +157,8 @@ function TreeRowView(props: {
   expanded: boolean;
   loading: boolean;
   selected: boolean;
+  /** Questions and permission requests pending in this row's subtree. */
+  waiting: number;
   workspace: string;
   toggle: (id: string) => void;
 }) {
@@ -189,6 +194,13 @@ function TreeRowView(props: {
       {badge ? (
         <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>
           <span data-testid="hold-badge">{badge}</span>
+        </Badge>
+      ) : null}
+      {props.waiting > 0 ? (
+        <Badge kind="waiting">
+          <span data-testid="tree-inbox-badge" title="Questions or permission requests wait on you in this task or below it">
+            {props.waiting} waiting
+          </span>
         </Badge>
       ) : null}
       {s.working || (s.active && !s.state) ? (
