@@ -36,4 +36,15 @@ export default tseslint.config(
       'no-empty': ['error', { allowEmptyCatch: false }],
     },
   },
+  {
+    // The console takes the wire shapes from the contracts as types only: nothing of the package (or
+    // what it may import one day) reaches the browser bundle.
+    files: ['services/gateway/console/src/**/*.{ts,tsx}'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { paths: [{ name: '@kandev/contracts', message: 'the console imports the contracts as types only (import type)', allowTypeImports: true }] },
+      ],
+    },
+  },
 );

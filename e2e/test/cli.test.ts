@@ -99,6 +99,76 @@ describe('kandev CLI', () => {
     expect(JSON.parse(again.stdout).error.code).toBe('NOT_FOUND');
   });
 
+  it("lists the inbox of a workspace, a child's question with its expiry too, as a table and as --json", async () => {
+    const { workspace_id, task: root } = await makeTask(w.api, { title: 'cli inbox root' });
+    const child = (await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'cli inbox child' })).task;
+    const empty = await ok(['inbox', '--workspace', workspace_id]);
+    expect(empty.stdout).toBe('KIND  ID  TASK  SINCE  EXPIRES  TEXT\n');
+
+    await w.api.startSession(child.id, { agent: 'scripted-acp', prompt: JSON.stringify({ script: [{ ask: [{ id: 'db', text: 'Which database?' }] }] }) });
+    await w.api.startSession(root.id, { agent: 'scripted-acp', prompt: JSON.stringify({ script: [{ permission: 'Deploy to staging?' }] }) });
+    await eventually(async () => (await w.api.ok('GET', `/inbox?workspace_id=${workspace_id}`)).items.length === 2, 30_000);
+
+    const json = JSON.parse((await ok(['inbox', '--workspace', workspace_id, '--json'])).stdout);
+    expect(json.truncated).toBe(false);
+    const [question, permission] = json.items as { kind: string; id: string; task_id: string; ancestor_ids: string[]; expires_at: string | null }[];
+    expect(question).toMatchObject({ kind: 'clarification', task_id: child.id, ancestor_ids: [root.id], text: 'Which database?' });
+    expect(Date.parse(question!.expires_at!)).toBeGreaterThan(Date.now() - 5_000);
+    expect(permission).toMatchObject({ kind: 'permission', task_id: root.id, ancestor_ids: [], expires_at: null, text: 'Deploy to staging?' });
+
+    const lines = (await ok(['inbox', '--workspace', workspace_id])).stdout.trimEnd().split('\n');
+    expect(lines[0]).toMatch(/^KIND\s+ID\s+TASK\s+SINCE\s+EXPIRES\s+TEXT$/);
+    expect(lines.slice(1)).toEqual([
+      expect.stringMatching(
+        new RegExp(`^clarification\\s+${question!.id}\\s+cli inbox child\\s+\\S+\\s+${question!.expires_at!.replace(/[.+]/g, '\\$&')}\\s+Which database\\?$`),
+      ),
+      expect.stringMatching(new RegExp(`^permission\\s+${permission!.id}\\s+cli inbox root\\s+\\S+\\s+-\\s+Deploy to staging\\?$`)),
+    ]);
+
+    expect((await kandev(['inbox'])).code).toBe(1);
+    const bad = await kandev(['inbox', '--workspace', 'not-a-uuid', '--json']);
+    expect(bad.code).toBe(2);
+    expect(JSON.parse(bad.stdout).error.code).toBe('VALIDATION_ERROR');
+    expect(bad.stderr).toMatch(/refused: VALIDATION_ERROR \(400\)/);
+    await w.api.post(`/tasks/${root.id}/stop`);
+    await w.api.post(`/tasks/${child.id}/stop`);
+  });
+
+  it('sets, shows and clears a tree budget; a child, a missing budget and a bad amount are refused with their exit codes', async () => {
+    const { workspace_id, task: root } = await makeTask(w.api, { title: 'cli budget root' });
+    const child = (await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'cli budget child' })).task;
+
+    const none = await kandev(['tree', 'budget', root.id, '--json']);
+    expect(none.code).toBe(2);
+    expect(JSON.parse(none.stdout).error.code).toBe('NOT_FOUND');
+
+    const set = await ok(['tree', 'budget', root.id, '--set', '2500']);
+    expect(set.stdout.trimEnd().split('\n')).toEqual([`task:    ${root.id}`, 'limit:   $25.00', 'spent:   $0.00', 'warn at: 80%', 'state:   ok', 'hold:    -']);
+    const shown = JSON.parse((await ok(['tree', 'budget', root.id, '--json'])).stdout);
+    expect(shown).toEqual({ task_id: root.id, limit_cents: 2500, warn_percent: 80, spent_cents: 0, state: 'ok', hold_id: null });
+    expect(await w.api.ok('GET', `/tasks/${root.id}/tree/budget`)).toEqual(shown);
+
+    const onChild = await kandev(['tree', 'budget', child.id, '--set', '100']);
+    expect(onChild.code).toBe(2);
+    expect(onChild.stderr).toMatch(/refused: VALIDATION_ERROR \(400\)/);
+    for (const args of [
+      ['tree', 'budget', root.id, '--set', 'lots'],
+      ['tree', 'budget', root.id, '--set', '100', '--clear'],
+      ['tree', 'budget'],
+    ]) {
+      const r = await kandev(args);
+      expect({ args, code: r.code }).toEqual({ args, code: 1 });
+      expect(r.stderr).toContain('usage: kandev');
+    }
+    expect((await w.api.ok('GET', `/tasks/${root.id}/tree/budget`)).limit_cents).toBe(2500); // nothing half-applied
+
+    expect(JSON.parse((await ok(['tree', 'budget', root.id, '--clear', '--json'])).stdout)).toEqual({ task_id: root.id, cleared: true });
+    expect((await w.api.get(`/tasks/${root.id}/tree/budget`)).status).toBe(404);
+    const again = await kandev(['tree', 'budget', root.id]);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/refused: NOT_FOUND \(404\)/);
+  });
+
   it('exit 1 for a usage error, 2 for a refused token, and the agent names', async () => {
     for (const args of [
       [],

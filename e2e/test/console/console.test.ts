@@ -54,7 +54,6 @@ describe('operator console', () => {
     await page.getByTestId('workspace-select').selectOption(ws.id);
     await page.getByTestId('column-todo').getByText('Write the release notes').waitFor();
     await page.getByTestId('column-review').getByText('Review the parser').waitFor();
-    await shot(page, 'board');
     await page.getByTestId('board-search').fill('parser');
     await poll(() => page.getByTestId('task-card').count()).toBe(1);
     await page.getByTestId('live-state').filter({ hasText: 'Live' }).waitFor();

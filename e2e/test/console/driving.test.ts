@@ -157,7 +157,9 @@ describe('console: held trees from any entry point', () => {
   it('shows the root Paused after a reload and from a link to a child; tree controls and cost only with subtasks', async () => {
     const { workspace_id, task: root } = await makeTask(w.api, { title: 'Held root' });
     const child = (await makeTask(w.api, { workspace_id, parent_id: root.id, title: 'Held child' })).task;
-    await w.api.ok('POST', `/tasks/${root.id}/tree/pause`, { reason: 'console badge check' });
+    const { hold } = await w.api.ok('POST', `/tasks/${root.id}/tree/pause`, { reason: 'console badge check' });
+    // GET /tasks/:id carries the hold the page badges from (a member's too).
+    for (const id of [root.id, child.id]) expect((await w.api.ok('GET', `/tasks/${id}`)).hold).toEqual({ id: hold.id, mode: 'pause' });
 
     const page = await openTask(workspace_id, root.id);
     await page.getByTestId('task-hold-badge').filter({ hasText: 'Paused' }).waitFor();

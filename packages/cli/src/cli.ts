@@ -10,7 +10,7 @@ export const USAGE = `usage: kandev <command> [--json]
   session cancel ID [--reason R]               cancel the session's running turn
   session prompt ID TEXT…                      start a turn on an idle session
   tree preview|pause|resume|cancel|restore ID [--reason R]
-  tree budget ID [--set CENTS]                 the tree's spending cap (show, or set)
+  tree budget ID [--set CENTS | --clear]       the tree's spending cap (show, set, or remove)
   inbox --workspace ID                         questions and permission requests waiting on a person
   agents                                       the agent names a session can start with
 
@@ -36,6 +36,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv, out: (s: stri
         parent: { type: 'string' },
         reason: { type: 'string' },
         set: { type: 'string' },
+        clear: { type: 'boolean' },
         status: { type: 'string' },
         q: { type: 'string' },
         limit: { type: 'string' },

@@ -135,5 +135,6 @@ export class ApiClient {
     this.ok<ResultOf<(typeof OrchTree)[TreeAction]>>('POST', `/tasks/${taskId}/tree/${action}`, reason ? { reason } : {});
   budget = (taskId: string) => this.ok<TreeBudget>('GET', `/tasks/${taskId}/tree/budget`);
   setBudget = (taskId: string, limitCents: number) => this.ok<TreeBudget>('PUT', `/tasks/${taskId}/tree/budget`, { limit_cents: limitCents });
+  clearBudget = (taskId: string) => this.ok<null>('DELETE', `/tasks/${taskId}/tree/budget`);
   inbox = (workspaceId: string) => this.ok<Inbox>('GET', `/inbox${query({ workspace_id: workspaceId })}`);
 }

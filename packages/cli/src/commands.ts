@@ -6,7 +6,7 @@ export class UsageError extends Error {}
 
 export interface Parsed {
   positionals: string[];
-  values: { workspace?: string; parent?: string; reason?: string; set?: string; status?: string; q?: string; limit?: string };
+  values: { workspace?: string; parent?: string; reason?: string; set?: string; clear?: boolean; status?: string; q?: string; limit?: string };
 }
 /** What a command answers: the server's JSON (for `--json`) and its human rendering. */
 export interface Output {
@@ -128,6 +128,11 @@ export async function run(api: ApiClient, { positionals, values }: Parsed): Prom
       }
       if (verb === 'budget') {
         const set = int(values.set, '--set CENTS');
+        if (values.clear) {
+          if (set !== undefined) throw new UsageError('tree budget: --set and --clear exclude each other');
+          await api.clearBudget(taskId);
+          return { json: { task_id: taskId, cleared: true }, text: `budget of ${taskId} cleared` };
+        }
         const b = set === undefined ? await api.budget(taskId) : await api.setBudget(taskId, set);
         return {
           json: b,
@@ -146,7 +151,7 @@ export async function run(api: ApiClient, { positionals, values }: Parsed): Prom
         const h = r.hold;
         return { json: r, text: `${verb}: hold ${h.id} (${h.mode}) on ${h.root_task_id}, ${h.members.length} member${h.members.length === 1 ? '' : 's'}` };
       }
-      throw new UsageError('tree: the commands are `tree preview|pause|resume|cancel|restore ID [--reason R]` and `tree budget ID [--set CENTS]`');
+      throw new UsageError('tree: the commands are `tree preview|pause|resume|cancel|restore ID [--reason R]` and `tree budget ID [--set CENTS | --clear]`');
     }
     case 'inbox': {
       noMore([verb, ...rest].filter((x): x is string => x !== undefined));
@@ -154,8 +159,8 @@ export async function run(api: ApiClient, { positionals, values }: Parsed): Prom
       return {
         json: r,
         text: table(
-          ['KIND', 'ID', 'TASK', 'SINCE', 'TEXT'],
-          r.items.map((i) => [i.kind, i.id, i.task_title, i.created_at, i.text]),
+          ['KIND', 'ID', 'TASK', 'SINCE', 'EXPIRES', 'TEXT'],
+          r.items.map((i) => [i.kind, i.id, i.task_title, i.created_at, i.expires_at ?? '-', i.text]),
         ),
       };
     }

@@ -25,6 +25,7 @@ describe('kandev arguments', () => {
       ['task', 'show'],
       ['session', 'prompt', 'id'],
       ['tree', 'budget', 'id', '--set', '12.5'],
+      ['tree', 'budget', 'id', '--set', '5', '--clear'],
       ['--workspace'],
     ]) {
       const r = await kandev(...args);

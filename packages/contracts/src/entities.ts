@@ -72,7 +72,12 @@ export type Execution = z.infer<typeof Execution>;
 
 export const ExecutionSummary = Execution.pick({ execution_id: true, status: true, pid: true, protocol: true });
 
-export const TaskWithSessions = Task.extend({ sessions: z.array(Session) });
+/** The active hold a task is a member of, as a card or a page badges it (a task is in at most one, R-4.8). */
+export const TaskHold = z.object({ id, mode: HoldMode });
+export type TaskHold = z.infer<typeof TaskHold>;
+
+/** `GET /tasks/:id`: the task, its sessions, and (added to the pinned shape) the active hold it is a member of, or null. */
+export const TaskWithSessions = Task.extend({ sessions: z.array(Session), hold: TaskHold.nullable() });
 export type TaskWithSessions = z.infer<typeof TaskWithSessions>;
 
 export const SessionDetail = Session.extend({

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { Actor } from './envelope.js';
 import { Execution, Hold, QueuedMessage, Session, Task, ClarificationBundle, TreeBudget } from './entities.js';
 import { SessionState, TaskStatus } from './enums.js';
-import { AgentToolCallData, SessionMessageData } from './read.js';
+import { AgentToolCallData, type InboxChanged, SessionMessageData } from './read.js';
 import { AgentPermissionEventData, PermissionEventData } from './permissions.js';
 
 const id = z.uuid();
@@ -99,3 +99,21 @@ export const PUSHED_EVENT_TYPES: readonly EventType[] = [
   'tree_budget.warned',
   'tree_budget.exceeded',
 ];
+
+/** What the gateway adds to every pushed event's data: where and when it happened. */
+export interface PushContext {
+  workspace_id: string;
+  task_id: string | null;
+  session_id: string | null;
+  event_id: string;
+  occurred_at: string;
+}
+
+/**
+ * What `/ws` pushes to a subscriber (a frame of `type: "notification"`): one event, `action` its
+ * type and `payload` its data plus the PushContext, or `inbox.changed` (InboxChanged). Narrowing on
+ * `action` types the payload, so a change of an event's data reaches every reader (the console too).
+ */
+export type PushNotification =
+  | { [T in EventType]: { type: 'notification'; action: T; payload: EventDataOf<T> & PushContext } }[EventType]
+  | { type: 'notification'; action: 'inbox.changed'; payload: InboxChanged };

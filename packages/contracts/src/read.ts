@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { Actor, OperatorActor } from './envelope.js';
-import { Task, Workspace } from './entities.js';
-import { HoldMode, TaskStatus } from './enums.js';
+import { Task, TaskHold, Workspace } from './entities.js';
+import { TaskStatus } from './enums.js';
 import { endpoint } from './endpoints.js';
 import { text } from './text.js';
 
@@ -36,7 +36,7 @@ export type WorkspacePage = z.infer<typeof WorkspacePage>;
 export const TaskListItem = Task.extend({
   child_count: z.number().int().nonnegative(),
   active_session_count: z.number().int().nonnegative(),
-  hold: z.object({ id, mode: HoldMode }).nullable(),
+  hold: TaskHold.nullable(),
 });
 export type TaskListItem = z.infer<typeof TaskListItem>;
 export const TaskPage = z.object({ items: z.array(TaskListItem), next_cursor: z.string().nullable() });

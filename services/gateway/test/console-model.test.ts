@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   applyPush,
   backoffMs,
+  expiryWords,
   kindWords,
   columnOf,
   COLUMNS,
@@ -11,13 +12,15 @@ import {
   holdBadge,
   mergeMessages,
   needsAttention,
+  pendingBySubtree,
   plainWords,
+  tokenUsable,
   visibleWindow,
   type TreeNodeState,
 } from '../console/src/model.js';
-import type { Message, TaskItem, TaskStatus } from '../console/src/types.js';
+import type { TaskListItem, TaskStatus, TranscriptItem } from '@kandev/contracts';
 
-const task = (id: string, parent_id: string | null = null): TaskItem => ({
+const task = (id: string, parent_id: string | null = null): TaskListItem => ({
   id,
   workspace_id: 'w',
   parent_id,
@@ -33,7 +36,7 @@ const task = (id: string, parent_id: string | null = null): TaskItem => ({
   active_session_count: 0,
   hold: null,
 });
-const msg = (seq: number, text = `m${seq}`): Message => ({ seq, turn_id: null, role: 'agent', kind: 'text', text, created_at: '' });
+const msg = (seq: number, text = `m${seq}`): TranscriptItem => ({ seq, turn_id: null, role: 'agent', kind: 'agent_text', text, created_at: '' });
 
 describe('console model', () => {
   it('puts every task status in exactly one board column', () => {
@@ -137,5 +140,48 @@ describe('needsAttention', () => {
     expect(needsAttention('IN_PROGRESS', false)).toBe(true);
     expect(needsAttention('IN_PROGRESS', true)).toBe(false);
     for (const status of ['TODO', 'REVIEW', 'COMPLETED', 'CANCELLED', 'WAITING_FOR_INPUT'] as TaskStatus[]) expect(needsAttention(status, false)).toBe(false);
+  });
+});
+
+describe('pendingBySubtree', () => {
+  it('counts an item for its task and every ancestor, and each item once per task', () => {
+    const counts = pendingBySubtree([
+      { task_id: 'grandchild', ancestor_ids: ['root', 'child'] },
+      { task_id: 'child', ancestor_ids: ['root'] },
+      { task_id: 'other', ancestor_ids: [] },
+      // A malformed ancestor list naming the task itself does not count it twice.
+      { task_id: 'twice', ancestor_ids: ['twice'] },
+    ]);
+    expect(Object.fromEntries(counts)).toEqual({ root: 2, child: 2, grandchild: 1, other: 1, twice: 1 });
+    expect(pendingBySubtree([]).size).toBe(0);
+  });
+});
+
+describe('expiryWords', () => {
+  const now = Date.parse('2026-12-07T12:00:00Z');
+  const at = (ms: number) => new Date(now + ms).toISOString();
+  it('counts seconds down under two minutes, minutes under an hour, and says when it expired', () => {
+    expect(expiryWords(at(50_000), now)).toEqual({ words: 'expires in 50 s', soon: false, expired: false });
+    expect(expiryWords(at(14_200), now)).toEqual({ words: 'expires in 15 s', soon: false, expired: false });
+    expect(expiryWords(at(9_000), now)).toEqual({ words: 'expires in 9 s', soon: true, expired: false });
+    expect(expiryWords(at(600_000), now)).toMatchObject({ words: 'expires in 10 min', soon: false });
+    expect(expiryWords(at(0), now)).toEqual({ words: 'expired', soon: true, expired: true });
+    expect(expiryWords(at(-5_000), now).expired).toBe(true);
+    expect(expiryWords(at(2 * 3600_000), now).words).toMatch(/^expires at \d/);
+    expect(expiryWords('not a time', now).words).toBe('');
+  });
+});
+
+describe('tokenUsable', () => {
+  const jwt = (claims: unknown) => `h.${btoa(JSON.stringify(claims)).replace(/=+$/, '').replace(/\+/g, '-').replace(/\//g, '_')}.s`;
+  it('keeps an offered token only while its exp is ahead, and refuses what it cannot read', () => {
+    const now = Date.parse('2026-12-07T12:00:00Z');
+    expect(tokenUsable(jwt({ sub: 'op', exp: now / 1000 + 60 }), now)).toBe(true);
+    expect(tokenUsable(jwt({ sub: 'op', exp: now / 1000 - 1 }), now)).toBe(false);
+    expect(tokenUsable(jwt({ sub: 'op' }), now)).toBe(true);
+    expect(tokenUsable(jwt({ exp: 'later' }), now)).toBe(false);
+    expect(tokenUsable(jwt('a string'), now)).toBe(false);
+    expect(tokenUsable('not-a-jwt', now)).toBe(false);
+    expect(tokenUsable('h.@@@.s', now)).toBe(false);
   });
 });

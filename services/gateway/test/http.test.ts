@@ -59,7 +59,7 @@ beforeAll(async () => {
   await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'fake-orch', queue: 'orchestrator', log: createLogger('fake', 'silent') }, [
     fake(Orch.workspaceCreate, (req) => fixtures.workspace(WS1, req.name)),
     fake(Orch.taskCreate, (req) => ({ ...taskOf(req), title: req.title })),
-    fake(Orch.taskGet, (req) => ({ ...taskOf(req), sessions: [sessionOf({ task_id: req.task_id })] })),
+    fake(Orch.taskGet, (req) => ({ ...taskOf(req), sessions: [sessionOf({ task_id: req.task_id })], hold: null })),
     fake(Orch.taskUpdate, (req) => ({ ...taskOf(req), ...(req.title ? { title: req.title } : {}), ...(req.status ? { status: req.status } : {}) })),
     fake(Orch.sessionStart, (req) => ({ ...sessionOf({ task_id: req.task_id }), ...(req.idempotency_key === 'seen' ? { replayed: true } : {}) })),
     fake(Orch.taskQueueDelete, (req) => fixtures.queued(req.message_id, req.task_id)),

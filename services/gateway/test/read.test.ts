@@ -49,7 +49,7 @@ beforeAll(async () => {
       guard(req.actor, req.workspace_id);
       return { items: [{ ...fixtures.task(TASK, req.workspace_id), child_count: 2, active_session_count: 1, hold: null }], next_cursor: null };
     }),
-    on(Orch.taskGet, async (req) => ({ ...fixtures.task(req.task_id, WS1), sessions: [] })),
+    on(Orch.taskGet, async (req) => ({ ...fixtures.task(req.task_id, WS1), sessions: [], hold: null })),
     on(OrchRead.sessionMessages, async (req) => {
       calls.push({ endpoint: 'session.messages', req });
       if (req.session_id === FOREIGN_SESSION) throw forbidden('no access to the workspace of this session');

@@ -43,7 +43,7 @@ beforeAll(async () => {
   nc = await connectNats({ url: nats.url, name: 'gateway-trace-test' });
   token = await operatorToken();
   await serveEndpoints(nc, { service: 'orchestrator', instanceId: 'fake', queue: 'orchestrator', log: createLogger('fake', 'silent') }, [
-    on(Orch.taskGet, async (req) => ({ ...fixtures.task(req.task_id, WS1), sessions: [] })),
+    on(Orch.taskGet, async (req) => ({ ...fixtures.task(req.task_id, WS1), sessions: [], hold: null })),
     on(Orch.agentCancel, async (req) => ({ success: true as const, session_id: req.session_id })),
   ]);
 });

@@ -49,7 +49,7 @@ beforeAll(async () => {
     on(Orch.taskGet, async (req: any) => {
       looked.add(req.task_id);
       await gate;
-      return { ...fixtures.task(req.task_id, WS1), sessions: [] } as never;
+      return { ...fixtures.task(req.task_id, WS1), sessions: [], hold: null } as never;
     }),
     on(OrchRead.workspaceGet, async (req: any) => {
       looked.add(req.workspace_id);

@@ -46,7 +46,7 @@ beforeAll(async () => {
     on(Orch.taskGet, async (req) => {
       record('orch.task.get', req);
       if (req.task_id === FORBIDDEN_TASK) throw forbidden('task belongs to another workspace');
-      return { ...fixtures.task(req.task_id, WS1), sessions: [] };
+      return { ...fixtures.task(req.task_id, WS1), sessions: [], hold: null };
     }),
     on(Orch.agentCancel, async (req) => {
       record('orch.agent.cancel', req);

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jetstream } from '@nats-io/jetstream';
-import { eventSubject, KandevError, Orch, OrchRead, type EventEnvelope, type OperatorActor, type SessionMessageData } from '@kandev/contracts';
+import { eventSubject, KandevError, Orch, OrchRead, OrchTree, type EventEnvelope, type OperatorActor, type SessionMessageData } from '@kandev/contracts';
 import { buildEvent, EventPublisher, request } from '@kandev/runtime';
 import { eventually } from '@kandev/testkit';
 import { EMPTY_TRANSCRIPT, planTranscriptAppend, type TranscriptState } from '../src/domain/transcript.js';
@@ -209,6 +209,21 @@ describe('read surface', () => {
       expect(sent.filter((q) => /\b(tasks|sessions)\b/.test(q))).toHaveLength(1);
       expect(await refusal(request(h.nc, Orch.taskGet, { actor: scoped(randomUUID()), task_id: task.id }))).toBe('FORBIDDEN');
       expect(await refusal(request(h.nc, Orch.taskGet, { actor: operator, task_id: randomUUID() }))).toBe('NOT_FOUND');
+    });
+
+    it('carries the active hold the task is a member of, as GET /tasks lists it, and null once released', async () => {
+      const w = await h.workspace('task-detail-hold');
+      const root = await h.task(w.id, 'held root');
+      const child = await h.task(w.id, 'held child', root.id);
+      expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: root.id })).hold).toBeNull();
+      const { hold } = await request(h.nc, OrchTree.pause, { actor: operator, task_id: root.id });
+      for (const id of [root.id, child.id])
+        expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: id })).hold).toEqual({ id: hold.id, mode: 'pause' });
+      const [listed] = (await listTasks(w.id, { roots: true })).items;
+      expect(listed!.hold).toEqual({ id: hold.id, mode: 'pause' });
+      // Released as a resume leaves it (the resume itself needs the holds service, not in this harness).
+      await h.sql`UPDATE orchestrator.tree_hold_members SET active = false WHERE hold_id = ${hold.id}`;
+      expect((await request(h.nc, Orch.taskGet, { actor: operator, task_id: child.id })).hold).toBeNull();
     });
   });
 

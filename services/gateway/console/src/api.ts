@@ -1,3 +1,4 @@
+import { token, tokenRefused } from './auth';
 import { plainWords } from './model';
 
 /** Fastify's (and the gateway's) answer for a path it has no route for. */
@@ -19,26 +20,9 @@ export class ApiError extends Error {
   }
 }
 
-const TOKEN_KEY = 'kandev.operatorToken';
-export const token = {
-  get: (): string | null => sessionStorage.getItem(TOKEN_KEY),
-  set: (t: string) => sessionStorage.setItem(TOKEN_KEY, t),
-  clear: () => sessionStorage.removeItem(TOKEN_KEY),
-};
-
-/** Listeners told when the gateway refuses the token (the console then asks for a new one). */
-const unauthorized = new Set<() => void>();
-export const onUnauthorized = (fn: () => void) => (unauthorized.add(fn), () => unauthorized.delete(fn));
-/** The token stopped working (a 401, or /ws closed with 4401 when it expired). */
-export const tokenRefused = () => {
-  token.clear();
-  unauthorized.forEach((fn) => fn());
-};
-
 /** The gateway is the page's own origin: the console is served by it at /ui/. */
-export async function api<T>(method: string, path: string, body?: unknown, extraHeaders: Record<string, string> = {}): Promise<T> {
+export async function api<T>(method: string, path: string, body?: unknown, extraHeaders: Record<string, string> = {}, t = token.get()): Promise<T> {
   const headers: Record<string, string> = { ...extraHeaders };
-  const t = token.get();
   if (t) headers.authorization = `Bearer ${t}`;
   if (body !== undefined) headers['content-type'] = 'application/json';
   let res: Response;
@@ -56,7 +40,8 @@ export async function api<T>(method: string, path: string, body?: unknown, extra
   }
   if (!res.ok) {
     const err = json?.error ?? {};
-    if (res.status === 401) tokenRefused();
+    // Only the token this tab signed in with signs every tab out (not one being tried at the sign-in form).
+    if (res.status === 401 && t !== null && t === token.get()) tokenRefused();
     throw new ApiError(res.status, String(err.code ?? `HTTP_${res.status}`), String(err.message ?? res.statusText), path);
   }
   return json as T;

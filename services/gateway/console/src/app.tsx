@@ -1,13 +1,14 @@
 import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
-import { ApiError, get, onUnauthorized, qs, token } from './api';
+import { ApiError, api, get, qs } from './api';
+import { askOtherTabs, onSignedOut, signOut, token } from './auth';
 import { Board } from './board';
-import { InboxLink, InboxPage } from './inbox';
+import { InboxLink, InboxPage, InboxProvider } from './inbox';
 import { NewWorkspaceForm, WORKSPACES_CHANGED } from './create-forms';
 import { Live, type LiveState } from './live';
 import { store } from './store';
 import { TaskPage } from './task';
-import type { Page, Workspace } from './types';
+import type { Workspace, WorkspacePage } from '@kandev/contracts';
 import { ErrorNote, errorText, useLoad } from './ui';
 
 const LiveContext = createContext<Live | null>(null);
@@ -25,10 +26,15 @@ function parseHash(): Route {
 export const hrefOf = (workspace: string, task?: string) => `#/w/${encodeURIComponent(workspace)}${task ? `/t/${encodeURIComponent(task)}` : ''}`;
 
 export function App() {
-  const [tok, setTok] = useState(token.get());
-  useEffect(() => onUnauthorized(() => setTok(null)), []);
+  // undefined: asking the other tabs for their sign-in (ADR 0058), before the form is shown.
+  const [tok, setTok] = useState<string | null | undefined>(token.get() ?? undefined);
+  useEffect(() => onSignedOut(() => setTok(null)), []);
+  useEffect(() => {
+    if (tok === undefined) void askOtherTabs().then(setTok);
+  }, []);
+  if (tok === undefined) return null;
   if (!tok) return <SignIn onSignedIn={(t) => (token.set(t), setTok(t))} />;
-  return <Shell tok={tok} signOut={() => (token.clear(), setTok(null))} />;
+  return <Shell tok={tok} signOut={signOut} />;
 }
 
 function SignIn({ onSignedIn }: { onSignedIn: (t: string) => void }) {
@@ -41,18 +47,14 @@ function SignIn({ onSignedIn }: { onSignedIn: (t: string) => void }) {
     if (!t) return;
     setBusy(true);
     setError(null);
-    token.set(t);
     try {
-      // A cheap authenticated read proves the token before the console opens.
-      await get(`/workspaces${qs({ limit: 1 })}`);
+      // A cheap authenticated read proves the token before the console keeps it.
+      await api('GET', `/workspaces${qs({ limit: 1 })}`, undefined, {}, t);
       onSignedIn(t);
     } catch (err: any) {
       // A gateway without GET /workspaces still lets a valid token in (typing a workspace id works).
       if (err?.routeMissing) onSignedIn(t);
-      else {
-        token.clear();
-        setError(err);
-      }
+      else setError(err);
     } finally {
       setBusy(false);
     }
@@ -72,7 +74,8 @@ function SignIn({ onSignedIn }: { onSignedIn: (t: string) => void }) {
           spellcheck={false}
         />
         <p class="hint">
-          Print one with <code>npm run token -- operator</code>. It is kept in this tab only (sessionStorage).
+          Print one with <code>npm run token -- operator</code>. It is kept for this browser session only (sessionStorage), and handed to the console's other
+          tabs you open.
         </p>
         <button type="submit" class="btn primary" disabled={busy || !value.trim()}>
           {busy ? 'Checking…' : 'Sign in'}
@@ -104,34 +107,45 @@ function Shell({ tok, signOut }: { tok: string; signOut: () => void }) {
     return () => (offState(), offN(), l.close());
   }, [tok]);
   if (!live) return null;
+  const page = (
+    <>
+      <header class="top">
+        <a class="brand" href="#/">
+          Kandev
+        </a>
+        <WorkspacePicker current={route.workspace} />
+        {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
+        <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
+          {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
+        </span>
+        <button type="button" class="btn plain" onClick={signOut}>
+          Sign out
+        </button>
+      </header>
+      {route.workspace ? (
+        route.inbox ? (
+          <InboxPage key={route.workspace} workspace={route.workspace} />
+        ) : route.task ? (
+          <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
+        ) : (
+          <Board key={route.workspace} workspace={route.workspace} />
+        )
+      ) : (
+        <main class="page">
+          <Welcome />
+        </main>
+      )}
+    </>
+  );
   return (
     <LiveContext.Provider value={live}>
       <ResyncContext.Provider value={resync}>
-        <header class="top">
-          <a class="brand" href="#/">
-            Kandev
-          </a>
-          <WorkspacePicker current={route.workspace} />
-          {route.workspace ? <InboxLink key={route.workspace} workspace={route.workspace} /> : null}
-          <span class={`conn conn-${liveState}`} data-testid="live-state" title="The /ws connection that keeps this page current">
-            {liveState === 'live' ? 'Live' : liveState === 'connecting' ? 'Connecting…' : 'Offline, reconnecting…'}
-          </span>
-          <button type="button" class="btn plain" onClick={signOut}>
-            Sign out
-          </button>
-        </header>
         {route.workspace ? (
-          route.inbox ? (
-            <InboxPage key={route.workspace} workspace={route.workspace} />
-          ) : route.task ? (
-            <TaskPage key={route.task} workspace={route.workspace} taskId={route.task} />
-          ) : (
-            <Board key={route.workspace} workspace={route.workspace} />
-          )
+          <InboxProvider key={route.workspace} workspace={route.workspace}>
+            {page}
+          </InboxProvider>
         ) : (
-          <main class="page">
-            <Welcome />
-          </main>
+          page
         )}
       </ResyncContext.Provider>
     </LiveContext.Provider>
@@ -145,7 +159,7 @@ function WorkspacePicker({ current }: { current: string | null }) {
   const [pages, setPages] = useState<Workspace[]>([]);
   const [cursor, setCursor] = useState<string | null>(null);
   const [typed, setTyped] = useState('');
-  const first = useLoad(() => get<Page<Workspace>>(`/workspaces${qs({ limit: 100 })}`), [resync]);
+  const first = useLoad(() => get<WorkspacePage>(`/workspaces${qs({ limit: 100 })}`), [resync]);
   useEffect(() => {
     addEventListener(WORKSPACES_CHANGED, first.reload);
     return () => removeEventListener(WORKSPACES_CHANGED, first.reload);
@@ -157,7 +171,7 @@ function WorkspacePicker({ current }: { current: string | null }) {
     }
   }, [first.value]);
   const more = async () => {
-    const p = await get<Page<Workspace>>(`/workspaces${qs({ limit: 100, cursor })}`);
+    const p = await get<WorkspacePage>(`/workspaces${qs({ limit: 100, cursor })}`);
     setPages((have) => [...have, ...p.items]);
     setCursor(p.next_cursor);
   };

@@ -3,7 +3,7 @@ import { get } from './api';
 import { useResync } from './app';
 import { ago } from './model';
 import { useTaskPushes } from './task-pushes';
-import type { AuditEntry } from './types';
+import type { AuditEntry } from '@kandev/contracts';
 import { ErrorNote, Spinner, useLoad } from './ui';
 
 /** The task's control actions (B-3), read only while opened. */

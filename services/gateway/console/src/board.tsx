@@ -2,9 +2,10 @@ import { useEffect, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
 import { NewTaskForm } from './create-forms';
+import { useWaitingBySubtree } from './inbox';
 import { COLUMNS, STATUS_WORDS, columnOf, holdBadge, needsAttention } from './model';
 import { store, useStore } from './store';
-import type { Page, TaskItem } from './types';
+import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
 
 /** Subscribe the console's socket to a whole workspace (every task's pushes) while mounted. */
@@ -39,7 +40,7 @@ export function Board({ workspace }: { workspace: string }) {
   const load = async (after: string | null) => {
     setLoading(true);
     try {
-      const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, roots: true, q: query, limit: 100, cursor: after })}`);
+      const page = await get<TaskPage>(`/tasks${qs({ workspace_id: workspace, roots: true, q: query, limit: 100, cursor: after })}`);
       store.upsert(page.items);
       setIds((have) => (after ? [...have, ...page.items.map((t) => t.id)] : page.items.map((t) => t.id)));
       setCursor(page.next_cursor);
@@ -59,7 +60,9 @@ export function Board({ workspace }: { workspace: string }) {
     const t = store.tasks.get(id);
     if (t && t.workspace_id === workspace && !shown.has(id) && t.title.toLowerCase().includes(needle)) shown.add(id);
   }
-  const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskItem => !!t && !t.archived_at);
+  const tasks = [...shown].map((id) => store.tasks.get(id)).filter((t): t is TaskListItem => !!t && !t.archived_at);
+  // What waits on a person anywhere under each card (a child's question too), live with the inbox.
+  const waiting = useWaitingBySubtree();
 
   return (
     <main class="page board-page">
@@ -106,7 +109,7 @@ export function Board({ workspace }: { workspace: string }) {
               <ul>
                 {inCol.map((t) => (
                   <li>
-                    <TaskCard task={t} workspace={workspace} />
+                    <TaskCard task={t} workspace={workspace} waiting={waiting.get(t.id) ?? 0} />
                   </li>
                 ))}
               </ul>
@@ -123,7 +126,7 @@ export function Board({ workspace }: { workspace: string }) {
   );
 }
 
-function TaskCard({ task, workspace }: { task: TaskItem; workspace: string }) {
+function TaskCard({ task, workspace, waiting }: { task: TaskListItem; workspace: string; waiting: number }) {
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
   return (
@@ -134,7 +137,19 @@ function TaskCard({ task, workspace }: { task: TaskItem; workspace: string }) {
         {badge ? <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>{badge}</Badge> : null}
         {s.working ? <Badge kind="running">Running</Badge> : s.active ? <Badge kind="active">Session open</Badge> : null}
         {!badge && needsAttention(task.status, s.active) ? <Badge kind="attention">Needs attention</Badge> : null}
-        {task.child_count > 0 ? <span class="children">{task.child_count} subtasks</span> : null}
+        {waiting > 0 ? (
+          <Badge kind="waiting">
+            <span data-testid="inbox-badge" title="Questions or permission requests wait on you in this task or its subtasks (see the Inbox)">
+              <span aria-hidden="true">⚑ </span>
+              {waiting} waiting on you
+            </span>
+          </Badge>
+        ) : null}
+        {task.child_count > 0 ? (
+          <span class="children">
+            {task.child_count} subtask{task.child_count === 1 ? '' : 's'}
+          </span>
+        ) : null}
       </span>
     </a>
   );

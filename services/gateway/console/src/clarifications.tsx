@@ -2,13 +2,13 @@ import { useState } from 'preact/hooks';
 import { get, post } from './api';
 import { useResync } from './app';
 import { useTaskPushes } from './task-pushes';
-import type { Bundle } from './types';
-import { ActionButton, ErrorNote, useLoad } from './ui';
+import type { ClarificationBundleView, TaskClarifications } from '@kandev/contracts';
+import { ActionButton, ErrorNote, Expiry, useLoad } from './ui';
 
 /** Pending clarification bundles of the task (GET /tasks/:id/clarifications, refreshed on `clarification.*` pushes). */
 export function Clarifications({ taskId }: { taskId: string }) {
   const resync = useResync();
-  const list = useLoad(() => get<{ active: Bundle | null; bundles: Bundle[] }>(`/tasks/${taskId}/clarifications`), [taskId, resync]);
+  const list = useLoad(() => get<TaskClarifications>(`/tasks/${taskId}/clarifications`), [taskId, resync]);
   useTaskPushes(
     (n) => n.payload.task_id === taskId && n.action.startsWith('clarification.'),
     () => list.reload(),
@@ -27,8 +27,8 @@ export function Clarifications({ taskId }: { taskId: string }) {
   );
 }
 
-/** One question bundle, answered in place or skipped (also used by the Inbox). */
-export function BundleView({ bundle, done }: { bundle: Bundle; done: () => void }) {
+/** One question bundle, answered in place or skipped (also used by the Inbox, whose list line shows the expiry). */
+export function BundleView({ bundle, done, expiry = true }: { bundle: ClarificationBundleView; done: () => void; expiry?: boolean }) {
   const [answers, setAnswers] = useState<Record<string, string>>({});
   const open = bundle.questions.filter((q) => q.status === 'pending');
   const complete = open.every((q) => (answers[q.id] ?? '').trim() !== '');
@@ -36,6 +36,7 @@ export function BundleView({ bundle, done }: { bundle: Bundle; done: () => void 
     <section class="card questions attention" aria-label="Questions from the agent" data-testid="clarification">
       <div class="head-row">
         <h2>The agent asks</h2>
+        {expiry ? <Expiry at={bundle.expires_at} /> : null}
         <ActionButton
           kind="plain"
           testid="skip-questions"

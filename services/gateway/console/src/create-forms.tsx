@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks';
 import { AgentField, useAgents } from './agents';
 import { newKey, post, postOnce } from './api';
 import { hrefOf } from './app';
-import type { Task, Workspace } from './types';
+import type { Task, Workspace } from '@kandev/contracts';
 import { ErrorNote, Spinner } from './ui';
 
 /** Fired on window when this console created a workspace. */

@@ -1,6 +1,7 @@
-import { ApiError, post, tokenRefused } from './api';
+import { ApiError, post } from './api';
+import { tokenRefused } from './auth';
 import { backoffMs } from './model';
-import type { Notification } from './types';
+import type { PushNotification } from '@kandev/contracts';
 
 export type LiveState = 'connecting' | 'live' | 'offline';
 type Sub = { workspace_id: string } | { task_id: string };
@@ -19,7 +20,7 @@ export class Live {
   private closed = false;
   private readonly subs = new Map<string, { sub: Sub; refs: number }>();
   private readonly pending = new Map<string, (frame: any) => void>();
-  private readonly listeners = new Set<(n: Notification) => void>();
+  private readonly listeners = new Set<(n: PushNotification) => void>();
   private readonly stateListeners = new Set<(s: LiveState, resync: boolean) => void>();
   /** Subscriptions the server refused (e.g. a gateway without `subscribe {workspace_id}`). */
   readonly refused = new Set<string>();
@@ -29,7 +30,7 @@ export class Live {
     void this.connect();
   }
 
-  onNotification(fn: (n: Notification) => void): () => void {
+  onNotification(fn: (n: PushNotification) => void): () => void {
     this.listeners.add(fn);
     return () => this.listeners.delete(fn);
   }
@@ -120,7 +121,7 @@ export class Live {
       } catch {
         return;
       }
-      if (frame.type === 'notification') this.listeners.forEach((fn) => fn(frame as Notification));
+      if (frame.type === 'notification') this.listeners.forEach((fn) => fn(frame as PushNotification));
       else if (frame.id && this.pending.has(frame.id)) {
         this.pending.get(frame.id)!(frame);
         this.pending.delete(frame.id);

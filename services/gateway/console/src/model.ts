@@ -1,5 +1,5 @@
 // Pure rules of the console (no DOM, no fetch): unit-tested in services/gateway/test/console-model.test.ts.
-import type { Message, SessionState, TaskItem, TaskStatus } from './types';
+import type { SessionState, TaskListItem, TaskStatus, TranscriptItem } from '@kandev/contracts';
 
 const CODE_WORDS: Record<string, string> = {
   UNAUTHORIZED: 'The gateway did not accept your operator token (missing, expired or signed with another secret). Sign in again.',
@@ -64,9 +64,9 @@ export function backoffMs(attempt: number, random: number = Math.random()): numb
 }
 
 /** Merge transcript items by `seq` (a live push may repeat what a page already returned), oldest first. */
-export function mergeMessages(have: Message[], more: Message[]): Message[] {
+export function mergeMessages(have: TranscriptItem[], more: TranscriptItem[]): TranscriptItem[] {
   if (more.length === 0) return have;
-  const bySeq = new Map<number, Message>();
+  const bySeq = new Map<number, TranscriptItem>();
   for (const m of have) bySeq.set(m.seq, m);
   for (const m of more) {
     // Items only grow: a copy read before chunks this console already applied must not take them back.
@@ -82,7 +82,7 @@ export function mergeMessages(have: Message[], more: Message[]): Message[] {
  * `offset` when it has one: a chunk the held text already contains changes nothing. null: the item is
  * not held, or a chunk before this one is missing, so the caller must read the item from the API.
  */
-export function applyPush(have: Message[], push: Message & { op?: 'created' | 'appended'; offset?: number }): Message[] | null {
+export function applyPush(have: TranscriptItem[], push: TranscriptItem & { op?: 'created' | 'appended'; offset?: number }): TranscriptItem[] | null {
   const { op, offset, ...item } = push;
   if (op !== 'appended') return mergeMessages(have, [item]);
   const i = have.findIndex((m) => m.seq === item.seq);
@@ -118,14 +118,15 @@ export function kindWords(role: string, kind: string): string {
 }
 
 /** Whether a pushed item leaves a hole after what is held (then the console pages from the last seq it has). */
-export function hasGap(have: Message[], next: Message): boolean {
+export function hasGap(have: TranscriptItem[], next: TranscriptItem): boolean {
   const last = have.length ? have[have.length - 1]!.seq : 0;
   return next.seq > last + 1 && have.length > 0;
 }
 
 /** One visible row of the task tree: a task, or the "load more" row after a parent's last loaded child. */
 export type TreeRow =
-  { kind: 'task'; task: TaskItem; depth: number; expanded: boolean; loading: boolean } | { kind: 'more'; parentId: string; depth: number; loading: boolean };
+  | { kind: 'task'; task: TaskListItem; depth: number; expanded: boolean; loading: boolean }
+  | { kind: 'more'; parentId: string; depth: number; loading: boolean };
 export interface TreeNodeState {
   children: string[];
   cursor: string | null;
@@ -137,7 +138,7 @@ export interface TreeNodeState {
  * The rows a tree shows: depth-first from the root, children only under expanded nodes. A node whose
  * children are paged gets a "more" row after its last loaded child.
  */
-export function flattenTree(rootId: string, tasks: Map<string, TaskItem>, nodes: Map<string, TreeNodeState>, expanded: Set<string>): TreeRow[] {
+export function flattenTree(rootId: string, tasks: Map<string, TaskListItem>, nodes: Map<string, TreeNodeState>, expanded: Set<string>): TreeRow[] {
   const rows: TreeRow[] = [];
   type Item = { id: string; depth: number } | { more: string; depth: number; loading: boolean };
   const stack: Item[] = [{ id: rootId, depth: 0 }];
@@ -195,4 +196,45 @@ export function ago(iso: string | null | undefined, now = Date.now()): string {
  */
 export function needsAttention(status: TaskStatus, hasLiveSession: boolean): boolean {
   return status === 'IN_PROGRESS' && !hasLiveSession;
+}
+
+/**
+ * Whether a token another tab offers is worth keeping (ADR 0058): a JWT whose `exp` is still ahead
+ * (read, not verified: the gateway verifies every request). Anything unreadable is refused.
+ */
+export function tokenUsable(token: string, now = Date.now()): boolean {
+  const part = token.split('.')[1];
+  if (!part) return false;
+  try {
+    const claims: unknown = JSON.parse(atob(part.replace(/-/g, '+').replace(/_/g, '/')));
+    if (typeof claims !== 'object' || claims === null) return false;
+    const exp = (claims as { exp?: unknown }).exp;
+    return exp === undefined || (typeof exp === 'number' && exp * 1000 > now);
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * How many things wait on a person in each task's subtree (R-12.2): an inbox item counts for its
+ * task and for every ancestor (`ancestor_ids`), so a root's board card shows what waits deep below it.
+ */
+export function pendingBySubtree(items: readonly { task_id: string; ancestor_ids: readonly string[] }[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const item of items) for (const id of new Set([item.task_id, ...item.ancestor_ids])) counts.set(id, (counts.get(id) ?? 0) + 1);
+  return counts;
+}
+
+/**
+ * When a question bundle expires, in words an operator reads without the colour: seconds under two
+ * minutes, minutes under an hour, else the clock time; `soon` under 15 s (styled as urgent too).
+ */
+export function expiryWords(iso: string, now = Date.now()): { words: string; soon: boolean; expired: boolean } {
+  const at = Date.parse(iso);
+  if (!Number.isFinite(at)) return { words: '', soon: false, expired: false };
+  const s = Math.ceil((at - now) / 1000);
+  if (s <= 0) return { words: 'expired', soon: true, expired: true };
+  if (s < 120) return { words: `expires in ${s} s`, soon: s < 15, expired: false };
+  if (s < 3600) return { words: `expires in ${Math.round(s / 60)} min`, soon: false, expired: false };
+  return { words: `expires at ${new Date(at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`, soon: false, expired: false };
 }

@@ -2,13 +2,13 @@ import { ApiError, get, post } from './api';
 import { useResync } from './app';
 import { ago } from './model';
 import { useTaskPushes } from './task-pushes';
-import type { Permission } from './types';
+import type { PermissionRequest } from '@kandev/contracts';
 import { ActionButton, ErrorNote, useLoad } from './ui';
 
 /** The task's permission requests (R-8.3): pending ones answered in place, the rest folded away. */
 export function Permissions({ taskId }: { taskId: string }) {
   const resync = useResync();
-  const list = useLoad(() => get<Permission[]>(`/tasks/${taskId}/permissions`), [taskId, resync]);
+  const list = useLoad(() => get<PermissionRequest[]>(`/tasks/${taskId}/permissions`), [taskId, resync]);
   useTaskPushes(
     (n) => n.payload.task_id === taskId && (n.action === 'permission.requested' || n.action === 'permission.closed'),
     () => list.reload(),
@@ -51,7 +51,7 @@ export function Permissions({ taskId }: { taskId: string }) {
 }
 
 /** One pending permission request with the agent's options and Dismiss (also used by the Inbox). */
-export function PendingPermission({ p, done }: { p: Permission; done: () => void }) {
+export function PendingPermission({ p, done }: { p: PermissionRequest; done: () => void }) {
   return (
     <div class="permission" data-testid="permission">
       <p class="ask">{p.title}</p>

@@ -2,7 +2,7 @@ import { del, get, post } from './api';
 import { useResync } from './app';
 import { ago } from './model';
 import { useTaskPushes } from './task-pushes';
-import type { QueuedMessage } from './types';
+import type { QueuedMessage } from '@kandev/contracts';
 import { ActionButton, ErrorNote, useLoad } from './ui';
 
 /**

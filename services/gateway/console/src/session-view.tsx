@@ -4,7 +4,7 @@ import { ACTIVE, ago } from './model';
 import { PromptBox } from './prompt-box';
 import { useTaskPushes } from './task-pushes';
 import { Transcript } from './transcript';
-import type { SessionDetail } from './types';
+import type { SessionDetail } from '@kandev/contracts';
 import { ActionButton, ErrorNote, Spinner, useLoad } from './ui';
 
 /** One session: its state and execution, Cancel turn, the prompt box while the agent lives, turns and transcript. */

@@ -1,8 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ACTIVE, WORKING } from './model';
-import type { Notification, SessionState, Task, TaskItem } from './types';
-
-type HoldRef = { id: string; mode: 'pause' | 'cancel' };
+import type { PushNotification, SessionState, TaskHold, TaskListItem } from '@kandev/contracts';
 
 /**
  * What the board and the tree show, kept current by /ws pushes: tasks (from GET /tasks rows), the
@@ -10,9 +8,9 @@ type HoldRef = { id: string; mode: 'pause' | 'cancel' };
  * (`session.state_changed`). Views re-render on `version`.
  */
 export class Store {
-  readonly tasks = new Map<string, TaskItem>();
+  readonly tasks = new Map<string, TaskListItem>();
   /** Hold per task from pushes; `null` = released since the row was read. */
-  private readonly holdOverrides = new Map<string, HoldRef | null>();
+  private readonly holdOverrides = new Map<string, TaskHold | null>();
   private readonly sessions = new Map<string, Map<string, SessionState>>();
   /** Roots seen in pushes that the board did not list yet (created or changed since the page was read). */
   readonly newRoots = new Set<string>();
@@ -35,7 +33,7 @@ export class Store {
     });
   }
 
-  upsert(items: TaskItem[]): void {
+  upsert(items: TaskListItem[]): void {
     for (const t of items) {
       this.tasks.set(t.id, t);
       // A fresh row is newer than what pushes said before it was read.
@@ -44,7 +42,7 @@ export class Store {
     this.changed();
   }
 
-  holdOf(id: string): HoldRef | null {
+  holdOf(id: string): TaskHold | null {
     if (this.holdOverrides.has(id)) return this.holdOverrides.get(id) ?? null;
     return this.tasks.get(id)?.hold ?? null;
   }
@@ -60,13 +58,11 @@ export class Store {
     return { state: states[states.length - 1]!, working: states.some((s) => WORKING.includes(s)), active: states.some((s) => ACTIVE.includes(s)) };
   }
 
-  apply(n: Notification): void {
-    const p = n.payload;
+  apply(n: PushNotification): void {
     switch (n.action) {
       case 'task.created':
       case 'task.state_changed': {
-        const task = p.task as Task | undefined;
-        if (!task) return;
+        const { task } = n.payload;
         const had = this.tasks.get(task.id);
         this.tasks.set(task.id, { child_count: 0, active_session_count: 0, hold: null, ...had, ...task });
         if (!had && task.parent_id === null) this.newRoots.add(task.id);
@@ -76,8 +72,7 @@ export class Store {
         break;
       }
       case 'session.state_changed': {
-        const s = p.session as { id: string; task_id: string; state: SessionState } | undefined;
-        if (!s) return;
+        const s = n.payload.session;
         const m = this.sessions.get(s.task_id) ?? new Map<string, SessionState>();
         m.delete(s.id); // re-insert: the newest change is last
         m.set(s.id, s.state);
@@ -86,9 +81,8 @@ export class Store {
       }
       case 'tree_hold.created':
       case 'tree_hold.released': {
-        const hold = p.hold as { id: string; mode: 'pause' | 'cancel'; root_task_id: string; members?: { task_id: string }[] } | undefined;
-        if (!hold) return;
-        const ids = new Set([hold.root_task_id, ...(hold.members ?? []).map((m) => m.task_id)]);
+        const { hold } = n.payload;
+        const ids = new Set([hold.root_task_id, ...hold.members.map((m) => m.task_id)]);
         for (const id of ids) {
           if (n.action === 'tree_hold.created') this.holdOverrides.set(id, { id: hold.id, mode: hold.mode });
           else if (this.holdOf(id)?.id === hold.id) this.holdOverrides.set(id, null);

@@ -1,13 +1,13 @@
 import { useEffect } from 'preact/hooks';
 import { useLive } from './app';
-import type { Notification } from './types';
+import type { PushNotification } from '@kandev/contracts';
 
 /** Call `fn` (debounced) for every push that concerns this task or session. */
-export function useTaskPushes(match: (n: Notification) => boolean, fn: (n: Notification) => void, deps: unknown[]) {
+export function useTaskPushes(match: (n: PushNotification) => boolean, fn: (n: PushNotification) => void, deps: unknown[]) {
   const live = useLive();
   useEffect(() => {
     let timer: ReturnType<typeof setTimeout> | null = null;
-    let last: Notification | null = null;
+    let last: PushNotification | null = null;
     const off = live.onNotification((n) => {
       if (!match(n)) return;
       last = n;

@@ -14,26 +14,19 @@ import { store, useStore } from './store';
 import { useTaskPushes } from './task-pushes';
 import { TreePanel } from './tree-panel';
 import { TreeView } from './tree';
-import type { Page, Preview, TaskDetail, TaskItem } from './types';
+import type { TaskPage as TaskRows, TaskListItem, TaskWithSessions } from '@kandev/contracts';
 import { ActionButton, Badge, ErrorNote, Spinner, useLoad } from './ui';
 
 /**
- * The root's row as GET /tasks lists it (hold, child count), found by its title among the roots; a
- * title the search cannot single out falls back to the tree preview's active hold.
+ * The root's row for the tree and the store, from GET /tasks/:id (which carries the hold): its Paused /
+ * Cancelled (tree) badge from any entry point, a reload or a link. The child count stays what a list
+ * row said (the tree reads the root's children itself).
  */
-async function rootRow(workspace: string, t: TaskDetail): Promise<TaskItem> {
-  const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, roots: true, q: t.title, limit: 100 })}`).catch(() => null);
-  const row = page?.items.find((r) => r.id === t.id);
-  if (row) return row;
-  const { sessions, ...task } = t;
-  const preview = await post<Preview>(`/tasks/${t.id}/tree/preview`).catch(() => null);
-  const h = preview?.active_hold;
-  const covers = !!h && (h.root_task_id === t.id || h.members.some((m) => m.task_id === t.id));
+function rootRow({ sessions, ...task }: TaskWithSessions): TaskListItem {
   return {
     ...task,
-    child_count: preview ? preview.task_count - 1 : 0,
+    child_count: store.tasks.get(task.id)?.child_count ?? 0,
     active_session_count: sessions.filter((s) => ACTIVE.includes(s.state)).length,
-    hold: covers ? { id: h.id, mode: h.mode } : null,
   };
 }
 
@@ -45,17 +38,15 @@ export function TaskPage({ workspace, taskId }: { workspace: string; taskId: str
   // Walk up to the root: the tree is shown from there.
   const chain = useLoad(async () => {
     const path: string[] = [];
-    let t = await get<TaskDetail>(`/tasks/${taskId}`);
+    let t = await get<TaskWithSessions>(`/tasks/${taskId}`);
     if (t.workspace_id !== workspace) throw new Error('this task belongs to another workspace');
     const seen = new Set([t.id]);
     while (t.parent_id && !seen.has(t.parent_id) && path.length < 64) {
       path.unshift(t.parent_id);
-      t = await get<TaskDetail>(`/tasks/${t.parent_id}`);
+      t = await get<TaskWithSessions>(`/tasks/${t.parent_id}`);
       seen.add(t.id);
     }
-    // GET /tasks/:id carries no hold nor child count: the root's list row does (its Paused / Cancelled
-    // (tree) badge from any entry point, a reload or a link).
-    store.upsert([await rootRow(workspace, t)]);
+    store.upsert([rootRow(t)]);
     return { rootId: t.id, path };
   }, [taskId]);
   return (
@@ -88,10 +79,10 @@ function TaskDetailView({ taskId, workspace }: { taskId: string; workspace: stri
   const resync = useResync();
   const task = useLoad(async () => {
     const [t, executions, children] = await Promise.all([
-      get<TaskDetail>(`/tasks/${taskId}`),
+      get<TaskWithSessions>(`/tasks/${taskId}`),
       get<{ status: string; session_id: string }[]>(`/tasks/${taskId}/executions`).catch(() => [] as { status: string; session_id: string }[]),
       // Whether the task has subtasks decides the tree controls and the cost card (one row is enough).
-      get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, parent_id: taskId, limit: 1 })}`).catch(() => null),
+      get<TaskRows>(`/tasks${qs({ workspace_id: workspace, parent_id: taskId, limit: 1 })}`).catch(() => null),
     ]);
     return { t, executions, hasChildren: (children?.items.length ?? 0) > 0 };
   }, [taskId, resync]);
@@ -107,7 +98,7 @@ function TaskDetailView({ taskId, workspace }: { taskId: string; workspace: stri
           'tree_hold.created',
           'tree_hold.released',
         ].includes(n.action)) ||
-      (n.action === 'task.created' && n.payload.task?.parent_id === taskId),
+      (n.action === 'task.created' && n.payload.task.parent_id === taskId),
     () => task.reload(),
     [taskId],
   );

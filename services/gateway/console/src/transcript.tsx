@@ -3,24 +3,24 @@ import { ApiError, get, qs } from './api';
 import { useLive, useResync } from './app';
 import { applyPush, hasGap, kindWords, mergeMessages } from './model';
 import { useTaskPushes } from './task-pushes';
-import type { Message, Page } from './types';
+import type { MessagePage, TranscriptItem } from '@kandev/contracts';
 import { ErrorNote, Spinner } from './ui';
 
 /** The transcript: read in pages (oldest first), then extended by `session.message` pushes as the agent talks. */
 export function Transcript({ sessionId }: { sessionId: string }) {
   const live = useLive();
   const resync = useResync();
-  const [items, setItems] = useState<Message[]>([]);
+  const [items, setItems] = useState<TranscriptItem[]>([]);
   const [error, setError] = useState<unknown>(null);
   const [loading, setLoading] = useState(true);
-  const itemsRef = useRef<Message[]>([]);
+  const itemsRef = useRef<TranscriptItem[]>([]);
   const box = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
   const paging = useRef(false);
   /** A catch-up asked for while one was paging: run once more when it ends, from just before the newest item. */
   const again = useRef(false);
 
-  const set = (next: Message[]) => {
+  const set = (next: TranscriptItem[]) => {
     itemsRef.current = next;
     setItems(next);
   };
@@ -38,7 +38,7 @@ export function Transcript({ sessionId }: { sessionId: string }) {
       for (let i = 0; i < 50; i++) {
         const last = itemsRef.current.length ? itemsRef.current[itemsRef.current.length - 1]!.seq : undefined;
         const after = i === 0 && from !== undefined ? from : last;
-        const page = await get<Page<Message>>(`/sessions/${sessionId}/messages${qs({ after_seq: after, limit: 500 })}`);
+        const page = await get<MessagePage>(`/sessions/${sessionId}/messages${qs({ after_seq: after, limit: 500 })}`);
         set(mergeMessages(itemsRef.current, page.items));
         if (!page.next_cursor || page.items.length === 0) break;
       }
@@ -69,9 +69,7 @@ export function Transcript({ sessionId }: { sessionId: string }) {
     () =>
       live.onNotification((n) => {
         if (n.action !== 'session.message' || n.payload.session_id !== sessionId) return;
-        const p = n.payload;
-        const raw = (p.message ?? p.item ?? p) as Message & { op?: 'created' | 'appended' };
-        if (typeof raw.seq !== 'number') return;
+        const raw = n.payload;
         const next = applyPush(itemsRef.current, raw);
         if (next === null) {
           // A chunk of an item not held, or after a chunk missed: read the item whole (from just before it).

@@ -3,12 +3,11 @@ import { get, post } from './api';
 import { hrefOf, useResync } from './app';
 import { formatCost, formatCount } from './model';
 import { useTaskPushes } from './task-pushes';
-import type { CostSummary, Preview, Task } from './types';
+import type { CostSummary, Hold, Task, TreePreview } from '@kandev/contracts';
 import { ActionButton, Dialog, ErrorNote, Spinner, useLoad } from './ui';
 
 /** Whether a pushed hold concerns this task: it is the hold's root or one of its members. */
-const holdCovers = (hold: { root_task_id?: string; members?: { task_id: string }[] } | undefined, taskId: string) =>
-  !!hold && (hold.root_task_id === taskId || !!hold.members?.some((m) => m.task_id === taskId));
+const holdCovers = (hold: Hold, taskId: string) => hold.root_task_id === taskId || hold.members.some((m) => m.task_id === taskId);
 
 /**
  * R-4 on the task page: what the tree holds, Pause/Resume, Cancel (confirmed)/Restore, and the Tree
@@ -18,16 +17,17 @@ const holdCovers = (hold: { root_task_id?: string; members?: { task_id: string }
  */
 export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: boolean }) {
   const resync = useResync();
-  const preview = useLoad(() => post<Preview>(`/tasks/${task.id}/tree/preview`), [task.id, task.updated_at, resync]);
+  const preview = useLoad(() => post<TreePreview>(`/tasks/${task.id}/tree/preview`), [task.id, task.updated_at, resync]);
   const members = new Set((preview.value?.tasks ?? []).map((t) => t.id));
   useTaskPushes(
     (n) =>
-      ((n.action === 'tree_hold.created' || n.action === 'tree_hold.released') && (holdCovers(n.payload.hold, task.id) || members.has(n.payload.task_id))) ||
-      (n.action === 'task.created' && members.has(n.payload.task?.parent_id)),
+      ((n.action === 'tree_hold.created' || n.action === 'tree_hold.released') &&
+        (holdCovers(n.payload.hold, task.id) || isMember(members, n.payload.task_id))) ||
+      (n.action === 'task.created' && isMember(members, n.payload.task.parent_id)),
     () => preview.reload(),
     [task.id, preview.value],
   );
-  const [confirm, setConfirm] = useState<Preview | null>(null);
+  const [confirm, setConfirm] = useState<TreePreview | null>(null);
   const [confirmError, setConfirmError] = useState<unknown>(null);
   const act = (what: string) => () => post(`/tasks/${task.id}/tree/${what}`).finally(preview.reload);
 
@@ -84,7 +84,7 @@ export function TreePanel({ task, hasChildren }: { task: Task; hasChildren: bool
                   onClick={async () => {
                     // Fresh counts for the dialog: the tree may have grown since the panel was read.
                     setConfirmError(null);
-                    setConfirm(await post<Preview>(`/tasks/${task.id}/tree/preview`));
+                    setConfirm(await post<TreePreview>(`/tasks/${task.id}/tree/preview`));
                   }}
                 >
                   Cancel tree…
@@ -136,7 +136,8 @@ function CostCard({ taskId, members }: { taskId: string; members: Set<string> })
   const resync = useResync();
   const cost = useLoad(() => get<CostSummary>(`/tasks/${taskId}/tree/cost-summary`), [taskId, resync]);
   useTaskPushes(
-    (n) => (n.action === 'session.state_changed' || n.action.startsWith('tree_budget.')) && (n.payload.task_id === taskId || members.has(n.payload.task_id)),
+    (n) =>
+      (n.action === 'session.state_changed' || n.action.startsWith('tree_budget.')) && (n.payload.task_id === taskId || isMember(members, n.payload.task_id)),
     () => cost.reload(),
     [taskId, members.size],
   );
@@ -179,3 +180,5 @@ function CostCard({ taskId, members }: { taskId: string; members: Set<string> })
     </section>
   );
 }
+
+const isMember = (members: Set<string>, id: string | null) => id !== null && members.has(id);

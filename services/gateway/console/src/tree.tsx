@@ -1,9 +1,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { get, qs } from './api';
 import { hrefOf, useLive, useResync } from './app';
+import { useWaitingBySubtree } from './inbox';
 import { STATUS_WORDS, flattenTree, holdBadge, visibleWindow, type TreeNodeState } from './model';
 import { store, useStore } from './store';
-import type { Page, TaskItem } from './types';
+import type { TaskListItem, TaskPage } from '@kandev/contracts';
 import { Badge, ErrorNote, Spinner } from './ui';
 
 const ROW = 32;
@@ -31,7 +32,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
     nodes.set(id, node);
     setTick((t) => t + 1);
     try {
-      const page = await get<Page<TaskItem>>(`/tasks${qs({ workspace_id: workspace, parent_id: id, limit: PAGE, cursor: fresh ? null : node.cursor })}`);
+      const page = await get<TaskPage>(`/tasks${qs({ workspace_id: workspace, parent_id: id, limit: PAGE, cursor: fresh ? null : node.cursor })}`);
       store.upsert(page.items);
       const ids = page.items.map((t) => t.id);
       node.children = fresh ? ids : [...node.children, ...ids.filter((c) => !node.children.includes(c))];
@@ -87,6 +88,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
   };
 
   const rows = flattenTree(rootId, store.tasks, nodes, expanded);
+  const waiting = useWaitingBySubtree();
   const { start, end } = visibleWindow(rows.length, ROW, scrollTop, viewport);
 
   // Keep the selected row in view when the tree first shows it.
@@ -123,7 +125,8 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
                 </div>
               );
             const node = nodes.get(r.task.id);
-            const leaf = r.task.child_count === 0 || (!!node?.loaded && node.children.length === 0 && !node.cursor);
+            // Children read say it; before that the row's count does (0 for a root opened by link, until read).
+            const leaf = node?.loaded ? node.children.length === 0 && !node.cursor : r.task.child_count === 0;
             return (
               <TreeRowView
                 key={r.task.id}
@@ -134,6 +137,7 @@ export function TreeView({ workspace, rootId, path, selected }: { workspace: str
                 expanded={r.expanded}
                 loading={r.loading}
                 selected={r.task.id === selected}
+                waiting={waiting.get(r.task.id) ?? 0}
                 workspace={workspace}
                 toggle={toggle}
               />
@@ -149,17 +153,18 @@ function TreeRowView(props: {
   leaf: boolean;
   top: number;
   pad: number;
-  task: TaskItem;
+  task: TaskListItem;
   expanded: boolean;
   loading: boolean;
   selected: boolean;
+  /** Questions and permission requests pending in this row's subtree. */
+  waiting: number;
   workspace: string;
   toggle: (id: string) => void;
 }) {
   const { task } = props;
   const badge = holdBadge(store.holdOf(task.id));
   const s = store.sessionInfo(task.id);
-  // The root row of a freshly opened tree has no child_count (GET /tasks/:id) until its children are read.
   const hasChildren = !props.leaf;
   return (
     <div
@@ -189,6 +194,13 @@ function TreeRowView(props: {
       {badge ? (
         <Badge kind={badge === 'Paused' ? 'paused' : 'cancelled'}>
           <span data-testid="hold-badge">{badge}</span>
+        </Badge>
+      ) : null}
+      {props.waiting > 0 ? (
+        <Badge kind="waiting">
+          <span data-testid="tree-inbox-badge" title="Questions or permission requests wait on you in this task or below it">
+            {props.waiting} waiting
+          </span>
         </Badge>
       ) : null}
       {s.working || (s.active && !s.state) ? (

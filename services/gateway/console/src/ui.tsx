@@ -1,6 +1,7 @@
 import type { ComponentChildren } from 'preact';
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api';
+import { expiryWords } from './model';
 
 export function errorText(e: unknown): string {
   if (e instanceof ApiError) return e.message;
@@ -126,4 +127,28 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { value: T 
     return () => void (live = false);
   }, [...deps, tick]);
   return { ...state, reload: () => setTick((t) => t + 1) };
+}
+
+/**
+ * When a question bundle expires, counting down once a second, in words (not colour only); the clock
+ * time in the tooltip. A timer role: screen readers read it on demand, not every tick.
+ */
+export function Expiry({ at }: { at: string }) {
+  const [now, setNow] = useState(Date.now());
+  useEffect(() => {
+    const t = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(t);
+  }, [at]);
+  const e = expiryWords(at, now);
+  return (
+    <time
+      role="timer"
+      dateTime={at}
+      class={`expiry${e.soon ? ' soon' : ''}`}
+      title={`The agent stops waiting at ${new Date(at).toLocaleTimeString()}`}
+      data-testid="expiry"
+    >
+      {e.words}
+    </time>
+  );
 }

@@ -13,6 +13,7 @@ import {
 } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
 import { auditOfTask, recordAudit } from '../store/audit.js';
+import { activeHoldOfTask } from '../store/holds.js';
 import { queueOfTask } from '../store/queue.js';
 import { getTask, insertTask, insertWorkspace, lockParentForChild, lockTask, taskWithSessions, updateTaskFields, workspaceExists } from '../store/tasks.js';
 import { toSession, toTask } from '../store/rows.js';
@@ -80,7 +81,9 @@ export async function insertNewTask(rt: OrchRuntime, req: Req<'taskCreate'>): Pr
 export async function getTaskWithSessions(rt: OrchRuntime, actor: Actor, taskId: string): Promise<TaskWithSessions> {
   const found = await taskWithSessions(rt.sql, taskId);
   const task = assertCanAccess(actor, found?.task ?? null);
-  return { ...toTask(task), sessions: (found?.sessions ?? []).map(toSession) };
+  // The hold, as GET /tasks lists it: a page opened by link or reload badges a held root too.
+  const held = await activeHoldOfTask(rt.sql, task.id);
+  return { ...toTask(task), sessions: (found?.sessions ?? []).map(toSession), hold: held ? { id: held.hold_id, mode: held.mode } : null };
 }
 
 export async function updateTask(rt: OrchRuntime, call: CallContext, req: Req<'taskUpdate'>) {
