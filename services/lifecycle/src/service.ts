@@ -1,5 +1,5 @@
 import { SERVICE_KEYS, workDirRoot, type ServiceDefinition, packageVersion } from '@kandev/runtime';
-import { CATALOGUE_ENV, loadCatalogue } from '@kandev/agentctl/catalogue';
+import { CATALOGUE_ENV, loadCatalogue } from '@kandev/agentctl';
 import { dirname, resolve } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { catalogueEndpoints, launchEndpoints } from './endpoints/launch.js';

@@ -1,5 +1,4 @@
-import { childProcesses, isAlive, processTree, type ProcessRef } from '@kandev/agentctl/process-tree';
-import { settledOrAfter, signalProcesses, terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
+import { childProcesses, isAlive, processTree, settledOrAfter, signalProcesses, terminate, type ProcessRef, type TerminateOptions } from '@kandev/runtime/host';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
