@@ -30,15 +30,6 @@ export function parseCgroupFile(text: string): CgroupEntry[] {
     });
 }
 
-/**
- * A process's path in the hierarchy that carries the cpu controller, from its /proc/<pid>/cgroup:
- * the v1 line naming `cpu`, else the v2 line (`0::path`); undefined when there is neither.
- */
-export function cpuCgroupPath(cgroupFile: string): string | undefined {
-  const entries = parseCgroupFile(cgroupFile);
-  return (entries.find((e) => e.controllers.includes('cpu')) ?? entries.find((e) => e.controllers.length === 0))?.path;
-}
-
 interface Mount {
   root: string;
   point: string;

@@ -6,12 +6,11 @@
  * the service runtime's NATS, database and tracing SDK.
  */
 export { lowerAutogroupPriority, type AutogroupOutcome } from './autogroup.js';
-export { cpuCgroupPath, findCpuCgroup, makeCpuGroup, ownCpuCgroup, parseCgroupFile, parseMountinfo, type CgroupEntry, type CpuCgroup } from './cgroup.js';
+export { findCpuCgroup, makeCpuGroup, ownCpuCgroup, type CpuCgroup } from './cgroup.js';
 export {
   Cap,
   hasEnded,
   holdsCaps,
-  parseAutogroupNice,
   parseCapEff,
   parseChildren,
   parseCmdline,
@@ -22,7 +21,7 @@ export {
   statusUids,
   type ProcStat,
 } from './parse.js';
-export { niceBelowOwn, ownNice, yieldPriorityTo } from './priority.js';
+export { niceBelowOwn, yieldPriorityTo } from './priority.js';
 export {
   HAS_PROC,
   childProcesses,
@@ -42,4 +41,4 @@ export {
 } from './process-tree.js';
 export { describeHost, hostSupport, probeHost, type HostSupport, type ProbeRoots } from './support.js';
 export { POLL_MS, killRetryDelayMs, settledOrAfter, signalProcesses, terminate, type TerminateOptions, type TerminateResult } from './terminate.js';
-export { liveUids, ownCapEff, ownEuid, pidsByUid } from './uids.js';
+export { liveUids, pidsByUid } from './uids.js';

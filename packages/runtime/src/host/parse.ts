@@ -78,12 +78,6 @@ export function parseCapEff(status: string): bigint | null {
 /** Whether a CapEff value holds every one of these capabilities. */
 export const holdsCaps = (capEff: bigint | null, caps: readonly number[]): boolean => capEff !== null && caps.every((c) => (capEff >> BigInt(c)) & 1n);
 
-/** The nice value of /proc/<pid>/autogroup (`/autogroup-111 nice 0`), undefined when it is not such a text. */
-export function parseAutogroupNice(text: string): number | undefined {
-  const m = /^\/autogroup-\d+ nice (-?\d+)\s*$/.exec(text);
-  return m ? Number(m[1]) : undefined;
-}
-
 /**
  * Busy clock ticks of the whole machine from /proc/stat's first line (`cpu user nice system idle
  * iowait irq softirq steal …`): everything but idle and iowait.

@@ -25,12 +25,3 @@ export function yieldPriorityTo(pid: number): boolean {
     return false;
   }
 }
-
-/** This process's nice value, or null where the platform has none to read. */
-export function ownNice(): number | null {
-  try {
-    return getPriority();
-  } catch {
-    return null;
-  }
-}

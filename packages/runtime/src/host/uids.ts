@@ -1,14 +1,14 @@
 import { readFileSync } from 'node:fs';
-import { parseCapEff, statusIsZombie, statusUids } from './parse.js';
+import { statusIsZombie, statusUids } from './parse.js';
 import { listPids } from './process-tree.js';
 
 /*
- * Which uids processes hold, and this process's capabilities, from /proc/<pid>/status: what the
+ * Which uids processes hold, from /proc/<pid>/status: what the
  * lifecycle's uid allocator and its final sweeps read (ADR 0017). A process that exits between the
  * listing and the read is simply skipped.
  */
 
-function statusOf(pid: number | 'self'): string | null {
+function statusOf(pid: number): string | null {
   try {
     return readFileSync(`/proc/${pid}/status`, 'utf8');
   } catch {
@@ -36,12 +36,3 @@ export function pidsByUid(): Map<number, number[]> {
 
 /** Every uid some live process holds now. */
 export const liveUids = (): Set<number> => new Set(pidsByUid().keys());
-
-/** This process's effective capabilities; null where there is no /proc. */
-export function ownCapEff(): bigint | null {
-  const s = statusOf('self');
-  return s ? parseCapEff(s) : null;
-}
-
-/** This process's effective uid; null on a platform without uids. */
-export const ownEuid = (): number | null => (typeof process.geteuid === 'function' ? process.geteuid() : null);

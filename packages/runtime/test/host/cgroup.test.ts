@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cpuCgroupPath, findCpuCgroup, parseCgroupFile } from '../../src/host/cgroup.js';
+import { findCpuCgroup, parseCgroupFile } from '../../src/host/cgroup.js';
 
 /* Where this process's cpu cgroup is, v1 and v2, from mountinfo and cgroup texts (the host module's plain rules). */
 
@@ -41,11 +41,5 @@ describe('/proc/<pid>/cgroup', () => {
       { controllers: ['cpu', 'cpuacct'], path: '/a' },
       { controllers: [], path: '/b:c' },
     ]);
-  });
-
-  it("a process's cpu path: the v1 cpu line, else v2's", () => {
-    expect(cpuCgroupPath('4:memory:/m\n1:cpu:/kandev-stopping\n0::/\n')).toBe('/kandev-stopping');
-    expect(cpuCgroupPath('0::/system.slice/x\n')).toBe('/system.slice/x');
-    expect(cpuCgroupPath('')).toBeUndefined();
   });
 });

@@ -3,7 +3,6 @@ import {
   Cap,
   hasEnded,
   holdsCaps,
-  parseAutogroupNice,
   parseCapEff,
   parseChildren,
   parseCmdline,
@@ -79,13 +78,6 @@ describe('the other per-process files', () => {
     expect(holdsCaps(null, [])).toBe(false);
     // Root's full set as the kernel shows it (CapEff 000001ffffffffff).
     expect(holdsCaps(parseCapEff('CapEff:\t000001ffffffffff\n'), Object.values(Cap))).toBe(true);
-  });
-
-  it("autogroup: the session group's nice value", () => {
-    expect(parseAutogroupNice('/autogroup-111 nice 0\n')).toBe(0);
-    expect(parseAutogroupNice('/autogroup-7 nice 19\n')).toBe(19);
-    expect(parseAutogroupNice('/autogroup-7 nice -5\n')).toBe(-5);
-    expect(parseAutogroupNice('nonsense')).toBeUndefined();
   });
 
   it('schedstat: the run time in nanoseconds (first field)', () => {
