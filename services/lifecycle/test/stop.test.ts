@@ -3,7 +3,7 @@ import { Kvm } from '@nats-io/kv';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childProcesses } from '@kandev/runtime/host';
