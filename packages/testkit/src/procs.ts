@@ -51,3 +51,6 @@ export function processesMatching(re: RegExp): Proc[] {
   }
   return out;
 }
+
+/** The host module's process readers, for the test workspaces that depend on the test kit alone. */
+export { hasEnded, listPids, readCmdline, readProcStat } from '@kandev/runtime/host';
