@@ -7,19 +7,15 @@
 // `npm run build` first). Not from their own utime + stime: each is rounded down to a 10 ms tick,
 // which put about 10 ms of each process's startup into its "exit".
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readProcStat } from '@kandev/runtime/host';
 import { fileURLToPath } from 'node:url';
 import { liveCpuMs } from './dist/cpu.js';
 const N = Number(process.env.N ?? 40);
 const root = fileURLToPath(new URL('..', import.meta.url));
-const ticks = (pid, fields) => {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-    return fields.reduce((sum, i) => sum + Number(f[i]), 0) * 10;
-  } catch {
-    return null;
-  }
+/** This process's reaped children's CPU ms (stat's cutime + cstime). */
+const reapedMs = () => {
+  const st = readProcStat(process.pid);
+  return (st.cutime + st.cstime) * 10;
 };
 const graphs = {
   'bare node': '',
@@ -41,9 +37,9 @@ for (const [name, load] of Object.entries(graphs)) {
   );
   await Promise.all(procs.map((p) => new Promise((res, rej) => (p.stdout.once('data', res), p.once('exit', (c) => rej(new Error(`${name}: exited ${c}`)))))));
   await new Promise((r) => setTimeout(r, 1000)); // startup's background work (GC, compilation) done
-  const before = procs.reduce((s, p) => s + liveCpuMs(p.pid), 0) + ticks(process.pid, [13, 14]);
+  const before = procs.reduce((s, p) => s + liveCpuMs(p.pid), 0) + reapedMs();
   const t = performance.now();
   await Promise.all(procs.map((p) => new Promise((res) => (p.once('exit', res), p.kill('SIGTERM')))));
-  results[name] = { exit_cpu_ms_each: Math.round(((ticks(process.pid, [13, 14]) - before) / N) * 10) / 10, all_gone_ms: Math.round(performance.now() - t) };
+  results[name] = { exit_cpu_ms_each: Math.round(((reapedMs() - before) / N) * 10) / 10, all_gone_ms: Math.round(performance.now() - t) };
 }
 console.log(JSON.stringify({ n: N, results }));

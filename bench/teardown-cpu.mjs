@@ -4,7 +4,7 @@
 // (this process's reaped-children time, less what the pairs had used before). Run it against two checkouts
 // (ROOT) to compare a change to agentctl's stop. BIN=<wrapper> runs agentctl through a profiling wrapper.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { childProcesses, hasEnded, readProcStat } from '@kandev/runtime/host';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 // schedstat, not 10 ms ticks: what the pairs had used before the stop, exact (bench/src/cpu.ts; `npm run build` first).
@@ -16,25 +16,12 @@ const bin = process.env.BIN ?? `${ROOT}/packages/agentctl/dist/agentctl.bundle.j
 // agentctl takes only callers that hold its execution secret (docs/security.md); a hand-run one reads it here.
 const SECRET = randomUUID();
 const auth = { authorization: `Bearer ${SECRET}` };
-const stat = (pid) => {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return f.slice(f.lastIndexOf(')') + 2).split(' ');
-  } catch {
-    return null;
-  }
-};
+/** This process's reaped children's CPU ms (stat's cutime + cstime). */
 const reaped = () => {
-  const r = stat(process.pid);
-  return (Number(r[13]) + Number(r[14])) * 10;
+  const st = readProcStat(process.pid);
+  return (st.cutime + st.cstime) * 10;
 };
-const kids = (pid) => {
-  try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').filter(Boolean).map(Number);
-  } catch {
-    return [];
-  }
-};
+const kids = (pid) => childProcesses(pid).map((p) => p.pid);
 const pairs = [];
 // A failure part-way (a request refused on a loaded machine) must not leave the pairs running: they
 // are detached, each in a process group of its own.
@@ -101,7 +88,13 @@ const agents = pairs.flatMap((p) => kids(p.c.pid));
 const t = performance.now();
 // When the last agent process is gone: what "every agent process gone" in the tree-hold goal measures.
 const agentsGone = (async () => {
-  while (agents.some((pid) => stat(pid) !== null && stat(pid)[0] !== 'Z')) await new Promise((r) => setTimeout(r, 10));
+  while (
+    agents.some((pid) => {
+      const st = readProcStat(pid);
+      return st !== undefined && !hasEnded(st.state);
+    })
+  )
+    await new Promise((r) => setTimeout(r, 10));
   return performance.now() - t;
 })();
 console.error('stop at mono ms', Number(process.hrtime.bigint() / 1000000n));

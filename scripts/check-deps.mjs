@@ -37,6 +37,10 @@ const NOT_DECLARED = {
     '@kandev/testkit':
       'by the tests only; testkit depends on runtime, and turbo refuses a cycle even through devDependencies (the workspace link is there either way)',
   },
+  'packages/contracts': {
+    '@kandev/testkit':
+      'by the tests only; testkit depends on contracts, and turbo refuses a cycle even through devDependencies (the workspace link is there either way)',
+  },
 };
 
 const builtins = new Set(builtinModules);

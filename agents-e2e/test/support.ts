@@ -1,10 +1,14 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach } from 'vitest';
 import {
   eventually,
   findRealAgents,
+  hasEnded,
+  listPids,
+  readCmdline,
+  readProcStat,
   startAgentStack,
   startModelStub,
   writeRealAgentCatalogue,
@@ -147,49 +151,26 @@ export function requestFor(stub: ModelStub, marker: string) {
 
 /** Processes whose command line contains `needle`, from /proc. */
 export function processesMatching(needle: string): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
-    try {
-      const cmd = readFileSync(`/proc/${name}/cmdline`, 'utf8').replace(/\0/g, ' ');
-      const state = readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]?.[0];
-      if (cmd.includes(needle) && state !== 'Z') out.push(Number(name));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out;
+  return listPids().filter((pid) => pid !== process.pid && readCmdline(pid).includes(needle) && running(pid));
 }
 
 /** Running (a zombie waiting to be reaped holds nothing and counts as gone). */
 export function running(pid: number): boolean {
-  try {
-    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
-    return state !== undefined && state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
+  const st = readProcStat(pid);
+  return st !== undefined && !hasEnded(st.state);
 }
 
 /** The parent of a running process (from /proc), or null once it is gone. */
 export function parentOf(pid: number): number | null {
-  try {
-    return Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
-  } catch {
-    return null;
-  }
+  return readProcStat(pid)?.ppid ?? null;
 }
 
 /** `root` and its descendants, from /proc. */
 export function treeOf(root: number): number[] {
   const parent = new Map<number, number>();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      parent.set(Number(name), Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]));
-    } catch {
-      // gone meanwhile
-    }
+  for (const pid of listPids()) {
+    const st = readProcStat(pid);
+    if (st) parent.set(pid, st.ppid);
   }
   const out = [root];
   for (let i = 0; i < out.length; i++) for (const [pid, ppid] of parent) if (ppid === out[i]) out.push(pid);
@@ -198,13 +179,9 @@ export function treeOf(root: number): number[] {
 
 /** Is `pid` a descendant of `ancestor` (walking ppid in /proc)? */
 export function descendsFrom(pid: number, ancestor: number): boolean {
-  for (let p = pid, hops = 0; p > 1 && hops < 64; hops++) {
+  for (let p: number | undefined = pid, hops = 0; p !== undefined && p > 1 && hops < 64; hops++) {
     if (p === ancestor) return true;
-    try {
-      p = Number(readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
-    } catch {
-      return false;
-    }
+    p = readProcStat(p)?.ppid;
   }
   return false;
 }

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readFileSync } from 'node:fs';
-import { eventually, stubPrompt } from '@kandev/testkit';
+import { eventually, readCmdline, stubPrompt } from '@kandev/testkit';
 import {
   descendsFrom,
   parentOf,
@@ -21,13 +20,7 @@ import {
  * including a long-running shell command the agent started through its own tool. The command
  * ignores SIGTERM and SIGHUP, so only a stop that reaches it with SIGKILL after the grace ends it.
  */
-const cmdline = (pid: number) => {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ').slice(0, 120);
-  } catch {
-    return '?';
-  }
-};
+const cmdline = (pid: number) => readCmdline(pid).slice(0, 120) || '?';
 
 let w: RealWorld;
 reportOnFailure(() => w);

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { listPids, machineBusyTicks, readCmdline, readProcStat, threadsCpuNs } from '@kandev/runtime/host';
 import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 
@@ -23,14 +23,9 @@ export interface CpuSnapshot {
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 /** What a process is, from its command line. */
-function kindOf(pid: string): string | null {
-  let cmd: string;
-  try {
-    cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ');
-  } catch {
-    return null;
-  }
-  if (pid === String(process.pid)) return 'bench';
+function kindOf(pid: number): string {
+  const cmd = readCmdline(pid);
+  if (pid === process.pid) return 'bench';
   if (/services\/|agentctl|testkit\/dist\/agents/.test(cmd) && !cmd.includes(REPO_ROOT)) return 'other';
   // tsc's entry or the bundle the stacks run (ADR 0052).
   const service = /services\/([a-z-]+)\/dist\/(?:main|[a-z-]+\.bundle)\.js/.exec(cmd);
@@ -43,22 +38,13 @@ function kindOf(pid: string): string | null {
 }
 
 export function cpuSnapshot(): CpuSnapshot {
-  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  // user nice system idle iowait irq softirq steal: everything but idle and iowait.
-  const machineBusyMs = (f[0]! + f[1]! + f[2]! + f[5]! + f[6]! + f[7]!) * TICK_MS;
+  const machineBusyMs = machineBusyTicks() * TICK_MS;
   const processes = new Map<string, { kind: string; ms: number }>();
-  for (const pid of readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    } catch {
-      continue;
-    }
+  for (const pid of listPids()) {
+    const stat = readProcStat(pid);
+    if (!stat) continue;
     const kind = kindOf(pid);
-    if (!kind) continue;
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    processes.set(pid, { kind, ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS }); // utime + stime
+    processes.set(String(pid), { kind, ms: (stat.utime + stat.stime) * TICK_MS });
   }
   return { at: performance.now(), machineBusyMs, processes };
 }
@@ -119,21 +105,5 @@ export async function settled(
  * bench/teardown-cpu.mjs take what their pairs had used before a stop from it.
  */
 export function liveCpuMs(pid: number): number {
-  let ns = 0;
-  try {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        // A thread other than the leader as /proc/<tid>/...: read under /proc/<pid>/task/<tid>, its
-        // dentries made the process's reaping cost its parent (the lifecycle) milliseconds of kernel
-        // time each, in the very window measured (agentctl/process-tree.ts, childrenOf).
-        const path = tid === String(pid) ? `/proc/${pid}/task/${pid}/schedstat` : `/proc/${tid}/task/${tid}/schedstat`;
-        ns += Number(readFileSync(path, 'utf8').split(' ')[0]);
-      } catch {
-        // the thread ended between the listing and the read: its time is in the process's total at exit
-      }
-    }
-  } catch {
-    return 0; // the process is gone
-  }
-  return ns / 1e6;
+  return threadsCpuNs(pid) / 1e6;
 }

@@ -1,8 +1,8 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join, posix } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CATALOGUE_ENV, CatalogueFile } from '@kandev/agentctl/catalogue';
-import { LifecycleEnv } from '@kandev/lifecycle/dist/env.js';
+import { CATALOGUE_ENV, CatalogueFile } from '@kandev/agentctl';
+import { LifecycleEnv } from '@kandev/lifecycle/env';
 import { deriveAgentsLock, renderLock, type AgentsManifest, type Lockfile } from './agents-lock.js';
 import { DEPLOY, render } from './render.js';
 

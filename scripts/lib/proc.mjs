@@ -1,32 +1,19 @@
-// Process-tree bookkeeping over /proc (Linux), so `npm start` can prove it left nothing behind:
-// a process is identified by (pid, start time), which survives pid reuse.
-import { readdirSync, readFileSync } from 'node:fs';
+// Process-tree bookkeeping, so `npm start` can prove it left nothing behind: a process is
+// identified by (pid, start time), which survives pid reuse. The /proc reading is the host
+// module's (@kandev/runtime/host); this script runs after the build.
+import { hasEnded, listPids, readProcStat } from '@kandev/runtime/host';
 
 /** `{pid, ppid, state, start}` of a live (or zombie) process, or null when it is gone. */
 export function readStat(pid) {
-  let text;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return null;
-  }
-  // The command name (field 2) may contain spaces and parentheses; everything after the last ')' is fixed.
-  const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { pid, state: rest[0], ppid: Number(rest[1]), start: rest[19] };
+  const st = readProcStat(pid);
+  return st ? { pid, state: st.state, ppid: st.ppid, start: st.startTime } : null;
 }
 
 /** Every process whose parent chain leads to `rootPid` (not the root itself). */
 export function descendants(rootPid) {
   const byParent = new Map();
-  let entries;
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return [];
-  }
-  for (const name of entries) {
-    if (!/^\d+$/.test(name)) continue;
-    const st = readStat(Number(name));
+  for (const pid of listPids()) {
+    const st = readStat(pid);
     if (!st) continue;
     const list = byParent.get(st.ppid) ?? [];
     list.push(st);
@@ -47,7 +34,7 @@ export function descendants(rootPid) {
 /** True while the very process recorded in `proc` runs (a zombie counts as gone). */
 export function isAlive(proc) {
   const st = readStat(proc.pid);
-  return st !== null && st.start === proc.start && st.state !== 'Z';
+  return st !== null && st.start === proc.start && !hasEnded(st.state);
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -1,4 +1,5 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { hasEnded, readProcStat } from '@kandev/runtime/host';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { eventually, findRealAgents, preciseEpoch, REAL_AGENTS, startModelStub, stubPrompt, writeRealAgentCatalogue, WsClient } from '@kandev/testkit';
@@ -15,12 +16,8 @@ import { e2eIterations, startBenchStack, summarize, type BenchStack } from '../e
 
 /** Running and not a zombie. */
 function running(pid: number): boolean {
-  try {
-    const state = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0];
-    return state !== undefined && state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
+  const st = readProcStat(pid);
+  return st !== undefined && !hasEnded(st.state);
 }
 
 /** A fresh task's session with its agent up and idle (real agents take seconds to start). */

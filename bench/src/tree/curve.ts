@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readProcStat } from '@kandev/runtime/host';
 import { Worker } from 'node:worker_threads';
 import postgres from 'postgres';
 import { procStat } from '@kandev/testkit';
@@ -125,13 +125,8 @@ function reapedCpuMs(): number {
   let ms = 0;
   for (const [pid, p] of cpuSnapshot().processes) {
     if (p.kind !== 'lifecycle') continue;
-    try {
-      const f = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
-      ms += (Number(rest[13]) + Number(rest[14])) * 10;
-    } catch {
-      /* gone */
-    }
+    const st = readProcStat(Number(pid));
+    if (st) ms += (st.cutime + st.cstime) * 10;
   }
   return ms;
 }

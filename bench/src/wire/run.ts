@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'no
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readCmdline } from '@kandev/runtime/host';
 import { readPcap, wireBreakdown, type ClientCall, type Owner, type WireRow } from './analysis.js';
 
 const benchDir = fileURLToPath(new URL('../..', import.meta.url));
@@ -34,13 +35,7 @@ function sampleOwners(into: Map<number, Owner>): () => void {
       if (!m) continue;
       const pid = Number(m[3]);
       if (!roles.has(pid)) {
-        let cmdline = '';
-        try {
-          cmdline = readFileSync(`/proc/${pid}/cmdline`, 'latin1').replaceAll('\0', ' ');
-        } catch {
-          /* gone */
-        }
-        roles.set(pid, roleOf(cmdline, m[2]!));
+        roles.set(pid, roleOf(readCmdline(pid), m[2]!));
       }
       into.set(Number(m[1]), { pid, role: roles.get(pid)! });
     }

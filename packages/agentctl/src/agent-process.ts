@@ -1,12 +1,23 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
-import { getPriority, setPriority } from 'node:os';
 import type { AdapterOptions } from './adapters/adapter.js';
 import type { AgentSpec } from './catalogue.js';
 import type { Logger } from './log.js';
-import { HAS_PROC, isAlive, mergeTrees, processesInGroups, processTree, readProcStat, type ProcessRef, type TreeProcess } from './process-tree.js';
-import { signalProcesses, terminate } from './terminate.js';
+import {
+  HAS_PROC,
+  isAlive,
+  mergeTrees,
+  niceBelowOwn,
+  processesInGroups,
+  processTree,
+  readProcStat,
+  signalProcesses,
+  terminate,
+  yieldPriorityTo,
+  type ProcessRef,
+  type TreeProcess,
+} from '@kandev/runtime/host';
 
 export interface AgentExit {
   code: number | null;
@@ -22,7 +33,7 @@ export interface Termination {
 const tracer = trace.getTracer('@kandev/agentctl');
 
 /**
- * How often the agent's process tree is noted while it runs (see process-tree.ts): every
+ * How often the agent's process tree is noted while it runs (@kandev/runtime/host, process-tree.ts): every
  * TREE_REFRESH_MS while it changes; each look that finds it as it was doubles the wait, up to
  * TREE_REFRESH_MAX_MS, and a change brings it back to TREE_REFRESH_MS. An agent waiting on its
  * model or its operator has a tree that does not change, and a hundred of them looking every
@@ -107,7 +118,7 @@ export class AgentProcess {
 
   /**
    * SIGTERM to every group and process of the agent's tree, the grace period, then SIGKILL to
-   * whatever is left (terminate.ts). Processes of the tree that outlive the agent are SIGKILLed too
+   * whatever is left (@kandev/runtime/host, terminate.ts). Processes of the tree that outlive the agent are SIGKILLed too
    * (they had the same grace). Also sweeps the tree of an agent that already exited on its own.
    * `killed` only when the agent itself outlived the grace.
    */
@@ -257,12 +268,8 @@ function groupHasMembers(pgid: number): boolean {
  * the stop (flows/teardown.ts, ADR 0043), which is what ranks them against the control plane.
  */
 export function yieldToControlPlane(agentPid: number): void {
-  try {
-    const target = getPriority(agentPid);
-    if (target > getPriority()) setPriority(target);
-  } catch {
-    // The agent is gone already (no priority to read): nothing left to yield for.
-  }
+  // False when the agent is gone already (no priority to read): nothing left to yield for.
+  yieldPriorityTo(agentPid);
 }
 
 /**
@@ -272,7 +279,7 @@ export function yieldToControlPlane(agentPid: number): void {
  */
 function lowerPriority(pid: number, increment: number, log: Logger): void {
   try {
-    setPriority(pid, Math.min(19, getPriority() + increment));
+    niceBelowOwn(pid, increment);
   } catch (err) {
     log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
   }

@@ -10,5 +10,5 @@ export {
   homePathParts,
   type AgentSpec,
 } from './catalogue.js';
-export { AgentctlConfig, loadConfig, ConfigError } from './config.js';
+export { AGENTCTL_ENV, AgentctlConfig, loadConfig, ConfigError } from './config.js';
 export { AGENTCTL_VERSION } from './version.js';

@@ -6,7 +6,7 @@ import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { AgentProcess, nextTreeRefreshMs, TREE_REFRESH_MAX_MS, TREE_REFRESH_MS } from '../src/agent-process.js';
 import { createLogger } from '../src/log.js';
-import { processTree } from '../src/process-tree.js';
+import { processTree } from '@kandev/runtime/host';
 
 /*
  * The stop of an agent's whole process tree (agent-process.ts). The "agent" is a shell that starts

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { AgentctlCancelResponse, AgentctlErrorResponse, AgentctlStatusResponse, AgentctlStopResponse } from '@kandev/contracts/agentctl';
 import { describe, expect, it } from 'vitest';
-import { readAgentEvents, waitForAgentEvent } from '../../testkit/src/agents/events.js';
-import { startEchoMcpServer } from '../../testkit/src/agents/mcp-echo-server.js';
+import { readAgentEvents, waitForAgentEvent } from '@kandev/testkit/agents/events';
+import { startEchoMcpServer } from '@kandev/testkit/agents/mcp-echo-server';
 import { isAlive, script, startAgentctl, type ScriptedAgent } from './harness.js';
 
 /** The behaviour both protocols must share, run once per scripted agent. */

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import * as contracts from '../src/index.js';
 import { storableObject, text, unguardedStrings, type Endpoint } from '../src/index.js';
 // Relative, not @kandev/testkit: testkit depends on contracts.
-import { poisonedCases, validExample } from '../../testkit/src/poison.js';
+import { poisonedCases, validExample } from '@kandev/testkit';
 
 /**
  * The one text rule (SPEC R-9.4, docs/limits.md): every string of every request schema of the

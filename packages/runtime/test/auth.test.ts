@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 // Relative, not @kandev/testkit: testkit depends on runtime, and the token table needs nothing else.
-import { hostileTokens } from '../../testkit/src/tokens.js';
+import { hostileTokens } from '@kandev/testkit';
 import { BaseEnv, parseEnv } from '../src/env.js';
 import { resolveKeys } from '../src/keys.js';
 import { signAgentToken, signOperatorToken, verifyAgentToken, verifyOperatorToken } from '../src/jwt.js';

@@ -1,6 +1,6 @@
-// Process bookkeeping over /proc (Linux) for tests that must prove nothing was left running: a
-// process is identified by (pid, start time), which survives pid reuse.
-import { readFileSync, readdirSync } from 'node:fs';
+// Process bookkeeping for tests that must prove nothing was left running: a process is identified
+// by (pid, start time), which survives pid reuse. The /proc reading is the host module's.
+import { hasEnded, listPids, readCmdline, readProcStat } from '@kandev/runtime/host';
 
 export interface Proc {
   pid: number;
@@ -8,40 +8,27 @@ export interface Proc {
   cmd: string;
 }
 
-/** (state, ppid, start time) from /proc/<pid>/stat; the comm field may hold spaces and parens. */
+/** (state, ppid, start time) of a process (a zombie's too), or null when it is gone. */
 export function procStat(pid: number): { state: string; ppid: number; start: string } | null {
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return { state: rest[0]!, ppid: Number(rest[1]), start: rest[19]! };
-  } catch {
-    return null;
-  }
+  const st = readProcStat(pid);
+  return st ? { state: st.state, ppid: st.ppid, start: st.startTime } : null;
 }
 
-export function cmdline(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
-  } catch {
-    return '';
-  }
-}
+export const cmdline = readCmdline;
 
 /** Every process below `root`, found by walking ppid chains over /proc. */
 export function descendants(root: number): Proc[] {
   const children = new Map<number, number[]>();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const st = procStat(Number(name));
-    if (!st) continue;
-    children.set(st.ppid, [...(children.get(st.ppid) ?? []), Number(name)]);
+  for (const pid of listPids()) {
+    const st = readProcStat(pid);
+    if (st) children.set(st.ppid, [...(children.get(st.ppid) ?? []), pid]);
   }
   const out: Proc[] = [];
   const queue = [root];
   while (queue.length) {
     for (const pid of children.get(queue.shift()!) ?? []) {
-      const st = procStat(pid);
-      if (st) out.push({ pid, start: st.start, cmd: cmdline(pid) });
+      const st = readProcStat(pid);
+      if (st) out.push({ pid, start: st.startTime, cmd: readCmdline(pid) });
       queue.push(pid);
     }
   }
@@ -50,18 +37,20 @@ export function descendants(root: number): Proc[] {
 
 /** The very process recorded in `p` still runs (a zombie counts as gone). */
 export const procAlive = (p: Pick<Proc, 'pid' | 'start'>): boolean => {
-  const st = procStat(p.pid);
-  return st !== null && st.start === p.start && st.state !== 'Z';
+  const st = readProcStat(p.pid);
+  return st !== undefined && st.startTime === p.start && !hasEnded(st.state);
 };
 
 /** Every live process whose command line matches, anywhere on the machine. */
 export function processesMatching(re: RegExp): Proc[] {
   const out: Proc[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const cmd = cmdline(Number(name));
-    const st = procStat(Number(name));
-    if (st && st.state !== 'Z' && re.test(cmd)) out.push({ pid: Number(name), start: st.start, cmd });
+  for (const pid of listPids()) {
+    const cmd = readCmdline(pid);
+    const st = readProcStat(pid);
+    if (st && !hasEnded(st.state) && re.test(cmd)) out.push({ pid, start: st.startTime, cmd });
   }
   return out;
 }
+
+/** The host module's process readers, for the test workspaces that depend on the test kit alone. */
+export { hasEnded, listPids, readCmdline, readProcStat } from '@kandev/runtime/host';

@@ -3,7 +3,7 @@ import type { Execution } from '@kandev/contracts';
 import type { AgentctlClient } from './agentctl/client.js';
 import type { AgentctlProcess, ProcessExit } from './agentctl/process.js';
 import type { TurnStep, TurnView } from './domain/turns.js';
-import type { ProcessRef } from '@kandev/agentctl/process-tree';
+import type { ProcessRef } from '@kandev/runtime/host';
 import type { Placement } from './isolation/agent-isolation.js';
 import type { ExecutionRegistry } from './store/registry.js';
 

@@ -1,5 +1,6 @@
 import { SERVICE_KEYS, workDirRoot, type ServiceDefinition, packageVersion } from '@kandev/runtime';
-import { CATALOGUE_ENV, loadCatalogue } from '@kandev/agentctl/catalogue';
+import { CATALOGUE_ENV, loadCatalogue } from '@kandev/agentctl';
+import { describeHost, hostSupport } from '@kandev/runtime/host';
 import { dirname, resolve } from 'node:path';
 import { defaultAgentctlBin } from './agentctl/process.js';
 import { catalogueEndpoints, launchEndpoints } from './endpoints/launch.js';
@@ -28,6 +29,8 @@ export const lifecycleService: ServiceDefinition<typeof LifecycleEnv> = {
   keys: SERVICE_KEYS.lifecycle,
   async start(rt) {
     const { env, instanceId, log } = rt;
+    // What this host lets the isolation and the stopping cpu group plan on, said once (ADR 0076).
+    log.info({ host: describeHost(hostSupport()) }, 'host');
     const registry = await ExecutionRegistry.open(rt.nc, env.REGISTRY_TTL_MS, log, env.KANDEV_JS_REPLICAS);
     const stateFile = new StateFile(env.KANDEV_STATE_DIR, instanceId);
     const isolation = new AgentIsolation({ workRoot: workDirRoot(env), uidRange: env.AGENT_UID_RANGE, setting: env.AGENT_ISOLATION, log });

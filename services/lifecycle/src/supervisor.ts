@@ -1,4 +1,4 @@
-import { settledOrAfter } from '@kandev/agentctl/terminate';
+import { settledOrAfter } from '@kandev/runtime/host';
 import {
   conflict,
   isKandevError,

@@ -1,4 +1,4 @@
-import { scriptedAgentPath } from '@kandev/agentctl/catalogue';
+import { scriptedAgentPath } from '@kandev/agentctl';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { taskHomeDir } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';

@@ -5,9 +5,10 @@ import { chownSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Cap, isolationMode, parseCapEff, parseUidRange, pickFreeUid, uidsOfStatus } from '../src/domain/agent-uids.js';
+import { Cap } from '@kandev/runtime/host';
+import { isolationMode, parseUidRange, pickFreeUid } from '../src/domain/agent-uids.js';
 import { FakeOrchestrator, killHard, launch, launchRequest, natsClient, startLifecycle, stopAt, tmpStateDir, spawnLifecycle } from './helpers.js';
-import { hostHasCpuCgroup } from './host.js';
+import { CPU_CGROUP } from '../../../vitest.host.js';
 
 const bit = (...caps: number[]) => caps.reduce((m, c) => m | (1n << BigInt(c)), 0n);
 
@@ -27,14 +28,6 @@ describe('agent uids (domain)', () => {
     expect(pickFreeUid(range, () => true, 100)).toBeNull();
     // A cursor outside the range starts at its beginning.
     expect(pickFreeUid(range, () => false, 7)).toBe(100);
-  });
-
-  it('reads CapEff and every uid of a status file', () => {
-    const status = 'Name:\tnode\nUid:\t1000\t1001\t1002\t1003\nGid:\t5\t5\t5\t5\nCapEff:\t00000000000000c1\n';
-    expect(uidsOfStatus(status)).toEqual([1000, 1001, 1002, 1003]);
-    expect(parseCapEff(status)).toBe(0xc1n);
-    expect(uidsOfStatus('Name: x')).toEqual([]);
-    expect(parseCapEff('Name: x')).toBeNull();
   });
 
   it('isolates when root or holding SETUID, SETGID, CHOWN and KILL; otherwise same_uid', () => {
@@ -77,7 +70,7 @@ describe('where lifecycle cannot change uids, agents share its uid and it says s
   });
 
   it('reports uid_per_execution as root, and same_uid with AGENT_ISOLATION=off', async () => {
-    const stoppingCpu = hostHasCpuCgroup() ? 'cgroup' : 'autogroup';
+    const stoppingCpu = CPU_CGROUP.present ? 'cgroup' : 'autogroup';
     const dir = tmpStateDir();
     dirs.push(dir);
     const root = await startLifecycle(nats.url, 'life-root', dir);

@@ -3,10 +3,10 @@ import { Kvm } from '@nats-io/kv';
 import type { NatsConnection, RunningService } from '@kandev/runtime';
 import { startNats, type TestNats } from '@kandev/testkit';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { childProcesses } from '@kandev/agentctl/process-tree';
+import { childProcesses } from '@kandev/runtime/host';
 import {
   EventLog,
   FakeOrchestrator,
@@ -23,7 +23,7 @@ import {
   stopManyAt,
   tmpStateDir,
 } from './helpers.js';
-import { cpuCgroupOf, hostHasCpuCgroup } from './host.js';
+import { AUTOGROUPS, CPU_CGROUP, cpuCgroupOf, onHost, TEST_CPU_CGROUP } from '../../../vitest.host.js';
 import { STOPPING_GROUP } from '../src/isolation/stopping-cpu.js';
 
 describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
@@ -95,14 +95,19 @@ describe('stop and teardown (R-2.6, R-2.8, R-6.3, B-2, B-4)', () => {
     expect(events.of('turn.completed', exec.execution_id).map((e) => e.data.stop_reason)).toEqual(['cancelled']);
   });
 
-  it("an execution's processes drop below the control plane once it is being stopped, not before (ADR 0027, ADR 0043, ADR 0046)", async () => {
-    // Where this host lets lifecycle make it, every stopping process goes into one cpu cgroup;
-    // elsewhere each session's autogroup (what ranks a session where the kernel groups by session) is lowered.
-    const inGroup = hostHasCpuCgroup();
+  // Where this host lets lifecycle make it, every stopping process goes into one cpu cgroup;
+  // elsewhere each session's autogroup (what ranks a session where the kernel groups by session) is
+  // lowered. With neither, a nice value is all there is, and there is nothing of this to see.
+  const ranking = {
+    feature: 'cpu-cgroup or autogroups',
+    present: CPU_CGROUP.present || AUTOGROUPS.present,
+    lacking: `${CPU_CGROUP.lacking}; ${AUTOGROUPS.lacking}`,
+  };
+  onHost(ranking)("an execution's processes drop below the control plane once it is being stopped, not before (ADR 0027, ADR 0043, ADR 0046)", async () => {
     const autogroupNice = (pid: number) => /nice (-?\d+)/.exec(readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1];
     const exec = await launch(nc, launchRequest());
-    if (!inGroup && !existsSync(`/proc/${exec.agentctl_pid!}/autogroup`)) return; // neither: a nice value is all there is
-    const lowered = (pid: number) => (inGroup ? cpuCgroupOf(pid) === `/${STOPPING_GROUP}` : autogroupNice(pid) === '10');
+    const group = TEST_CPU_CGROUP && join(TEST_CPU_CGROUP.path, STOPPING_GROUP);
+    const lowered = (pid: number) => (group ? cpuCgroupOf(pid) === group : autogroupNice(pid) === '10');
     const turnId = randomUUID();
     await promptAt(nc, 'life-a', { execution_id: exec.execution_id, turn_id: turnId, prompt: script([{ sleep_ms: 30_000 }], { ignore_sigterm: true }) });
     await events.waitFor('turn.started', (e) => e.data.turn_id === turnId);

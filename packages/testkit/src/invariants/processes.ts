@@ -2,7 +2,7 @@
 // processes, sessions and tasks against the registry, each tolerated for its recovery bound.
 import { ACTIVE_SESSION_STATES, isLiveExecution, Life, type Execution } from '@kandev/contracts';
 import { request, type NatsConnection } from '@kandev/runtime';
-import { readFileSync } from 'node:fs';
+import { hasEnded, readProcStat } from '@kandev/runtime/host';
 import type postgres from 'postgres';
 import type { Violation } from './types.js';
 
@@ -27,12 +27,8 @@ const NEEDS_EXECUTION: readonly string[] = ACTIVE_SESSION_STATES.filter((s) => s
 
 /** The process runs (a zombie waiting to be reaped counts as gone). */
 function pidAlive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
-  } catch {
-    return false;
-  }
+  const st = readProcStat(pid);
+  return st !== undefined && !hasEnded(st.state);
 }
 
 /** `agentPids` maps session id → the agent pid the test saw for it (the API reports it while the execution lives). */

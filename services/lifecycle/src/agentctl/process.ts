@@ -5,7 +5,7 @@ import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { processRef, type ProcessRef } from '@kandev/agentctl/process-tree';
+import { processRef, type ProcessRef } from '@kandev/runtime/host';
 import { relayAgentctlLog } from './log-relay.js';
 
 /**

@@ -1,8 +1,9 @@
 /*
  * Agents are untrusted (SPEC R-9.1, ADR 0017): where this service may change uids, every execution's
  * agentctl and agent run under a uid (and a gid of the same number) of their own, taken from
- * AGENT_UID_RANGE. Pure rules here; the /proc reading is in isolation/proc.ts.
+ * AGENT_UID_RANGE. Pure rules here; the /proc reading is the host module's (@kandev/runtime/host).
  */
+import { Cap, holdsCaps } from '@kandev/runtime/host';
 
 export interface UidRange {
   first: number;
@@ -39,21 +40,6 @@ export function pickFreeUid(range: UidRange, taken: (uid: number) => boolean, cu
   return null;
 }
 
-/** Capability bits of /proc/<pid>/status CapEff (linux/capability.h). */
-export const Cap = { CHOWN: 0, DAC_OVERRIDE: 1, DAC_READ_SEARCH: 2, FOWNER: 3, KILL: 5, SETGID: 6, SETUID: 7 } as const;
-
-/** CapEff of a /proc/<pid>/status text; null when absent (not Linux). */
-export function parseCapEff(status: string): bigint | null {
-  const m = /^CapEff:\s*([0-9a-f]+)\s*$/im.exec(status);
-  return m ? BigInt(`0x${m[1]}`) : null;
-}
-
-/** Every uid a /proc/<pid>/status names (real, effective, saved, filesystem); empty when unreadable. */
-export function uidsOfStatus(status: string): number[] {
-  const m = /^Uid:\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$/m.exec(status);
-  return m ? [Number(m[1]), Number(m[2]), Number(m[3]), Number(m[4])] : [];
-}
-
 export type AgentIsolationMode = 'uid_per_execution' | 'same_uid';
 
 /** What an agent's process needs of this one's privileges: change uid and gid, chown its directories, signal it. */
@@ -67,7 +53,7 @@ const NEEDED = [Cap.SETUID, Cap.SETGID, Cap.CHOWN, Cap.KILL] as const;
 export function isolationMode(probe: { euid: number | null; capEff: bigint | null }, setting: 'auto' | 'off'): { mode: AgentIsolationMode; why: string } {
   if (setting === 'off') return { mode: 'same_uid', why: 'AGENT_ISOLATION=off' };
   if (probe.euid === null) return { mode: 'same_uid', why: 'this platform has no uids' };
-  const capable = probe.capEff !== null && NEEDED.every((c) => (probe.capEff! >> BigInt(c)) & 1n);
+  const capable = holdsCaps(probe.capEff, NEEDED);
   if (capable) return { mode: 'uid_per_execution', why: probe.euid === 0 ? 'running as root' : 'holds CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL' };
   // Root in a user namespace or with capabilities dropped has no CapEff bits: it cannot setuid either.
   return {

@@ -1,6 +1,6 @@
 import { Life } from '@kandev/contracts';
 import { on, type Registration } from '@kandev/runtime';
-import { loadCatalogue } from '@kandev/agentctl/catalogue';
+import { loadCatalogue } from '@kandev/agentctl';
 import type { ExecutionSupervisor } from '../supervisor.js';
 
 /**

@@ -1,5 +1,5 @@
-import { CatalogueError, resolveAgent, type AgentSpec } from '@kandev/agentctl/catalogue';
-import { processRef } from '@kandev/agentctl/process-tree';
+import { CatalogueError, resolveAgent, type AgentSpec } from '@kandev/agentctl';
+import { processRef } from '@kandev/runtime/host';
 import { Orch, conflict, unavailable, validationError, type AgentctlReadyEvent, type Execution, type LaunchRequest } from '@kandev/contracts';
 import { request, signAgentToken } from '@kandev/runtime';
 import { randomBytes, randomUUID } from 'node:crypto';

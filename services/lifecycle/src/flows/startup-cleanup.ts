@@ -1,11 +1,9 @@
-import { childProcesses, isAlive, type ProcessRef } from '@kandev/agentctl/process-tree';
-import { terminate } from '@kandev/agentctl/terminate';
+import { childProcesses, isAlive, pidsByUid, terminate, type ProcessRef } from '@kandev/runtime/host';
 import { buildEvent, type Logger } from '@kandev/runtime';
 import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { relayAgentctlLog } from '../agentctl/log-relay.js';
 import { leftoversToReport, stoppedEventId, type Leftover } from '../domain/teardown.js';
-import { pidsByUid } from '../isolation/proc.js';
 import type { EventJournal } from '../store/event-journal.js';
 import type { ExecutionRegistry } from '../store/registry.js';
 import type { StateFile } from '../store/state-file.js';

@@ -1,5 +1,4 @@
-import { childProcesses, isAlive, processTree, type ProcessRef } from '@kandev/agentctl/process-tree';
-import { settledOrAfter, signalProcesses, terminate, type TerminateOptions } from '@kandev/agentctl/terminate';
+import { childProcesses, isAlive, processTree, settledOrAfter, signalProcesses, terminate, type ProcessRef, type TerminateOptions } from '@kandev/runtime/host';
 import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
@@ -129,7 +128,7 @@ export class TeardownExecutor {
 
   /**
    * agentctl is gone or silent: SIGTERM the agent and agentctl, wait out the grace, SIGKILL
-   * whatever is left (the one schedule of terminate.ts). Returns whether the agent needed SIGKILL.
+   * whatever is left (the one schedule of @kandev/runtime/host's terminate). Returns whether the agent needed SIGKILL.
    */
   private async killDirectly(x: LiveExecution, graceMs: number, log: Logger): Promise<boolean> {
     const agents = this.agentRefs(x);
@@ -141,7 +140,7 @@ export class TeardownExecutor {
    * R-10.5: agentctl SIGKILLs its agent at the grace deadline, but agentctl runs below the control
    * plane once stopping (ADR 0027, 0046) and on a loaded node its timer can be late. Shortly after
    * the deadline the lifecycle sends SIGKILL itself to whatever of the agent is still there (its
-   * process group, as every signal of terminate.ts); agentctl sees its agent exit and answers.
+   * process group, as every signal of @kandev/runtime/host's terminate); agentctl sees its agent exit and answers.
    */
   private backstop(x: LiveExecution, graceMs: number, log: Logger): { fired(): boolean; clear(): void } {
     let fired = false;

@@ -8,7 +8,7 @@ import type { AgentNetwork } from './agent-network.js';
 import { writeSettings, type AgentSettings } from './agent-settings.js';
 import { chownIfOwnedBy, chownTreeAt, closeFd, openDirAt, openPathAt, openRoot, RefusedPath } from './dir-fd.js';
 import { isolationMode, parseUidRange, pickFreeUid, type AgentIsolationMode, type UidRange } from '../domain/agent-uids.js';
-import { liveUids, ownCapEff } from './proc.js';
+import { hostSupport, liveUids } from '@kandev/runtime/host';
 import { UidScan } from './uid-scan.js';
 
 /*
@@ -90,7 +90,7 @@ export class AgentIsolation {
     this.log = opts.log;
     this.workRoot = opts.workRoot;
     this.lockDir = opts.uidLockDir ?? HOST_UID_LOCK_DIR;
-    const probe = opts.probe ?? { euid: typeof process.geteuid === 'function' ? process.geteuid() : null, capEff: ownCapEff() };
+    const probe = opts.probe ?? hostSupport();
     const { mode, why } = isolationMode(probe, opts.setting);
     this.mode = mode;
     this.why = why;

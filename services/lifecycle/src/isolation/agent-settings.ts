@@ -1,4 +1,4 @@
-import { homePathParts, loadCatalogue, type SettingsFrom } from '@kandev/agentctl/catalogue';
+import { homePathParts, loadCatalogue, type SettingsFrom } from '@kandev/agentctl';
 import { constants } from 'node:fs';
 import { close, fchmod, fchown, fstat, lstat, open, readdir, read, rm, unlink, write } from 'node:fs';
 import { basename } from 'node:path';

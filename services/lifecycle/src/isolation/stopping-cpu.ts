@@ -1,8 +1,6 @@
-import { lowerAutogroupPriority } from '@kandev/agentctl/autogroup';
+import { lowerAutogroupPriority, makeCpuGroup, ownCpuCgroup } from '@kandev/runtime/host';
 import type { Logger } from '@kandev/runtime';
-import { mkdirSync, openSync, readFileSync, write, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { findCpuCgroup, type CpuCgroup } from '../domain/cpu-cgroup.js';
+import { write } from 'node:fs';
 
 /*
  * Where a stopping execution's processes go, so that together they weigh no more than one process of
@@ -19,7 +17,8 @@ import { findCpuCgroup, type CpuCgroup } from '../domain/cpu-cgroup.js';
  *
  * The group is a child of this process's own cpu cgroup (v1 `cpu` controller, or v2 where the cpu
  * controller can be enabled for children), shared by every lifecycle instance of the host and
- * kept after exit (an empty cgroup holds nothing). Where none can be made (a read-only
+ * kept after exit (an empty cgroup holds nothing); the host module finds and makes it
+ * (@kandev/runtime/host, cgroup.ts). Where none can be made (a read-only
  * /sys/fs/cgroup, as in most containers), the stopping sessions' autogroups are lowered instead, as
  * ADR 0043 had it: that ranks each session against the control plane, not all of them together.
  */
@@ -76,27 +75,6 @@ export class StoppingCpu {
 
 /** The group's directory, made and weighted, and its cgroup.procs opened; or why there is none. */
 function makeGroup(procSelf: string): { dir: string; procsFd: number } | { reason: string } {
-  let cg: CpuCgroup | { reason: string };
-  try {
-    cg = findCpuCgroup(readFileSync(join(procSelf, 'mountinfo'), 'utf8'), readFileSync(join(procSelf, 'cgroup'), 'utf8'));
-  } catch (err) {
-    return { reason: `cannot read ${procSelf}: ${(err as Error).message}` };
-  }
-  if ('reason' in cg) return cg;
-  const dir = join(cg.dir, STOPPING_GROUP);
-  try {
-    if (cg.version === 2) {
-      // v2 shares the cpu between children only once the parent enables the controller for them
-      // (refused when the parent holds processes itself, unless it is the root: then there is no group).
-      if (!readFileSync(join(cg.dir, 'cgroup.subtree_control'), 'utf8').split(/\s+/).includes('cpu'))
-        writeFileSync(join(cg.dir, 'cgroup.subtree_control'), '+cpu');
-    }
-    mkdirSync(dir, { recursive: true });
-    // The default weight, written in case the group was left with another one.
-    if (cg.version === 1) writeFileSync(join(dir, 'cpu.shares'), '1024');
-    else writeFileSync(join(dir, 'cpu.weight'), '100');
-    return { dir, procsFd: openSync(join(dir, 'cgroup.procs'), 'w') };
-  } catch (err) {
-    return { reason: `${dir}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` };
-  }
+  const parent = ownCpuCgroup(procSelf);
+  return 'reason' in parent ? parent : makeCpuGroup(parent, STOPPING_GROUP);
 }

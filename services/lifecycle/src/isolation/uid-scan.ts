@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pidsByUid } from './proc.js';
+import { pidsByUid } from '@kandev/runtime/host';
 
 /**
  * Which processes hold a uid, for the sweep at the end of every isolated execution, from passes

@@ -1,11 +1,13 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { hasEnded, parseChildren, parseCmdline, parseMachineBusyTicks, parseProcStat, parseSchedstatNs, type ProcStat } from './parse.js';
 
 /*
  * Processes as /proc shows them: who is still there, and an agent's whole tree. A process group
  * alone does not hold an agent's tree: Codex runs shell commands in a pseudo-terminal of their own
  * (setsid, so a new session and group), and a grandchild outlives its parent by being re-parented
  * to init. So agentctl notes the whole tree before it signals, and signals every group in it
- * (terminate.ts). The lifecycle service identifies agentctl and agents the same way.
+ * (terminate.ts). The lifecycle service identifies agentctl and agents the same way, and the test
+ * kit, scripts and benchmarks read processes through here too.
  */
 
 /**
@@ -26,29 +28,68 @@ export interface TreeProcess extends ProcessRef {
 /** Whether this system has /proc (Linux); without it nothing here can see processes. */
 export const HAS_PROC = existsSync('/proc/self/stat');
 
-/** The fields of /proc/<pid>/stat the process helpers of agentctl and lifecycle need. */
-export interface ProcStat {
-  pid: number;
-  ppid: number;
-  pgid: number;
-  state: string;
-  /** Field 22: tells this process from a later one with the same pid. */
-  startTime: string;
-}
+export type { ProcStat } from './parse.js';
 
 /** One process's /proc/<pid>/stat, or undefined when it is gone or unreadable. */
 export function readProcStat(pid: number): ProcStat | undefined {
   try {
-    const raw = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // comm (field 2) may hold spaces and parentheses; the fields after the last ')' are fixed.
-    const rest = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
-    const [state, ppid, pgid] = rest;
-    const startTime = rest[19];
-    if (!state || !ppid || !pgid || !startTime) return undefined;
-    return { pid, ppid: Number(ppid), pgid: Number(pgid), state, startTime };
+    return parseProcStat(pid, readFileSync(`/proc/${pid}/stat`, 'utf8'));
   } catch {
     return undefined;
   }
+}
+
+/** A process's command line (its arguments joined by spaces); empty when it is gone or has none (a kernel thread). */
+export function readCmdline(pid: number): string {
+  try {
+    return parseCmdline(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+  } catch {
+    return '';
+  }
+}
+
+/** The pids /proc lists now (empty without /proc). */
+export function listPids(): number[] {
+  try {
+    return readdirSync('/proc')
+      .filter((n) => /^\d+$/.test(n))
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * A thread's file under the path whose cached dentries its reaping leaves alone (see childrenOf):
+ * the leader's as /proc/<pid>/task/<pid>/<file>, any other's as /proc/<tid>/task/<tid>/<file>.
+ */
+const threadFile = (pid: number, tid: string, file: string): string =>
+  tid === String(pid) ? `/proc/${pid}/task/${pid}/${file}` : `/proc/${tid}/task/${tid}/${file}`;
+
+/** Busy clock ticks of the whole machine so far, every process and the kernel (/proc/stat). */
+export const machineBusyTicks = (): number => parseMachineBusyTicks(readFileSync('/proc/stat', 'utf8'));
+
+/**
+ * CPU time a live process has used so far, in nanoseconds, from its threads' schedstat (exact, not
+ * stat's 10 ms ticks); 0 when it is gone. A thread that ended meanwhile has its time in the
+ * process's total at exit, which goes to its parent.
+ */
+export function threadsCpuNs(pid: number): number {
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return 0;
+  }
+  let ns = 0;
+  for (const tid of tids) {
+    try {
+      ns += parseSchedstatNs(readFileSync(threadFile(pid, tid, 'schedstat'), 'utf8'));
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return ns;
 }
 
 /**
@@ -73,14 +114,14 @@ function childrenOf(pid: number): number[] | undefined {
   for (const tid of tids) {
     let raw: string;
     try {
-      raw = readFileSync(tid === String(pid) ? `/proc/${pid}/task/${pid}/children` : `/proc/${tid}/task/${tid}/children`, 'utf8').trim();
+      raw = readFileSync(threadFile(pid, tid, 'children'), 'utf8');
     } catch (err) {
       // ENOENT: this thread ended since the listing (its children, if any, went to another);
       // anything else: the kernel lacks the file.
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue;
       return undefined;
     }
-    if (raw) for (const c of raw.split(' ')) out.push(Number(c));
+    out.push(...parseChildren(raw));
   }
   return out;
 }
@@ -93,13 +134,13 @@ function childrenOf(pid: number): number[] | undefined {
 export function processTree(root: number): TreeProcess[] {
   if (!HAS_PROC) return [];
   const rootStat = readProcStat(root);
-  if (!rootStat || rootStat.state === 'Z' || rootStat.state === 'X') return [];
+  if (!rootStat || hasEnded(rootStat.state)) return [];
   const out: TreeProcess[] = [];
   const queue: number[] = [root];
   while (queue.length > 0) {
     const pid = queue.shift()!;
     const st = readProcStat(pid);
-    if (!st || st.state === 'Z' || st.state === 'X') continue;
+    if (!st || hasEnded(st.state)) continue;
     out.push({ pid: st.pid, pgid: st.pgid, startTime: st.startTime });
     const children = childrenOf(pid);
     if (children === undefined) return scanTree(root);
@@ -111,10 +152,9 @@ export function processTree(root: number): TreeProcess[] {
 /** Every live process on the machine (the fallback where the kernel lacks the children files). */
 function scanProc(): ProcStat[] {
   const all: ProcStat[] = [];
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const st = readProcStat(Number(name));
-    if (st && st.state !== 'Z' && st.state !== 'X') all.push(st);
+  for (const pid of listPids()) {
+    const st = readProcStat(pid);
+    if (st && !hasEnded(st.state)) all.push(st);
   }
   return all;
 }
@@ -170,7 +210,7 @@ export function isAlive(ref: ProcessRef): boolean {
 /** The process's stat while it is still the process we noted (not a zombie, not a recycled pid). */
 export function liveStat(ref: ProcessRef): ProcStat | undefined {
   const st = readProcStat(ref.pid);
-  if (!st || st.state === 'Z' || st.state === 'X') return undefined;
+  if (!st || hasEnded(st.state)) return undefined;
   return ref.startTime === null || st.startTime === ref.startTime ? st : undefined;
 }
 
@@ -179,7 +219,7 @@ export function childProcesses(ppid: number): TreeProcess[] {
   if (!HAS_PROC) return [];
   const children = childrenOf(ppid);
   const stats = children === undefined ? scanProc().filter((st) => st.ppid === ppid) : children.map(readProcStat).filter((st) => st !== undefined);
-  return stats.filter((st) => st.ppid === ppid && st.state !== 'Z' && st.state !== 'X').map((st) => ({ pid: st.pid, pgid: st.pgid, startTime: st.startTime }));
+  return stats.filter((st) => st.ppid === ppid && !hasEnded(st.state)).map((st) => ({ pid: st.pid, pgid: st.pgid, startTime: st.startTime }));
 }
 
 /** Merges a fresh look at the tree into what was noted before (processes re-parented away stay on the list). */

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { childProcesses, isAlive, processRef, processTree } from '../src/process-tree.js';
+import { childProcesses, isAlive, processRef, processTree } from '../../src/host/process-tree.js';
 
 /*
  * The walk of a process tree through /proc (process-tree.ts), against real processes. A child

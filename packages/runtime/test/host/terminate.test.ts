@@ -2,8 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { childProcesses, isAlive, processRef, type ProcessRef } from '../src/process-tree.js';
-import { killRetryDelayMs, settledOrAfter, signalProcesses, terminate } from '../src/terminate.js';
+import { childProcesses, isAlive, processRef, type ProcessRef } from '../../src/host/process-tree.js';
+import { killRetryDelayMs, settledOrAfter, signalProcesses, terminate } from '../../src/host/terminate.js';
 
 /*
  * The one termination helper (terminate.ts) on real processes: SIGTERM → grace → SIGKILL →

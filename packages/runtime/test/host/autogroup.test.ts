@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { lowerAutogroupPriority } from '../src/autogroup.js';
+import { lowerAutogroupPriority } from '../../src/host/autogroup.js';
 
 /*
  * A session's autogroup nice (autogroup.ts, ADR 0043): what ranks a detached process's session

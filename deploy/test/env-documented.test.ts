@@ -3,13 +3,12 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BaseEnv } from '@kandev/runtime';
-import { GatewayEnv } from '../../services/gateway/src/env.js';
-import { HoldsEnv } from '../../services/holds/src/env.js';
-import { LifecycleEnv } from '../../services/lifecycle/src/env.js';
-import { McpEnv } from '../../services/mcp/src/env.js';
-import { OrchestratorEnv } from '../../services/orchestrator/src/env.js';
-import { AGENTCTL_ENV } from '../../packages/agentctl/src/config.js';
-import { CATALOGUE_ENV } from '../../packages/agentctl/src/catalogue.js';
+import { AGENTCTL_ENV, CATALOGUE_ENV } from '@kandev/agentctl';
+import { GatewayEnv } from '@kandev/gateway/env';
+import { HoldsEnv } from '@kandev/holds/env';
+import { LifecycleEnv } from '@kandev/lifecycle/env';
+import { McpEnv } from '@kandev/mcp/env';
+import { OrchestratorEnv } from '@kandev/orchestrator/env';
 
 // Every environment variable a service or agentctl reads is in docs/operations.md: the names in the
 // first column of its tables. Pure (no stack): reads the env schemas and the sources.
