@@ -1,7 +1,10 @@
 // The local stack behind `npm start` (started by scripts/start.mjs; runnable on its own too):
 // NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
-// started, and exit 0 with no process of ours left behind. See docs/operations.md.
+// started, and exit 0 with no process of ours left behind. See docs/operations.md. The services are
+// launched by the test kit's typed launcher (packages/testkit/src/launcher.ts), as every test stack
+// and benchmark launches them; what is npm start's own is here: NATS and PostgreSQL of its own, the
+// state dir, the lock, supervision and the printed URLs.
 import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,8 +15,6 @@ import { ensureKeys, makeTraversable, stateDir } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-/** Start order: owners of data and of the subjects others call first, the edges last. */
-const SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'];
 const env = process.env;
 const num = (v, d) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : d);
 /** How long a service gets between SIGTERM and SIGKILL: its own bounded shutdown plus slack. */
@@ -30,7 +31,9 @@ class StartError extends Error {}
 const state = stateDir();
 const logsDir = join(state, 'logs');
 const lockFile = join(state, 'start.pid');
-const running = { services: [], nats: null, pg: null };
+const running = { nats: null, pg: null };
+/** The services' launcher (packages/testkit/src/launcher.ts), once created. */
+let launcher = null;
 const logStreams = [];
 let stopping = null;
 let inflight = null;
@@ -42,7 +45,7 @@ const crashes = new Map();
 const pendingRestarts = new Set();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function serviceNames() {
+function serviceNames(SERVICES) {
   if (!env.KANDEV_SERVICES) return SERVICES;
   const wanted = env.KANDEV_SERVICES.split(',')
     .map((s) => s.trim())
@@ -54,18 +57,17 @@ function serviceNames() {
 
 async function importRuntime() {
   try {
-    const [nats, natsAuth, identity, launch, jwt, keys, bundle] = await Promise.all([
+    const [nats, natsAuth, jwt, keys, bundle, launcher] = await Promise.all([
       import('@kandev/runtime/dev/nats-server'),
       import('@kandev/runtime/dev/nats-auth'),
-      import('@kandev/runtime/identity'),
-      import('@kandev/runtime/dev/launch'),
       import('@kandev/runtime/jwt'),
       import('@kandev/runtime/keys'),
       import('@kandev/runtime/bundle'),
+      import('@kandev/testkit/launcher'),
     ]);
-    return { ...nats, ...natsAuth, identity, ...launch, ...jwt, keys, ...bundle };
+    return { ...nats, ...natsAuth, ...jwt, keys, ...bundle, ...launcher };
   } catch (e) {
-    throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
+    throw new StartError(`cannot load @kandev/runtime or @kandev/testkit (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
   }
 }
 
@@ -177,23 +179,21 @@ async function startNats(rt) {
   };
   const handle = await launch((await portFree(4222)) ? 4222 : -1);
   say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir}; a user per service, no anonymous client: ${auth.configFile})`);
-  const login = (name) => ({ NATS_USER: auth.users[name].user, NATS_PASS: auth.users[name].pass });
+  const login = (name) => ({ user: auth.users[name].user, pass: auth.users[name].pass });
   return { url: handle.url, own: true, login };
 }
 
 /**
- * Each service's bus identity key pair (ADR 0055), new for each start: the private keys in
- * <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
+ * Each service's bus identity key pair (ADR 0055), new for each start (the launcher's): the private
+ * keys in <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
  * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
  */
-function writeBusKeys(rt) {
+function writeBusKeys({ privateKeys, publicKeys }) {
   const dir = join(state, 'bus-keys');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   chmodSync(dir, 0o700);
-  const { privateKeys, publicKeys } = rt.identity.generateBusKeys(SERVICES);
   for (const [name, key] of Object.entries(privateKeys)) writeFileSync(join(dir, `${name}.key`), key + '\n', { mode: 0o600 });
   writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
-  return (name) => ({ [rt.identity.BUS_KEY_ENV]: privateKeys[name], [rt.identity.BUS_PUBLIC_KEYS_ENV]: publicKeys });
 }
 
 /** As root, the embedded server runs as `postgres`, which must reach the data dir. */
@@ -243,72 +243,73 @@ function tree(pid) {
   return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
 }
 
+/** A service's log lines go to <service>.log (a replica's to <service>-<n>.log), and to stderr with KANDEV_LOG_STDOUT=1. */
+function serviceLog(instanceId, name, line) {
+  let out = serviceLogs.get(instanceId);
+  if (!out) serviceLogs.set(instanceId, (out = logStream(logFileOf(instanceId))));
+  out.write(line + '\n');
+  if (env.KANDEV_LOG_STDOUT === '1') process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
+}
+const serviceLogs = new Map();
+
 /**
  * A service that exits while we are not stopping is restarted after a backoff (supervise.mjs),
  * each restart logged; a crash loop stops everything. A restart that fails to start counts as a
  * crash. A killed lifecycle takes its agents with it (they watch its pipe) and its next run
  * cleans up what its state file lists (R-6.4), so a restart never duplicates an agent.
  */
-function supervise(rt, svc, childEnv) {
+function supervise(svc, instanceId) {
   svc.process.once('exit', (code, signal) => {
     if (stopping) return;
-    running.services = running.services.filter((s) => s !== svc);
-    scheduleRestart(rt, svc.name, childEnv, signal ?? `exit code ${code}`);
+    launcher.forget(svc);
+    scheduleRestart(instanceId, signal ?? `exit code ${code}`);
   });
 }
 
-function scheduleRestart(rt, name, childEnv, how) {
-  const d = decideRestart(crashes.get(name) ?? [], Date.now(), policy);
-  crashes.set(name, d.crashes);
+const logFileOf = (instanceId) => join(logsDir, `${instanceId.replace(/-1$/, '')}.log`);
+
+function scheduleRestart(instanceId, how) {
+  const d = decideRestart(crashes.get(instanceId) ?? [], Date.now(), policy);
+  crashes.set(instanceId, d.crashes);
+  const name = instanceId.replace(/-1$/, '');
   const windowS = policy.windowMs / 1000;
   if (d.giveUp) {
-    say(
-      `${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${join(logsDir, `${name}.log`)})`,
-    );
+    say(`${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${logFileOf(instanceId)})`);
     void shutdown(1, `${name} crash loop`);
     return;
   }
   say(
-    `${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${join(logsDir, `${name}.log`)})`,
+    `${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${logFileOf(instanceId)})`,
   );
   const attempt = (async () => {
     for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping;) await sleep(Math.min(100, until - Date.now()));
     if (stopping) return;
     try {
-      const svc = await startService(rt, name, childEnv);
+      const svc = await startService(instanceId, () => launcher.restartInstance(instanceId));
       say(`${name} restarted (pid ${svc.pid})`);
     } catch (e) {
       if (stopping) return;
       say(e.message);
-      scheduleRestart(rt, name, childEnv, 'failed to start');
+      scheduleRestart(instanceId, 'failed to start');
     }
   })();
   pendingRestarts.add(attempt);
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
-async function startService(rt, name, childEnv) {
-  const entry = rt.serviceBundle(ROOT, name); // what every stack runs of a service (ADR 0052)
-  // The first process logs to <service>.log; a replica to <service>-<n>.log (its INSTANCE_ID).
-  const out = logStream(join(logsDir, childEnv.INSTANCE_ID === `${name}-1` ? `${name}.log` : `${childEnv.INSTANCE_ID}.log`));
-  const echo = env.KANDEV_LOG_STDOUT === '1';
-  const onLog = (line) => {
-    out.write(line + '\n');
-    if (echo) process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
-  };
+/** One process start through the launcher; a start that timed out leaves no process behind. */
+async function startService(instanceId, launch) {
   const before = new Set(descendants(process.pid).map(procKey));
   const t = performance.now();
   try {
-    const svc = await rt.spawnServiceProcess({ name, entry, env: childEnv, onLog, startTimeoutMs: START_TIMEOUT_MS });
-    running.services.push(svc);
-    supervise(rt, svc, childEnv);
-    say(`${childEnv.INSTANCE_ID === `${name}-1` ? name : childEnv.INSTANCE_ID} started (pid ${svc.pid}, ${secs(t)})`);
+    const svc = await launch();
+    say(`${instanceId.replace(/-1$/, '')} started (pid ${svc.pid}, ${secs(t)})`);
     return svc;
   } catch (e) {
     // A service that timed out is still running: its process is the new direct child.
     const strays = descendants(process.pid).filter((p) => !before.has(procKey(p)) && readStat(p.pid)?.ppid === process.pid);
     await reap(strays.flatMap((p) => tree(p.pid)));
-    throw new StartError(`${name} failed to start (full log: ${join(logsDir, `${name}.log`)}):\n${e.message}`);
+    throw new StartError(`${instanceId.replace(/-\d+$/, '')} failed to start (full log: ${logFileOf(instanceId)}):\n${e.message}`);
   }
 }
 
@@ -345,9 +346,9 @@ function maskUrl(url) {
 }
 
 async function main() {
-  const names = serviceNames();
-  const replicas = replicaCount(); // refuses a bad value before anything starts
   const rt = await importRuntime();
+  const names = serviceNames(rt.STACK_SERVICES);
+  const replicas = replicaCount(); // refuses a bad value before anything starts
   // Each service runs from its bundle (ADR 0052); one older than its build would run earlier code.
   const stale = names.map((n) => rt.staleBundle(rt.serviceBundle(ROOT, n))).filter(Boolean);
   if (stale.length) {
@@ -374,7 +375,7 @@ async function main() {
     }
   }
 
-  // Two keys (ADR 0020): each service gets only the one it holds (keysFor below).
+  // Two keys (ADR 0020): each service gets only the one it holds (the launcher hands them out).
   const keys = ensureKeys();
   for (const kind of ['operator', 'agent']) {
     const k = keys[kind];
@@ -382,13 +383,7 @@ async function main() {
     const problem = rt.keys.keyProblem(k.secret, rt.keys.isProduction(env));
     if (problem) throw new StartError(`the ${kind} token key (${k.source}) ${problem}`);
   }
-  const keysFor = (name) => {
-    const own = {};
-    for (const kind of rt.keys.SERVICE_KEYS[name] ?? []) own[rt.keys.KEY_ENV[kind]] = keys[kind].secret;
-    return own;
-  };
 
-  const busKeysFor = writeBusKeys(rt);
   const nats = await step(() => startNats(rt)).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
   });
@@ -401,41 +396,41 @@ async function main() {
     say(`LOG_LEVEL=${level} would hide the "<service> started" lines npm start waits for; services log at info`);
     level = 'info';
   }
-  const baseEnv = {
-    ...env,
-    NATS_URL: nats.url,
-    DATABASE_URL: db.url,
-    GATEWAY_PORT: gatewayPort,
-    MCP_PORT: mcpPort,
-    KANDEV_STATE_DIR: state,
-    LOG_LEVEL: level,
-    // Five processes on one host: each takes a free port for /healthz, /readyz and /metrics.
-    HEALTH_PORT: '0',
-  };
-  // Each process names itself for tracing (kandev-<service>), whatever the shell exports.
-  delete baseEnv.OTEL_SERVICE_NAME;
-  // No process gets a key it does not hold, whatever the shell exports: keysFor adds its own.
-  for (const v of ['KANDEV_JWT_SECRET', ...Object.values(rt.keys.KEY_ENV)]) delete baseEnv[v];
-  // Nor another's bus key or NATS password: each gets its own below (ADR 0054, 0055).
-  for (const v of [rt.identity.BUS_KEY_ENV, rt.identity.BUS_PUBLIC_KEYS_ENV]) delete baseEnv[v];
-  if (nats.own) for (const v of ['NATS_USER', 'NATS_PASS']) delete baseEnv[v];
-  const ownEnv = (name) => ({ ...keysFor(name), ...busKeysFor(name), ...nats.login(name) });
+  launcher = rt.createServiceLauncher({
+    baseEnv: {
+      // No process gets a key, bus identity or (on our own server) NATS password it does not hold,
+      // whatever the shell exports: the launcher adds each one's own (ADR 0020, 0054, 0055).
+      ...rt.inheritableEnv(env, { dropNatsLogin: nats.own }),
+      NATS_URL: nats.url,
+      DATABASE_URL: db.url,
+      GATEWAY_PORT: gatewayPort,
+      MCP_PORT: mcpPort,
+      KANDEV_STATE_DIR: state,
+      LOG_LEVEL: level,
+      // Five processes on one host: each takes a free port for /healthz, /readyz and /metrics.
+      HEALTH_PORT: '0',
+    },
+    keys: { operator: keys.operator.secret, agent: keys.agent.secret },
+    natsLogin: nats.login,
+    // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (MCP_PORT is fixed above).
+    handMcpUrlToLifecycle: false,
+    replicaPort: async () => String(await stablePort()),
+    startTimeoutMs: START_TIMEOUT_MS,
+    onLog: serviceLog,
+    onStarted: supervise,
+  });
+  writeBusKeys(launcher.busKeys);
 
-  for (const name of names) {
-    await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), INSTANCE_ID: `${name}-1` }));
-  }
+  for (const name of names) await step(() => startService(`${name}-1`, () => launcher.start(name)));
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
   // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
   // ports of their own, printed below; agents keep the first mcp's URL.
   for (let n = 2; n <= replicas; n++) {
-    for (const name of names) {
-      const ports = name === 'gateway' ? { GATEWAY_PORT: String(await stablePort()) } : name === 'mcp' ? { MCP_PORT: String(await stablePort()) } : {};
-      await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), ...ports, INSTANCE_ID: `${name}-${n}` }));
-    }
+    for (const name of names) await step(() => startService(`${name}-${n}`, () => launcher.addReplica(name)));
   }
   inflight = null;
 
-  const urlsOf = (n) => running.services.find((s) => s.name === n)?.urls ?? {};
+  const urlsOf = (n) => launcher.first(n)?.urls ?? {};
   const gateway = urlsOf('gateway').http;
   const mcp = urlsOf('mcp').mcp;
   let ready = null;
@@ -456,13 +451,17 @@ async function main() {
     '',
     `kandev is up (${secs()}${ready === false ? `; gateway /readyz not 200 after ${READY_TIMEOUT_MS / 1000}s, see ${logsDir}` : ''})`,
     gateway ? `  Gateway:   ${gateway}` : '  Gateway:   (not started)',
-    ...running.services.filter((s) => s.name === 'gateway' && s.urls.http !== gateway).map((s) => `             ${s.urls.http} (replica)`),
+    ...launcher.replicas('gateway').map((s) => `             ${s.urls.http} (replica)`),
     gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
     mcp ? `  MCP:       ${mcp}` : null,
     `  NATS:      ${nats.url}${nats.own ? ' (started here; a user per service, no anonymous client)' : ' (external: its own users)'}`,
     `  Database:  ${maskUrl(db.url)}${db.own ? ' (embedded, started here)' : ''}`,
     `  State:     ${state}  (logs in ${logsDir})`,
-    '  Health:    ' + running.services.map((s) => `${s.name} ${s.urls.health ?? '?'}`).join(', '),
+    '  Health:    ' +
+      launcher
+        .all()
+        .map((s) => `${s.name} ${s.urls.health ?? '?'}`)
+        .join(', '),
     '',
     ...tokenLines,
     '',
@@ -493,16 +492,17 @@ function shutdown(code, reason) {
     // Let a start-up step in flight finish (each is bounded) so nothing starts behind our back.
     await inflight?.catch(() => undefined);
     await Promise.all([...pendingRestarts]);
-    const order = (s) => SERVICES.indexOf(s.name);
-    for (const svc of [...running.services].sort((a, b) => order(b) - order(a))) {
-      const procs = tree(svc.pid);
-      const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
-      await svc.stop(STOP_GRACE_MS);
-      const leftovers = await reap(procs);
-      const how = svc.process.signalCode ?? `exit code ${svc.process.exitCode}`;
-      if (wasRunning && svc.process.signalCode === 'SIGKILL') say(`${svc.name} did not stop within ${STOP_GRACE_MS} ms; killed`);
-      say(`${svc.name} stopped (${how})${leftovers.length ? `; reaped leftover pids ${leftovers.join(', ')}` : ''}`);
-    }
+    await launcher?.stop({
+      async stopOne(svc) {
+        const procs = tree(svc.pid);
+        const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
+        await svc.stop(STOP_GRACE_MS);
+        const leftovers = await reap(procs);
+        const how = svc.process.signalCode ?? `exit code ${svc.process.exitCode}`;
+        if (wasRunning && svc.process.signalCode === 'SIGKILL') say(`${svc.name} did not stop within ${STOP_GRACE_MS} ms; killed`);
+        say(`${svc.name} stopped (${how})${leftovers.length ? `; reaped leftover pids ${leftovers.join(', ')}` : ''}`);
+      },
+    });
     if (running.nats) {
       await running.nats.stop();
       say('nats-server stopped');
