@@ -95,6 +95,7 @@ const checked = await together('build and checks', [
   npmRun('format:check'),
   ['check-deps', 'node', 'scripts/check-deps.mjs'],
   ['adr-index', 'node', 'scripts/adr-index.mjs', '--check'],
+  ['bench-tables', 'node', 'scripts/bench-tables.mjs', '--check'],
   npmRun('lint'),
 ]);
 if (checked !== 0) {

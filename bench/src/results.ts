@@ -69,6 +69,11 @@ export function against(stats: Stats, baselineId: string, base: Stats): Pick<Fig
   return { baseline: baselineId, ratio: { p50: stats.p50 / base.p50, p99: stats.p99 / base.p99, mean: stats.mean / base.mean } };
 }
 
+/** Rewrites the generated tables (bench/*.md, docs/*.md) from the result files: scripts/bench-tables.mjs. */
+export function renderTables(): void {
+  execFileSync(process.execPath, [fileURLToPath(new URL('../../scripts/bench-tables.mjs', import.meta.url))], { stdio: 'inherit' });
+}
+
 export function gitCommit(cwd = fileURLToPath(new URL('../', import.meta.url))): string | null {
   try {
     return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
