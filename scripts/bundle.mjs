@@ -5,7 +5,7 @@
 // (packages/agentctl/dist/agentctl.bundle.js, ADR 0051) and the scripted test agents
 // (packages/testkit/dist/agents/<name>.bundle.js). A process that starts from a bundle skips most of
 // Node's module loading (resolving, reading and linking a hundred or more files): a service starts
-// with about half the CPU, agentctl and a scripted agent with a third less (docs/testing.md).
+// with about half the CPU, agentctl and a scripted agent with a third less (docs/history/testing-measurements.md).
 // Dynamic imports stay lazy, in chunks under dist/<name>-chunks/ (agentctl's protocol adapters, the
 // tracing SDK), so a process still loads only what it uses. Not minified: stack traces keep their
 // function names.

@@ -3,7 +3,7 @@
 // program per tsconfig. Both need the same program (every source, test, e2e, bench and script file
 // of `tsconfig.lint.json`, and the console's own program); built once here and handed to
 // typescript-eslint (`parserOptions.programs`), the tree is parsed, bound and checked once instead
-// of twice, about a fifth of the checks' CPU (docs/testing.md). `npm run typecheck:tests` is the
+// of twice, about a fifth of the checks' CPU (docs/history/testing-measurements.md). `npm run typecheck:tests` is the
 // type check alone.
 //
 // Type errors are printed first, as tsc prints them, then the lint report; the exit code is 1 when

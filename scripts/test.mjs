@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md has
-// the measurements behind each choice.
+// `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md says
+// why each choice; docs/history/testing-measurements.md has the measurements behind them.
 //
 // 1. The build (`tsc -b`, the bundles, the console's bundle), format:check, the dependency check and
 //    lint (the type check and the type-aware lint over one program, scripts/lint.mjs), all at once:
@@ -14,7 +14,7 @@
 //      two at a time with two files each (SERVICE_WORKERS), then agents-e2e and bench (no tests of
 //      its own). Pure and services run at `nice` LANE_NICE (5): they are CPU-heavy (imports,
 //      transforms) and would otherwise take the cores from e2e's stacks; agents-e2e,
-//      timing-sensitive, runs at normal priority. The two lanes take about as long (docs/testing.md).
+//      timing-sensitive, runs at normal priority. The two lanes take about as long (docs/history/testing-measurements.md).
 //    One after the other the same work took about 480 s on a quiet 2-core machine; the lanes keep
 //    the cores busy while e2e's files wait on the system's own bounds.
 //
@@ -30,7 +30,7 @@ const SERVICES = [...PURE, ...E2E, ...LATE_STACKS].map((p) => `!${p}`);
 const NICE = process.env.LANE_NICE ?? '5';
 // Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
 // of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
-// out (docs/testing.md). Four at once cost little on a quiet machine.
+// out (docs/history/testing-measurements.md). Four at once cost little on a quiet machine.
 const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 
 const seconds = (since) => Math.round((Date.now() - since) / 1000);

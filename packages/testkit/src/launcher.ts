@@ -140,7 +140,7 @@ export function createServiceLauncher(opts: LauncherOptions): ServiceLauncher {
       const want = (n: StackService) => names.includes(n);
       const one = (n: StackService) => (want(n) ? start(n).then(() => undefined) : Promise.resolve());
       // All at once, as Kubernetes starts them, except lifecycle after mcp: 3.2-3.5 s a stack on a
-      // 2-core machine against 4.2-4.7 s one after the other (docs/testing.md).
+      // 2-core machine against 4.2-4.7 s one after the other (docs/history/testing-measurements.md).
       const started = await Promise.allSettled([one('orchestrator'), one('holds'), one('mcp').then(() => one('lifecycle')), one('gateway')]);
       const failed = started.find((r) => r.status === 'rejected');
       if (failed) throw failed.reason;
