@@ -38,8 +38,12 @@ if (unknown.length) {
   process.exit(2);
 }
 
+/** @param {string} path */
 const mtime = (path) => (existsSync(path) ? statSync(path).mtimeMs : 0);
-/** Newest mtime under a directory (patches/), 0 if there is none. */
+/**
+ * Newest mtime under a directory (patches/), 0 if there is none.
+ * @param {string} dir
+ */
 const newestIn = (dir) =>
   existsSync(dir) ? readdirSync(dir, { recursive: true, encoding: 'utf8' }).reduce((t, f) => Math.max(t, mtime(join(dir, f))), mtime(dir)) : 0;
 // A dependency's code is in the bundle too, but npm gives its files the package's own dates: a

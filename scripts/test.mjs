@@ -33,21 +33,34 @@ const NICE = process.env.LANE_NICE ?? '5';
 // out (docs/history/testing-measurements.md). Four at once cost little on a quiet machine.
 const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 
+/** @param {number} since */
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 
-/** Runs a command to its end; resolves with its exit code (1 if it died of a signal). */
+/**
+ * Runs a command to its end; resolves with its exit code (1 if it died of a signal).
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {{ nice?: string, quiet?: boolean }} [opts]
+ * @returns {Promise<{ code: number, output: string }>}
+ */
 function run(cmd, args, { nice, quiet } = {}) {
+  /** @type {[string, string[]]} */
   const [file, argv] = nice && nice !== '0' ? ['nice', ['-n', nice, cmd, ...args]] : [cmd, args];
   return new Promise((resolve) => {
     const child = spawn(file, argv, { stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
     let output = '';
-    if (quiet) for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (output += d));
+    if (quiet) for (const s of [child.stdout, child.stderr]) s?.on('data', (d) => (output += d));
     child.on('error', (e) => resolve({ code: 1, output: `${output}${e.message}\n` }));
     child.on('close', (code) => resolve({ code: code ?? 1, output }));
   });
 }
 
-/** One turbo `test` run over the filters; logs its outcome and wall time. */
+/**
+ * One turbo `test` run over the filters; logs its outcome and wall time.
+ * @param {string} name
+ * @param {string[]} filters
+ * @param {{ concurrency?: number, nice?: string, vitestArgs?: string[] }} [opts]
+ */
 async function phase(name, filters, { concurrency = 1, nice, vitestArgs = [] } = {}) {
   const started = Date.now();
   console.log(`\n[test] phase ${name}: ${[...filters, ...vitestArgs].join(' ')}`);
@@ -68,11 +81,15 @@ async function phase(name, filters, { concurrency = 1, nice, vitestArgs = [] } =
   return code;
 }
 
-/** Commands side by side; each one's output is printed whole when it ends, not interleaved. */
+/**
+ * Commands side by side; each one's output is printed whole when it ends, not interleaved.
+ * @param {string} name
+ * @param {string[][]} commands `[label, command, ...args]` each
+ */
 async function together(name, commands) {
   const started = Date.now();
   const results = await Promise.all(
-    commands.map(async ([label, cmd, ...args]) => {
+    commands.map(async ([label = '', cmd = '', ...args]) => {
       const t = Date.now();
       const { code, output } = await run(cmd, args, { quiet: true });
       console.log(`[test] ${label}: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${seconds(t)} s`);
@@ -84,7 +101,9 @@ async function together(name, commands) {
   return first(...results);
 }
 
+/** @param {...number} codes */
 const first = (...codes) => codes.find((c) => c !== 0) ?? 0;
+/** @param {string} script */
 const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 
 const started = Date.now();

@@ -1,8 +1,16 @@
 // Process-tree bookkeeping over /proc (Linux), so `npm start` can prove it left nothing behind:
 // a process is identified by (pid, start time), which survives pid reuse.
 import { readdirSync, readFileSync } from 'node:fs';
+/**
+ * @typedef {{ pid: number, start: string }} Proc a process as recorded: pid and start time (clock ticks after boot)
+ * @typedef {{ pid: number, state: string, ppid: number, start: string }} Stat
+ */
 
-/** `{pid, ppid, state, start}` of a live (or zombie) process, or null when it is gone. */
+/**
+ * `{pid, ppid, state, start}` of a live (or zombie) process, or null when it is gone.
+ * @param {number} pid
+ * @returns {Stat | null}
+ */
 export function readStat(pid) {
   let text;
   try {
@@ -12,12 +20,16 @@ export function readStat(pid) {
   }
   // The command name (field 2) may contain spaces and parentheses; everything after the last ')' is fixed.
   const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { pid, state: rest[0], ppid: Number(rest[1]), start: rest[19] };
+  return { pid, state: rest[0] ?? '', ppid: Number(rest[1]), start: rest[19] ?? '' };
 }
 
-/** Every process whose parent chain leads to `rootPid` (not the root itself). */
+/**
+ * Every process whose parent chain leads to `rootPid` (not the root itself).
+ * @param {number} rootPid
+ * @returns {Proc[]}
+ */
 export function descendants(rootPid) {
-  const byParent = new Map();
+  const byParent = /** @type {Map<number, Stat[]>} */ (new Map());
   let entries;
   try {
     entries = readdirSync('/proc');
@@ -32,10 +44,10 @@ export function descendants(rootPid) {
     list.push(st);
     byParent.set(st.ppid, list);
   }
-  const out = [];
+  const out = /** @type {Proc[]} */ ([]);
   const queue = [rootPid];
   while (queue.length) {
-    const p = queue.shift();
+    const p = /** @type {number} */ (queue.shift());
     for (const c of byParent.get(p) ?? []) {
       out.push({ pid: c.pid, start: c.start });
       queue.push(c.pid);
@@ -44,17 +56,23 @@ export function descendants(rootPid) {
   return out;
 }
 
-/** True while the very process recorded in `proc` runs (a zombie counts as gone). */
+/**
+ * True while the very process recorded in `proc` runs (a zombie counts as gone).
+ * @param {Proc} proc
+ */
 export function isAlive(proc) {
   const st = readStat(proc.pid);
   return st !== null && st.start === proc.start && st.state !== 'Z';
 }
 
+/** @param {number} ms */
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Make sure every recorded process is gone: SIGTERM the survivors, wait up to `graceMs`, then
  * SIGKILL. Returns the pids that had to be signalled.
+ * @param {Proc[]} procs
+ * @returns {Promise<number[]>}
  */
 export async function reap(procs, graceMs = 2_000) {
   const survivors = procs.filter(isAlive);
@@ -68,6 +86,10 @@ export async function reap(procs, graceMs = 2_000) {
   return survivors.map((p) => p.pid);
 }
 
+/**
+ * @param {Proc} proc
+ * @param {NodeJS.Signals} sig
+ */
 function signal(proc, sig) {
   if (!isAlive(proc)) return;
   try {

@@ -14,8 +14,17 @@ import { descendants, isAlive, readStat, reap } from './proc.mjs';
 import { ensureKeys, makeTraversable, stateDir } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
 
+/**
+ * @typedef {import('@kandev/runtime/dev/launch').ServiceProcess} ServiceProcess
+ * @typedef {import('@kandev/testkit/launcher').StackService} StackService
+ * @typedef {import('@kandev/testkit/launcher').ServiceLauncher} ServiceLauncher
+ * @typedef {Awaited<ReturnType<typeof importRuntime>>} Runtime
+ * @typedef {{ url: string, port: number, pid: number | undefined, process: import('node:child_process').ChildProcess, stop(): Promise<unknown> }} Infra
+ */
+
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const env = process.env;
+/** @param {string | undefined} v @param {number} d */
 const num = (v, d) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : d);
 /** How long a service gets between SIGTERM and SIGKILL: its own bounded shutdown plus slack. */
 const STOP_GRACE_MS = num(env.KANDEV_STOP_GRACE_MS, num(env.SHUTDOWN_TIMEOUT_MS, 10_000) + 5_000);
@@ -24,33 +33,44 @@ const READY_TIMEOUT_MS = 20_000;
 
 const t0 = performance.now();
 const secs = (from = t0) => `${((performance.now() - from) / 1000).toFixed(1)}s`;
-const say = (msg) => process.stderr.write(`[kandev] ${msg}\n`);
+const say = (/** @type {string} */ msg) => process.stderr.write(`[kandev] ${msg}\n`);
 
 class StartError extends Error {}
 
 const state = stateDir();
 const logsDir = join(state, 'logs');
 const lockFile = join(state, 'start.pid');
+/** @type {{ nats: Infra | null, pg: Infra | null }} */
 const running = { nats: null, pg: null };
 /** The services' launcher (packages/testkit/src/launcher.ts), once created. */
+/** @type {ServiceLauncher | null} */
 let launcher = null;
+/** @type {import('node:fs').WriteStream[]} */
 const logStreams = [];
+/** @type {Promise<void> | null} */
 let stopping = null;
+/** @type {Promise<unknown> | null} */
 let inflight = null;
 let firstSignalAt = 0;
 const policy = restartPolicy(env);
 /** Per service: times of its recent crashes (see supervise.mjs). */
+/** @type {Map<string, number[]>} */
 const crashes = new Map();
 /** Restarts waiting out their backoff or starting; shutdown waits for them (each is bounded). */
+/** @type {Set<Promise<void>>} */
 const pendingRestarts = new Set();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * @param {readonly StackService[]} SERVICES
+ * @returns {StackService[]}
+ */
 function serviceNames(SERVICES) {
-  if (!env.KANDEV_SERVICES) return SERVICES;
+  if (!env.KANDEV_SERVICES) return [...SERVICES];
   const wanted = env.KANDEV_SERVICES.split(',')
     .map((s) => s.trim())
     .filter(Boolean);
-  const unknown = wanted.filter((s) => !SERVICES.includes(s));
+  const unknown = wanted.filter((s) => !(/** @type {readonly string[]} */ (SERVICES).includes(s)));
   if (unknown.length) throw new StartError(`KANDEV_SERVICES names unknown service(s): ${unknown.join(', ')} (known: ${SERVICES.join(', ')})`);
   return SERVICES.filter((s) => wanted.includes(s));
 }
@@ -67,7 +87,9 @@ async function importRuntime() {
     ]);
     return { ...nats, ...natsAuth, ...jwt, keys, ...bundle, ...launcher };
   } catch (e) {
-    throw new StartError(`cannot load @kandev/runtime or @kandev/testkit (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
+    throw new StartError(
+      `cannot load @kandev/runtime or @kandev/testkit (${/** @type {Error} */ (e).message}). Build first: \`npm run build\` (npm start does it for you).`,
+    );
   }
 }
 
@@ -95,13 +117,20 @@ function releaseLock() {
   }
 }
 
-/** Run one start-up step; shutdown waits for the step in flight so nothing starts after it. */
+/**
+ * Run one start-up step; shutdown waits for the step in flight so nothing starts after it.
+ * @template T
+ * @param {() => Promise<T>} fn
+ * @returns {Promise<T>}
+ */
 function step(fn) {
   if (stopping) throw new StartError('stopping');
-  inflight = fn();
-  return inflight;
+  const p = fn();
+  inflight = p;
+  return p;
 }
 
+/** @param {string} file */
 function logStream(file) {
   const s = createWriteStream(file, { flags: 'a' });
   logStreams.push(s);
@@ -112,6 +141,9 @@ function logStream(file) {
  * nats-server or PostgreSQL that we started exiting outside a shutdown: started again on the same
  * port with the same data (the services reconnect by themselves), under the same restart policy as
  * the services; a crash loop, or a restart that cannot be done, stops everything.
+ * @param {import('node:child_process').ChildProcess} child
+ * @param {string} label
+ * @param {() => Promise<void>} restart
  */
 function watch(child, label, restart) {
   child.once('exit', (code, signal) => {
@@ -119,6 +151,11 @@ function watch(child, label, restart) {
   });
 }
 
+/**
+ * @param {string} label
+ * @param {string} how
+ * @param {() => Promise<void>} restart
+ */
 function restartInfra(label, how, restart) {
   const d = decideRestart(crashes.get(label) ?? [], Date.now(), policy);
   crashes.set(label, d.crashes);
@@ -137,7 +174,7 @@ function restartInfra(label, how, restart) {
       await restart();
     } catch (e) {
       // e.g. PostgreSQL's shared memory still held by a dying backend: a failed start counts as a crash.
-      if (!stopping) restartInfra(label, `failed to start: ${e.message.split('\n')[0]}`, restart);
+      if (!stopping) restartInfra(label, `failed to start: ${/** @type {Error} */ (e).message.split('\n')[0]}`, restart);
     }
   })();
   pendingRestarts.add(attempt);
@@ -152,6 +189,8 @@ function restartInfra(label, how, restart) {
  * services (ADR 0054): a config in the state dir (0700, the file 0600) that includes
  * deploy/nats/permissions.conf, a random password per service for each start, handed to each
  * service as NATS_USER / NATS_PASS.
+ * @param {Runtime} rt
+ * @returns {Promise<{ url: string, own: boolean, login: (name: StackService) => { user?: string, pass?: string } }>}
  */
 async function startNats(rt) {
   if (env.NATS_URL) {
@@ -167,10 +206,11 @@ async function startNats(rt) {
   const storeDir = join(state, 'nats');
   const auth = rt.writeNatsAuthConfig({ dir: join(state, 'nats-auth'), permissionsFile: join(ROOT, 'deploy/nats/permissions.conf') });
   const out = logStream(join(logsDir, 'nats-server.log'));
+  /** @param {number} port */
   const launch = async (port) => {
     const handle = await rt.spawnNatsServer({ storeDir, port, configFile: auth.configFile });
     running.nats = handle;
-    handle.process.stderr?.on('data', (d) => out.write(d));
+    handle.process.stderr?.on('data', (/** @type {Buffer} */ d) => out.write(d));
     watch(handle.process, 'nats-server', async () => {
       const again = await launch(handle.port);
       say(`nats-server restarted (pid ${again.pid})`);
@@ -179,7 +219,7 @@ async function startNats(rt) {
   };
   const handle = await launch((await portFree(4222)) ? 4222 : -1);
   say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir}; a user per service, no anonymous client: ${auth.configFile})`);
-  const login = (name) => ({ user: auth.users[name].user, pass: auth.users[name].pass });
+  const login = (/** @type {StackService} */ name) => ({ user: auth.users[name].user, pass: auth.users[name].pass });
   return { url: handle.url, own: true, login };
 }
 
@@ -187,6 +227,7 @@ async function startNats(rt) {
  * Each service's bus identity key pair (ADR 0055), new for each start (the launcher's): the private
  * keys in <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
  * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
+ * @param {ServiceLauncher['busKeys']} keys
  */
 function writeBusKeys({ privateKeys, publicKeys }) {
   const dir = join(state, 'bus-keys');
@@ -196,7 +237,10 @@ function writeBusKeys({ privateKeys, publicKeys }) {
   writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
 }
 
-/** As root, the embedded server runs as `postgres`, which must reach the data dir. */
+/**
+ * As root, the embedded server runs as `postgres`, which must reach the data dir.
+ * @param {string} dir
+ */
 function checkTraversable(dir) {
   makeTraversable(dir);
   for (let d = dirname(dir); ; d = dirname(d)) {
@@ -216,6 +260,10 @@ async function startDatabase() {
   }
   if (process.getuid?.() === 0) checkTraversable(state);
   const t = performance.now();
+  /**
+   * @param {number} port
+   * @returns {Promise<Infra>}
+   */
   const launch = async (port) => {
     const pg = await startEmbeddedPostgres({
       dataDir: join(state, 'pg'),
@@ -236,20 +284,29 @@ async function startDatabase() {
   return { url: pg.url, own: true };
 }
 
-const procKey = (p) => `${p.pid}:${p.start}`;
-/** A process and everything below it. */
+const procKey = (/** @type {import('./proc.mjs').Proc} */ p) => `${p.pid}:${p.start}`;
+/**
+ * A process and everything below it.
+ * @param {number} pid
+ */
 function tree(pid) {
   const st = readStat(pid);
   return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
 }
 
 /** A service's log lines go to <service>.log (a replica's to <service>-<n>.log), and to stderr with KANDEV_LOG_STDOUT=1. */
+/**
+ * @param {string} instanceId
+ * @param {StackService} name
+ * @param {string} line
+ */
 function serviceLog(instanceId, name, line) {
   let out = serviceLogs.get(instanceId);
   if (!out) serviceLogs.set(instanceId, (out = logStream(logFileOf(instanceId))));
   out.write(line + '\n');
   if (env.KANDEV_LOG_STDOUT === '1') process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
 }
+/** @type {Map<string, import('node:fs').WriteStream>} */
 const serviceLogs = new Map();
 
 /**
@@ -258,16 +315,30 @@ const serviceLogs = new Map();
  * crash. A killed lifecycle takes its agents with it (they watch its pipe) and its next run
  * cleans up what its state file lists (R-6.4), so a restart never duplicates an agent.
  */
+/**
+ * @param {ServiceProcess} svc
+ * @param {string} instanceId
+ */
 function supervise(svc, instanceId) {
   svc.process.once('exit', (code, signal) => {
     if (stopping) return;
-    launcher.forget(svc);
+    started().forget(svc);
     scheduleRestart(instanceId, signal ?? `exit code ${code}`);
   });
 }
 
-const logFileOf = (instanceId) => join(logsDir, `${instanceId.replace(/-1$/, '')}.log`);
+/** The launcher, once main has created it (supervision starts only after). */
+function started() {
+  if (!launcher) throw new Error('the launcher is not created yet');
+  return launcher;
+}
 
+const logFileOf = (/** @type {string} */ instanceId) => join(logsDir, `${instanceId.replace(/-1$/, '')}.log`);
+
+/**
+ * @param {string} instanceId
+ * @param {string} how
+ */
 function scheduleRestart(instanceId, how) {
   const d = decideRestart(crashes.get(instanceId) ?? [], Date.now(), policy);
   crashes.set(instanceId, d.crashes);
@@ -285,11 +356,11 @@ function scheduleRestart(instanceId, how) {
     for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping;) await sleep(Math.min(100, until - Date.now()));
     if (stopping) return;
     try {
-      const svc = await startService(instanceId, () => launcher.restartInstance(instanceId));
+      const svc = await startService(instanceId, () => started().restartInstance(instanceId));
       say(`${name} restarted (pid ${svc.pid})`);
     } catch (e) {
       if (stopping) return;
-      say(e.message);
+      say(/** @type {Error} */ (e).message);
       scheduleRestart(instanceId, 'failed to start');
     }
   })();
@@ -297,7 +368,11 @@ function scheduleRestart(instanceId, how) {
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
-/** One process start through the launcher; a start that timed out leaves no process behind. */
+/**
+ * One process start through the launcher; a start that timed out leaves no process behind.
+ * @param {string} instanceId
+ * @param {() => Promise<ServiceProcess>} launch
+ */
 async function startService(instanceId, launch) {
   const before = new Set(descendants(process.pid).map(procKey));
   const t = performance.now();
@@ -309,7 +384,7 @@ async function startService(instanceId, launch) {
     // A service that timed out is still running: its process is the new direct child.
     const strays = descendants(process.pid).filter((p) => !before.has(procKey(p)) && readStat(p.pid)?.ppid === process.pid);
     await reap(strays.flatMap((p) => tree(p.pid)));
-    throw new StartError(`${instanceId.replace(/-\d+$/, '')} failed to start (full log: ${logFileOf(instanceId)}):\n${e.message}`);
+    throw new StartError(`${instanceId.replace(/-\d+$/, '')} failed to start (full log: ${logFileOf(instanceId)}):\n${/** @type {Error} */ (e).message}`);
   }
 }
 
@@ -321,6 +396,7 @@ function replicaCount() {
   return n;
 }
 
+/** @param {string} url */
 async function waitReady(url) {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline && !stopping) {
@@ -335,6 +411,7 @@ async function waitReady(url) {
   return false;
 }
 
+/** @param {string} url */
 function maskUrl(url) {
   try {
     const u = new URL(url);
@@ -366,10 +443,10 @@ async function main() {
   // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
   // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
   const mcpPort = env.MCP_PORT === '0' ? String(await stablePort()) : (env.MCP_PORT ?? '8090');
-  for (const [svc, port, v] of [
+  for (const [svc, port, v] of /** @type {Array<[StackService, string, string]>} */ ([
     ['gateway', gatewayPort, 'GATEWAY_PORT'],
     ['mcp', mcpPort, 'MCP_PORT'],
-  ]) {
+  ])) {
     if (names.includes(svc) && Number(port) > 0 && !(await portFree(Number(port), '0.0.0.0'))) {
       throw new StartError(`port ${port} (${v}) is already in use; set ${v}=<port> (0 = any free port)`);
     }
@@ -377,7 +454,7 @@ async function main() {
 
   // Two keys (ADR 0020): each service gets only the one it holds (the launcher hands them out).
   const keys = ensureKeys();
-  for (const kind of ['operator', 'agent']) {
+  for (const kind of /** @type {const} */ (['operator', 'agent'])) {
     const k = keys[kind];
     if (k.created) say(`generated the ${kind} token key in ${k.source}`);
     const problem = rt.keys.keyProblem(k.secret, rt.keys.isProduction(env));
@@ -419,18 +496,18 @@ async function main() {
     onLog: serviceLog,
     onStarted: supervise,
   });
-  writeBusKeys(launcher.busKeys);
+  writeBusKeys(started().busKeys);
 
-  for (const name of names) await step(() => startService(`${name}-1`, () => launcher.start(name)));
+  for (const name of names) await step(() => startService(`${name}-1`, () => started().start(name)));
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
   // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
   // ports of their own, printed below; agents keep the first mcp's URL.
   for (let n = 2; n <= replicas; n++) {
-    for (const name of names) await step(() => startService(`${name}-${n}`, () => launcher.addReplica(name)));
+    for (const name of names) await step(() => startService(`${name}-${n}`, () => started().addReplica(name)));
   }
   inflight = null;
 
-  const urlsOf = (n) => launcher.first(n)?.urls ?? {};
+  const urlsOf = (/** @type {StackService} */ n) => started().first(n)?.urls ?? {};
   const gateway = urlsOf('gateway').http;
   const mcp = urlsOf('mcp').mcp;
   let ready = null;
@@ -451,7 +528,9 @@ async function main() {
     '',
     `kandev is up (${secs()}${ready === false ? `; gateway /readyz not 200 after ${READY_TIMEOUT_MS / 1000}s, see ${logsDir}` : ''})`,
     gateway ? `  Gateway:   ${gateway}` : '  Gateway:   (not started)',
-    ...launcher.replicas('gateway').map((s) => `             ${s.urls.http} (replica)`),
+    ...started()
+      .replicas('gateway')
+      .map((s) => `             ${s.urls.http} (replica)`),
     gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
     mcp ? `  MCP:       ${mcp}` : null,
     `  NATS:      ${nats.url}${nats.own ? ' (started here; a user per service, no anonymous client)' : ' (external: its own users)'}`,
@@ -475,6 +554,10 @@ async function main() {
 }
 
 /** Write the operator token to `<state>/operator-token`, mode 0600 from its creation (a fresh file renamed over the old one). */
+/**
+ * @param {string} dir
+ * @param {string} token
+ */
 function writeOperatorToken(dir, token) {
   const file = join(dir, 'operator-token');
   const tmp = `${file}.${process.pid}.tmp`;
@@ -484,7 +567,11 @@ function writeOperatorToken(dir, token) {
   return file;
 }
 
-/** Stop what we started: services newest first, then NATS and PostgreSQL; then sweep. */
+/**
+ * Stop what we started: services newest first, then NATS and PostgreSQL; then sweep.
+ * @param {number} code
+ * @param {string} [reason]
+ */
 function shutdown(code, reason) {
   stopping ??= (async () => {
     say(`stopping${reason ? ` (${reason})` : ''}`);
