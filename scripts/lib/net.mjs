@@ -92,3 +92,17 @@ export function firstNatsServer(url) {
   const u = new URL(/^[a-z]+:\/\//i.test(first) ? first : `nats://${first}`);
   return { host: u.hostname || '127.0.0.1', port: Number(u.port || 4222) };
 }
+
+/**
+ * A URL with its password masked, for printing.
+ * @param {string} url
+ */
+export function maskUrl(url) {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '****';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
+}

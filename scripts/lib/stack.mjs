@@ -3,15 +3,16 @@
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
 // started, and exit 0 with no process of ours left behind. See docs/operations.md. The services are
 // launched by the test kit's typed launcher (packages/testkit/src/launcher.ts), as every test stack
-// and benchmark launches them; what is npm start's own is here: NATS and PostgreSQL of its own, the
-// state dir, the lock, supervision and the printed URLs.
-import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+// and benchmark launches them; what is npm start's own is here: supervision, the order of the
+// start and the stop, and the printed URLs, with NATS and PostgreSQL of its own in infra.mjs and
+// the state dir's files (keys, lock, bus keys, operator token) in state.mjs.
+import { chmodSync, createWriteStream, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startEmbeddedPostgres } from './embedded-pg.mjs';
-import { canConnect, firstNatsServer, portFree, stablePort } from './net.mjs';
+import { startDatabase, startNats } from './infra.mjs';
+import { maskUrl, portFree, stablePort } from './net.mjs';
 import { descendants, isAlive, readStat, reap } from './proc.mjs';
-import { ensureKeys, makeTraversable, stateDir } from './state.mjs';
+import { StartError, acquireStartLock, ensureKeys, stateDir, writeBusKeys, writeOperatorToken } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
 
 /**
@@ -19,7 +20,7 @@ import { decideRestart, restartPolicy } from './supervise.mjs';
  * @typedef {import('@kandev/testkit/launcher').StackService} StackService
  * @typedef {import('@kandev/testkit/launcher').ServiceLauncher} ServiceLauncher
  * @typedef {Awaited<ReturnType<typeof importRuntime>>} Runtime
- * @typedef {{ url: string, port: number, pid: number | undefined, process: import('node:child_process').ChildProcess, stop(): Promise<unknown> }} Infra
+ * @typedef {import('./infra.mjs').Infra} Infra
  */
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -35,11 +36,10 @@ const t0 = performance.now();
 const secs = (from = t0) => `${((performance.now() - from) / 1000).toFixed(1)}s`;
 const say = (/** @type {string} */ msg) => process.stderr.write(`[kandev] ${msg}\n`);
 
-class StartError extends Error {}
-
 const state = stateDir();
 const logsDir = join(state, 'logs');
-const lockFile = join(state, 'start.pid');
+/** Releases the state dir's lock once taken (acquireStartLock). */
+let releaseLock = () => {};
 /** @type {{ nats: Infra | null, pg: Infra | null }} */
 const running = { nats: null, pg: null };
 /** The services' launcher (packages/testkit/src/launcher.ts), once created. */
@@ -90,30 +90,6 @@ async function importRuntime() {
     throw new StartError(
       `cannot load @kandev/runtime or @kandev/testkit (${/** @type {Error} */ (e).message}). Build first: \`npm run build\` (npm start does it for you).`,
     );
-  }
-}
-
-/** One `npm start` per state dir: a second one would fight over the PostgreSQL data dir. */
-function acquireLock() {
-  if (existsSync(lockFile)) {
-    const pid = Number(readFileSync(lockFile, 'utf8').trim());
-    const st = pid ? readStat(pid) : null;
-    let cmd = '';
-    try {
-      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      /* gone */
-    }
-    if (st && st.state !== 'Z' && cmd.includes('stack.mjs'))
-      throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
-  }
-  writeFileSync(lockFile, `${process.pid}\n`);
-}
-function releaseLock() {
-  try {
-    if (readFileSync(lockFile, 'utf8').trim() === String(process.pid)) rmSync(lockFile);
-  } catch {
-    /* not ours / gone */
   }
 }
 
@@ -181,108 +157,8 @@ function restartInfra(label, how, restart) {
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
-/**
- * The NATS the services use. One named by NATS_URL (reachable) is used as it is, with the shell's
- * NATS_USER / NATS_PASS if any: its users are its own (each service reports `nats_auth` on
- * /readyz). Otherwise, and always when NATS_URL is unset (a server that merely answers on the
- * default port may admit anyone, as Debian's does), a nats-server of our own that admits only the
- * services (ADR 0054): a config in the state dir (0700, the file 0600) that includes
- * deploy/nats/permissions.conf, a random password per service for each start, handed to each
- * service as NATS_USER / NATS_PASS.
- * @param {Runtime} rt
- * @returns {Promise<{ url: string, own: boolean, login: (name: StackService) => { user?: string, pass?: string } }>}
- */
-async function startNats(rt) {
-  if (env.NATS_URL) {
-    const { host, port } = firstNatsServer(env.NATS_URL);
-    if (await canConnect(host, port, 500)) {
-      say(
-        `using NATS at ${env.NATS_URL} (not started here: it admits whom its own config admits${env.NATS_USER ? `; services log in as ${env.NATS_USER}` : '; services connect without a user'}, see nats_auth on /readyz)`,
-      );
-      return { url: env.NATS_URL, own: false, login: () => ({}) };
-    }
-    say(`NATS_URL ${env.NATS_URL} is not reachable; starting a nats-server of our own`);
-  }
-  const storeDir = join(state, 'nats');
-  const auth = rt.writeNatsAuthConfig({ dir: join(state, 'nats-auth'), permissionsFile: join(ROOT, 'deploy/nats/permissions.conf') });
-  const out = logStream(join(logsDir, 'nats-server.log'));
-  /** @param {number} port */
-  const launch = async (port) => {
-    const handle = await rt.spawnNatsServer({ storeDir, port, configFile: auth.configFile });
-    running.nats = handle;
-    handle.process.stderr?.on('data', (/** @type {Buffer} */ d) => out.write(d));
-    watch(handle.process, 'nats-server', async () => {
-      const again = await launch(handle.port);
-      say(`nats-server restarted (pid ${again.pid})`);
-    });
-    return handle;
-  };
-  const handle = await launch((await portFree(4222)) ? 4222 : -1);
-  say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir}; a user per service, no anonymous client: ${auth.configFile})`);
-  const login = (/** @type {StackService} */ name) => ({ user: auth.users[name].user, pass: auth.users[name].pass });
-  return { url: handle.url, own: true, login };
-}
-
-/**
- * Each service's bus identity key pair (ADR 0055), new for each start (the launcher's): the private
- * keys in <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
- * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
- * @param {ServiceLauncher['busKeys']} keys
- */
-function writeBusKeys({ privateKeys, publicKeys }) {
-  const dir = join(state, 'bus-keys');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
-  for (const [name, key] of Object.entries(privateKeys)) writeFileSync(join(dir, `${name}.key`), key + '\n', { mode: 0o600 });
-  writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
-}
-
-/**
- * As root, the embedded server runs as `postgres`, which must reach the data dir.
- * @param {string} dir
- */
-function checkTraversable(dir) {
-  makeTraversable(dir);
-  for (let d = dirname(dir); ; d = dirname(d)) {
-    if ((statSync(d).mode & 0o001) === 0) {
-      throw new StartError(
-        `PostgreSQL runs as the 'postgres' user here (we are root) and cannot enter ${d} (mode ${(statSync(d).mode & 0o777).toString(8)}). Use a KANDEV_STATE_DIR outside it, or chmod o+x ${d}.`,
-      );
-    }
-    if (d === dirname(d)) break;
-  }
-}
-
-async function startDatabase() {
-  if (env.DATABASE_URL) {
-    say('using DATABASE_URL');
-    return { url: env.DATABASE_URL, own: false };
-  }
-  if (process.getuid?.() === 0) checkTraversable(state);
-  const t = performance.now();
-  /**
-   * @param {number} port
-   * @returns {Promise<Infra>}
-   */
-  const launch = async (port) => {
-    const pg = await startEmbeddedPostgres({
-      dataDir: join(state, 'pg'),
-      credentialsFile: join(state, 'pg-credentials.json'),
-      logFile: join(logsDir, 'postgres.log'),
-      port,
-      log: say,
-    });
-    running.pg = pg;
-    watch(pg.process, 'PostgreSQL', async () => {
-      const again = await launch(pg.port);
-      say(`PostgreSQL restarted (pid ${again.pid})`);
-    });
-    return pg;
-  };
-  const pg = await launch(await stablePort());
-  say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
-  return { url: pg.url, own: true };
-}
+/** What infra.mjs needs of this process: where to log, what is running, how to supervise. */
+const infraContext = () => ({ state, logsDir, say, logStream, running, watch });
 
 const procKey = (/** @type {import('./proc.mjs').Proc} */ p) => `${p.pid}:${p.start}`;
 /**
@@ -294,8 +170,8 @@ function tree(pid) {
   return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
 }
 
-/** A service's log lines go to <service>.log (a replica's to <service>-<n>.log), and to stderr with KANDEV_LOG_STDOUT=1. */
 /**
+ * A service's log lines go to <service>.log (a replica's to <service>-<n>.log), and to stderr with KANDEV_LOG_STDOUT=1.
  * @param {string} instanceId
  * @param {StackService} name
  * @param {string} line
@@ -411,17 +287,6 @@ async function waitReady(url) {
   return false;
 }
 
-/** @param {string} url */
-function maskUrl(url) {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '****';
-    return u.toString();
-  } catch {
-    return '(unparseable URL)';
-  }
-}
-
 async function main() {
   const rt = await importRuntime();
   const names = serviceNames(rt.STACK_SERVICES);
@@ -435,7 +300,7 @@ async function main() {
   // runs as root, docs/security.md) must not read them.
   mkdirSync(logsDir, { recursive: true, mode: 0o700 });
   chmodSync(logsDir, 0o700);
-  acquireLock();
+  releaseLock = acquireStartLock(state);
 
   // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the
   // ephemeral range, so nothing else on the host is handed it before the service binds it.
@@ -461,10 +326,10 @@ async function main() {
     if (problem) throw new StartError(`the ${kind} token key (${k.source}) ${problem}`);
   }
 
-  const nats = await step(() => startNats(rt)).catch((e) => {
+  const nats = await step(() => startNats(infraContext(), rt)).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
   });
-  const db = await step(() => startDatabase()).catch((e) => {
+  const db = await step(() => startDatabase(infraContext())).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start the embedded PostgreSQL: ${e.message}`);
   });
 
@@ -496,7 +361,7 @@ async function main() {
     onLog: serviceLog,
     onStarted: supervise,
   });
-  writeBusKeys(started().busKeys);
+  writeBusKeys(state, started().busKeys);
 
   for (const name of names) await step(() => startService(`${name}-1`, () => started().start(name)));
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
@@ -551,20 +416,6 @@ async function main() {
     '',
   ];
   process.stdout.write(lines.filter((l) => l !== null).join('\n'));
-}
-
-/** Write the operator token to `<state>/operator-token`, mode 0600 from its creation (a fresh file renamed over the old one). */
-/**
- * @param {string} dir
- * @param {string} token
- */
-function writeOperatorToken(dir, token) {
-  const file = join(dir, 'operator-token');
-  const tmp = `${file}.${process.pid}.tmp`;
-  rmSync(tmp, { force: true });
-  writeFileSync(tmp, token + '\n', { mode: 0o600, flag: 'wx' });
-  renameSync(tmp, file);
-  return file;
 }
 
 /**

@@ -1,7 +1,8 @@
 // Where `npm start` keeps what must survive a restart: the two token keys, the embedded PostgreSQL
 // data dir, the NATS store and the logs. Shared by start.mjs and token.mjs so both agree on it.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { readStat } from './proc.mjs';
 import { join, resolve } from 'node:path';
 
 /** @typedef {'operator' | 'agent'} KeyKind */
@@ -79,4 +80,65 @@ export function ensureKeys(env = process.env) {
 export function makeTraversable(dir) {
   const mode = statSync(dir).mode & 0o777;
   if ((mode & 0o001) === 0) chmodSync(dir, mode | 0o001);
+}
+
+/** A start refused with a message for the operator (printed as it is, no stack). */
+export class StartError extends Error {}
+
+/** One `npm start` per state dir: a second one would fight over the PostgreSQL data dir. */
+/**
+ * @param {string} state the state dir
+ * @returns {() => void} releases the lock (if it is still ours)
+ */
+export function acquireStartLock(state) {
+  const lockFile = join(state, 'start.pid');
+  if (existsSync(lockFile)) {
+    const pid = Number(readFileSync(lockFile, 'utf8').trim());
+    const st = pid ? readStat(pid) : null;
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      /* gone */
+    }
+    if (st && st.state !== 'Z' && cmd.includes('stack.mjs'))
+      throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
+  }
+  writeFileSync(lockFile, `${process.pid}\n`);
+  return () => {
+    try {
+      if (readFileSync(lockFile, 'utf8').trim() === String(process.pid)) rmSync(lockFile);
+    } catch {
+      /* not ours / gone */
+    }
+  };
+}
+
+/**
+ * Each service's bus identity key pair (ADR 0055), new for each start (the launcher's): the private
+ * keys in <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
+ * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
+ * @param {string} state the state dir
+ * @param {{ privateKeys: Record<string, string>, publicKeys: string }} keys
+ */
+export function writeBusKeys(state, { privateKeys, publicKeys }) {
+  const dir = join(state, 'bus-keys');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  chmodSync(dir, 0o700);
+  for (const [name, key] of Object.entries(privateKeys)) writeFileSync(join(dir, `${name}.key`), key + '\n', { mode: 0o600 });
+  writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
+}
+
+/**
+ * Write the operator token to `<state>/operator-token`, mode 0600 from its creation (a fresh file renamed over the old one).
+ * @param {string} dir
+ * @param {string} token
+ */
+export function writeOperatorToken(dir, token) {
+  const file = join(dir, 'operator-token');
+  const tmp = `${file}.${process.pid}.tmp`;
+  rmSync(tmp, { force: true });
+  writeFileSync(tmp, token + '\n', { mode: 0o600, flag: 'wx' });
+  renameSync(tmp, file);
+  return file;
 }
