@@ -37,19 +37,24 @@ export default tseslint.config(
       '**/*.d.ts',
       '**/*.js',
       '**/*.mjs',
+      // The scripts are linted (and type-checked from their JSDoc: scripts/tsconfig.json).
+      '!scripts/**/*.mjs',
       '**/*.cjs',
       'services/gateway/console/vite.config.ts',
     ],
   },
   {
-    files: ['**/*.ts', '**/*.tsx'],
+    files: ['**/*.ts', '**/*.tsx', 'scripts/**/*.mjs'],
     extends: [tseslint.configs.base],
     languageOptions: {
       // One program for the services, packages and tests, one for the console (DOM, JSX): type
       // information for the whole tree in two builds, not one per package. `npm run lint`
       // (scripts/lint.mjs) builds these two itself, type-checks them and hands them over
       // (`parserOptions.programs`, which takes precedence); editors and a bare `npx eslint` use these.
-      parserOptions: { project: ['./tsconfig.lint.json', './services/gateway/console/tsconfig.json'], tsconfigRootDir: import.meta.dirname },
+      parserOptions: {
+        project: ['./tsconfig.lint.json', './services/gateway/console/tsconfig.json', './scripts/tsconfig.json'],
+        tsconfigRootDir: import.meta.dirname,
+      },
     },
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',

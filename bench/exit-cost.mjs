@@ -1,5 +1,5 @@
 // node bench/exit-cost.mjs [N=40]: what a node process's exit alone costs, the part of the teardown floor
-// (bench/TREE-CURVE.md) no control plane or agentctl change can remove. N idle node processes, each with
+// (bench/TREE-CURVE.md; its runs in docs/history/tree-curve-runs.md) no control plane or agentctl change can remove. N idle node processes, each with
 // a module graph loaded (none; agentctl's for an ACP agent; a service's; the scripted agent's ACP SDK),
 // are ended with SIGTERM (no handler: the kernel ends them, no JavaScript runs), and the CPU the
 // exits took is this process's reaped-children time (exact, reported in 10 ms ticks for all N at

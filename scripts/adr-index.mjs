@@ -18,20 +18,34 @@ import { fileURLToPath } from 'node:url';
 const DIR = join(dirname(fileURLToPath(import.meta.url)), '..', 'docs', 'decisions');
 const INDEX = join(DIR, 'README.md');
 
-/** Numbers never used, and why (a number once published is never reused). */
+/**
+ * @typedef {{ kind: string, target: string }} Relation
+ * @typedef {{ number: string, file: string, title: string, status: string, date: string, relations: Relation[] }} Adr
+ */
+
+/**
+ * Numbers never used, and why (a number once published is never reused).
+ * @type {Record<string, string>}
+ */
 const GAPS = {
   '0023': 'no ADR was written under this number; the numbering skipped it',
   '0036': 'no ADR was written under this number; the numbering skipped it',
 };
 
+/** @type {Record<string, string>} */
 const FORWARD = { Supersedes: 'Superseded by', Amends: 'Amended by' };
 const RELATION = /\b(Supersedes|Amends|Superseded by|Amended by)\s+((?:ADR\s+)?\d{4}(?:(?:,\s*|\s+and\s+)(?:ADR\s+)?\d{4})*)/g;
 
-/** One ADR file → {number, file, title, status, date, relations: [{kind, target}]}; throws on a malformed file. */
+/**
+ * One ADR file → {number, file, title, status, date, relations: [{kind, target}]}; throws on a malformed file.
+ * @param {string} file
+ * @param {string} text
+ * @returns {Adr}
+ */
 export function parseAdr(file, text) {
   const m = /^(\d{4})-[a-z0-9-]+\.md$/.exec(file);
   if (!m) throw new Error(`${file}: not named NNNN-slug.md`);
-  const number = m[1];
+  const number = m[1] ?? '';
   const lines = text.split('\n');
   const head = /^# (\d{4}) (.+)$/.exec(lines[0] ?? '');
   if (!head || head[1] !== number) throw new Error(`${file}: the first line must be "# ${number} <title>"`);
@@ -45,14 +59,18 @@ export function parseAdr(file, text) {
   const status = /^Status: (accepted|proposed|superseded by \d{4}|withdrawn)\b/i.exec(paragraph);
   if (!status) throw new Error(`${file}: the Status line must start "Status: accepted", "proposed", "withdrawn" or "Superseded by NNNN"`);
   const date = /\d{4}-\d{2}-\d{2}/.exec(paragraph)?.[0] ?? '';
+  /** @type {Relation[]} */
   const relations = [];
   for (const r of paragraph.matchAll(RELATION)) {
-    for (const target of r[2].match(/\d{4}/g)) relations.push({ kind: r[1], target });
+    for (const target of r[2]?.match(/\d{4}/g) ?? []) relations.push({ kind: r[1] ?? '', target });
   }
-  return { number, file, title: head[2], status: status[1].toLowerCase(), date, relations };
+  return { number, file, title: head[2] ?? '', status: (status[1] ?? '').toLowerCase(), date, relations };
 }
 
-/** The rules over all ADRs; returns the problems (empty when every rule holds). */
+/**
+ * The rules over all ADRs; returns the problems (empty when every rule holds).
+ * @param {Adr[]} adrs
+ */
 export function checkAdrs(adrs) {
   const problems = [];
   const byNumber = new Map(adrs.map((a) => [a.number, a]));
@@ -78,10 +96,14 @@ export function checkAdrs(adrs) {
   return problems;
 }
 
-/** The index's markdown. */
+/**
+ * The index's markdown.
+ * @param {Adr[]} adrs
+ */
 export function renderIndex(adrs) {
+  /** @type {Array<{ n: string, a?: Adr, why?: string }>} */
   const rows = [...adrs.map((a) => ({ n: a.number, a })), ...Object.entries(GAPS).map(([n, why]) => ({ n, why }))].sort((x, y) => x.n.localeCompare(y.n));
-  const cell = (s) => s.replace(/\|/g, '\\|');
+  const cell = (/** @type {string} */ s) => s.replace(/\|/g, '\\|');
   const lines = [
     '# Architecture decisions',
     '',
@@ -96,7 +118,7 @@ export function renderIndex(adrs) {
   ];
   for (const { n, a, why } of rows) {
     if (!a) {
-      lines.push(`| ${n} | — | not used | | ${cell(why)} |`);
+      lines.push(`| ${n} | — | not used | | ${cell(why ?? '')} |`);
       continue;
     }
     const rel = a.relations.map((r) => `${r.kind.toLowerCase()} [${r.target}](${adrsFile(adrs, r.target)})`).join(', ');
@@ -105,6 +127,10 @@ export function renderIndex(adrs) {
   return `${lines.join('\n')}\n`;
 }
 
+/**
+ * @param {Adr[]} adrs
+ * @param {string} n
+ */
 const adrsFile = (adrs, n) => adrs.find((a) => a.number === n)?.file ?? '';
 
 export function loadAdrs(dir = DIR) {
@@ -120,7 +146,7 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   try {
     adrs = loadAdrs();
   } catch (e) {
-    console.error(`[adr-index] ${e.message}`);
+    console.error(`[adr-index] ${/** @type {Error} */ (e).message}`);
     process.exit(1);
   }
   const problems = checkAdrs(adrs);

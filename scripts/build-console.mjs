@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 const SRC = fileURLToPath(new URL('../services/gateway/console/', import.meta.url));
 const OUT = fileURLToPath(new URL('../services/gateway/dist/console/index.html', import.meta.url));
 
+/** @param {string} dir */
 function newest(dir) {
   let t = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {

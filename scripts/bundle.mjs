@@ -5,7 +5,7 @@
 // (packages/agentctl/dist/agentctl.bundle.js, ADR 0051) and the scripted test agents
 // (packages/testkit/dist/agents/<name>.bundle.js). A process that starts from a bundle skips most of
 // Node's module loading (resolving, reading and linking a hundred or more files): a service starts
-// with about half the CPU, agentctl and a scripted agent with a third less (docs/testing.md).
+// with about half the CPU, agentctl and a scripted agent with a third less (docs/history/testing-measurements.md).
 // Dynamic imports stay lazy, in chunks under dist/<name>-chunks/ (agentctl's protocol adapters, the
 // tracing SDK), so a process still loads only what it uses. Not minified: stack traces keep their
 // function names.
@@ -38,8 +38,12 @@ if (unknown.length) {
   process.exit(2);
 }
 
+/** @param {string} path */
 const mtime = (path) => (existsSync(path) ? statSync(path).mtimeMs : 0);
-/** Newest mtime under a directory (patches/), 0 if there is none. */
+/**
+ * Newest mtime under a directory (patches/), 0 if there is none.
+ * @param {string} dir
+ */
 const newestIn = (dir) =>
   existsSync(dir) ? readdirSync(dir, { recursive: true, encoding: 'utf8' }).reduce((t, f) => Math.max(t, mtime(join(dir, f))), mtime(dir)) : 0;
 // A dependency's code is in the bundle too, but npm gives its files the package's own dates: a

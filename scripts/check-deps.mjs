@@ -22,7 +22,10 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(fileURLToPath(new URL('.', import.meta.url)), '..');
 
-/** Declared for something other than an import: workspace → { package: reason }. */
+/**
+ * Declared for something other than an import: workspace → { package: reason }.
+ * @type {Record<string, Record<string, string>>}
+ */
 const NOT_IMPORTED = {
   'agents-e2e': {
     '@openai/codex': 'the Codex CLI binary the tests launch',
@@ -31,7 +34,10 @@ const NOT_IMPORTED = {
   },
 };
 
-/** Imported but deliberately not declared: workspace → { package: reason }. */
+/**
+ * Imported but deliberately not declared: workspace → { package: reason }.
+ * @type {Record<string, Record<string, string>>}
+ */
 const NOT_DECLARED = {
   'packages/runtime': {
     '@kandev/testkit':
@@ -46,8 +52,13 @@ const NOT_DECLARED = {
 const builtins = new Set(builtinModules);
 const SOURCE = /\.(?:[cm]?[jt]sx?)$/;
 
+/**
+ * @param {string} dir
+ * @returns {string[]}
+ */
 function files(dir) {
   if (!existsSync(dir)) return [];
+  /** @type {string[]} */
   const out = [];
   for (const name of readdirSync(dir)) {
     if (name === 'node_modules' || name === 'dist') continue;
@@ -58,7 +69,11 @@ function files(dir) {
   return out;
 }
 
-/** Package names a file imports (static, dynamic, re-exports, require, import.meta.resolve). */
+/**
+ * Package names a file imports (static, dynamic, re-exports, require, import.meta.resolve).
+ * @param {string} file
+ * @returns {Set<string>}
+ */
 function importsOf(file, excludeTypes = false) {
   let text = readFileSync(file, 'utf8');
   // excludeTypes: what must be there at run time, i.e. neither a type-only import nor a mere lookup
@@ -66,6 +81,7 @@ function importsOf(file, excludeTypes = false) {
   if (excludeTypes)
     text = text.replace(/\b(?:import|export)\s+type\s[^'"`;]*?\bfrom\s*['"][^'"]+['"]/g, '').replace(/\b(?:import\.meta\.resolve|require\.resolve)\s*\(/g, '');
   text = text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');
+  /** @type {Set<string>} */
   const found = new Set();
   const patterns = [
     /\b(?:import|export)\s[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/g,
@@ -76,30 +92,49 @@ function importsOf(file, excludeTypes = false) {
   ];
   for (const re of patterns)
     for (const m of text.matchAll(re)) {
-      const name = packageName(m[1]);
+      const name = packageName(m[1] ?? '');
       if (name) found.add(name);
     }
   return found;
 }
 
+/**
+ * @param {string} spec
+ * @returns {string | null}
+ */
 function packageName(spec) {
   if (spec.startsWith('.') || spec.startsWith('/') || spec.startsWith('node:') || spec.startsWith('#')) return null;
   const parts = spec.split('/');
-  const name = spec.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+  const name = spec.startsWith('@') ? parts.slice(0, 2).join('/') : (parts[0] ?? '');
   return builtins.has(name) || !/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/.test(name) ? null : name;
 }
 
+/**
+ * @param {string} dir
+ * @param {string[]} paths
+ */
 function filesUnder(dir, paths) {
   return paths.flatMap((p) => (statSafe(join(dir, p))?.isDirectory() ? files(join(dir, p)) : existsSync(join(dir, p)) ? [join(dir, p)] : []));
 }
+/**
+ * @param {string} dir
+ * @param {string[]} paths
+ */
 function importsUnder(dir, paths) {
+  /** @type {Set<string>} */
   const all = new Set();
   for (const f of filesUnder(dir, paths)) for (const n of importsOf(f)) all.add(n);
   return all;
 }
-/** Of what the files import, the packages no file needs at run time (only their types, or a lookup). */
+/**
+ * Of what the files import, the packages no file needs at run time (only their types, or a lookup).
+ * @param {string} dir
+ * @param {string[]} paths
+ */
 function typeOnlyUnder(dir, paths) {
+  /** @type {Set<string>} */
   const typeOnly = new Set();
+  /** @type {Set<string>} */
   const runtime = new Set();
   for (const f of filesUnder(dir, paths)) {
     const needed = importsOf(f, true);
@@ -108,8 +143,9 @@ function typeOnlyUnder(dir, paths) {
   for (const n of runtime) typeOnly.delete(n);
   return typeOnly;
 }
-const statSafe = (p) => (existsSync(p) ? statSync(p) : undefined);
+const statSafe = (/** @type {string} */ p) => (existsSync(p) ? statSync(p) : undefined);
 
+/** @type {{ workspaces: string[], devDependencies?: Record<string, string> }} */
 const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const sharedTools = new Set(Object.keys(rootPkg.devDependencies ?? {}));
 const workspaces = rootPkg.workspaces
@@ -121,9 +157,11 @@ const workspaces = rootPkg.workspaces
 const STANDALONE = ['agents-e2e'];
 const workspaceNames = new Set(workspaces.map((w) => JSON.parse(readFileSync(join(root, w, 'package.json'), 'utf8')).name));
 
+/** @type {string[]} */
 const problems = [];
 for (const ws of [...workspaces, ...STANDALONE]) {
   const dir = join(root, ws);
+  /** @type {{ name: string, dependencies?: Record<string, string>, devDependencies?: Record<string, string> }} */
   const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'));
   const deps = new Set(Object.keys(pkg.dependencies ?? {}));
   const devDeps = new Set(Object.keys(pkg.devDependencies ?? {}));
@@ -133,16 +171,17 @@ for (const ws of [...workspaces, ...STANDALONE]) {
   // console/: the gateway's operator console, bundled at build time (ADR 0028), so its imports are
   // devDependencies like the tests' (the image keeps only the built files).
   const testPaths = ['test', 'faults', 'console', ...readdirSync(dir).filter((n) => /^vitest.*\.config\.[cm]?[jt]s$/.test(n))];
-  const srcImports = hasSrc ? importsUnder(dir, ['src']) : new Set();
+  const srcImports = hasSrc ? importsUnder(dir, ['src']) : new Set(/** @type {string[]} */ ([]));
   const testImports = importsUnder(dir, testPaths);
-  const srcTypeOnly = hasSrc ? typeOnlyUnder(dir, ['src']) : new Set();
+  const srcTypeOnly = hasSrc ? typeOnlyUnder(dir, ['src']) : new Set(/** @type {string[]} */ ([]));
   for (const set of [srcImports, testImports]) {
     set.delete(pkg.name);
     for (const n of Object.keys(undeclared)) set.delete(n);
     if (STANDALONE.includes(ws)) for (const n of workspaceNames) set.delete(n);
   }
+  /** @param {string} name @param {Set<string>} set */
   const used = (name, set) => set.has(name) || (name.startsWith('@types/') && [...set].some((n) => typesFor(n) === name));
-  const say = (msg) => problems.push(`${ws}: ${msg}`);
+  const say = (/** @type {string} */ msg) => problems.push(`${ws}: ${msg}`);
 
   if (hasSrc) {
     // A type-only import is erased at build, and a lookup copes with the package's absence: a
@@ -161,7 +200,10 @@ for (const ws of [...workspaces, ...STANDALONE]) {
   }
 }
 
-/** @types/x for x, @types/scope__x for @scope/x. */
+/**
+ * @types/x for x, @types/scope__x for @scope/x.
+ * @param {string} name
+ */
 function typesFor(name) {
   return name.startsWith('@') ? `@types/${name.slice(1).replace('/', '__')}` : `@types/${name}`;
 }

@@ -19,7 +19,10 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PACKAGES = ['packages/contracts', 'packages/runtime', 'packages/agentctl', ...readdirSync(join(ROOT, 'services')).map((s) => `services/${s}`)];
-/** Files of dist/ that nothing runs or reads at run time. */
+/**
+ * Files of dist/ that nothing runs or reads at run time.
+ * @param {string} name
+ */
 const notRun = (name) => name.endsWith('.d.ts') || name.endsWith('.map') || name.endsWith('.tsbuildinfo');
 
 const out = process.argv[2];

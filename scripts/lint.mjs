@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // `npm run lint`: the type check and the type-aware lint of the whole tree, over one TypeScript
 // program per tsconfig. Both need the same program (every source, test, e2e, bench and script file
-// of `tsconfig.lint.json`, and the console's own program); built once here and handed to
+// of `tsconfig.lint.json`, the console's own program, and the `*.mjs` scripts checked from their
+// JSDoc, scripts/tsconfig.json); built once here and handed to
 // typescript-eslint (`parserOptions.programs`), the tree is parsed, bound and checked once instead
-// of twice, about a fifth of the checks' CPU (docs/testing.md). `npm run typecheck:tests` is the
+// of twice, about a fifth of the checks' CPU (docs/history/testing-measurements.md). `npm run typecheck:tests` is the
 // type check alone.
 //
 // Type errors are printed first, as tsc prints them, then the lint report; the exit code is 1 when
@@ -14,9 +15,12 @@ import ts from 'typescript';
 import { ESLint } from 'eslint';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const TSCONFIGS = ['tsconfig.lint.json', 'services/gateway/console/tsconfig.json'];
+const TSCONFIGS = ['tsconfig.lint.json', 'services/gateway/console/tsconfig.json', 'scripts/tsconfig.json'];
 
-/** The program of a tsconfig, as `tsc -p <tsconfig> --noEmit` builds it; throws on a broken config. */
+/**
+ * The program of a tsconfig, as `tsc -p <tsconfig> --noEmit` builds it; throws on a broken config.
+ * @param {string} tsconfig
+ */
 function programOf(tsconfig) {
   const parsed = ts.getParsedCommandLineOfConfigFile(
     join(root, tsconfig),
@@ -33,6 +37,7 @@ function programOf(tsconfig) {
   return { program, configErrors: parsed.errors };
 }
 
+/** @type {ts.FormatDiagnosticsHost} */
 const formatHost = { getCanonicalFileName: (f) => f, getCurrentDirectory: () => root, getNewLine: () => '\n' };
 
 let failed = false;

@@ -20,12 +20,13 @@ const build = !args.includes('--no-build') && process.env.KANDEV_NO_BUILD !== '1
 const stackArgs = args.filter((a) => a !== '--no-build');
 
 /** The child running now: the build (`tsc -b`, the console), then the stack. */
+/** @type {import('node:child_process').ChildProcess | null} */
 let child = null;
 let stopRequested = false;
 
 // npm forwards a Ctrl-C on top of the terminal's own, so one key press may arrive twice here;
 // the stack treats a repeat within 2 s as the same request.
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+for (const sig of /** @type {const} */ (['SIGINT', 'SIGTERM', 'SIGHUP'])) {
   process.on(sig, () => {
     stopRequested = true;
     if (child && child.exitCode === null && child.signalCode === null) child.kill(sig === 'SIGHUP' ? 'SIGTERM' : sig);
@@ -33,6 +34,10 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
   });
 }
 
+/**
+ * @param {string[]} args
+ * @returns {Promise<{ ok: boolean, why: string }>}
+ */
 function runBuild(args) {
   return new Promise((resolve) => {
     child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
@@ -67,7 +72,7 @@ try {
     process.exit(1);
   }
 } catch (e) {
-  console.error(`[kandev] ${e.message}; not starting`); // a malformed KANDEV_AGENT_CATALOGUE, say
+  console.error(`[kandev] ${/** @type {Error} */ (e).message}; not starting`); // a malformed KANDEV_AGENT_CATALOGUE, say
   process.exit(1);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md has
-// the measurements behind each choice.
+// `npm test`: the build and the static checks, then every workspace's tests. docs/testing.md says
+// why each choice; docs/history/testing-measurements.md has the measurements behind them.
 //
 // 1. The build (`tsc -b`, the bundles, the console's bundle), format:check, the dependency check and
 //    lint (the type check and the type-aware lint over one program, scripts/lint.mjs), all at once:
@@ -14,7 +14,7 @@
 //      two at a time with two files each (SERVICE_WORKERS), then agents-e2e. Pure and services run
 //      at `nice` LANE_NICE (5): they are CPU-heavy (imports, transforms) and would otherwise take
 //      the cores from e2e's stacks; agents-e2e, timing-sensitive, runs at normal priority. The two
-//      lanes take about as long (docs/testing.md).
+//      lanes take about as long (docs/history/testing-measurements.md).
 //    agents-e2e is not a workspace: the published agents install into it from its own lockfile
 //    (agents-e2e/install.mjs), not with the root's `npm ci`. That install starts with the lanes,
 //    at LANE_NICE (it waits mostly on the registry and the disk), and its phase waits for it. Not
@@ -36,24 +36,37 @@ const AGENTS_E2E = 'agents-e2e';
 const NICE = process.env.LANE_NICE ?? '5';
 // Files at once per service package. Niced beside e2e's stacks, eight files at once (two packages
 // of four) left each a few percent of a core on a busy CI runner: service starts and 10 s waits ran
-// out (docs/testing.md). Four at once cost little on a quiet machine.
+// out (docs/history/testing-measurements.md). Four at once cost little on a quiet machine.
 const SERVICE_WORKERS = process.env.SERVICE_WORKERS ?? '2';
 
+/** @param {number} since */
 const seconds = (since) => Math.round((Date.now() - since) / 1000);
 
-/** Runs a command to its end; resolves with its exit code (1 if it died of a signal). */
+/**
+ * Runs a command to its end; resolves with its exit code (1 if it died of a signal).
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {{ nice?: string, quiet?: boolean }} [opts]
+ * @returns {Promise<{ code: number, output: string }>}
+ */
 function run(cmd, args, { nice, quiet } = {}) {
+  /** @type {[string, string[]]} */
   const [file, argv] = nice && nice !== '0' ? ['nice', ['-n', nice, cmd, ...args]] : [cmd, args];
   return new Promise((resolve) => {
     const child = spawn(file, argv, { stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
     let output = '';
-    if (quiet) for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (output += d));
+    if (quiet) for (const s of [child.stdout, child.stderr]) s?.on('data', (d) => (output += d));
     child.on('error', (e) => resolve({ code: 1, output: `${output}${e.message}\n` }));
     child.on('close', (code) => resolve({ code: code ?? 1, output }));
   });
 }
 
-/** One turbo `test` run over the filters; logs its outcome and wall time. */
+/**
+ * One turbo `test` run over the filters; logs its outcome and wall time.
+ * @param {string} name
+ * @param {string[]} filters
+ * @param {{ concurrency?: number, nice?: string, vitestArgs?: string[] }} [opts]
+ */
 async function phase(name, filters, { concurrency = 1, nice, vitestArgs = [] } = {}) {
   const started = Date.now();
   console.log(`\n[test] phase ${name}: ${[...filters, ...vitestArgs].join(' ')}`);
@@ -74,11 +87,15 @@ async function phase(name, filters, { concurrency = 1, nice, vitestArgs = [] } =
   return code;
 }
 
-/** Commands side by side; each one's output is printed whole when it ends, not interleaved. */
+/**
+ * Commands side by side; each one's output is printed whole when it ends, not interleaved.
+ * @param {string} name
+ * @param {string[][]} commands `[label, command, ...args]` each
+ */
 async function together(name, commands) {
   const started = Date.now();
   const results = await Promise.all(
-    commands.map(async ([label, cmd, ...args]) => {
+    commands.map(async ([label = '', cmd = '', ...args]) => {
       const t = Date.now();
       const { code, output } = await run(cmd, args, { quiet: true });
       console.log(`[test] ${label}: ${code === 0 ? 'passed' : `failed (exit ${code})`} in ${seconds(t)} s`);
@@ -90,7 +107,10 @@ async function together(name, commands) {
   return first(...results);
 }
 
-/** agents-e2e's own `npm test` (its tests, at normal priority), once its agents are installed. */
+/**
+ * agents-e2e's own `npm test` (its tests, at normal priority), once its agents are installed.
+ * @param {Promise<{ code: number, output: string }>} installing
+ */
 async function agentsE2e(installing) {
   const started = Date.now();
   console.log(`\n[test] phase agents-e2e: npm test in ${AGENTS_E2E}/`);
@@ -101,7 +121,9 @@ async function agentsE2e(installing) {
   return code;
 }
 
+/** @param {...number} codes */
 const first = (...codes) => codes.find((c) => c !== 0) ?? 0;
+/** @param {string} script */
 const npmRun = (script) => [script, 'npm', 'run', script, '--silent'];
 
 const started = Date.now();
@@ -112,6 +134,7 @@ const checked = await together('build and checks', [
   npmRun('format:check'),
   ['check-deps', 'node', 'scripts/check-deps.mjs'],
   ['adr-index', 'node', 'scripts/adr-index.mjs', '--check'],
+  ['bench-tables', 'node', 'scripts/bench-tables.mjs', '--check'],
   npmRun('lint'),
 ]);
 if (checked !== 0) {

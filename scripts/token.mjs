@@ -17,32 +17,48 @@ KANDEV_AGENT_JWT_SECRET, else KANDEV_JWT_SECRET, else \${KANDEV_STATE_DIR:-.kand
 An agent token made here names no execution: it is valid until it expires (--ttl), not only while
 some execution lives (docs/security.md).`;
 
+/** @type {readonly string[]} */
 const MODES = ['task', 'config', 'office', 'external'];
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/**
+ * @param {string} message
+ * @returns {never}
+ */
 function fail(message) {
   process.stderr.write(`token: ${message}\n\n${USAGE}\n`);
   process.exit(2);
 }
 
-/** `--name value` and `--name=value`; repeatable flags collect into arrays. */
+/**
+ * `--name value` and `--name=value`; repeatable flags collect into arrays.
+ * @param {string[]} args
+ * @param {string[]} allowed
+ * @returns {Record<string, string[] | undefined>}
+ */
 function parseFlags(args, allowed) {
+  /** @type {Record<string, string[] | undefined>} */
   const flags = {};
   for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
+    const arg = args[i] ?? '';
     if (arg === '-h' || arg === '--help') {
       process.stdout.write(USAGE + '\n');
       process.exit(0);
     }
     const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
-    if (!m || !allowed.includes(m[1])) fail(`unexpected argument ${arg}`);
+    const name = m?.[1];
+    if (!m || !name || !allowed.includes(name)) fail(`unexpected argument ${arg}`);
     const value = m[2] ?? args[++i];
-    if (value === undefined || value.startsWith('--')) fail(`--${m[1]} needs a value`);
-    (flags[m[1]] ??= []).push(value);
+    if (value === undefined || value.startsWith('--')) fail(`--${name} needs a value`);
+    (flags[name] ??= []).push(value);
   }
   return flags;
 }
 
+/**
+ * @param {Record<string, string[] | undefined>} flags
+ * @param {string} name
+ */
 const one = (flags, name) => {
   const v = flags[name];
   if (v && v.length > 1) fail(`--${name} given more than once`);
@@ -68,7 +84,7 @@ let jwt;
 try {
   jwt = await import('@kandev/runtime/jwt');
 } catch (e) {
-  process.stderr.write(`token: cannot load @kandev/runtime (${e.message}). Build first: npm run build\n`);
+  process.stderr.write(`token: cannot load @kandev/runtime (${/** @type {Error} */ (e).message}). Build first: npm run build\n`);
   process.exit(1);
 }
 
@@ -88,7 +104,7 @@ if (kind === 'operator') {
   try {
     token = await jwt.signOperatorToken(found.secret, { sub: one(flags, 'sub') ?? 'local-operator', workspaces }, one(flags, 'ttl') ?? '12h');
   } catch (e) {
-    fail(e.message);
+    fail(/** @type {Error} */ (e).message);
   }
 } else {
   const flags = parseFlags(rest, ['task', 'session', 'mode', 'ttl']);
@@ -100,10 +116,15 @@ if (kind === 'operator') {
   if (session !== undefined && !UUID.test(session)) fail(`--session must be a UUID, got "${session}"`);
   if (!MODES.includes(mode)) fail(`--mode must be one of ${MODES.join(', ')}`);
   try {
-    token = await jwt.signAgentToken(found.secret, { task_id: task, ...(session ? { session_id: session } : {}), mode }, one(flags, 'ttl') ?? '24h');
+    token = await jwt.signAgentToken(
+      found.secret,
+      { task_id: task, ...(session ? { session_id: session } : {}), mode: /** @type {'task' | 'config' | 'office' | 'external'} */ (mode) },
+      one(flags, 'ttl') ?? '24h',
+    );
   } catch (e) {
     // The claims schema may be stricter than the flag checks; jose rejects a bad --ttl.
-    fail(`invalid agent claims: ${e?.issues?.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') ?? e.message}`);
+    const err = /** @type {Error & { issues?: Array<{ path: PropertyKey[], message: string }> }} */ (e);
+    fail(`invalid agent claims: ${err.issues?.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') ?? err.message}`);
   }
 }
 process.stdout.write(token + '\n');

@@ -22,7 +22,7 @@ export interface BenchContext {
 }
 
 export interface ScenarioResult {
-  /** Stable id, used in results.json and as a baseline reference (`nats.request.bare`). */
+  /** Stable id, used in the result file (bench/results/floor.json) and as a baseline reference (`nats.request.bare`). */
   id: string;
   /** One line on what one iteration does. */
   label: string;

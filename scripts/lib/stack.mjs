@@ -1,20 +1,31 @@
 // The local stack behind `npm start` (started by scripts/start.mjs; runnable on its own too):
 // NATS and PostgreSQL unless configured, then every service as its own process, then the URLs and
 // an operator token. SIGINT/SIGTERM stop the services in reverse order, then what this process
-// started, and exit 0 with no process of ours left behind. See docs/operations.md.
-import { chmodSync, createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+// started, and exit 0 with no process of ours left behind. See docs/operations.md. The services are
+// launched by the test kit's typed launcher (packages/testkit/src/launcher.ts), as every test stack
+// and benchmark launches them; what is npm start's own is here: supervision, the order of the
+// start and the stop, and the printed URLs, with NATS and PostgreSQL of its own in infra.mjs and
+// the state dir's files (keys, lock, bus keys, operator token) in state.mjs.
+import { chmodSync, createWriteStream, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startEmbeddedPostgres } from './embedded-pg.mjs';
-import { canConnect, firstNatsServer, portFree, stablePort } from './net.mjs';
+import { startDatabase, startNats } from './infra.mjs';
+import { maskUrl, portFree, stablePort } from './net.mjs';
 import { descendants, isAlive, readStat, reap } from './proc.mjs';
-import { ensureKeys, makeTraversable, stateDir } from './state.mjs';
+import { StartError, acquireStartLock, ensureKeys, stateDir, writeBusKeys, writeOperatorToken } from './state.mjs';
 import { decideRestart, restartPolicy } from './supervise.mjs';
 
+/**
+ * @typedef {import('@kandev/runtime/dev/launch').ServiceProcess} ServiceProcess
+ * @typedef {import('@kandev/testkit/launcher').StackService} StackService
+ * @typedef {import('@kandev/testkit/launcher').ServiceLauncher} ServiceLauncher
+ * @typedef {Awaited<ReturnType<typeof importRuntime>>} Runtime
+ * @typedef {import('./infra.mjs').Infra} Infra
+ */
+
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-/** Start order: owners of data and of the subjects others call first, the edges last. */
-const SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'];
 const env = process.env;
+/** @param {string | undefined} v @param {number} d */
 const num = (v, d) => (v !== undefined && v !== '' && Number.isFinite(Number(v)) ? Number(v) : d);
 /** How long a service gets between SIGTERM and SIGKILL: its own bounded shutdown plus slack. */
 const STOP_GRACE_MS = num(env.KANDEV_STOP_GRACE_MS, num(env.SHUTDOWN_TIMEOUT_MS, 10_000) + 5_000);
@@ -23,83 +34,79 @@ const READY_TIMEOUT_MS = 20_000;
 
 const t0 = performance.now();
 const secs = (from = t0) => `${((performance.now() - from) / 1000).toFixed(1)}s`;
-const say = (msg) => process.stderr.write(`[kandev] ${msg}\n`);
-
-class StartError extends Error {}
+const say = (/** @type {string} */ msg) => process.stderr.write(`[kandev] ${msg}\n`);
 
 const state = stateDir();
 const logsDir = join(state, 'logs');
-const lockFile = join(state, 'start.pid');
-const running = { services: [], nats: null, pg: null };
+/** Releases the state dir's lock once taken (acquireStartLock). */
+let releaseLock = () => {};
+/** @type {{ nats: Infra | null, pg: Infra | null }} */
+const running = { nats: null, pg: null };
+/** The services' launcher (packages/testkit/src/launcher.ts), once created. */
+/** @type {ServiceLauncher | null} */
+let launcher = null;
+/** @type {import('node:fs').WriteStream[]} */
 const logStreams = [];
+/** @type {Promise<void> | null} */
 let stopping = null;
+/** @type {Promise<unknown> | null} */
 let inflight = null;
 let firstSignalAt = 0;
 const policy = restartPolicy(env);
 /** Per service: times of its recent crashes (see supervise.mjs). */
+/** @type {Map<string, number[]>} */
 const crashes = new Map();
 /** Restarts waiting out their backoff or starting; shutdown waits for them (each is bounded). */
+/** @type {Set<Promise<void>>} */
 const pendingRestarts = new Set();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));
 
-function serviceNames() {
-  if (!env.KANDEV_SERVICES) return SERVICES;
+/**
+ * @param {readonly StackService[]} SERVICES
+ * @returns {StackService[]}
+ */
+function serviceNames(SERVICES) {
+  if (!env.KANDEV_SERVICES) return [...SERVICES];
   const wanted = env.KANDEV_SERVICES.split(',')
     .map((s) => s.trim())
     .filter(Boolean);
-  const unknown = wanted.filter((s) => !SERVICES.includes(s));
+  const unknown = wanted.filter((s) => !(/** @type {readonly string[]} */ (SERVICES).includes(s)));
   if (unknown.length) throw new StartError(`KANDEV_SERVICES names unknown service(s): ${unknown.join(', ')} (known: ${SERVICES.join(', ')})`);
   return SERVICES.filter((s) => wanted.includes(s));
 }
 
 async function importRuntime() {
   try {
-    const [nats, natsAuth, identity, launch, jwt, keys, bundle] = await Promise.all([
+    const [nats, natsAuth, jwt, keys, bundle, launcher] = await Promise.all([
       import('@kandev/runtime/dev/nats-server'),
       import('@kandev/runtime/dev/nats-auth'),
-      import('@kandev/runtime/identity'),
-      import('@kandev/runtime/dev/launch'),
       import('@kandev/runtime/jwt'),
       import('@kandev/runtime/keys'),
       import('@kandev/runtime/bundle'),
+      import('@kandev/testkit/launcher'),
     ]);
-    return { ...nats, ...natsAuth, identity, ...launch, ...jwt, keys, ...bundle };
+    return { ...nats, ...natsAuth, ...jwt, keys, ...bundle, ...launcher };
   } catch (e) {
-    throw new StartError(`cannot load @kandev/runtime (${e.message}). Build first: \`npm run build\` (npm start does it for you).`);
+    throw new StartError(
+      `cannot load @kandev/runtime or @kandev/testkit (${/** @type {Error} */ (e).message}). Build first: \`npm run build\` (npm start does it for you).`,
+    );
   }
 }
 
-/** One `npm start` per state dir: a second one would fight over the PostgreSQL data dir. */
-function acquireLock() {
-  if (existsSync(lockFile)) {
-    const pid = Number(readFileSync(lockFile, 'utf8').trim());
-    const st = pid ? readStat(pid) : null;
-    let cmd = '';
-    try {
-      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    } catch {
-      /* gone */
-    }
-    if (st && st.state !== 'Z' && cmd.includes('stack.mjs'))
-      throw new StartError(`another npm start (pid ${pid}) is using ${state}; stop it first or set KANDEV_STATE_DIR`);
-  }
-  writeFileSync(lockFile, `${process.pid}\n`);
-}
-function releaseLock() {
-  try {
-    if (readFileSync(lockFile, 'utf8').trim() === String(process.pid)) rmSync(lockFile);
-  } catch {
-    /* not ours / gone */
-  }
-}
-
-/** Run one start-up step; shutdown waits for the step in flight so nothing starts after it. */
+/**
+ * Run one start-up step; shutdown waits for the step in flight so nothing starts after it.
+ * @template T
+ * @param {() => Promise<T>} fn
+ * @returns {Promise<T>}
+ */
 function step(fn) {
   if (stopping) throw new StartError('stopping');
-  inflight = fn();
-  return inflight;
+  const p = fn();
+  inflight = p;
+  return p;
 }
 
+/** @param {string} file */
 function logStream(file) {
   const s = createWriteStream(file, { flags: 'a' });
   logStreams.push(s);
@@ -110,6 +117,9 @@ function logStream(file) {
  * nats-server or PostgreSQL that we started exiting outside a shutdown: started again on the same
  * port with the same data (the services reconnect by themselves), under the same restart policy as
  * the services; a crash loop, or a restart that cannot be done, stops everything.
+ * @param {import('node:child_process').ChildProcess} child
+ * @param {string} label
+ * @param {() => Promise<void>} restart
  */
 function watch(child, label, restart) {
   child.once('exit', (code, signal) => {
@@ -117,6 +127,11 @@ function watch(child, label, restart) {
   });
 }
 
+/**
+ * @param {string} label
+ * @param {string} how
+ * @param {() => Promise<void>} restart
+ */
 function restartInfra(label, how, restart) {
   const d = decideRestart(crashes.get(label) ?? [], Date.now(), policy);
   crashes.set(label, d.crashes);
@@ -135,113 +150,40 @@ function restartInfra(label, how, restart) {
       await restart();
     } catch (e) {
       // e.g. PostgreSQL's shared memory still held by a dying backend: a failed start counts as a crash.
-      if (!stopping) restartInfra(label, `failed to start: ${e.message.split('\n')[0]}`, restart);
+      if (!stopping) restartInfra(label, `failed to start: ${/** @type {Error} */ (e).message.split('\n')[0]}`, restart);
     }
   })();
   pendingRestarts.add(attempt);
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
+/** What infra.mjs needs of this process: where to log, what is running, how to supervise. */
+const infraContext = () => ({ state, logsDir, say, logStream, running, watch });
+
+const procKey = (/** @type {import('./proc.mjs').Proc} */ p) => `${p.pid}:${p.start}`;
 /**
- * The NATS the services use. One named by NATS_URL (reachable) is used as it is, with the shell's
- * NATS_USER / NATS_PASS if any: its users are its own (each service reports `nats_auth` on
- * /readyz). Otherwise, and always when NATS_URL is unset (a server that merely answers on the
- * default port may admit anyone, as Debian's does), a nats-server of our own that admits only the
- * services (ADR 0054): a config in the state dir (0700, the file 0600) that includes
- * deploy/nats/permissions.conf, a random password per service for each start, handed to each
- * service as NATS_USER / NATS_PASS.
+ * A process and everything below it.
+ * @param {number} pid
  */
-async function startNats(rt) {
-  if (env.NATS_URL) {
-    const { host, port } = firstNatsServer(env.NATS_URL);
-    if (await canConnect(host, port, 500)) {
-      say(
-        `using NATS at ${env.NATS_URL} (not started here: it admits whom its own config admits${env.NATS_USER ? `; services log in as ${env.NATS_USER}` : '; services connect without a user'}, see nats_auth on /readyz)`,
-      );
-      return { url: env.NATS_URL, own: false, login: () => ({}) };
-    }
-    say(`NATS_URL ${env.NATS_URL} is not reachable; starting a nats-server of our own`);
-  }
-  const storeDir = join(state, 'nats');
-  const auth = rt.writeNatsAuthConfig({ dir: join(state, 'nats-auth'), permissionsFile: join(ROOT, 'deploy/nats/permissions.conf') });
-  const out = logStream(join(logsDir, 'nats-server.log'));
-  const launch = async (port) => {
-    const handle = await rt.spawnNatsServer({ storeDir, port, configFile: auth.configFile });
-    running.nats = handle;
-    handle.process.stderr?.on('data', (d) => out.write(d));
-    watch(handle.process, 'nats-server', async () => {
-      const again = await launch(handle.port);
-      say(`nats-server restarted (pid ${again.pid})`);
-    });
-    return handle;
-  };
-  const handle = await launch((await portFree(4222)) ? 4222 : -1);
-  say(`nats-server ${handle.url} (pid ${handle.pid}, JetStream store ${storeDir}; a user per service, no anonymous client: ${auth.configFile})`);
-  const login = (name) => ({ NATS_USER: auth.users[name].user, NATS_PASS: auth.users[name].pass });
-  return { url: handle.url, own: true, login };
-}
-
-/**
- * Each service's bus identity key pair (ADR 0055), new for each start: the private keys in
- * <state>/bus-keys/<service>.key (0600, the directory 0700), the public ones in
- * <state>/bus-keys/public-keys. Each service gets its own private key and every public key.
- */
-function writeBusKeys(rt) {
-  const dir = join(state, 'bus-keys');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  chmodSync(dir, 0o700);
-  const { privateKeys, publicKeys } = rt.identity.generateBusKeys(SERVICES);
-  for (const [name, key] of Object.entries(privateKeys)) writeFileSync(join(dir, `${name}.key`), key + '\n', { mode: 0o600 });
-  writeFileSync(join(dir, 'public-keys'), publicKeys + '\n', { mode: 0o600 });
-  return (name) => ({ [rt.identity.BUS_KEY_ENV]: privateKeys[name], [rt.identity.BUS_PUBLIC_KEYS_ENV]: publicKeys });
-}
-
-/** As root, the embedded server runs as `postgres`, which must reach the data dir. */
-function checkTraversable(dir) {
-  makeTraversable(dir);
-  for (let d = dirname(dir); ; d = dirname(d)) {
-    if ((statSync(d).mode & 0o001) === 0) {
-      throw new StartError(
-        `PostgreSQL runs as the 'postgres' user here (we are root) and cannot enter ${d} (mode ${(statSync(d).mode & 0o777).toString(8)}). Use a KANDEV_STATE_DIR outside it, or chmod o+x ${d}.`,
-      );
-    }
-    if (d === dirname(d)) break;
-  }
-}
-
-async function startDatabase() {
-  if (env.DATABASE_URL) {
-    say('using DATABASE_URL');
-    return { url: env.DATABASE_URL, own: false };
-  }
-  if (process.getuid?.() === 0) checkTraversable(state);
-  const t = performance.now();
-  const launch = async (port) => {
-    const pg = await startEmbeddedPostgres({
-      dataDir: join(state, 'pg'),
-      credentialsFile: join(state, 'pg-credentials.json'),
-      logFile: join(logsDir, 'postgres.log'),
-      port,
-      log: say,
-    });
-    running.pg = pg;
-    watch(pg.process, 'PostgreSQL', async () => {
-      const again = await launch(pg.port);
-      say(`PostgreSQL restarted (pid ${again.pid})`);
-    });
-    return pg;
-  };
-  const pg = await launch(await stablePort());
-  say(`embedded PostgreSQL on 127.0.0.1:${pg.port} (pid ${pg.pid}, ${secs(t)})`);
-  return { url: pg.url, own: true };
-}
-
-const procKey = (p) => `${p.pid}:${p.start}`;
-/** A process and everything below it. */
 function tree(pid) {
   const st = readStat(pid);
   return st ? [{ pid, start: st.start }, ...descendants(pid)] : descendants(pid);
 }
+
+/**
+ * A service's log lines go to <service>.log (a replica's to <service>-<n>.log), and to stderr with KANDEV_LOG_STDOUT=1.
+ * @param {string} instanceId
+ * @param {StackService} name
+ * @param {string} line
+ */
+function serviceLog(instanceId, name, line) {
+  let out = serviceLogs.get(instanceId);
+  if (!out) serviceLogs.set(instanceId, (out = logStream(logFileOf(instanceId))));
+  out.write(line + '\n');
+  if (env.KANDEV_LOG_STDOUT === '1') process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
+}
+/** @type {Map<string, import('node:fs').WriteStream>} */
+const serviceLogs = new Map();
 
 /**
  * A service that exits while we are not stopping is restarted after a backoff (supervise.mjs),
@@ -249,66 +191,76 @@ function tree(pid) {
  * crash. A killed lifecycle takes its agents with it (they watch its pipe) and its next run
  * cleans up what its state file lists (R-6.4), so a restart never duplicates an agent.
  */
-function supervise(rt, svc, childEnv) {
+/**
+ * @param {ServiceProcess} svc
+ * @param {string} instanceId
+ */
+function supervise(svc, instanceId) {
   svc.process.once('exit', (code, signal) => {
     if (stopping) return;
-    running.services = running.services.filter((s) => s !== svc);
-    scheduleRestart(rt, svc.name, childEnv, signal ?? `exit code ${code}`);
+    started().forget(svc);
+    scheduleRestart(instanceId, signal ?? `exit code ${code}`);
   });
 }
 
-function scheduleRestart(rt, name, childEnv, how) {
-  const d = decideRestart(crashes.get(name) ?? [], Date.now(), policy);
-  crashes.set(name, d.crashes);
+/** The launcher, once main has created it (supervision starts only after). */
+function started() {
+  if (!launcher) throw new Error('the launcher is not created yet');
+  return launcher;
+}
+
+const logFileOf = (/** @type {string} */ instanceId) => join(logsDir, `${instanceId.replace(/-1$/, '')}.log`);
+
+/**
+ * @param {string} instanceId
+ * @param {string} how
+ */
+function scheduleRestart(instanceId, how) {
+  const d = decideRestart(crashes.get(instanceId) ?? [], Date.now(), policy);
+  crashes.set(instanceId, d.crashes);
+  const name = instanceId.replace(/-1$/, '');
   const windowS = policy.windowMs / 1000;
   if (d.giveUp) {
-    say(
-      `${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${join(logsDir, `${name}.log`)})`,
-    );
+    say(`${name} exited (${how}): ${d.count} crashes within ${windowS}s is a crash loop; giving up and stopping everything (log: ${logFileOf(instanceId)})`);
     void shutdown(1, `${name} crash loop`);
     return;
   }
   say(
-    `${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${join(logsDir, `${name}.log`)})`,
+    `${name} exited unexpectedly (${how}); restarting in ${d.delayMs} ms (crash ${d.count} of ${policy.limit} allowed within ${windowS}s; log: ${logFileOf(instanceId)})`,
   );
   const attempt = (async () => {
     for (const until = Date.now() + d.delayMs; Date.now() < until && !stopping;) await sleep(Math.min(100, until - Date.now()));
     if (stopping) return;
     try {
-      const svc = await startService(rt, name, childEnv);
+      const svc = await startService(instanceId, () => started().restartInstance(instanceId));
       say(`${name} restarted (pid ${svc.pid})`);
     } catch (e) {
       if (stopping) return;
-      say(e.message);
-      scheduleRestart(rt, name, childEnv, 'failed to start');
+      say(/** @type {Error} */ (e).message);
+      scheduleRestart(instanceId, 'failed to start');
     }
   })();
   pendingRestarts.add(attempt);
   void attempt.finally(() => pendingRestarts.delete(attempt));
 }
 
-async function startService(rt, name, childEnv) {
-  const entry = rt.serviceBundle(ROOT, name); // what every stack runs of a service (ADR 0052)
-  // The first process logs to <service>.log; a replica to <service>-<n>.log (its INSTANCE_ID).
-  const out = logStream(join(logsDir, childEnv.INSTANCE_ID === `${name}-1` ? `${name}.log` : `${childEnv.INSTANCE_ID}.log`));
-  const echo = env.KANDEV_LOG_STDOUT === '1';
-  const onLog = (line) => {
-    out.write(line + '\n');
-    if (echo) process.stderr.write(`${name.padEnd(12)} | ${line}\n`);
-  };
+/**
+ * One process start through the launcher; a start that timed out leaves no process behind.
+ * @param {string} instanceId
+ * @param {() => Promise<ServiceProcess>} launch
+ */
+async function startService(instanceId, launch) {
   const before = new Set(descendants(process.pid).map(procKey));
   const t = performance.now();
   try {
-    const svc = await rt.spawnServiceProcess({ name, entry, env: childEnv, onLog, startTimeoutMs: START_TIMEOUT_MS });
-    running.services.push(svc);
-    supervise(rt, svc, childEnv);
-    say(`${childEnv.INSTANCE_ID === `${name}-1` ? name : childEnv.INSTANCE_ID} started (pid ${svc.pid}, ${secs(t)})`);
+    const svc = await launch();
+    say(`${instanceId.replace(/-1$/, '')} started (pid ${svc.pid}, ${secs(t)})`);
     return svc;
   } catch (e) {
     // A service that timed out is still running: its process is the new direct child.
     const strays = descendants(process.pid).filter((p) => !before.has(procKey(p)) && readStat(p.pid)?.ppid === process.pid);
     await reap(strays.flatMap((p) => tree(p.pid)));
-    throw new StartError(`${name} failed to start (full log: ${join(logsDir, `${name}.log`)}):\n${e.message}`);
+    throw new StartError(`${instanceId.replace(/-\d+$/, '')} failed to start (full log: ${logFileOf(instanceId)}):\n${/** @type {Error} */ (e).message}`);
   }
 }
 
@@ -320,6 +272,7 @@ function replicaCount() {
   return n;
 }
 
+/** @param {string} url */
 async function waitReady(url) {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline && !stopping) {
@@ -334,20 +287,10 @@ async function waitReady(url) {
   return false;
 }
 
-function maskUrl(url) {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '****';
-    return u.toString();
-  } catch {
-    return '(unparseable URL)';
-  }
-}
-
 async function main() {
-  const names = serviceNames();
-  const replicas = replicaCount(); // refuses a bad value before anything starts
   const rt = await importRuntime();
+  const names = serviceNames(rt.STACK_SERVICES);
+  const replicas = replicaCount(); // refuses a bad value before anything starts
   // Each service runs from its bundle (ADR 0052); one older than its build would run earlier code.
   const stale = names.map((n) => rt.staleBundle(rt.serviceBundle(ROOT, n))).filter(Boolean);
   if (stale.length) {
@@ -357,7 +300,7 @@ async function main() {
   // runs as root, docs/security.md) must not read them.
   mkdirSync(logsDir, { recursive: true, mode: 0o700 });
   chmodSync(logsDir, 0o700);
-  acquireLock();
+  releaseLock = acquireStartLock(state);
 
   // "Any free port" is resolved once, so a restarted gateway comes back at the printed URL; outside the
   // ephemeral range, so nothing else on the host is handed it before the service binds it.
@@ -365,34 +308,28 @@ async function main() {
   // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (unless
   // MCP_PUBLIC_URL is set), so "any free port" is resolved to a concrete one up front.
   const mcpPort = env.MCP_PORT === '0' ? String(await stablePort()) : (env.MCP_PORT ?? '8090');
-  for (const [svc, port, v] of [
+  for (const [svc, port, v] of /** @type {Array<[StackService, string, string]>} */ ([
     ['gateway', gatewayPort, 'GATEWAY_PORT'],
     ['mcp', mcpPort, 'MCP_PORT'],
-  ]) {
+  ])) {
     if (names.includes(svc) && Number(port) > 0 && !(await portFree(Number(port), '0.0.0.0'))) {
       throw new StartError(`port ${port} (${v}) is already in use; set ${v}=<port> (0 = any free port)`);
     }
   }
 
-  // Two keys (ADR 0020): each service gets only the one it holds (keysFor below).
+  // Two keys (ADR 0020): each service gets only the one it holds (the launcher hands them out).
   const keys = ensureKeys();
-  for (const kind of ['operator', 'agent']) {
+  for (const kind of /** @type {const} */ (['operator', 'agent'])) {
     const k = keys[kind];
     if (k.created) say(`generated the ${kind} token key in ${k.source}`);
     const problem = rt.keys.keyProblem(k.secret, rt.keys.isProduction(env));
     if (problem) throw new StartError(`the ${kind} token key (${k.source}) ${problem}`);
   }
-  const keysFor = (name) => {
-    const own = {};
-    for (const kind of rt.keys.SERVICE_KEYS[name] ?? []) own[rt.keys.KEY_ENV[kind]] = keys[kind].secret;
-    return own;
-  };
 
-  const busKeysFor = writeBusKeys(rt);
-  const nats = await step(() => startNats(rt)).catch((e) => {
+  const nats = await step(() => startNats(infraContext(), rt)).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start nats-server: ${e.message}`);
   });
-  const db = await step(() => startDatabase()).catch((e) => {
+  const db = await step(() => startDatabase(infraContext())).catch((e) => {
     throw e instanceof StartError ? e : new StartError(`could not start the embedded PostgreSQL: ${e.message}`);
   });
 
@@ -401,41 +338,41 @@ async function main() {
     say(`LOG_LEVEL=${level} would hide the "<service> started" lines npm start waits for; services log at info`);
     level = 'info';
   }
-  const baseEnv = {
-    ...env,
-    NATS_URL: nats.url,
-    DATABASE_URL: db.url,
-    GATEWAY_PORT: gatewayPort,
-    MCP_PORT: mcpPort,
-    KANDEV_STATE_DIR: state,
-    LOG_LEVEL: level,
-    // Five processes on one host: each takes a free port for /healthz, /readyz and /metrics.
-    HEALTH_PORT: '0',
-  };
-  // Each process names itself for tracing (kandev-<service>), whatever the shell exports.
-  delete baseEnv.OTEL_SERVICE_NAME;
-  // No process gets a key it does not hold, whatever the shell exports: keysFor adds its own.
-  for (const v of ['KANDEV_JWT_SECRET', ...Object.values(rt.keys.KEY_ENV)]) delete baseEnv[v];
-  // Nor another's bus key or NATS password: each gets its own below (ADR 0054, 0055).
-  for (const v of [rt.identity.BUS_KEY_ENV, rt.identity.BUS_PUBLIC_KEYS_ENV]) delete baseEnv[v];
-  if (nats.own) for (const v of ['NATS_USER', 'NATS_PASS']) delete baseEnv[v];
-  const ownEnv = (name) => ({ ...keysFor(name), ...busKeysFor(name), ...nats.login(name) });
+  launcher = rt.createServiceLauncher({
+    baseEnv: {
+      // No process gets a key, bus identity or (on our own server) NATS password it does not hold,
+      // whatever the shell exports: the launcher adds each one's own (ADR 0020, 0054, 0055).
+      ...rt.inheritableEnv(env, { dropNatsLogin: nats.own }),
+      NATS_URL: nats.url,
+      DATABASE_URL: db.url,
+      GATEWAY_PORT: gatewayPort,
+      MCP_PORT: mcpPort,
+      KANDEV_STATE_DIR: state,
+      LOG_LEVEL: level,
+      // Five processes on one host: each takes a free port for /healthz, /readyz and /metrics.
+      HEALTH_PORT: '0',
+    },
+    keys: { operator: keys.operator.secret, agent: keys.agent.secret },
+    natsLogin: nats.login,
+    // Lifecycle starts before mcp and hands agents http://127.0.0.1:$MCP_PORT/mcp (MCP_PORT is fixed above).
+    handMcpUrlToLifecycle: false,
+    replicaPort: async () => String(await stablePort()),
+    startTimeoutMs: START_TIMEOUT_MS,
+    onLog: serviceLog,
+    onStarted: supervise,
+  });
+  writeBusKeys(state, started().busKeys);
 
-  for (const name of names) {
-    await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), INSTANCE_ID: `${name}-1` }));
-  }
+  for (const name of names) await step(() => startService(`${name}-1`, () => started().start(name)));
   // KANDEV_REPLICAS=N: N processes of every service, as replicas run (their own INSTANCE_ID, ports
   // and lifecycle state; the same NATS and database). The gateway's and mcp's replicas listen on
   // ports of their own, printed below; agents keep the first mcp's URL.
   for (let n = 2; n <= replicas; n++) {
-    for (const name of names) {
-      const ports = name === 'gateway' ? { GATEWAY_PORT: String(await stablePort()) } : name === 'mcp' ? { MCP_PORT: String(await stablePort()) } : {};
-      await step(() => startService(rt, name, { ...baseEnv, ...ownEnv(name), ...ports, INSTANCE_ID: `${name}-${n}` }));
-    }
+    for (const name of names) await step(() => startService(`${name}-${n}`, () => started().addReplica(name)));
   }
   inflight = null;
 
-  const urlsOf = (n) => running.services.find((s) => s.name === n)?.urls ?? {};
+  const urlsOf = (/** @type {StackService} */ n) => started().first(n)?.urls ?? {};
   const gateway = urlsOf('gateway').http;
   const mcp = urlsOf('mcp').mcp;
   let ready = null;
@@ -456,13 +393,19 @@ async function main() {
     '',
     `kandev is up (${secs()}${ready === false ? `; gateway /readyz not 200 after ${READY_TIMEOUT_MS / 1000}s, see ${logsDir}` : ''})`,
     gateway ? `  Gateway:   ${gateway}` : '  Gateway:   (not started)',
-    ...running.services.filter((s) => s.name === 'gateway' && s.urls.http !== gateway).map((s) => `             ${s.urls.http} (replica)`),
+    ...started()
+      .replicas('gateway')
+      .map((s) => `             ${s.urls.http} (replica)`),
     gateway ? `  Console:   ${gateway.replace(/\/$/, '')}/ui/` : null,
     mcp ? `  MCP:       ${mcp}` : null,
     `  NATS:      ${nats.url}${nats.own ? ' (started here; a user per service, no anonymous client)' : ' (external: its own users)'}`,
     `  Database:  ${maskUrl(db.url)}${db.own ? ' (embedded, started here)' : ''}`,
     `  State:     ${state}  (logs in ${logsDir})`,
-    '  Health:    ' + running.services.map((s) => `${s.name} ${s.urls.health ?? '?'}`).join(', '),
+    '  Health:    ' +
+      launcher
+        .all()
+        .map((s) => `${s.name} ${s.urls.health ?? '?'}`)
+        .join(', '),
     '',
     ...tokenLines,
     '',
@@ -475,17 +418,11 @@ async function main() {
   process.stdout.write(lines.filter((l) => l !== null).join('\n'));
 }
 
-/** Write the operator token to `<state>/operator-token`, mode 0600 from its creation (a fresh file renamed over the old one). */
-function writeOperatorToken(dir, token) {
-  const file = join(dir, 'operator-token');
-  const tmp = `${file}.${process.pid}.tmp`;
-  rmSync(tmp, { force: true });
-  writeFileSync(tmp, token + '\n', { mode: 0o600, flag: 'wx' });
-  renameSync(tmp, file);
-  return file;
-}
-
-/** Stop what we started: services newest first, then NATS and PostgreSQL; then sweep. */
+/**
+ * Stop what we started: services newest first, then NATS and PostgreSQL; then sweep.
+ * @param {number} code
+ * @param {string} [reason]
+ */
 function shutdown(code, reason) {
   stopping ??= (async () => {
     say(`stopping${reason ? ` (${reason})` : ''}`);
@@ -493,16 +430,17 @@ function shutdown(code, reason) {
     // Let a start-up step in flight finish (each is bounded) so nothing starts behind our back.
     await inflight?.catch(() => undefined);
     await Promise.all([...pendingRestarts]);
-    const order = (s) => SERVICES.indexOf(s.name);
-    for (const svc of [...running.services].sort((a, b) => order(b) - order(a))) {
-      const procs = tree(svc.pid);
-      const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
-      await svc.stop(STOP_GRACE_MS);
-      const leftovers = await reap(procs);
-      const how = svc.process.signalCode ?? `exit code ${svc.process.exitCode}`;
-      if (wasRunning && svc.process.signalCode === 'SIGKILL') say(`${svc.name} did not stop within ${STOP_GRACE_MS} ms; killed`);
-      say(`${svc.name} stopped (${how})${leftovers.length ? `; reaped leftover pids ${leftovers.join(', ')}` : ''}`);
-    }
+    await launcher?.stop({
+      async stopOne(svc) {
+        const procs = tree(svc.pid);
+        const wasRunning = svc.process.exitCode === null && svc.process.signalCode === null;
+        await svc.stop(STOP_GRACE_MS);
+        const leftovers = await reap(procs);
+        const how = svc.process.signalCode ?? `exit code ${svc.process.exitCode}`;
+        if (wasRunning && svc.process.signalCode === 'SIGKILL') say(`${svc.name} did not stop within ${STOP_GRACE_MS} ms; killed`);
+        say(`${svc.name} stopped (${how})${leftovers.length ? `; reaped leftover pids ${leftovers.join(', ')}` : ''}`);
+      },
+    });
     if (running.nats) {
       await running.nats.stop();
       say('nats-server stopped');

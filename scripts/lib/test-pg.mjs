@@ -21,22 +21,27 @@ import { canConnect, stablePort } from './net.mjs';
 
 const SELF = fileURLToPath(import.meta.url);
 const START_TIMEOUT_MS = 120_000;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sleep = (/** @type {number} */ ms) => new Promise((r) => setTimeout(r, ms));
 
 export function defaultTestPgDir() {
   return join(tmpdir(), `kandev-test-pg-${process.getuid?.() ?? 'user'}`);
 }
 
+/** @param {number} pid */
 function pidAlive(pid) {
   if (!pid) return false;
   try {
     process.kill(pid, 0);
     return true;
   } catch (e) {
-    return e?.code === 'EPERM';
+    return /** @type {NodeJS.ErrnoException} */ (e).code === 'EPERM';
   }
 }
 
+/**
+ * @param {string} file
+ * @returns {any} what the file holds, or null
+ */
 function readJson(file) {
   try {
     return JSON.parse(readFileSync(file, 'utf8'));
@@ -45,7 +50,10 @@ function readJson(file) {
   }
 }
 
-/** Try once to take the lock; a lock whose holder died is broken. */
+/**
+ * Try once to take the lock; a lock whose holder died is broken.
+ * @param {string} dir
+ */
 function tryLock(dir) {
   const file = join(dir, 'lock');
   try {
@@ -54,7 +62,7 @@ function tryLock(dir) {
     closeSync(fd);
     return true;
   } catch (e) {
-    if (e?.code !== 'EEXIST') throw e;
+    if (/** @type {NodeJS.ErrnoException} */ (e).code !== 'EEXIST') throw e;
     let holder = 0;
     try {
       holder = Number(readFileSync(file, 'utf8').trim());
@@ -66,6 +74,13 @@ function tryLock(dir) {
   }
 }
 
+/**
+ * @template T
+ * @param {string} dir
+ * @param {number} deadline
+ * @param {() => Promise<T>} fn
+ * @returns {Promise<T>}
+ */
 async function withLock(dir, deadline, fn) {
   while (!tryLock(dir)) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${join(dir, 'lock')}`);
@@ -82,6 +97,7 @@ async function withLock(dir, deadline, fn) {
   }
 }
 
+/** @param {string} dir */
 function touchLease(dir) {
   const file = join(dir, 'lease');
   const now = new Date();
@@ -92,6 +108,7 @@ function touchLease(dir) {
   }
 }
 
+/** @param {{ daemonPid: number, pgPid: number, port: number } | null} state */
 async function usable(state) {
   return state !== null && pidAlive(state.daemonPid) && pidAlive(state.pgPid) && (await canConnect('127.0.0.1', state.port, 1_000));
 }
@@ -99,6 +116,7 @@ async function usable(state) {
 /**
  * The URL (superuser, database `postgres`) of the shared embedded test PostgreSQL, started if it
  * is not running. Safe to call from many processes at once.
+ * @param {{ dir?: string, idleMs?: number }} [opts]
  */
 export async function ensureTestPostgres({ dir = defaultTestPgDir(), idleMs } = {}) {
   mkdirSync(dir, { recursive: true });
@@ -150,9 +168,12 @@ export async function stopTestPostgres({ dir = defaultTestPgDir() } = {}) {
   return true;
 }
 
-/** The daemon: start PostgreSQL, publish state.json, stop when idle or told to. */
+/**
+ * The daemon: start PostgreSQL, publish state.json, stop when idle or told to.
+ * @param {string} dir
+ */
 async function serve(dir) {
-  const log = (m) => process.stdout.write(`${new Date().toISOString()} ${m}\n`);
+  const log = (/** @type {string} */ m) => process.stdout.write(`${new Date().toISOString()} ${m}\n`);
   const idleMs = Number(process.env.KANDEV_TEST_PG_IDLE_MS) || 5 * 60_000;
   const pg = await startEmbeddedPostgres({
     dataDir: join(dir, 'pg'),
@@ -174,7 +195,7 @@ async function serve(dir) {
   const { default: postgres } = await import('postgres');
   const sql = postgres(state.url, { max: 1, onnotice: () => undefined, connect_timeout: 5, idle_timeout: 5 });
   let stopping = false;
-  const stop = async (why) => {
+  const stop = async (/** @type {string} */ why) => {
     if (stopping) return;
     stopping = true;
     log(`stopping: ${why}`);
@@ -208,7 +229,7 @@ async function serve(dir) {
     if (leaseAge < idleMs || !tryLock(dir)) return;
     // Under the lock no one can pick up the URL while we decide.
     try {
-      const [{ n }] = await sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`;
+      const [{ n } = { n: 0 }] = await sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`;
       if (n === 0) await stop(`idle for ${Math.round(leaseAge / 1000)} s`);
     } finally {
       if (!stopping) rmSync(join(dir, 'lock'), { force: true });
@@ -218,7 +239,7 @@ async function serve(dir) {
 }
 
 if (process.argv[1] === SELF && process.argv[2] === 'serve') {
-  serve(process.argv[3]).catch((e) => {
+  serve(process.argv[3] ?? defaultTestPgDir()).catch((e) => {
     process.stdout.write(`${e?.stack ?? e}\n`);
     process.exit(1);
   });

@@ -1,22 +1,17 @@
 // B-8 tree budgets, measured on a whole stack (npm run build first):
 //   node bench/dist/budget/run.js        (BENCH_BUDGET_ITERATIONS, BENCH_BUDGET_LIVE, BENCH_BUDGET_RUNS; BENCH_WRITE=0 prints only)
-// Writes bench/budget.json: what the budget check costs a cost event (p50/p99 with and without a
+// Writes bench/results/budget.json: what the budget check costs a cost event (p50/p99 with and without a
 // budget on the event's tree, interleaved in the same run), and the time from the cost event that
 // crosses the cap to every agent of a live tree gone.
-import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { Budget, Holds } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { eventually, processAlive } from '@kandev/testkit';
 import { startBenchStack, type BenchStack } from '../e2e.js';
 import { summarize, type Stats } from '../stats.js';
+import { against, beginResult, renderTables, type Figure } from '../results.js';
 
-const benchDir = fileURLToPath(new URL('../..', import.meta.url));
 const ITERATIONS = Number(process.env.BENCH_BUDGET_ITERATIONS ?? 1000);
 /** Live agents in the tree of the crossing runs, one or more sizes (`10,30`). */
 const LIVE = (process.env.BENCH_BUDGET_LIVE ?? '10,30').split(',').map(Number);
@@ -162,14 +157,11 @@ async function crossingToAgentsGone(b: BenchStack, live: number) {
   }
 }
 
-const commit = (() => {
-  try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: benchDir }).toString().trim();
-  } catch {
-    return null;
-  }
-})();
-const load0 = loadavg()[0]!;
+const record = beginResult({
+  name: 'budget',
+  title: 'Budget: what the check adds to a cost event, and a crossing until the agents are gone',
+  command: 'npm run build && node bench/dist/budget/run.js',
+});
 const b = await startBenchStack();
 try {
   log(`ingestion: ${ITERATIONS} interleaved calls per case`);
@@ -182,25 +174,38 @@ try {
       log(`crossing → ${live} agents gone: ${JSON.stringify(c)}`);
       crossings.push(c);
     }
-  const result = {
-    command: 'npm run build && node bench/dist/budget/run.js',
-    env: { BENCH_BUDGET_ITERATIONS: ITERATIONS, BENCH_BUDGET_LIVE: LIVE.join(','), BENCH_BUDGET_RUNS: RUNS },
-    date: new Date().toISOString(),
-    commit,
-    cpu: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`,
-    load_avg_1m_at_start: load0,
-    load_avg_1m_at_end: loadavg()[0]!,
-    note: 'Measured on a machine shared with other work (see the load averages); the four ingestion cases are interleaved, so their difference is the check, not the load.',
-    ingestion: ing,
-    crossing_to_agents_gone: {
-      what: 'POST /cost-events that reaches the cap of a root with `live` children each running a scripted agent: the reply, every session CANCELLED (polled in the database every 5 ms), every agent process gone',
-      runs: crossings,
-    },
-  };
+  const pgFloor = ing.statements.stats['pg.select_1']!;
+  const noBudget = ing.stats['cost_event.no_budget.1000']!;
+  const figures: Figure[] = [
+    ...Object.entries(ing.statements.stats).map(([id, s]) => ({
+      id,
+      label: id === 'pg.select_1' ? 'a bare SELECT 1 on one PostgreSQL connection (interleaved with the probe)' : ing.statements.what,
+      ...s,
+      ...(id === 'pg.select_1' ? {} : against(s, 'pg.select_1', pgFloor)),
+    })),
+    ...Object.entries(ing.stats).map(([id, s]) => ({
+      id,
+      label: `holds.cost.record over NATS: ${ing.cases[id as keyof typeof ing.cases]}`,
+      ...s,
+      ...(id === 'cost_event.no_budget.1000' ? {} : against(s, 'cost_event.no_budget.1000', noBudget)),
+    })),
+    ...crossings.map((c, i) => ({
+      id: `crossing.${c.live}.run${(i % RUNS) + 1}`,
+      label: `a cost event crossing the cap of a root with ${c.live} live children, run ${(i % RUNS) + 1}`,
+      live: c.live,
+      reply_ms: c.cost_event_reply_ms,
+      cancelled_ms: c.all_sessions_cancelled_ms,
+      agents_gone_ms: c.all_agents_gone_ms,
+    })),
+  ];
+  const notes = [
+    'The four ingestion cases are interleaved call by call, so their difference is the check, not the load.',
+    'crossing: POST /cost-events that reaches the cap of a root with `live` children each running a scripted agent: the reply, every session CANCELLED (polled in the database every 5 ms), every agent process gone',
+  ];
   if (write) {
-    writeFileSync(join(benchDir, 'budget.json'), JSON.stringify(result, null, 2) + '\n');
-    log('wrote bench/budget.json');
-  } else process.stdout.write(JSON.stringify(result, null, 2) + '\n');
+    log(`wrote ${record.write(figures, { notes })}`);
+    renderTables();
+  } else process.stdout.write(JSON.stringify(figures, null, 2) + '\n');
 } finally {
   await b.stop();
 }

@@ -5,8 +5,8 @@ import { curvePoint } from '../tree/curve.js';
 /**
  * The tree-hold curve (tree/curve.ts): a pause of a 1,000-task tree with 10, 50, 100 and 200 live
  * scripted sessions (`BENCH_TREE_CURVE`): reply, all CANCELLED, every agent and agentctl gone, and
- * GET /sessions/:id sampled throughout. `npm run bench:tree-curve` runs it alone and keeps every
- * run in TREE-CURVE.md.
+ * GET /sessions/:id sampled throughout. `npm run bench:tree-curve` runs it alone and writes
+ * bench/results/tree-curve.json (TREE-CURVE.md).
  */
 const counts = (process.env.BENCH_TREE_CURVE ?? '10,50,100,200').split(',').map(Number);
 

@@ -2,6 +2,7 @@ export * from './paths.js';
 export * from './nats.js';
 export * from './pg.js';
 export * from './stack.js';
+export { createServiceLauncher, inheritableEnv, isStackService, type LauncherOptions, type ServiceLauncher } from './launcher.js';
 export * from './clients.js';
 export * from './tokens.js';
 export * from './model-stub/index.js';

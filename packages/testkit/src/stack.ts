@@ -1,14 +1,15 @@
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BUS_KEY_ENV, BUS_PUBLIC_KEYS_ENV, KEY_ENV, SERVICE_KEYS, generateBusKeys, signAgentToken, signOperatorToken, type KeyKind } from '@kandev/runtime';
-import { spawnServiceProcess, type ServiceProcess } from '@kandev/runtime/dev/launch';
+import { signAgentToken, signOperatorToken } from '@kandev/runtime';
+import type { ServiceProcess } from '@kandev/runtime/dev/launch';
 import type { McpMode } from '@kandev/contracts';
 import { readAgentEvents, type AgentEvent } from './agents/events.js';
 import { ApiClient } from './clients.js';
 import { natsLogin, startNats, type TestNats } from './nats.js';
 import { createTestDatabase, type TestDatabase } from './pg.js';
-import { repoRoot, serviceEntry } from './paths.js';
+import { repoRoot } from './paths.js';
+import { STACK_SERVICES, createServiceLauncher, inheritableEnv, type StackService } from './launcher.js';
 import { startNatsCluster } from './nats-cluster.js';
 import { workerAgentUidRange } from './agent-uids.js';
 
@@ -18,8 +19,7 @@ import { workerAgentUidRange } from './agent-uids.js';
  */
 export const NATS_TEST_PERMISSIONS = join(repoRoot, 'deploy/nats/test-permissions.conf');
 
-export const STACK_SERVICES = ['orchestrator', 'holds', 'lifecycle', 'mcp', 'gateway'] as const;
-export type StackService = (typeof STACK_SERVICES)[number];
+export { STACK_SERVICES, type StackService } from './launcher.js';
 
 export interface Stack {
   gatewayUrl: string;
@@ -93,117 +93,61 @@ export interface StackOptions {
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   // Authenticated, as npm start and deploy/ run it: a user per service, random passwords (ADR 0054).
   const [nats, db] = await Promise.all([opts.natsCluster ? startNatsCluster(opts.natsCluster) : startNats({ auth: true }), createTestDatabase()]);
-  // A bus identity key pair per service, each process holding only its own private key (ADR 0055).
-  const busKeys = generateBusKeys(STACK_SERVICES);
-  const busEnv = (name: StackService): NodeJS.ProcessEnv => {
-    const login = natsLogin(nats, name);
-    return { NATS_USER: login.user, NATS_PASS: login.pass, [BUS_KEY_ENV]: busKeys.privateKeys[name], [BUS_PUBLIC_KEYS_ENV]: busKeys.publicKeys };
-  };
   const stateDir = mkdtempSync(join(tmpdir(), 'kandev-stack-'));
   // Two keys, each process holding only its own, as npm start and deploy/ run it (ADR 0020).
   const operatorKey = opts.env?.KANDEV_OPERATOR_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-operator-key-0123456789abcdef';
   const agentKey = opts.env?.KANDEV_AGENT_JWT_SECRET ?? opts.env?.KANDEV_JWT_SECRET ?? 'stack-test-agent-key-0123456789abcdef';
-  const secret = operatorKey;
-  const inherited = { ...process.env };
-  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET', 'NATS_USER', 'NATS_PASS', BUS_KEY_ENV, BUS_PUBLIC_KEYS_ENV])
-    delete inherited[v];
-  const baseEnv: NodeJS.ProcessEnv = {
-    ...inherited,
-    NATS_URL: nats.url,
-    DATABASE_URL: db.url,
-    KANDEV_STATE_DIR: stateDir,
-    GATEWAY_PORT: '0',
-    MCP_PORT: '0',
-    LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
-    // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
-    AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
-    // Stacks of test files running side by side must not hand out the same agent uid.
-    ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
-    ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
-    // R-11.2 request rates are off in test stacks unless a test sets them (e2e/test/coordination.test.ts
-    // does): a test's burst of calls from one token is not what it tests.
-    KANDEV_AGENT_RATE: '0',
-    KANDEV_OPERATOR_RATE: '0',
-    ...opts.env,
-  };
-  for (const v of ['KANDEV_JWT_SECRET', 'KANDEV_OPERATOR_JWT_SECRET', 'KANDEV_AGENT_JWT_SECRET']) delete baseEnv[v];
-  const keysFor = (name: StackService): NodeJS.ProcessEnv => {
-    const out: NodeJS.ProcessEnv = {};
-    for (const kind of SERVICE_KEYS[name] as readonly KeyKind[]) out[KEY_ENV[kind]] = kind === 'operator' ? operatorKey : agentKey;
-    return out;
-  };
   const services = new Map<StackService, ServiceProcess>();
   const tails = new Map<StackService, string[]>();
-  // A restarted gateway or mcp listens where the first one did: clients (and the agents' MCP URL) keep working.
-  const pinnedPorts = (name: StackService): NodeJS.ProcessEnv => {
-    const url = name === 'gateway' ? services.get(name)?.urls.http : name === 'mcp' ? services.get(name)?.urls.mcp : undefined;
-    return url ? { [name === 'gateway' ? 'GATEWAY_PORT' : 'MCP_PORT']: new URL(url).port } : {};
-  };
-  const envFor = (name: StackService): NodeJS.ProcessEnv => ({
-    ...baseEnv,
-    ...keysFor(name),
-    ...pinnedPorts(name),
-    INSTANCE_ID: `${name}-1`,
-    ...busEnv(name),
-    ...(name === 'lifecycle' && services.get('mcp')?.urls.mcp ? { MCP_PUBLIC_URL: services.get('mcp')!.urls.mcp } : {}),
+  const launcher = createServiceLauncher({
+    baseEnv: {
+      ...inheritableEnv(process.env, { dropNatsLogin: true }),
+      NATS_URL: nats.url,
+      DATABASE_URL: db.url,
+      KANDEV_STATE_DIR: stateDir,
+      GATEWAY_PORT: '0',
+      MCP_PORT: '0',
+      LOG_LEVEL: opts.logLevel ?? process.env.STACK_LOG_LEVEL ?? 'warn',
+      // Agents get a minimal environment (R-9.1); the scripted agents' observation log is passed on by name.
+      AGENT_ENV_PASSTHROUGH: 'SCRIPTED_AGENT_EVENTS',
+      // Stacks of test files running side by side must not hand out the same agent uid.
+      ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
+      ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
+      // R-11.2 request rates are off in test stacks unless a test sets them (e2e/test/coordination.test.ts
+      // does): a test's burst of calls from one token is not what it tests.
+      KANDEV_AGENT_RATE: '0',
+      KANDEV_OPERATOR_RATE: '0',
+      ...opts.env,
+    },
+    keys: { operator: operatorKey, agent: agentKey },
+    natsLogin: (name) => natsLogin(nats, name),
+    ...(opts.serviceRoot ? { serviceRoot: opts.serviceRoot } : {}),
+    onLog: (_id, name, l) => {
+      const tail = tails.get(name) ?? [];
+      tail.push(l);
+      if (tail.length > 60) tail.shift();
+      tails.set(name, tail);
+      opts.onLog?.(name, l);
+      if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
+    },
+    onStarted: (p, id) => {
+      if (id === `${p.name}-1`) services.set(p.name as StackService, p);
+    },
   });
-  const replicas: ServiceProcess[] = [];
-  const replicaEnv = new Map<ServiceProcess, NodeJS.ProcessEnv>();
-  const launch = async (name: StackService, env: NodeJS.ProcessEnv = envFor(name)) => {
-    const p = await spawnServiceProcess({
-      name,
-      entry: serviceEntry(name, opts.serviceRoot),
-      env,
-      onLog: (l) => {
-        const tail = tails.get(name) ?? [];
-        tail.push(l);
-        if (tail.length > 60) tail.shift();
-        tails.set(name, tail);
-        opts.onLog?.(name, l);
-        if (process.env.STACK_LOGS) process.stderr.write(`[${name}] ${l}\n`);
-      },
-    });
-    if (env.INSTANCE_ID === `${name}-1`) services.set(name, p);
-    return p;
-  };
-  // Another process of a service: its own instance id and ports; the gateway's and mcp's on any free port.
-  const addReplica = async (name: StackService) => {
-    const n = replicas.filter((r) => r.name === name).length + 2;
-    const env = { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' };
-    const p = await launch(name, env);
-    replicas.push(p);
-    replicaEnv.set(p, env);
-    return p;
-  };
   try {
-    // All at once, as Kubernetes starts them (each service starts whatever else is up or not yet),
-    // except lifecycle, which hands mcp's URL to its agents and so starts once mcp listens: 3.2-3.5 s
-    // a stack on a 2-core machine, against 4.2-4.7 s one after the other. Every start settles
-    // before a failure is thrown, so the cleanup below finds every process that did start.
-    const started = await Promise.allSettled([launch('orchestrator'), launch('holds'), launch('mcp').then(() => launch('lifecycle')), launch('gateway')]);
-    const failed = started.find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
-    for (let r = 1; r < (opts.replicas ?? 1); r++) for (const name of STACK_SERVICES) await addReplica(name);
+    // Every start settles before a failure is thrown, so the cleanup below finds every process that did start.
+    await launcher.startAll();
+    for (let r = 1; r < (opts.replicas ?? 1); r++) for (const name of STACK_SERVICES) await launcher.addReplica(name);
   } catch (e) {
-    await Promise.all([...replicas, ...services.values()].map((s) => s.stop()));
+    await launcher.stop();
     await Promise.all([nats.stop(), db.drop()]);
     rmSync(stateDir, { recursive: true, force: true });
     throw e;
   }
-  const instanceOf = (id: string): ServiceProcess | undefined =>
-    [...services.values()].find((p) => `${p.name}-1` === id) ?? replicas.find((r) => replicaEnv.get(r)?.INSTANCE_ID === id);
-  const restart = async (name: StackService) => {
-    await services.get(name)?.stop();
-    return launch(name);
-  };
   const restartReplica = async (p: ServiceProcess) => {
-    const i = replicas.indexOf(p);
-    if (i < 0) throw new Error('restartReplica: not a replica of this stack');
-    await p.stop();
-    const again = await launch(p.name as StackService, replicaEnv.get(p)!);
-    replicaEnv.set(again, replicaEnv.get(p)!);
-    replicas[i] = again;
-    return again;
+    const id = launcher.instanceIdOf(p);
+    if (!id || id === `${p.name}-1`) throw new Error('restartReplica: not a replica of this stack');
+    return launcher.restartInstance(id);
   };
   const gatewayUrl = services.get('gateway')!.urls.http!;
   return {
@@ -213,26 +157,21 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     nats,
     db,
     stateDir,
-    secret,
+    secret: operatorKey,
     operatorKey,
     agentKey,
-    busEnv,
+    busEnv: launcher.busEnv,
     services,
     ...stackTokens(operatorKey, agentKey),
     logTail: (name) => [...(tails.get(name) ?? [])],
-    restart,
-    addReplica,
-    replicas: (name) => replicas.filter((r) => r.name === name),
+    restart: (name) => launcher.restartInstance(`${name}-1`),
+    addReplica: (name) => launcher.addReplica(name),
+    replicas: (name) => launcher.replicas(name),
     restartReplica,
-    instance: instanceOf,
-    async restartInstance(id) {
-      const p = instanceOf(id);
-      if (!p) throw new Error(`restartInstance: no process runs as ${id}`);
-      return replicas.includes(p) ? restartReplica(p) : restart(p.name as StackService);
-    },
+    instance: (id) => launcher.instance(id),
+    restartInstance: (id) => launcher.restartInstance(id),
     async stop() {
-      await Promise.all(replicas.map((r) => r.stop()));
-      for (const name of [...STACK_SERVICES].reverse()) await services.get(name)?.stop();
+      await launcher.stop();
       await Promise.all([nats.stop(), db.drop()]);
       rmSync(stateDir, { recursive: true, force: true });
     },
