@@ -49,8 +49,9 @@ export interface Stack {
   /**
    * Start one more process of a service beside the first, as a replica would run: its own
    * INSTANCE_ID (`<name>-2`, `-3`, ...) and ports, the same NATS and database. The stack stops it too.
+   * `env` overrides settings of this process only (a bench compares a setting on and off side by side).
    */
-  addReplica(name: StackService): Promise<ServiceProcess>;
+  addReplica(name: StackService, env?: NodeJS.ProcessEnv): Promise<ServiceProcess>;
   /** The replicas of a service started beside its first process (by `replicas` or `addReplica`). */
   replicas(name: StackService): ServiceProcess[];
   /** Stop (if still running) and start again one replica, with its instance id, env and ports. */
@@ -167,9 +168,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     return p;
   };
   // Another process of a service: its own instance id and ports; the gateway's and mcp's on any free port.
-  const addReplica = async (name: StackService) => {
+  const addReplica = async (name: StackService, overrides: NodeJS.ProcessEnv = {}) => {
     const n = replicas.filter((r) => r.name === name).length + 2;
-    const env = { ...envFor(name), INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' };
+    const env = { ...envFor(name), ...overrides, INSTANCE_ID: `${name}-${n}`, GATEWAY_PORT: '0', MCP_PORT: '0' };
     const p = await launch(name, env);
     replicas.push(p);
     replicaEnv.set(p, env);
