@@ -23,7 +23,7 @@ export const HoldSkipReasons = { pause: 'tree_paused', cancel: 'tree_cancelled' 
 export const skipReasonOf = (mode: HoldMode) => HoldSkipReasons[mode];
 
 /**
- * Every `skip_reason` a finished wakeup may carry (docs/operations.md "Wakeups"): why it launched
+ * Every `skip_reason` a finished wakeup may carry (docs/operations.md "Limits and rates"): why it launched
  * nothing. Refusals of the start rule (R-4.3, R-10.1) and of the live-session cap (R-11.2) are
  * final; `launch_failed` is a launch that kept failing until its attempts ran out.
  */
