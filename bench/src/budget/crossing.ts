@@ -13,9 +13,12 @@ export async function crossingToAgentsGone(b: BenchStack, live: number) {
   const { parent, mcp, children, pids } = await family(b, live);
   await mcp.close();
   const root = parent.id as string;
-  const sessions = (await Promise.all(children.map(async (c) => (await b.api.ok('GET', `/tasks/${c}`)).sessions as Array<{ id: string }>)))
+  // The live ones: a start that a busy lifecycle refused (and family() retried) left a FAILED session behind.
+  const sessions = (await Promise.all(children.map(async (c) => (await b.api.ok('GET', `/tasks/${c}`)).sessions as Array<{ id: string; state: string }>)))
     .flat()
+    .filter((s) => s.state === 'RUNNING')
     .map((s) => s.id);
+  if (sessions.length !== live) throw new Error(`expected ${live} running sessions, found ${sessions.length}`);
   await b.api.ok('PUT', `/tasks/${root}/tree/budget`, { limit_cents: 100 });
   const sql = postgres(b.stack.db.url, { max: 1, onnotice: () => undefined });
   try {

@@ -7,7 +7,7 @@
 // before and after ADR 0078's running total); and the time from the cost event that crosses the cap
 // to every agent of a live tree gone.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,36 +33,43 @@ const commit = (() => {
 })();
 const load = () => loadavg().map((x) => Math.round(x * 100) / 100);
 const loadAtStart = load();
-const figures: Record<string, unknown> = {};
+const resultsFile = join(benchDir, 'results', 'budget.json');
+// A run of some parts keeps the other parts' figures from the file; each part says at which
+// commit, when and at what load it was measured.
+const figures: Record<string, unknown> = existsSync(resultsFile)
+  ? ((JSON.parse(readFileSync(resultsFile, 'utf8')) as { figures?: Record<string, unknown> }).figures ?? {})
+  : {};
+async function measured(key: string, fn: () => Promise<Record<string, unknown>>): Promise<void> {
+  const at = { commit, date: new Date().toISOString(), loadavg_at_start: load() };
+  const out = await fn();
+  figures[key] = { ...out, measured: { ...at, loadavg_at_end: load() } };
+}
+
+async function crossings() {
+  const runs = [];
+  for (let r = 0; r < RUNS; r++) {
+    const c = await crossingToAgentsGone(b, LIVE);
+    log(`crossing → ${LIVE} agents gone: ${JSON.stringify(c)} (load ${load().join(' ')})`);
+    runs.push({ ...c, loadavg: load() });
+  }
+  return {
+    what: `POST /cost-events that reaches the cap of a root with ${LIVE} children each running a scripted agent (a long turn): its reply, every session CANCELLED (polled in the database every 5 ms), every agent process gone (signal 0 every 5 ms); ${RUNS} runs, each on a fresh tree`,
+    runs,
+    spread_ms: {
+      cost_event_reply: spread(runs.map((r) => r.cost_event_reply_ms)),
+      all_sessions_cancelled: spread(runs.map((r) => r.all_sessions_cancelled_ms)),
+      all_agents_gone: spread(runs.map((r) => r.all_agents_gone_ms)),
+    },
+  };
+}
+
 // One stack for every part: the first mcp process runs with the agent rate on (the defaults), as
 // users get it; 100 live agents need room for 100 executions on one lifecycle instance (ADR 0064).
 const b = await startBenchStack({ ...RATE_ON, MAX_EXECUTIONS: '0' });
 try {
-  if (PARTS.has('rate')) {
-    figures.rate_limiter_on_mcp_stop = await rateLimiterCost(b, ITERATIONS);
-    log(`rate: ${JSON.stringify((figures.rate_limiter_on_mcp_stop as { ratios: unknown }).ratios)}`);
-  }
-  if (PARTS.has('ingestion')) {
-    figures.budget_check_on_ingestion = await ingestion(b, ITERATIONS);
-    log('ingestion done');
-  }
-  if (PARTS.has('crossing')) {
-    const runs = [];
-    for (let r = 0; r < RUNS; r++) {
-      const c = await crossingToAgentsGone(b, LIVE);
-      log(`crossing → ${LIVE} agents gone: ${JSON.stringify(c)} (load ${load().join(' ')})`);
-      runs.push({ ...c, loadavg: load() });
-    }
-    figures.crossing_to_agents_gone = {
-      what: `POST /cost-events that reaches the cap of a root with ${LIVE} children each running a scripted agent (a long turn): its reply, every session CANCELLED (polled in the database every 5 ms), every agent process gone (signal 0 every 5 ms); ${RUNS} runs, each on a fresh tree`,
-      runs,
-      spread_ms: {
-        cost_event_reply: spread(runs.map((r) => r.cost_event_reply_ms)),
-        all_sessions_cancelled: spread(runs.map((r) => r.all_sessions_cancelled_ms)),
-        all_agents_gone: spread(runs.map((r) => r.all_agents_gone_ms)),
-      },
-    };
-  }
+  if (PARTS.has('rate')) await measured('rate_limiter_on_mcp_stop', () => rateLimiterCost(b, ITERATIONS));
+  if (PARTS.has('ingestion')) await measured('budget_check_on_ingestion', () => ingestion(b, ITERATIONS));
+  if (PARTS.has('crossing')) await measured('crossing_to_agents_gone', crossings);
 } finally {
   await b.stop();
 }
@@ -72,11 +79,11 @@ const result = {
   commit,
   machine: { cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`, loadavg: { at_start: loadAtStart, at_end: load() }, node: process.version },
   date: new Date().toISOString(),
-  note: 'Measured on a 2-core machine shared with other work (see loadavg): absolute figures are inflated by it; cases are interleaved in the same run, so read the ratios.',
+  note: "Measured on a 2-core machine shared with other work (see loadavg, and each part's `measured`): absolute figures are inflated by it; cases are interleaved in the same run, so read the ratios.",
   figures,
 };
 if (write) {
   mkdirSync(join(benchDir, 'results'), { recursive: true });
-  writeFileSync(join(benchDir, 'results', 'budget.json'), JSON.stringify(result, null, 2) + '\n');
+  writeFileSync(resultsFile, JSON.stringify(result, null, 2) + '\n');
   log('wrote bench/results/budget.json');
 } else process.stdout.write(JSON.stringify(result, null, 2) + '\n');
