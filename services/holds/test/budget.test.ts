@@ -177,7 +177,10 @@ describe('budgets', () => {
     await cost(b, 100);
     expect(await get(root)).toMatchObject({ state: 'warned', spent_cents: 500 });
     await cost(b, 100);
-    await eventually(async () => crossingsOf(root, 'warned').length === 1 && eventsOf(root, 'tree_budget.warned').length === 1, 10_000);
+    // One crossing, one key; its report may be sent twice (the sweeper's retry of a report still in
+    // flight on a loaded loop), which the orchestrator acts on once.
+    await eventually(async () => crossingsOf(root, 'warned').length >= 1 && eventsOf(root, 'tree_budget.warned').length === 1, 10_000);
+    expect(new Set(crossingsOf(root, 'warned').map((c) => c.key)).size).toBe(1);
     expect(eventsOf(root, 'tree_budget.warned')[0]!.data).toMatchObject({ task_id: root, state: 'warned', spent_cents: 500, limit_cents: 1000 });
   });
 
@@ -282,9 +285,9 @@ describe('budgets', () => {
     // One notification of each, the warning first.
     const sent = events.filter((e) => e.task_id === root).map((e) => e.type);
     expect(sent).toEqual(['tree_budget.warned', 'tree_budget.exceeded']);
-    // More spend: nothing again.
+    // More spend: no new crossing (a sweeper's late resend of these two keys is not one).
     await cost(b, 10);
-    expect(crossed.filter((c) => c.task_id === root)).toHaveLength(reports.length);
+    expect(new Set(crossed.filter((c) => c.task_id === root).map((c) => c.key)).size).toBe(2);
   });
 
   it('a warning still unreported when the cap is reached is reported before it, under its own key, once', async () => {
