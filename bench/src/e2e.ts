@@ -24,7 +24,9 @@ const running = new Set<BenchStack>();
 
 /** The whole system as processes (as `npm start` runs it), with the agents' log and a NATS client. */
 export async function startBenchStack(env: NodeJS.ProcessEnv = {}, opts: Omit<StackOptions, 'env'> = {}): Promise<BenchStack> {
-  const world = await startAgentStack({ LOG_LEVEL: 'warn', ...env }, opts);
+  // Rates off unless a scenario sets them (the budget bench measures the limiter): a scenario's burst
+  // from one token measures a path, not the limit (ADR 0065).
+  const world = await startAgentStack({ LOG_LEVEL: 'warn', KANDEV_AGENT_RATE: '0', KANDEV_OPERATOR_RATE: '0', ...env }, opts);
   // The test observer's NATS user, signing as a service: the scenarios send its requests on the bus (ADR 0055).
   const signingAs = async (service: 'gateway' | 'orchestrator') => {
     const conn = await connectNats({ url: world.stack.nats.url, name: `bench-client-${service}`, ...natsLogin(world.stack.nats) });

@@ -130,6 +130,28 @@ describe('tree budgets', () => {
     }
   });
 
+  it('one cost event from below the warning past the cap: warned, then exceeded, in that order, once each (notifications and audit rows)', async () => {
+    const { workspace_id, task: root } = await makeTask(w.api, { title: 'jump root' });
+    const c = await child(w.api, workspace_id, root.id, 'big spender');
+    const ws = await WsClient.connect(w.stack.wsUrl, w.token);
+    try {
+      await ws.request('subscribe', { task_id: root.id });
+      await w.api.ok('PUT', `/tasks/${root.id}/tree/budget`, { limit_cents: 1000 }); // warns at 800
+      expect((await costEvent(c.id, 100)).status).toBe(201);
+      expect((await costEvent(c.id, 2000)).status).toBe(201);
+      const exceeded = await ws.waitFor((f) => f.action === 'tree_budget.exceeded' && f.payload.task_id === root.id, PAUSE_BOUND_MS);
+      expect(exceeded.payload).toMatchObject({ state: 'exceeded', spent_cents: 2100 });
+      const budgetFrames = ws.notifications.filter((f) => f.action.startsWith('tree_budget.') && f.payload.task_id === root.id).map((f) => f.action);
+      expect(budgetFrames).toEqual(['tree_budget.warned', 'tree_budget.exceeded']);
+      // Newest first: the exceeded row after the warned one, one of each.
+      const audit = (await w.api.get(`/tasks/${root.id}/audit`)).body as Array<{ action: string; outcome: string }>;
+      const rows = audit.filter((x) => x.action.startsWith('tree.budget_')).map((x) => `${x.action}:${x.outcome}`);
+      expect(rows).toEqual(['tree.budget_exceeded:paused', 'tree.budget_warned:warned']);
+    } finally {
+      ws.close();
+    }
+  });
+
   it('children an agent creates with create_task_kandev are in the budget: their cost counts and the pause holds them', async () => {
     const { task: root } = await makeTask(w.api, { title: 'coordinator' });
     await w.api.ok('PUT', `/tasks/${root.id}/tree/budget`, { limit_cents: 100 });

@@ -22,6 +22,24 @@ export const MAX_HOLD_MEMBERS = 5000;
 export const HoldSkipReasons = { pause: 'tree_paused', cancel: 'tree_cancelled' } as const satisfies Record<HoldMode, string>;
 export const skipReasonOf = (mode: HoldMode) => HoldSkipReasons[mode];
 
+/**
+ * Every `skip_reason` a finished wakeup may carry (docs/operations.md "Limits and rates"): why it launched
+ * nothing. Refusals of the start rule (R-4.3, R-10.1) and of the live-session cap (R-11.2) are
+ * final; `launch_failed` is a launch that kept failing until its attempts ran out.
+ */
+export const WakeupSkipReasons = {
+  treePaused: HoldSkipReasons.pause,
+  treeCancelled: HoldSkipReasons.cancel,
+  taskCancelled: 'task_cancelled',
+  taskArchived: 'task_archived',
+  /** The workspace had KANDEV_MAX_LIVE_SESSIONS_PER_WORKSPACE live sessions (CONFLICT `live_sessions_per_workspace`). */
+  liveSessionLimit: 'live_session_limit',
+  /** Refused for a reason of no name of its own (an orchestrator that predates the reasons). */
+  launchRefused: 'launch_refused',
+  launchFailed: 'launch_failed',
+} as const;
+export type WakeupSkipReason = (typeof WakeupSkipReasons)[keyof typeof WakeupSkipReasons];
+
 export const TreeTask = z.object({ id, title: z.string(), status: TaskStatus, depth: z.number().int().nonnegative() });
 export const TreePreview = z.object({
   task_count: z.number().int(),

@@ -50,7 +50,8 @@ export interface ServiceLauncher {
   /** Every service at once, lifecycle once mcp listens (it hands agents mcp's URL); settles all before throwing. */
   startAll(names?: readonly StackService[]): Promise<void>;
   /** One more process of `name` (`<name>-2`, `-3`, …) with ports of its own. */
-  addReplica(name: StackService): Promise<ServiceProcess>;
+  /** `env` overrides settings of this process only (a bench compares a setting on and off side by side). */
+  addReplica(name: StackService, env?: NodeJS.ProcessEnv): Promise<ServiceProcess>;
   /** Stop (if still running) and start again the process of `instanceId` with the env of its first start. */
   restartInstance(instanceId: string): Promise<ServiceProcess>;
   /** The process running as `instanceId`. */
@@ -145,13 +146,13 @@ export function createServiceLauncher(opts: LauncherOptions): ServiceLauncher {
       const failed = started.find((r) => r.status === 'rejected');
       if (failed) throw failed.reason;
     },
-    async addReplica(name) {
+    async addReplica(name, env = {}) {
       const n =
         [...byInstance.keys(), ...envOf.keys()].filter((id) => id.startsWith(`${name}-`)).reduce((m, id) => Math.max(m, Number(id.slice(name.length + 1))), 1) +
         1;
       const port = (await opts.replicaPort?.()) ?? '0';
       const ports = name === 'gateway' ? { GATEWAY_PORT: port } : name === 'mcp' ? { MCP_PORT: port } : {};
-      return launch(name, { ...envFor(name, `${name}-${n}`), ...ports });
+      return launch(name, { ...envFor(name, `${name}-${n}`), ...env, ...ports });
     },
     async restartInstance(instanceId) {
       const env = envOf.get(instanceId);

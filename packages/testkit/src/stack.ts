@@ -49,8 +49,9 @@ export interface Stack {
   /**
    * Start one more process of a service beside the first, as a replica would run: its own
    * INSTANCE_ID (`<name>-2`, `-3`, ...) and ports, the same NATS and database. The stack stops it too.
+   * `env` overrides settings of this process only (a bench compares a setting on and off side by side).
    */
-  addReplica(name: StackService): Promise<ServiceProcess>;
+  addReplica(name: StackService, env?: NodeJS.ProcessEnv): Promise<ServiceProcess>;
   /** The replicas of a service started beside its first process (by `replicas` or `addReplica`). */
   replicas(name: StackService): ServiceProcess[];
   /** Stop (if still running) and start again one replica, with its instance id, env and ports. */
@@ -113,10 +114,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       // Stacks of test files running side by side must not hand out the same agent uid.
       ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
       ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
-      // R-11.2 request rates are off in test stacks unless a test sets them (e2e/test/coordination.test.ts
-      // does): a test's burst of calls from one token is not what it tests.
-      KANDEV_AGENT_RATE: '0',
-      KANDEV_OPERATOR_RATE: '0',
+      // R-11.2 request rates are the services' defaults here, as users get them (agents 20/s, operators
+      // 50/s per token): a test that floods one token on purpose sets its own, and one that is not about
+      // rates but must burst past them says so with `KANDEV_*_RATE: '0'`.
       ...opts.env,
     },
     keys: { operator: operatorKey, agent: agentKey },
@@ -165,7 +165,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...stackTokens(operatorKey, agentKey),
     logTail: (name) => [...(tails.get(name) ?? [])],
     restart: (name) => launcher.restartInstance(`${name}-1`),
-    addReplica: (name) => launcher.addReplica(name),
+    addReplica: (name, env) => launcher.addReplica(name, env),
     replicas: (name) => launcher.replicas(name),
     restartReplica,
     instance: (id) => launcher.instance(id),

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KandevError, Orch, OrchMcpClarification } from '@kandev/contracts';
+import { randomUUID } from 'node:crypto';
+import { KandevError, Orch, OrchMcpClarification, OrchTree } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { agentToken, operator, startHarness, type Harness } from './harness.js';
 
@@ -85,6 +86,18 @@ describe('limits an agent cannot exceed', () => {
     await request(h.nc, Orch.taskStop, { actor: operator, task_id: running[0]!.id });
     expect((await h.startSession(idle[0]!.id, 'work')).state).toBe('RUNNING');
     for (const t of [...running.slice(1), idle[0]!, other]) await request(h.nc, Orch.taskStop, { actor: operator, task_id: t.id });
+  });
+
+  it('a wakeup refused by the live-session cap launches nothing and names the cap as its skip reason', async () => {
+    const ws = await h.workspace();
+    const tasks = await Promise.all(Array.from({ length: 4 }, (_, i) => h.task(ws.id, `w${i}`)));
+    for (const t of tasks.slice(0, 3)) await h.startSession(t.id, 'work');
+    const launchesBefore = h.life.launches.length;
+    const refused = await request(h.nc, OrchTree.wakeupLaunch, { wakeup_id: randomUUID(), task_id: tasks[3]!.id, prompt: 'wake up' });
+    expect(refused).toMatchObject({ launched: false, hold_mode: null, skip_reason: 'live_session_limit' });
+    expect(h.life.launches.length).toBe(launchesBefore);
+    expect((await h.getTask(tasks[3]!.id)).sessions).toHaveLength(0);
+    for (const t of tasks.slice(0, 3)) await request(h.nc, Orch.taskStop, { actor: operator, task_id: t.id });
   });
 
   it('pending question bundles per session: the 2nd is accepted, the 3rd refused', async () => {

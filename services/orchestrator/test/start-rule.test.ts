@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { SessionState, TaskStatus } from '@kandev/contracts';
-import { earlyRefusal, sessionStartVerdict, type LiveSessionPolicy } from '../src/domain/start.js';
+import { earlyRefusal, sessionStartVerdict, wakeupSkipReason, type LiveSessionPolicy } from '../src/domain/start.js';
 
 /** The one start rule (R-10.1, B-1, ADR 0060) as a plain function: every path that starts a session asks it. */
 const task = (status: TaskStatus = 'TODO', archived = false) => ({ status, archived_at: archived ? '2026-12-07T00:00:00Z' : null });
@@ -57,5 +57,12 @@ describe('may this task get a session now?', () => {
     expect(earlyRefusal({ task: task('CANCELLED'), hold: { hold_id: 'h', mode: 'cancel' } })).toMatchObject({ reason: 'tree_cancelled' });
     expect(earlyRefusal({ task: task('TODO', true), hold: null })).toMatchObject({ reason: 'task_archived', message: 'task is archived' });
     expect(earlyRefusal({ task: task('IN_PROGRESS'), hold: null })).toBeNull();
+  });
+
+  it("names a refused wakeup's skip reason: the rule's own, the live-session cap's, else none", () => {
+    expect(wakeupSkipReason({ reason: 'tree_paused', hold_id: 'h', hold_mode: 'pause' })).toBe('tree_paused');
+    expect(wakeupSkipReason({ limit: 'live_sessions_per_workspace', max: 3, current: 3 })).toBe('live_session_limit');
+    expect(wakeupSkipReason({ limit: 'children_per_task', max: 3, current: 3 })).toBeUndefined();
+    expect(wakeupSkipReason(undefined)).toBeUndefined();
   });
 });

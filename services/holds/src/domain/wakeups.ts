@@ -1,4 +1,4 @@
-import { skipReasonOf, type HoldMode } from '@kandev/contracts';
+import { skipReasonOf, WakeupSkipReasons, type HoldMode } from '@kandev/contracts';
 
 /** How a launch attempt ends a claimed wakeup (R-4.3, docs/requirements.md; POST /wakeups). */
 export type LaunchVerdict =
@@ -7,8 +7,6 @@ export type LaunchVerdict =
   | { kind: 'failed'; error: string };
 
 export type WakeupOutcome = { status: 'finished'; skip_reason: string | null; session_id: string | null } | { status: 'queued' };
-
-export const WakeupSkipReasons = { launchRefused: 'launch_refused', launchFailed: 'launch_failed' } as const;
 
 /**
  * A refused launch carries the start rule's reason (`task_cancelled`, `tree_paused`, …, R-10.1), or

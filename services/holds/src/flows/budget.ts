@@ -14,12 +14,14 @@ import {
   type TreeBudget,
 } from '@kandev/contracts';
 import { buildEvent, repeatEvery, request, transaction, type EventScope, type Tx } from '@kandev/runtime';
-import { crossingKey, evaluateBudget } from '../domain/budget.js';
+import { crossingKey, evaluateBudget, recordCrossings } from '../domain/budget.js';
 import {
+  addToBudgetSpend,
   clearBudgetHold,
   deleteBudget,
   getBudget,
-  lockBudgetOfTask,
+  lockTreeSpendExclusive,
+  lockTreeSpendShared,
   settleCrossing,
   stalePendingCrossings,
   toBudget,
@@ -57,37 +59,48 @@ export interface Crossing {
   workspaceId: string;
   seq: number;
   crossing: BudgetCrossing;
+  /** A warning to report first, under its own key (a jump past the cap, or a warning not yet reported). */
+  warningSeq: number | null;
   budget: TreeBudget;
 }
+
+const crossingOfRow = (row: BudgetRow): Crossing => ({
+  rootId: row.task_id,
+  workspaceId: row.workspace_id,
+  seq: row.crossing_seq,
+  crossing: row.pending!,
+  warningSeq: row.pending === 'exceeded' ? row.warning_seq : null,
+  budget: toBudget(row),
+});
 
 const scopeOf = (row: BudgetRow): EventScope => ({ workspace_id: row.workspace_id, task_id: row.task_id, actor: BUDGET_ACTOR });
 
 /**
- * The budget re-evaluated at `spent`, under its row lock (the caller holds it): its new state, and
- * the crossing that makes, once. A warning is announced in the same transaction
- * (`tree_budget.warned`); the cap's announcement waits for the pause (`settle`), to carry its hold.
+ * The budget re-evaluated at its spend, under its row lock (the caller holds it): its new state,
+ * and the crossings that makes, once. A warning is announced in the same transaction
+ * (`tree_budget.warned`), so before anything the cap does; the cap's announcement waits for the
+ * pause (`settle`), to carry its hold.
  */
-async function applySpend(tx: Tx, emit: Emit, row: BudgetRow, spent: number): Promise<{ budget: TreeBudget; crossing: Crossing | null }> {
-  const change = evaluateBudget(row.state, spent, Number(row.limit_cents), row.warn_percent);
-  if (change.state === row.state && !change.crossing) return { budget: toBudget(row, spent), crossing: null };
-  const next = await writeState(tx, row.task_id, change.state, change.crossing);
-  const budget = toBudget(next, spent);
-  if (change.crossing === 'warned') emit('tree_budget.warned', scopeOf(next), budget);
-  return {
-    budget,
-    crossing: change.crossing ? { rootId: next.task_id, workspaceId: next.workspace_id, seq: next.crossing_seq, crossing: change.crossing, budget } : null,
-  };
+async function applySpend(tx: Tx, emit: Emit, row: BudgetRow): Promise<{ budget: TreeBudget; crossing: Crossing | null }> {
+  const change = evaluateBudget(row.state, Number(row.spent_cents), Number(row.limit_cents), row.warn_percent);
+  if (change.state === row.state && !change.crossings.length) return { budget: toBudget(row), crossing: null };
+  const next = await writeState(tx, row.task_id, change.state, change.crossings.length ? recordCrossings(row, change.crossings) : null);
+  const budget = toBudget(next);
+  if (change.crossings.includes('warned')) emit('tree_budget.warned', scopeOf(next), budget);
+  return { budget, crossing: change.crossings.length ? crossingOfRow(next) : null };
 }
 
 /**
- * The check every cost event makes, inside its own transaction after its rollup: the budget of the
- * event's tree, locked, against the tree's cost now. A tree with no budget costs one index probe.
+ * The check every cost event makes, inside its own transaction after its rollup: the event's cost
+ * added to its tree's budget (the running total, ADR 0078), and the state re-evaluated under the
+ * row lock that addition takes. A tree with no budget costs a shared lock and a probe that finds none.
  */
-export async function checkBudget(tx: Tx, emit: Emit, taskId: string): Promise<Crossing | null> {
-  const row = await lockBudgetOfTask(tx, taskId);
+export async function checkBudget(tx: Tx, emit: Emit, taskId: string, cents: number): Promise<Crossing | null> {
+  const rootId = await lockTreeSpendShared(tx, taskId);
+  if (!rootId) return null;
+  const row = await addToBudgetSpend(tx, rootId, cents);
   if (!row) return null;
-  const spent = (await treeCost(tx, row.task_id)).cost_cents;
-  return (await applySpend(tx, emit, row, spent)).crossing;
+  return (await applySpend(tx, emit, row)).crossing;
 }
 
 /**
@@ -96,6 +109,14 @@ export async function checkBudget(tx: Tx, emit: Emit, taskId: string): Promise<C
  * Returns the budget as settled, or null when a newer crossing or another replica got there first.
  */
 export async function actOnCrossing(rt: HoldsRuntime, requestId: string, c: Crossing): Promise<TreeBudget | null> {
+  // The warning the cap went past is audited first, under its own key: warned, then exceeded, once each.
+  if (c.warningSeq !== null)
+    await request(
+      rt.nc,
+      OrchBudget.crossed,
+      { task_id: c.rootId, crossing: 'warned', key: crossingKey(c.rootId, c.warningSeq), budget: c.budget },
+      { requestId },
+    );
   const { hold_id } = await request(
     rt.nc,
     OrchBudget.crossed,
@@ -105,7 +126,7 @@ export async function actOnCrossing(rt: HoldsRuntime, requestId: string, c: Cros
   return transactEvents(rt, async (tx, emit) => {
     const settled = await settleCrossing(tx, c.rootId, c.seq, hold_id);
     if (!settled) return null;
-    const budget = toBudget(settled, (await treeCost(tx, c.rootId)).cost_cents);
+    const budget = toBudget(settled);
     if (c.crossing === 'exceeded') emit('tree_budget.exceeded', scopeOf(settled), budget);
     return budget;
   });
@@ -125,14 +146,18 @@ export async function setBudget(rt: HoldsRuntime, call: CallContext, req: Reques
   const task = await knownTask(rt, call, req.actor, req.task_id);
   if (task.parent_id !== null) throw validationError('a budget caps a whole tree: set it on the root task', { task_id: task.id });
   const { budget, crossing } = await transactEvents(rt, async (tx, emit) => {
+    // Counted once every cost event of the tree in flight has committed, before any later one looks
+    // for the budget: the running total starts exact (ADR 0078), and a PUT re-syncs it.
+    await lockTreeSpendExclusive(tx, task.id);
     const row = await upsertBudget(tx, {
       task_id: task.id,
       workspace_id: task.workspace_id,
       limit_cents: req.limit_cents,
       warn_percent: req.warn_percent ?? DEFAULT_BUDGET_WARN_PERCENT,
       created_by: actorLabel(req.actor),
+      spent_cents: (await treeCost(tx, task.id)).cost_cents,
     });
-    return applySpend(tx, emit, row, (await treeCost(tx, task.id)).cost_cents);
+    return applySpend(tx, emit, row);
   });
   if (!crossing) return budget;
   // A cap set below what the tree has cost pauses it now: the answer carries the hold.
@@ -147,7 +172,7 @@ export async function readBudget(rt: HoldsRuntime, call: CallContext, actor: Act
   const task = await knownTask(rt, call, actor, taskId);
   const row = await getBudget(rt.sql, task.id);
   if (!row) throw notFound('this task has no budget');
-  return toBudget(row, (await treeCost(rt.sql, task.id)).cost_cents);
+  return toBudget(row);
 }
 
 /** DELETE: idempotent. A budget hold still active stays; resuming it is no longer refused. */
@@ -159,13 +184,13 @@ export async function removeBudget(rt: HoldsRuntime, call: CallContext, actor: A
 /** The orchestrator's resume check: the budget of the tree rooted here, if any. */
 export async function budgetOfRoot(rt: HoldsRuntime, taskId: string): Promise<{ budget: TreeBudget | null }> {
   const row = await getBudget(rt.sql, taskId);
-  return { budget: row ? toBudget(row, (await treeCost(rt.sql, taskId)).cost_cents) : null };
+  return { budget: row ? toBudget(row) : null };
 }
 
 /** The cost summary's `budget`: the task's own, when it is a budgeted root. */
-export async function budgetForSummary(rt: HoldsRuntime, taskId: string, spent: number): Promise<TreeBudget | null> {
+export async function budgetForSummary(rt: HoldsRuntime, taskId: string): Promise<TreeBudget | null> {
   const row = await getBudget(rt.sql, taskId);
-  return row ? toBudget(row, spent) : null;
+  return row ? toBudget(row) : null;
 }
 
 /** A released hold is no longer a budget's. */
@@ -180,16 +205,8 @@ export function startBudgetSweeper(rt: HoldsRuntime): () => void {
   return repeatEvery(
     rt.env.BUDGET_SWEEP_MS,
     async () => {
-      for (const row of await stalePendingCrossings(rt.sql, rt.env.BUDGET_CROSSING_RETRY_MS, 20)) {
-        const spent = (await treeCost(rt.sql, row.task_id)).cost_cents;
-        await actOnCrossing(rt, `budget-sweep:${row.task_id}:${row.crossing_seq}`, {
-          rootId: row.task_id,
-          workspaceId: row.workspace_id,
-          seq: row.crossing_seq,
-          crossing: row.pending!,
-          budget: toBudget(row, spent),
-        });
-      }
+      for (const row of await stalePendingCrossings(rt.sql, rt.env.BUDGET_CROSSING_RETRY_MS, 20))
+        await actOnCrossing(rt, `budget-sweep:${row.task_id}:${row.crossing_seq}`, crossingOfRow(row));
     },
     (e) => rt.log.warn({ err: e }, 'budget sweep failed'),
   );

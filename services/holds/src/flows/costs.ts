@@ -42,7 +42,7 @@ export async function recordCostEvent(rt: HoldsRuntime, call: CallContext, actor
       priced: e.priced ?? true,
     });
     // B-8: the tree's budget, checked under its row lock with this event counted; a duplicate changes nothing.
-    if (!recorded.duplicate) found.crossing = await checkBudget(tx, emit, task.id);
+    if (!recorded.duplicate) found.crossing = await checkBudget(tx, emit, task.id, e.cost_cents);
     return recorded;
   });
   // Committed and new (a replayed usage event counts once): the spend the spending alerts read.
@@ -65,6 +65,6 @@ export async function costSummary(rt: HoldsRuntime, call: CallContext, actor: Ac
   const root = await knownTask(rt, call, actor, taskId);
   const cost = await treeCost(rt.sql, root.id);
   // B-8: a budgeted root's summary carries its budget (an added field, absent for every other task).
-  const budget = await budgetForSummary(rt, root.id, cost.cost_cents);
+  const budget = await budgetForSummary(rt, root.id);
   return { task_id: root.id, include_descendants: true as const, ...cost, ...(budget ? { budget } : {}) };
 }

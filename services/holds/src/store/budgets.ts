@@ -1,5 +1,6 @@
 import type { BudgetCrossing, BudgetState, TreeBudget } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
+import type { CrossingLedger } from '../domain/budget.js';
 
 type Q = Sql | Tx;
 
@@ -12,14 +13,17 @@ export interface BudgetRow {
   hold_id: string | null;
   crossing_seq: number;
   pending: BudgetCrossing | null;
+  warning_seq: number | null;
+  /** The tree's running total (ADR 0078): every cost event of the tree adds to it in its own transaction. */
+  spent_cents: string | number;
 }
-const COLS = 'task_id, workspace_id, limit_cents, warn_percent, state, hold_id, crossing_seq, pending';
+const COLS = 'task_id, workspace_id, limit_cents, warn_percent, state, hold_id, crossing_seq, pending, warning_seq, spent_cents';
 
-export const toBudget = (r: BudgetRow, spentCents: number): TreeBudget => ({
+export const toBudget = (r: BudgetRow): TreeBudget => ({
   task_id: r.task_id,
   limit_cents: Number(r.limit_cents),
   warn_percent: r.warn_percent,
-  spent_cents: spentCents,
+  spent_cents: Number(r.spent_cents),
   state: r.state,
   hold_id: r.hold_id,
 });
@@ -29,49 +33,67 @@ export async function getBudget(q: Q, rootId: string): Promise<BudgetRow | null>
   return row ?? null;
 }
 
-export async function lockBudget(tx: Tx, rootId: string): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(`SELECT ${COLS} FROM tree_budgets WHERE task_id = $1 FOR UPDATE`, [rootId], { prepare: true });
-  return row ?? null;
-}
-
 /**
- * The budget of the tree a task is in, locked (FOR UPDATE): the cost events of one budgeted tree
- * take it one after another, so exactly one of them sees the state change it makes (B-8, B-5).
- * One index probe through the projection's root_id; nothing locked when the tree has no budget.
+ * The lock that keeps a running total exact when a budget is created or re-synced while cost
+ * events of its tree commit (ADR 0078): every cost event takes it shared before it looks for its
+ * tree's budget, a PUT takes it exclusive before it counts the tree. So a PUT counts every event
+ * that did not see its budget, and an event that starts after the PUT sees the budget. Shared
+ * locks do not wait for each other: the events of a tree without a budget never queue on it.
+ * Returns the task's root (null when the task is not in the projection).
  */
-export async function lockBudgetOfTask(tx: Tx, taskId: string): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `SELECT b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.state, b.hold_id, b.crossing_seq, b.pending
-     FROM task_tree t JOIN tree_budgets b ON b.task_id = t.root_id WHERE t.task_id = $1 FOR UPDATE OF b`,
+export async function lockTreeSpendShared(tx: Tx, taskId: string): Promise<string | null> {
+  const [row] = await tx.unsafe<{ root_id: string }[]>(
+    `SELECT root_id, pg_advisory_xact_lock_shared(hashtextextended('kandev.budget-spend:' || root_id::text, 0)) FROM task_tree WHERE task_id = $1`,
     [taskId],
     { prepare: true },
   );
+  return row?.root_id ?? null;
+}
+
+/** The PUT's side of `lockTreeSpendShared`: waits for the tree's cost events in flight, holds new ones off until commit. */
+export async function lockTreeSpendExclusive(tx: Tx, rootId: string): Promise<void> {
+  await tx.unsafe(`SELECT pg_advisory_xact_lock(hashtextextended('kandev.budget-spend:' || $1::text, 0))`, [rootId], { prepare: true });
+}
+
+/**
+ * A cost event of this tree adds to its budget's running total, exactly once (in the event's own
+ * transaction, only for an event not recorded before). The UPDATE locks the budget row, so the
+ * events of one budgeted tree take it one after another and exactly one of them sees the state
+ * change it makes (B-8, B-5); its lock is held only for a primary-key update, never for a count of
+ * the tree. Null when the tree has no budget (nothing locked).
+ */
+export async function addToBudgetSpend(tx: Tx, rootId: string, cents: number): Promise<BudgetRow | null> {
+  const [row] = await tx.unsafe<BudgetRow[]>(`UPDATE tree_budgets SET spent_cents = spent_cents + $2 WHERE task_id = $1 RETURNING ${COLS}`, [rootId, cents], {
+    prepare: true,
+  });
   return row ?? null;
 }
 
 /** Create or change a budget's cap and threshold (the state is written by `writeState` in the same transaction). */
 export async function upsertBudget(
   tx: Tx,
-  b: { task_id: string; workspace_id: string; limit_cents: number; warn_percent: number; created_by: string },
+  b: { task_id: string; workspace_id: string; limit_cents: number; warn_percent: number; created_by: string; spent_cents: number },
 ): Promise<BudgetRow> {
+  // The spend is the tree's count, made under `lockTreeSpendExclusive`: a PUT also re-syncs the total.
   const [row] = await tx.unsafe<BudgetRow[]>(
-    `INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by)
-     VALUES ($1, $2, $3, $4, 'ok', $5)
-     ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent, updated_at = now()
+    `INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by, spent_cents)
+     VALUES ($1, $2, $3, $4, 'ok', $5, $6)
+     ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent,
+       spent_cents = EXCLUDED.spent_cents, updated_at = now()
      RETURNING ${COLS}`,
-    [b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.created_by],
+    [b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.created_by, b.spent_cents],
     { prepare: true },
   );
   return row!;
 }
 
-/** A budget's new state; a crossing also becomes the pending one, under a new sequence number. */
-export async function writeState(tx: Tx, rootId: string, state: BudgetState, crossing: BudgetCrossing | null): Promise<BudgetRow> {
+/** A budget's new state, and with crossings its new ledger (domain/budget.ts `recordCrossings`). */
+export async function writeState(tx: Tx, rootId: string, state: BudgetState, ledger: CrossingLedger | null): Promise<BudgetRow> {
   const [row] = await tx.unsafe<BudgetRow[]>(
-    crossing
-      ? `UPDATE tree_budgets SET state = $2, crossing_seq = crossing_seq + 1, pending = $3, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`
+    ledger
+      ? `UPDATE tree_budgets SET state = $2, crossing_seq = $3, pending = $4, warning_seq = $5, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`
       : `UPDATE tree_budgets SET state = $2, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`,
-    crossing ? [rootId, state, crossing] : [rootId, state],
+    ledger ? [rootId, state, ledger.crossing_seq, ledger.pending, ledger.warning_seq] : [rootId, state],
     { prepare: true },
   );
   return row!;
@@ -83,7 +105,7 @@ export async function writeState(tx: Tx, rootId: string, state: BudgetState, cro
  */
 export async function settleCrossing(tx: Tx, rootId: string, seq: number, holdId: string | null): Promise<BudgetRow | null> {
   const [row] = await tx.unsafe<BudgetRow[]>(
-    `UPDATE tree_budgets SET pending = NULL, hold_id = COALESCE($3::uuid, hold_id), updated_at = now()
+    `UPDATE tree_budgets SET pending = NULL, warning_seq = NULL, hold_id = COALESCE($3::uuid, hold_id), updated_at = now()
      WHERE task_id = $1 AND crossing_seq = $2 AND pending IS NOT NULL RETURNING ${COLS}`,
     [rootId, seq, holdId],
     { prepare: true },

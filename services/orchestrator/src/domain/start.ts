@@ -1,4 +1,4 @@
-import { conflict, skipReasonOf, type HoldMode, type KandevError, type SessionState, type TaskStatus } from '@kandev/contracts';
+import { conflict, skipReasonOf, WakeupSkipReasons, type HoldMode, type KandevError, type SessionState, type TaskStatus } from '@kandev/contracts';
 
 /**
  * The one rule for "may this task get a session now?" (R-10.1, B-1, issue #54). Every path that
@@ -14,8 +14,8 @@ import { conflict, skipReasonOf, type HoldMode, type KandevError, type SessionSt
 
 /** Why a start is refused; for a wakeup it is also its `skip_reason`. */
 export const StartRefusals = {
-  archived: 'task_archived',
-  cancelled: 'task_cancelled',
+  archived: WakeupSkipReasons.taskArchived,
+  cancelled: WakeupSkipReasons.taskCancelled,
   paused: skipReasonOf('pause'),
   treeCancelled: skipReasonOf('cancel'),
   sessionLive: 'session_live',
@@ -73,4 +73,14 @@ export function earlyRefusal(facts: Pick<StartFacts<never>, 'task' | 'hold'>): E
 /** A refused start as the caller sees it: CONFLICT, with the reason (and the hold) in details. */
 export function refusalError(v: Extract<StartVerdict<unknown>, { kind: 'refuse' }>): KandevError {
   return conflict(v.message, v.details);
+}
+
+/**
+ * The `skip_reason` of a wakeup whose start was refused (CONFLICT): the start rule's reason, or the
+ * live-session cap's (R-11.2: the workspace is full, not the task refused); none for another refusal.
+ */
+export function wakeupSkipReason(details: Record<string, unknown> | undefined): string | undefined {
+  if (typeof details?.reason === 'string') return details.reason;
+  if (details?.limit === 'live_sessions_per_workspace') return WakeupSkipReasons.liveSessionLimit;
+  return undefined;
 }

@@ -1,5 +1,6 @@
 import { isKandevError, notFound, type Actor, type HoldMode, type OrchTree, type RequestOf } from '@kandev/contracts';
 import { assertCanAccess } from '../domain/access.js';
+import { wakeupSkipReason } from '../domain/start.js';
 import { getTask, lineageOf } from '../store/tasks.js';
 import type { CallContext, OrchRuntime } from './context.js';
 import { startSession } from './sessions.js';
@@ -24,7 +25,8 @@ export async function launchForWakeup(rt: OrchRuntime, call: CallContext, req: R
   } catch (e) {
     if (isKandevError(e) && e.code === 'CONFLICT') {
       const mode = (e.details?.hold_mode as HoldMode | undefined) ?? null;
-      const skip = typeof e.details?.reason === 'string' ? { skip_reason: e.details.reason } : {};
+      const reason = wakeupSkipReason(e.details);
+      const skip = reason ? { skip_reason: reason } : {};
       return { launched: false as const, hold_mode: mode, reason: e.message, ...skip };
     }
     throw e;
