@@ -11,7 +11,7 @@ import { lockTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
 import { SESSION_COLUMNS, toSession, toTask, type SessionRow } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { emitAgentCancelled } from './changes.js';
-import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { afterReply, mark, outboxRow, transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops } from './stop.js';
 
 /** The lifecycle's answer to a cancel it escalated (services/lifecycle domain/cancel.ts): the agent is being torn down. */
@@ -40,77 +40,81 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
     // One plain transaction, each step awaited in turn (ADR 0033): BEGIN; lookup, access check and
     // guard; the owner's answer; the writes; the outbox rows; COMMIT. The answer goes at commit, the
     // events once it is sent. A cancel is latency-critical (R-3).
-    const { result, publish } = await transactPublishLater(rt, async (tx, emit) => {
-      const s = await lockSessionWithOpenTurn(tx, sessionId);
-      mark('cancel.locked');
-      if (!s) throw notFound('session not found');
-      task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
-      if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
-      let res;
-      try {
-        res = await request(
-          rt.nc,
-          Life.cancel.at(s.instance_id),
-          { execution_id: s.execution_id, turn_id: s.open_turn_id },
-          { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
-        );
-      } catch (e) {
-        if (!isEscalation(e)) throw e;
-        // R-10.5: the agent did not acknowledge and its owner is tearing it down. That is a stop of
-        // the session, recorded as the stop pipeline records one (CANCELLED with a fixed reason, the
-        // open turn closed, its questions detached), not the crash the execution's end would
-        // otherwise read as. The teardown is already under way at the owner: none is sent.
-        const plan: StopPlan = {
-          reason: StopReasons.cancelUnacknowledged,
-          cancel: [{ session_id: s.id, execution: { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id, listed: false } }],
-          halt: [],
-          gone: [],
-        };
-        // The session is CANCELLED now, not when this transaction began (its now(), before the
-        // cancel timeout was waited out): R-10.5's bound runs from the logical cancel, and the
-        // invariant checker reads it off the row. The turn the stop closed ends at the same instant
-        // (as a stop's turn ends with its session). Its event carries the row as stamped.
-        const staged: Array<[EventType, EventScope, unknown]> = [];
-        const stage: Emit = async (type, scope, data) => void staged.push([type, scope, data]);
-        const accepted = await acceptStops(tx, stage, plan, [s], s.workspace_id, actor);
-        const [stamped] = accepted.cancelled.length
-          ? await tx.unsafe<SessionRow[]>(
-              `WITH ts AS (SELECT clock_timestamp() AS at),
+    const { result, publish } = await transact(
+      rt,
+      async (tx, emit) => {
+        const s = await lockSessionWithOpenTurn(tx, sessionId);
+        mark('cancel.locked');
+        if (!s) throw notFound('session not found');
+        task = assertCanAccess(actor, { id: s.task_id, workspace_id: s.workspace_id }, 'session');
+        if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) throw conflict('agent not running', { state: s.state });
+        let res;
+        try {
+          res = await request(
+            rt.nc,
+            Life.cancel.at(s.instance_id),
+            { execution_id: s.execution_id, turn_id: s.open_turn_id },
+            { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
+          );
+        } catch (e) {
+          if (!isEscalation(e)) throw e;
+          // R-10.5: the agent did not acknowledge and its owner is tearing it down. That is a stop of
+          // the session, recorded as the stop pipeline records one (CANCELLED with a fixed reason, the
+          // open turn closed, its questions detached), not the crash the execution's end would
+          // otherwise read as. The teardown is already under way at the owner: none is sent.
+          const plan: StopPlan = {
+            reason: StopReasons.cancelUnacknowledged,
+            cancel: [{ session_id: s.id, execution: { execution_id: s.execution_id, session_id: s.id, instance_id: s.instance_id, listed: false } }],
+            halt: [],
+            gone: [],
+          };
+          // The session is CANCELLED now, not when this transaction began (its now(), before the
+          // cancel timeout was waited out): R-10.5's bound runs from the logical cancel, and the
+          // invariant checker reads it off the row. The turn the stop closed ends at the same instant
+          // (as a stop's turn ends with its session). Its event carries the row as stamped.
+          const staged: Array<[EventType, EventScope, unknown]> = [];
+          const stage: Emit = async (type, scope, data) => void staged.push([type, scope, data]);
+          const accepted = await acceptStops(tx, stage, plan, [s], s.workspace_id, actor);
+          const [stamped] = accepted.cancelled.length
+            ? await tx.unsafe<SessionRow[]>(
+                `WITH ts AS (SELECT clock_timestamp() AS at),
                  closed AS (UPDATE turns SET completed_at = (SELECT at FROM ts) WHERE session_id = $1 AND completed_at = now() AND stop_reason = 'cancelled')
                UPDATE sessions SET completed_at = (SELECT at FROM ts), updated_at = (SELECT at FROM ts) WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
-              [s.id],
-            )
-          : [];
-        for (const [type, scope, data] of staged) {
-          const body = type === 'session.state_changed' && stamped ? { ...(data as object), session: toSession(stamped) } : data;
-          await emit(type, scope, body as never);
+                [s.id],
+              )
+            : [];
+          for (const [type, scope, data] of staged) {
+            const body = type === 'session.state_changed' && stamped ? { ...(data as object), session: toSession(stamped) } : data;
+            await emit(type, scope, body as never);
+          }
+          await recordAudit(tx, { ...audit('escalated'), details: { session_id: sessionId, ...e.details } });
+          return { escalated: { s, error: e, cancelled: accepted.cancelled.length > 0 } };
         }
-        await recordAudit(tx, { ...audit('escalated'), details: { session_id: sessionId, ...e.details } });
-        return { escalated: { s, error: e, cancelled: accepted.cancelled.length > 0 } };
-      }
-      mark('cancel.answered');
-      if (!res.cancelled) {
-        await recordAudit(tx, audit('no_active_turn'));
-        return null;
-      }
-      const next = sessionStateAfterTurn(s.state);
-      // R-3.5: what is queued waits for the operator after a user cancel. Set while we still hold
-      // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
-      // Awaited before the state write, which writes the same row and returns it for the event.
-      await setQueuePaused(tx, s.id, true);
-      const [, after] = await Promise.all([
-        res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
-        next ? setSessionState(tx, s.id, next) : null,
-        recordAudit(tx, audit('cancelled')),
-        // R-5.3: the cancelled turn's questions have nobody waiting on them any more.
-        detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
-      ]);
-      const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
-      if (after)
-        await emit('session.state_changed', { ...scope, actor }, { session: toSession(after), from: s.state, to: after.state, reason: 'turn_cancelled' });
-      if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
-      return { s, res };
-    });
+        mark('cancel.answered');
+        if (!res.cancelled) {
+          await recordAudit(tx, audit('no_active_turn'));
+          return null;
+        }
+        const next = sessionStateAfterTurn(s.state);
+        // R-3.5: what is queued waits for the operator after a user cancel. Set while we still hold
+        // the guard, so the turn-completed handler that waits on it cannot drain the queue first.
+        // Awaited before the state write, which writes the same row and returns it for the event.
+        await setQueuePaused(tx, s.id, true);
+        const [, after] = await Promise.all([
+          res.turn_id ? completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled') : null,
+          next ? setSessionState(tx, s.id, next) : null,
+          recordAudit(tx, audit('cancelled')),
+          // R-5.3: the cancelled turn's questions have nobody waiting on them any more.
+          detachPendingBundles(tx, [s.id], DetachReasons.turnCancelled),
+        ]);
+        const scope = { workspace_id: s.workspace_id, task_id: s.task_id, session_id: s.id };
+        if (after)
+          await emit('session.state_changed', { ...scope, actor }, { session: toSession(after), from: s.state, to: after.state, reason: 'turn_cancelled' });
+        if (res.turn_id) await emitAgentCancelled(emit, scope, s.execution_id, res.turn_id, actor);
+        return { s, res };
+      },
+      { publish: 'later' },
+    );
     // Committed: an operator's cancel (the API) or an agent's (its MCP tool, through the same endpoint).
     const source = actor.type === 'agent' ? 'parent_agent' : 'operator';
     if (result && 'escalated' in result && result.escalated) {

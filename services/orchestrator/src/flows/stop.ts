@@ -31,7 +31,7 @@ import { cancelSessions, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, s
 import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds, type BumpedTask } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
 import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
-import { afterReply, mark, outboxRow, transactPublishLater, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { afterReply, mark, outboxRow, transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
@@ -321,38 +321,46 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
   try {
     // Counted as a decision in flight until it commits or fails: teardowns yield to it (ADR 0012).
     done = await rt.teardownYield.decision(() =>
-      transactPublishLater(rt, async (tx, emit) => {
-        const planned = await run.planner(tx);
-        const { plan } = planned;
-        task = planned.task;
-        if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
-        const decision = decideStops(plan, planned.sessions);
-        const stopped = decisionStops(plan, decision);
-        const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
-        // The stop's writes and its audit row (B-3, same transaction): independent, one round trip.
-        const [written] = await Promise.all([
-          stopWrites(tx, decision, plan.reason),
-          recordAudit(
-            tx,
-            audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
-              sessions: decision.cancel,
-              executions: decision.teardowns.map((t) => ({ session_id: t.execution.session_id, execution_id: t.execution.execution_id, orphaned: t.orphaned })),
-            }),
-          ),
-        ]);
-        await emitStops(emit, written, new Map(planned.sessions.map((x) => [x.id, x])), plan.reason, planned.task.workspace_id, actor);
-        // REVIEW after the writes it reads: review_after_stop stages its event itself, only if
-        // it writes the transition, and its own exception block keeps a failure from aborting the stop.
-        const reviewEvent = review
-          ? buildEvent(
-              'task.state_changed',
-              { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor },
-              { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' },
-            )
-          : null;
-        const reviewed = reviewEvent ? await reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null;
-        return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, reviewEvent, reviewed };
-      }),
+      transact(
+        rt,
+        async (tx, emit) => {
+          const planned = await run.planner(tx);
+          const { plan } = planned;
+          task = planned.task;
+          if (run.refuseEmpty && planIsEmpty(plan)) throw run.refuseEmpty();
+          const decision = decideStops(plan, planned.sessions);
+          const stopped = decisionStops(plan, decision);
+          const review = run.review && decision.cancel.length > 0 && mayMoveToReview(planned.task, statesAfter(planned.sessions, decision));
+          // The stop's writes and its audit row (B-3, same transaction): independent, one round trip.
+          const [written] = await Promise.all([
+            stopWrites(tx, decision, plan.reason),
+            recordAudit(
+              tx,
+              audit(stopped ? 'stopped' : run.idleOutcome, plan.reason, {
+                sessions: decision.cancel,
+                executions: decision.teardowns.map((t) => ({
+                  session_id: t.execution.session_id,
+                  execution_id: t.execution.execution_id,
+                  orphaned: t.orphaned,
+                })),
+              }),
+            ),
+          ]);
+          await emitStops(emit, written, new Map(planned.sessions.map((x) => [x.id, x])), plan.reason, planned.task.workspace_id, actor);
+          // REVIEW after the writes it reads: review_after_stop stages its event itself, only if
+          // it writes the transition, and its own exception block keeps a failure from aborting the stop.
+          const reviewEvent = review
+            ? buildEvent(
+                'task.state_changed',
+                { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor },
+                { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' },
+              )
+            : null;
+          const reviewed = reviewEvent ? await reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null;
+          return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, reviewEvent, reviewed };
+        },
+        { publish: 'later' },
+      ),
     );
   } catch (e) {
     // Nothing was cancelled, so nothing is torn down: a retry makes progress.
