@@ -60,7 +60,7 @@ describe('statement order of the control transactions', () => {
                   ? 'queue paused'
                   : /^UPDATE sessions SET state = \$2/.test(q)
                     ? 'session state'
-                    : /review_after_stop/.test(q)
+                    : /^UPDATE tasks SET .*status = /.test(q)
                       ? 'review'
                       : /^INSERT INTO audit_log/.test(q)
                         ? 'audit'

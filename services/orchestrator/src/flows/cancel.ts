@@ -1,17 +1,17 @@
 import { actorLabel, conflict, isActiveSession, isKandevError, KandevError, Life, notFound, type Actor, type EventType } from '@kandev/contracts';
-import { buildEvent, product, request, transaction, type EventScope } from '@kandev/runtime';
+import { product, request, type EventScope } from '@kandev/runtime';
 import { assertCanAccess } from '../domain/access.js';
 import { mayMoveToReview, sessionStateAfterTurn } from '../domain/transitions.js';
 import { StopReasons, type StopPlan } from '../domain/stop.js';
 import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { lockSessionWithOpenTurn, setQueuePaused, setSessionState } from '../store/sessions.js';
-import { lockTask, reviewAfterStop, reviewedRow } from '../store/tasks.js';
-import { SESSION_COLUMNS, toSession, toTask, type SessionRow } from '../store/rows.js';
+import { lockSessionWithOpenTurn, sessionStatesOfTask, setQueuePaused, setSessionState } from '../store/sessions.js';
+import { lockTask } from '../store/tasks.js';
+import { SESSION_COLUMNS, toSession, type SessionRow } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
-import { emitAgentCancelled } from './changes.js';
-import { afterReply, mark, outboxRow, transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { changeTaskStatus, emitAgentCancelled } from './changes.js';
+import { afterReply, mark, transact, type CallContext, type Committed, type Emit, type OrchRuntime } from './context.js';
 import { acceptStops } from './stop.js';
 
 /** The lifecycle's answer to a cancel it escalated (services/lifecycle domain/cancel.ts): the agent is being torn down. */
@@ -130,7 +130,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
             return null;
           })
         : null;
-      afterReply(call, () => publish(review ? [review] : []));
+      afterReply(call, () => Promise.all([publish(), review?.publish()]));
       throw conflict(error.message, { ...error.details, session_id: sessionId, session_state: 'CANCELLED' });
     }
     if (result) {
@@ -152,28 +152,16 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
 /**
  * R-1.4's guarded REVIEW after an escalated cancel's stop: only from IN_PROGRESS or SCHEDULING, not
  * archived, not office-managed, no other session of the task still working. The task row is locked
- * first, then its sessions read. Returns the event it staged (the outbox row is written by
- * review_after_stop itself), or null when the task stays as it is.
+ * first, then its sessions read; the write is changeTaskStatus's. Its event is published when the
+ * caller says (after the reply).
  */
-async function reviewAfterEscalation(rt: OrchRuntime, taskId: string, actor: Actor) {
-  return transaction(rt.sql, async (tx) => {
-    const row = await lockTask(tx, taskId);
-    if (!row) return null;
-    const sessions = await tx.unsafe<Array<Pick<SessionRow, 'state'> & { at: string }>>(`SELECT state, now() AS at FROM sessions WHERE task_id = $1`, [taskId]);
-    if (
-      !mayMoveToReview(
-        row,
-        sessions.map((x) => x.state),
-      )
-    )
-      return null;
-    const at = sessions[0]?.at ?? new Date().toISOString();
-    const ev = buildEvent(
-      'task.state_changed',
-      { workspace_id: row.workspace_id, task_id: row.id, actor },
-      { task: toTask(reviewedRow(row, at)), from: row.status, to: 'REVIEW', reason: 'stopped' },
-    );
-    const reviewed = await reviewAfterStop(tx, taskId, outboxRow(ev));
-    return reviewed?.status === 'REVIEW' ? ev : null;
-  });
+async function reviewAfterEscalation(rt: OrchRuntime, taskId: string, actor: Actor): Promise<Committed<void>> {
+  return transact(
+    rt,
+    async (tx, emit) => {
+      const row = await lockTask(tx, taskId);
+      if (row && mayMoveToReview(row, await sessionStatesOfTask(tx, taskId))) await changeTaskStatus(tx, emit, row, 'REVIEW', { actor, reason: 'stopped' });
+    },
+    { publish: 'later' },
+  );
 }

@@ -1,7 +1,6 @@
-import { eventSubject, type EventDataOf, type EventEnvelope, type EventType } from '@kandev/contracts';
-import { buildEvent, trace, traceHeaders, transaction, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
+import type { EventDataOf, EventEnvelope, EventType } from '@kandev/contracts';
+import { buildEvent, trace, transaction, type EventScope, type RegistryReader, type ServiceRuntime, type Tx } from '@kandev/runtime';
 import type { OrchestratorEnv } from '../env.js';
-import type { OutboxRow } from '../store/rows.js';
 import type { TeardownYield } from './teardown-yield.js';
 
 export type OrchRuntime = ServiceRuntime<OrchestratorEnv> & {
@@ -20,8 +19,6 @@ export type Emit = <T extends EventType>(type: T, scope: EventScope, data: Event
  */
 export const mark = (step: string) => void trace.getActiveSpan()?.addEvent(step);
 
-/** An event as a row of the outbox table, for a statement of this service that stages it itself (Outbox.addMany writes the same). */
-export const outboxRow = (ev: EventEnvelope): OutboxRow => ({ id: ev.id, subject: eventSubject(ev.type), payload: ev, trace: traceHeaders() });
 
 /** A committed transaction whose events are staged, not yet published: `publish` (which never rejects) sends them. */
 export interface Committed<T> {

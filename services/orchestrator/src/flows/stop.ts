@@ -11,7 +11,7 @@ import {
   type ResultOf,
   type SessionState,
 } from '@kandev/contracts';
-import { buildEvent, isNoResponders, product, request, type Logger, type RegistryReader, type StopSource, type Tx } from '@kandev/runtime';
+import { isNoResponders, product, request, type Logger, type RegistryReader, type StopSource, type Tx } from '@kandev/runtime';
 import { assertCanAccess, assertDirectParent } from '../domain/access.js';
 import {
   decideStops,
@@ -28,10 +28,11 @@ import { mayMoveToReview, sessionStateAfterExecutionEnd } from '../domain/transi
 import { recordAudit, type AuditRecord } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
 import { cancelSessions, lockActiveSessionsOfChild, lockActiveSessionsOfTasks, setSessionState } from '../store/sessions.js';
-import { bumpFenceLocked, bumpFenceOfChild, getTask, reviewAfterStop, reviewedRow, tasksByIds, type BumpedTask } from '../store/tasks.js';
+import { bumpFenceLocked, bumpFenceOfChild, getTask, tasksByIds, type BumpedTask } from '../store/tasks.js';
 import { completeOpenTurnsOfSessions } from '../store/turns.js';
-import { toSession, toTask, type SessionRow, type TaskRow } from '../store/rows.js';
-import { afterReply, mark, outboxRow, transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { toSession, type SessionRow, type TaskRow } from '../store/rows.js';
+import { afterReply, mark, transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
+import { reviewAfterStop } from './review.js';
 
 /**
  * The one stop pipeline. Planners (domain/stop.ts: child stop, task stop, tree hold) say what to
@@ -347,17 +348,9 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
             ),
           ]);
           await emitStops(emit, written, new Map(planned.sessions.map((x) => [x.id, x])), plan.reason, planned.task.workspace_id, actor);
-          // REVIEW after the writes it reads (R-1.4): review_after_stop stages its event itself, only if
-          // it writes the transition, and its own exception block keeps a failure from aborting the stop.
-          const reviewEvent = review
-            ? buildEvent(
-                'task.state_changed',
-                { workspace_id: planned.task.workspace_id, task_id: planned.task.id, actor },
-                { task: toTask(reviewedRow(planned.task, planned.at)), from: planned.task.status, to: 'REVIEW', reason: 'stopped' },
-              )
-            : null;
-          const reviewed = reviewEvent ? await reviewAfterStop(tx, planned.task.id, outboxRow(reviewEvent)) : null;
-          return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan, reviewEvent, reviewed };
+          // REVIEW after the stop's writes (R-1.4), in a savepoint of its own: its failure never aborts the stop.
+          if (review) await reviewAfterStop(tx, emit, planned.task, actor, log);
+          return { accepted: decision.cancel.length, teardowns: decision.teardowns, plan };
         },
         { publish: 'later' },
       ),
@@ -367,19 +360,15 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     throw await failedDecision(rt, log, e, task ? audit('error:INTERNAL_ERROR', null, { stage: 'accept' }) : null, 'stopping the task failed');
   }
   const { result, publish } = done;
-  const { accepted, teardowns, plan, reviewEvent, reviewed } = result;
+  const { accepted, teardowns, plan } = result;
   product.sessionsStopped(run.source, accepted);
-  const reviewedNow = reviewEvent !== null && reviewed?.status === 'REVIEW';
-  if (reviewEvent && !reviewedNow)
-    log.error({ status: reviewed?.status ?? null }, 'REVIEW transition after stop failed (the database logged why); stops stand');
-  const extra = reviewedNow ? [reviewEvent] : [];
   const dispatch = () => dispatchTeardowns(rt, call, teardowns, plan.reason, log, (details) => audit('error:INTERNAL_ERROR', plan.reason, details));
   if (!run.answerAfterTeardown) {
     // Decided and durable: the reply goes first; once it is sent the events follow, and the
     // teardowns once this instance's other stop decisions are taken (bounded, ADR 0012). Failures
     // are logged, audited and retried.
     afterReply(call, () => {
-      void publish(extra);
+      void publish();
       void rt.teardownYield
         .turn()
         .then(dispatch)
@@ -387,7 +376,7 @@ async function runStop(rt: OrchRuntime, call: CallContext, run: StopRun): Promis
     });
     return { accepted, outcomes: [], plan };
   }
-  const [outcomes] = await Promise.all([dispatch(), publish(extra)]);
+  const [outcomes] = await Promise.all([dispatch(), publish()]);
   const failed = outcomes.find((o) => o.error);
   if (failed) {
     const first = failed.error;

@@ -35,14 +35,6 @@ export interface SessionRow extends Session {
   created_at: string;
 }
 
-/** A row of the outbox table (@kandev/runtime Outbox): an event staged by a statement of this service's own. */
-export interface OutboxRow {
-  id: string;
-  subject: string;
-  payload: unknown;
-  trace: Record<string, string>;
-}
-
 export const toTask = (r: TaskRow): Task => ({
   id: r.id,
   workspace_id: r.workspace_id,

@@ -137,6 +137,11 @@ export async function activeSessionsOfTask(q: Q, taskId: string): Promise<Sessio
   );
 }
 
+/** The states of every session of a task (R-1.4 asks whether another one is still working). */
+export async function sessionStatesOfTask(q: Q, taskId: string): Promise<SessionState[]> {
+  return (await q<{ state: SessionState }[]>`SELECT state FROM sessions WHERE task_id = ${taskId}`).map((r) => r.state);
+}
+
 /** Whether any session of the task is active (ACTIVE_SESSION_STATES). */
 export async function hasActiveSession(q: Q, taskId: string): Promise<boolean> {
   const rows = await q`SELECT 1 FROM sessions WHERE task_id = ${taskId} AND state = ANY(${[...ACTIVE_SESSION_STATES]}) LIMIT 1`;

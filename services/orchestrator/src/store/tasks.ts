@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { columnsOf, qualified, SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
+import { columnsOf, qualified, SESSION_COLUMNS, TASK_COLUMNS, type SessionRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -88,20 +88,6 @@ export interface BumpedTask {
   at: string;
 }
 const bumped = ({ at, ...task }: TaskRow & { at: string }): BumpedTask => ({ task: norm(task), at });
-
-/**
- * R-1.4 after a stop, on a task this transaction holds locked: REVIEW and its event's outbox row
- * through review_after_stop (migrations/005), which never aborts the transaction. The row as it is
- * afterwards: still in its old status, and no event staged, if the transition failed (the database
- * logged why).
- */
-export async function reviewAfterStop(tx: Tx, id: string, event: OutboxRow): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1, $2)`, [id, event as never], { prepare: true });
-  return row ? norm(row) : null;
-}
-
-/** The row reviewAfterStop writes, as of the transaction's now(): what its event carries. */
-export const reviewedRow = (task: TaskRow, now: string): TaskRow => ({ ...task, status: 'REVIEW', cancelled_at: null, updated_at: now });
 
 /** Tasks by id, as they are now (a stop's checks). */
 export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
