@@ -58,7 +58,7 @@ describe('statement order of the control transactions', () => {
                 ? 'sessions cancelled'
                 : /^UPDATE sessions SET queue_paused/.test(q)
                   ? 'queue paused'
-                  : /^UPDATE sessions SET state = \$2/.test(q)
+                  : /^UPDATE sessions SET state = \$\d+,/.test(q)
                     ? 'session state'
                     : /^UPDATE tasks SET .*status = /.test(q)
                       ? 'review'

@@ -13,7 +13,9 @@ export interface BudgetRow {
   crossing_seq: number;
   pending: BudgetCrossing | null;
 }
-const COLS = 'task_id, workspace_id, limit_cents, warn_percent, state, hold_id, crossing_seq, pending';
+const COLUMNS = ['task_id', 'workspace_id', 'limit_cents', 'warn_percent', 'state', 'hold_id', 'crossing_seq', 'pending'];
+/** The columns as identifiers in a tagged template, qualified by `alias` when given. */
+const cols = (q: Q, alias?: string) => q(alias ? COLUMNS.map((c) => `${alias}.${c}`) : COLUMNS);
 
 export const toBudget = (r: BudgetRow, spentCents: number): TreeBudget => ({
   task_id: r.task_id,
@@ -25,12 +27,12 @@ export const toBudget = (r: BudgetRow, spentCents: number): TreeBudget => ({
 });
 
 export async function getBudget(q: Q, rootId: string): Promise<BudgetRow | null> {
-  const [row] = await q.unsafe<BudgetRow[]>(`SELECT ${COLS} FROM tree_budgets WHERE task_id = $1`, [rootId], { prepare: true });
+  const [row] = await q<BudgetRow[]>`SELECT ${cols(q)} FROM tree_budgets WHERE task_id = ${rootId}`;
   return row ?? null;
 }
 
 export async function lockBudget(tx: Tx, rootId: string): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(`SELECT ${COLS} FROM tree_budgets WHERE task_id = $1 FOR UPDATE`, [rootId], { prepare: true });
+  const [row] = await tx<BudgetRow[]>`SELECT ${cols(tx)} FROM tree_budgets WHERE task_id = ${rootId} FOR UPDATE`;
   return row ?? null;
 }
 
@@ -40,12 +42,8 @@ export async function lockBudget(tx: Tx, rootId: string): Promise<BudgetRow | nu
  * One index probe through the projection's root_id; nothing locked when the tree has no budget.
  */
 export async function lockBudgetOfTask(tx: Tx, taskId: string): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `SELECT b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.state, b.hold_id, b.crossing_seq, b.pending
-     FROM task_tree t JOIN tree_budgets b ON b.task_id = t.root_id WHERE t.task_id = $1 FOR UPDATE OF b`,
-    [taskId],
-    { prepare: true },
-  );
+  const [row] = await tx<BudgetRow[]>`
+    SELECT ${cols(tx, 'b')} FROM task_tree t JOIN tree_budgets b ON b.task_id = t.root_id WHERE t.task_id = ${taskId} FOR UPDATE OF b`;
   return row ?? null;
 }
 
@@ -54,26 +52,21 @@ export async function upsertBudget(
   tx: Tx,
   b: { task_id: string; workspace_id: string; limit_cents: number; warn_percent: number; created_by: string },
 ): Promise<BudgetRow> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by)
-     VALUES ($1, $2, $3, $4, 'ok', $5)
-     ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent, updated_at = now()
-     RETURNING ${COLS}`,
-    [b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.created_by],
-    { prepare: true },
-  );
+  const [row] = await tx<BudgetRow[]>`
+    INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by)
+    VALUES (${b.task_id}, ${b.workspace_id}, ${b.limit_cents}, ${b.warn_percent}, 'ok', ${b.created_by})
+    ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent, updated_at = now()
+    RETURNING ${cols(tx)}`;
   return row!;
 }
 
 /** A budget's new state; a crossing also becomes the pending one, under a new sequence number. */
 export async function writeState(tx: Tx, rootId: string, state: BudgetState, crossing: BudgetCrossing | null): Promise<BudgetRow> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    crossing
-      ? `UPDATE tree_budgets SET state = $2, crossing_seq = crossing_seq + 1, pending = $3, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`
-      : `UPDATE tree_budgets SET state = $2, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`,
-    crossing ? [rootId, state, crossing] : [rootId, state],
-    { prepare: true },
-  );
+  const [row] = crossing
+    ? await tx<BudgetRow[]>`
+        UPDATE tree_budgets SET state = ${state}, crossing_seq = crossing_seq + 1, pending = ${crossing}, updated_at = now()
+        WHERE task_id = ${rootId} RETURNING ${cols(tx)}`
+    : await tx<BudgetRow[]>`UPDATE tree_budgets SET state = ${state}, updated_at = now() WHERE task_id = ${rootId} RETURNING ${cols(tx)}`;
   return row!;
 }
 
@@ -82,23 +75,17 @@ export async function writeState(tx: Tx, rootId: string, state: BudgetState, cro
  * is the budget's. Nothing when a newer crossing replaced it or another replica settled it first.
  */
 export async function settleCrossing(tx: Tx, rootId: string, seq: number, holdId: string | null): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `UPDATE tree_budgets SET pending = NULL, hold_id = COALESCE($3::uuid, hold_id), updated_at = now()
-     WHERE task_id = $1 AND crossing_seq = $2 AND pending IS NOT NULL RETURNING ${COLS}`,
-    [rootId, seq, holdId],
-    { prepare: true },
-  );
+  const [row] = await tx<BudgetRow[]>`
+    UPDATE tree_budgets SET pending = NULL, hold_id = COALESCE(${holdId}::uuid, hold_id), updated_at = now()
+    WHERE task_id = ${rootId} AND crossing_seq = ${seq} AND pending IS NOT NULL RETURNING ${cols(tx)}`;
   return row ?? null;
 }
 
 /** Crossings still pending after `olderThanMs` (the instance that made them died before acting). */
 export async function stalePendingCrossings(q: Q, olderThanMs: number, limit: number): Promise<BudgetRow[]> {
-  return q.unsafe<BudgetRow[]>(
-    `SELECT ${COLS} FROM tree_budgets WHERE pending IS NOT NULL AND updated_at < now() - make_interval(secs => $1::float8 / 1000)
-     ORDER BY updated_at LIMIT $2`,
-    [olderThanMs, limit],
-    { prepare: true },
-  );
+  return q<BudgetRow[]>`
+    SELECT ${cols(q)} FROM tree_budgets WHERE pending IS NOT NULL AND updated_at < now() - make_interval(secs => ${olderThanMs}::float8 / 1000)
+    ORDER BY updated_at LIMIT ${limit}`;
 }
 
 /** A released hold is no longer any budget's. */

@@ -6,9 +6,9 @@ import { StopReasons, type StopPlan } from '../domain/stop.js';
 import { DetachReasons } from '../domain/clarifications.js';
 import { recordAudit } from '../store/audit.js';
 import { detachPendingBundles } from '../store/clarifications.js';
-import { lockSessionWithOpenTurn, sessionStatesOfTask, setQueuePaused, setSessionState } from '../store/sessions.js';
+import { lockSessionWithOpenTurn, sessionStatesOfTask, setQueuePaused, setSessionState, stampStoppedNow } from '../store/sessions.js';
 import { lockTask } from '../store/tasks.js';
-import { SESSION_COLUMNS, toSession, type SessionRow } from '../store/rows.js';
+import { toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { changeTaskStatus, emitAgentCancelled } from './changes.js';
 import { afterReply, mark, transact, type CallContext, type Committed, type Emit, type OrchRuntime } from './context.js';
@@ -75,14 +75,7 @@ export async function cancelAgentTurn(rt: OrchRuntime, call: CallContext, actor:
           const staged: Array<[EventType, EventScope, unknown]> = [];
           const stage: Emit = async (type, scope, data) => void staged.push([type, scope, data]);
           const accepted = await acceptStops(tx, stage, plan, [s], s.workspace_id, actor);
-          const [stamped] = accepted.cancelled.length
-            ? await tx.unsafe<SessionRow[]>(
-                `WITH ts AS (SELECT clock_timestamp() AS at),
-                 closed AS (UPDATE turns SET completed_at = (SELECT at FROM ts) WHERE session_id = $1 AND completed_at = now() AND stop_reason = 'cancelled')
-               UPDATE sessions SET completed_at = (SELECT at FROM ts), updated_at = (SELECT at FROM ts) WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
-                [s.id],
-              )
-            : [];
+          const [stamped] = accepted.cancelled.length ? [await stampStoppedNow(tx, s.id)] : [];
           for (const [type, scope, data] of staged) {
             const body = type === 'session.state_changed' && stamped ? { ...(data as object), session: toSession(stamped) } : data;
             await emit(type, scope, body as never);

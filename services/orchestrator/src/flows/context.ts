@@ -19,7 +19,6 @@ export type Emit = <T extends EventType>(type: T, scope: EventScope, data: Event
  */
 export const mark = (step: string) => void trace.getActiveSpan()?.addEvent(step);
 
-
 /** A committed transaction whose events are staged, not yet published: `publish` (which never rejects) sends them. */
 export interface Committed<T> {
   result: T;
