@@ -12,7 +12,7 @@ import { toSession } from '../store/rows.js';
 import { completeTurn } from '../store/turns.js';
 import { changeTaskStatus, emitAgentCancelled } from './changes.js';
 import { afterReply, mark, transact, type CallContext, type Committed, type Emit, type OrchRuntime } from './context.js';
-import { acceptStops } from './stop.js';
+import { acceptStops } from './stop-decision.js';
 
 /** The lifecycle's answer to a cancel it escalated (services/lifecycle domain/cancel.ts): the agent is being torn down. */
 const isEscalation = (e: unknown): e is KandevError => isKandevError(e) && e.code === 'CONFLICT' && e.details?.escalation === 'teardown';

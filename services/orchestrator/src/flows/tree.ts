@@ -36,7 +36,8 @@ import { getTask } from '../store/tasks.js';
 import { toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
-import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
+import { acceptStops, failedDecision } from './stop-decision.js';
+import { dispatchTeardowns } from './teardown-dispatch.js';
 import { refuseResumeOverBudget } from './budget.js';
 
 /** how long a pause or cancel waits for its session stops to reach their owners before replying. */

@@ -73,17 +73,14 @@ export async function lockTaskIfFree(tx: Tx, id: string): Promise<TaskRow | null
 
 /** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
 export async function bumpFenceLocked(tx: Tx, id: string): Promise<BumpedTask | null> {
-  const [row] = await tx<Array<TaskRow & { at: string }>>`
-    UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING ${columns(tx, TASK_COLUMNS)}, now() AS at`;
-  return row ? bumped(row) : null;
+  const [row] = await tx<TaskRow[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING ${columns(tx, TASK_COLUMNS)}`;
+  return row ? { task: norm(row) } : null;
 }
 
-/** A stop's fence bump: the task row it locked, and the transaction's now() (what each of its writes stamps), read by the same statement. */
+/** A stop's fence bump: the task row it locked. */
 export interface BumpedTask {
   task: TaskRow;
-  at: string;
 }
-const bumped = ({ at, ...task }: TaskRow & { at: string }): BumpedTask => ({ task: norm(task), at });
 
 /** Tasks by id, as they are now (a stop's checks). */
 export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
@@ -100,9 +97,9 @@ export const isCallersChild = (q: Q, targetId: string, callerId: string) =>
 
 /** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
 export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<BumpedTask | null> {
-  const [row] = await tx<Array<TaskRow & { at: string }>>`
-    UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${isCallersChild(tx, targetId, callerId)} RETURNING ${columns(tx, TASK_COLUMNS)}, now() AS at`;
-  return row ? bumped(row) : null;
+  const [row] = await tx<TaskRow[]>`
+    UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${isCallersChild(tx, targetId, callerId)} RETURNING ${columns(tx, TASK_COLUMNS)}`;
+  return row ? { task: norm(row) } : null;
 }
 
 /**
