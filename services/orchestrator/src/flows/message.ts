@@ -12,7 +12,8 @@ import { emitAgentCancelled } from './changes.js';
 import type { Emit } from './context.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once, type Idempotent } from './idempotency.js';
-import { dispatchTurn, startSession } from './sessions.js';
+import { dispatchTurn } from './sessions.js';
+import { startSession } from './start-session.js';
 import type { Tx } from '@kandev/runtime';
 
 type Status = 'queued' | 'sent' | 'started';

@@ -2,7 +2,7 @@ import { isKandevError, notFound, type Actor, type HoldMode, type OrchTree, type
 import { assertCanAccess } from '../domain/access.js';
 import { getTask, lineageOf } from '../store/tasks.js';
 import type { CallContext, OrchRuntime } from './context.js';
-import { startSession } from './sessions.js';
+import { startSession } from './start-session.js';
 
 const DISPATCHER: Actor = { type: 'system', id: 'wakeup-dispatcher' };
 
