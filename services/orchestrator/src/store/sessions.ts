@@ -79,7 +79,8 @@ export async function lockSessionIfFree(tx: Tx, id: string): Promise<SessionRow 
   return row ?? null;
 }
 
-type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
+/** A session under its guard, with its task's workspace and its open turn. */
+export type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
 
 /**
  * The per-session guard plus the session's workspace and open turn (the hot path of a cancel and of
