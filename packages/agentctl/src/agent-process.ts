@@ -81,14 +81,14 @@ export class AgentProcess {
         clearTimeout(this.treeTimer);
         this.treeTimer = undefined;
         this.exit = { code, signal };
-        log.info('agent exited', { agent_pid: this.pid, code, signal });
+        log.info({ agent_pid: this.pid, code, signal }, 'agent exited');
         resolve(this.exit);
       });
     });
     const lines = createInterface({ input: child.stderr, crlfDelay: Infinity });
-    lines.on('line', (line) => log.info('agent stderr', { agent_pid: this.pid, line }));
+    lines.on('line', (line) => log.info({ agent_pid: this.pid, line }, 'agent stderr'));
     // A protocol write after the agent died must surface as a failed call, not an uncaught EPIPE.
-    child.stdin.on('error', (err) => log.warn('agent stdin error', { err: err.message }));
+    child.stdin.on('error', (err) => log.warn({ err: err.message }, 'agent stdin error'));
   }
 
   /** Spawns the agent; rejects when the command cannot be started at all (ENOENT, EACCES). */
@@ -133,13 +133,13 @@ export class AgentProcess {
             exits: [this.exited],
             killWindowMs: SWEEP_LIMIT_MS,
             onSignal: (signal, pids, round) => {
-              if (round === 0) this.log.info('signalling agent tree', { agent_pid: this.pid, signal, processes: pids.length });
-              else if (round === 1) this.log.warn('agent tree outlived its grace period; killing', { agent_pid: this.pid, grace_ms: graceMs, pids });
-              else this.log.warn('processes of the agent tree survive SIGKILL; retrying', { agent_pid: this.pid, pids, round });
+              if (round === 0) this.log.info({ agent_pid: this.pid, signal, processes: pids.length }, 'signalling agent tree');
+              else if (round === 1) this.log.warn({ agent_pid: this.pid, grace_ms: graceMs, pids }, 'agent tree outlived its grace period; killing');
+              else this.log.warn({ agent_pid: this.pid, pids, round }, 'processes of the agent tree survive SIGKILL; retrying');
             },
           });
           if (r.survivors.length > 0)
-            this.log.error('processes of the agent tree survive SIGKILL', { agent_pid: this.pid, pids: r.survivors.map((p) => p.pid) });
+            this.log.error({ agent_pid: this.pid, pids: r.survivors.map((p) => p.pid) }, 'processes of the agent tree survive SIGKILL');
           const how: Termination['how'] = r.killed.some((p) => p.pid === this.pid) ? 'killed' : 'graceful';
           return { how, exit: await this.exited };
         } catch (err) {
@@ -281,6 +281,6 @@ function lowerPriority(pid: number, increment: number, log: Logger): void {
   try {
     niceBelowOwn(pid, increment);
   } catch (err) {
-    log.warn("could not lower the agent's CPU priority", { agent_pid: pid, err: err instanceof Error ? err.message : String(err) });
+    log.warn({ agent_pid: pid, err: err instanceof Error ? err.message : String(err) }, "could not lower the agent's CPU priority");
   }
 }

@@ -16,14 +16,14 @@ export class EventStream {
     // A parent that went away must not crash agentctl while it tears its agent down.
     out.on('error', (err: Error) => {
       this.broken = true;
-      log.warn('event stream closed', { err: err.message });
+      log.warn({ err: err.message }, 'event stream closed');
     });
   }
 
   emit(event: AgentctlEvent): void {
     const parsed = AgentctlEvent.safeParse(event);
     if (!parsed.success) {
-      this.log.error('event does not match its contract; dropped', { type: event.type, issues: parsed.error.issues });
+      this.log.error({ type: event.type, issues: parsed.error.issues }, 'event does not match its contract; dropped');
       return;
     }
     if (this.broken) return;

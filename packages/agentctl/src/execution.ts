@@ -127,7 +127,7 @@ export class Execution {
     this.turn = turn;
     this.state = 'running';
     this.events.emit({ type: 'turn_started', turn_id: turnId });
-    this.log.info('turn started', { turn_id: turnId });
+    this.log.info({ turn_id: turnId }, 'turn started');
     turn.completion = this.adapter.prompt(turnId, text, context).then(
       (stopReason) => this.finishTurn(turn, stopReason),
       (err: unknown) => {
@@ -228,7 +228,7 @@ export class Execution {
     if (this.turn) await this.settled(this.turn, TURN_SETTLE_AFTER_EXIT_MS);
     if (this.turn) this.finishTurn(this.turn, 'cancelled');
     this.state = 'exited';
-    this.log.info('agent stopped', { how, grace_ms: graceMs, exit_code: exit.code, signal: exit.signal });
+    this.log.info({ how, grace_ms: graceMs, exit_code: exit.code, signal: exit.signal }, 'agent stopped');
     return { stopped: true, how, agent_pid: this.adapter.pid, grace_ms: graceMs, exit_code: exit.code, signal: exit.signal };
   }
 
@@ -238,7 +238,7 @@ export class Execution {
       await this.adapter.cancel();
     } catch (err) {
       // The agent may already be gone; the turn then settles through the exit path.
-      this.log.warn('cancel could not be sent', { turn_id: turn.id, err: errorMessage(err) });
+      this.log.warn({ turn_id: turn.id, err: errorMessage(err) }, 'cancel could not be sent');
     }
   }
 
@@ -258,7 +258,7 @@ export class Execution {
     this.finishedTurns.add(turn.id);
     if (this.state === 'running') this.state = 'ready';
     this.events.emit({ type: 'turn_completed', turn_id: turn.id, stop_reason: stopReason, ...(error ? { error } : {}) });
-    this.log.info('turn completed', { turn_id: turn.id, stop_reason: stopReason, ...(error ? { error } : {}) });
+    this.log.info({ turn_id: turn.id, stop_reason: stopReason, ...(error ? { error } : {}) }, 'turn completed');
     return stopReason;
   }
 }

@@ -112,7 +112,7 @@ export function createHttpServer(execution: Execution, log: Logger, options: Htt
         reply = handler ? await handler(req) : errorReply(new AgentctlError('NOT_FOUND', `no route ${route}`));
       } catch (err) {
         reply = errorReply(err);
-        if (reply.status >= 500) log.warn('request failed', { route, status: reply.status, err: errorMessage(err) });
+        if (reply.status >= 500) log.warn({ route, status: reply.status, err: errorMessage(err) }, 'request failed');
       }
       span.setAttribute(HTTP_RESPONSE_STATUS_CODE, reply.status);
       if (reply.status >= 500) {

@@ -1,6 +1,7 @@
 import { appendFileSync, mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { trace } from '@opentelemetry/api';
+import type { LogFn, LogWriter } from '@kandev/runtime';
 
 /*
  * JSON log lines on stderr. stdout belongs to the event stream the parent parses, so nothing else may
@@ -9,14 +10,8 @@ import { trace } from '@opentelemetry/api';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 export type LogFields = Record<string, unknown>;
-
-export interface Logger {
-  debug(msg: string, fields?: LogFields): void;
-  info(msg: string, fields?: LogFields): void;
-  warn(msg: string, fields?: LogFields): void;
-  error(msg: string, fields?: LogFields): void;
-  child(fields: LogFields): Logger;
-}
+/** The one logging interface of the packages (@kandev/runtime): pino's, fields first. */
+export type Logger = LogWriter;
 
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
@@ -26,7 +21,7 @@ export interface LogOutput {
 }
 
 export function createLogger(base: LogFields, minLevel: LogLevel = 'info', out: LogOutput = process.stderr): Logger {
-  const write = (level: LogLevel, msg: string, fields: LogFields = {}) => {
+  const write = (level: LogLevel, fields: object, msg: string) => {
     if (rank[level] < rank[minLevel]) return;
     const span = trace.getActiveSpan()?.spanContext();
     const line = {
@@ -39,11 +34,15 @@ export function createLogger(base: LogFields, minLevel: LogLevel = 'info', out: 
     };
     out.write(`${JSON.stringify(line, errorReplacer)}\n`);
   };
+  const method =
+    (level: LogLevel): LogFn =>
+    (first: object | string, msg?: string) =>
+      typeof first === 'string' ? write(level, {}, first) : write(level, first, msg ?? '');
   return {
-    debug: (m, f) => write('debug', m, f),
-    info: (m, f) => write('info', m, f),
-    warn: (m, f) => write('warn', m, f),
-    error: (m, f) => write('error', m, f),
+    debug: method('debug'),
+    info: method('info'),
+    warn: method('warn'),
+    error: method('error'),
     child: (fields) => createLogger({ ...base, ...fields }, minLevel, out),
   };
 }

@@ -5,6 +5,8 @@ export * from './semconv.js';
 export * from './resource.js';
 export * from './nats.js';
 export * from './rpc.js';
+export * from './rpc-serve.js';
+export * from './rpc-request.js';
 export * from './events.js';
 export * from './placement.js';
 export * from './db.js';

@@ -14,7 +14,8 @@ import { Outbox } from './outbox.js';
 import { isProduction, resolveKeys, withholdKeys, type KeyKind } from './keys.js';
 import { bindBusIdentity, busIdentityFromEnv, withholdBusKey } from './identity.js';
 import { natsAuthOf } from './nats.js';
-import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
+import { on, type Registration } from './rpc.js';
+import { InFlightRequests, serveEndpoints } from './rpc-serve.js';
 import { initTracing, shutdownTracing } from './tracing.js';
 
 export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {

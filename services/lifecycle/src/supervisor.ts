@@ -13,7 +13,7 @@ import {
   type RequestOf,
   type ResultOf,
 } from '@kandev/contracts';
-import { readOnScrape } from '@kandev/runtime';
+import { readOnScrape, type HandlerContext } from '@kandev/runtime';
 import { admitUnderCap, drainOutcome, heldExecutions } from './domain/drain.js';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
@@ -210,8 +210,8 @@ export class ExecutionSupervisor {
     return answerPermission(this.owned(req.execution_id), req);
   }
 
-  /** R-2, R-6.3: accepted at once; the teardown runs on (single flight per execution). */
-  async stop(req: RequestOf<typeof Life.stop>): Promise<ResultOf<typeof Life.stop>> {
+  /** R-2, R-6.3: accepted at once; the teardown runs on once the acceptance is answered (single flight per execution). */
+  async stop(req: RequestOf<typeof Life.stop>, ctx: Pick<HandlerContext, 'afterReply'>): Promise<ResultOf<typeof Life.stop>> {
     const x = this.live.get(req.execution_id);
     if (!x) {
       // Unreadable registry: treated as "not registered" (answered below as already stopped); the reconciler re-sends a stop that mattered.
@@ -227,18 +227,19 @@ export class ExecutionSupervisor {
     }
     const tr: TeardownRequest = { reason: req.reason, graceMs: teardownGrace(req.grace_ms, this.deps.env.TEARDOWN_GRACE_MS), orphaned: req.orphaned ?? false };
     if (tr.orphaned) x.log.info({ reason: req.reason }, 'stopping an orphaned execution (its session is already terminal)');
-    // Accepted first, torn down after the reply: a tree hold sends a hundred of these at once and
-    // answers when they are accepted, and the start of each teardown (its registry put, its request
-    // to agentctl) ran before each reply, so the last acceptance waited for ninety-nine teardowns.
-    setImmediate(() => void this.teardowns.teardown(x, tr));
+    // Accepted first, torn down after the reply (the request's afterReply, in its trace): a tree hold
+    // sends a hundred of these at once and answers when they are accepted, and the start of each
+    // teardown (its registry put, its request to agentctl) ran before each reply, so the last
+    // acceptance waited for ninety-nine teardowns. The teardown logs its own failures.
+    ctx.afterReply(() => void this.teardowns.teardown(x, tr));
     return { accepted: true, execution_id: x.id, already_gone: false };
   }
 
   /** Several stops in one request (a tree hold's sessions on this instance): each as `stop`, answered in order. */
-  async stopMany(req: RequestOf<typeof Life.stopMany>): Promise<ResultOf<typeof Life.stopMany>> {
+  async stopMany(req: RequestOf<typeof Life.stopMany>, ctx: Pick<HandlerContext, 'afterReply'>): Promise<ResultOf<typeof Life.stopMany>> {
     const results = await Promise.all(
       req.stops.map((stop) =>
-        this.stop(stop).catch((e: unknown) => {
+        this.stop(stop, ctx).catch((e: unknown) => {
           if (!isKandevError(e)) throw e;
           return { execution_id: stop.execution_id, error: e.toBody() };
         }),

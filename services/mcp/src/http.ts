@@ -147,6 +147,9 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
 }
 
 /** After a 413: how much more of the body is read and dropped, and for how long, before the connection goes. */
+/** The one route of the MCP transport (http.route of its spans). */
+const MCP_ROUTE = '/mcp';
+
 const LINGER_BYTES = 4 * MAX_BODY_BYTES;
 const LINGER_MS = 5_000;
 
@@ -170,6 +173,131 @@ function dropRestOfBody(req: IncomingMessage): void {
 }
 
 /**
+ * The charset (415) and the body, read and checked here (413 over MAX_BODY_BYTES; 400 when not
+ * UTF-8 or not JSON, which the SDK would decode with U+FFFD): the parsed body, or null once an
+ * error is answered.
+ */
+async function readJsonBody(req: IncomingMessage, res: ServerResponse): Promise<{ body: unknown } | null> {
+  const contentType = first(req.headers['content-type']);
+  if (contentType && !charsetIsUtf8(contentType)) {
+    jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: the charset must be utf-8');
+    return null;
+  }
+  const bytes = await readBody(req, MAX_BODY_BYTES);
+  if (bytes === null) {
+    res.on('finish', () => dropRestOfBody(req));
+    jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`);
+    return null;
+  }
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: the body is not valid UTF-8');
+    return null;
+  }
+  try {
+    return { body: JSON.parse(text) as unknown };
+  } catch {
+    jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON');
+    return null;
+  }
+}
+
+/**
+ * One HTTP server span per request to /mcp (`POST /mcp`), continuing the caller's trace, with
+ * `serve` run inside it: the tool calls in its body are its children. It ends, and the request is
+ * counted, when the response is sent or the connection dropped.
+ */
+function inRequestSpan(req: IncomingMessage, res: ServerResponse, path: string, serve: () => Promise<void>): void {
+  const parent = req.headers.traceparent ? propagation.extract(ROOT_CONTEXT, req.headers) : ROOT_CONTEXT;
+  const method = req.method ?? 'GET';
+  const span = tracer().startSpan(httpServerSpanName(method, MCP_ROUTE), { kind: SpanKind.SERVER }, parent);
+  if (span.isRecording()) span.setAttributes(httpServerAttributes(method, MCP_ROUTE, path));
+  const started = performance.now();
+  const ended = product.mcpRequestStarted();
+  res.once('close', () => {
+    ended();
+    observeHttpRequest(MCP_ROUTE, method, res.statusCode, (performance.now() - started) / 1000);
+    span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.statusCode);
+    if (res.statusCode >= 500) {
+      span.setAttribute(ATTR_ERROR_TYPE, String(res.statusCode));
+      span.setStatus({ code: SpanStatusCode.ERROR });
+    }
+    span.end();
+  });
+  void context.with(trace.setSpan(parent, span), serve);
+}
+
+/** What serving one POST needs: the options, the token check, the calls in flight. */
+interface McpDeps {
+  opts: McpHttpOptions;
+  verify: (token: string) => Promise<Awaited<ReturnType<ReturnType<typeof agentTokenVerifier>>>>;
+  inFlight: CallCancellations;
+}
+
+/**
+ * One POST to /mcp: the bearer token and its execution (401 / 503), 405 for anything but POST, the
+ * body (readJsonBody), the token's rate, then a per-POST SDK `Server` on its Streamable HTTP
+ * transport, whose tool calls run under this request's span and can be cancelled from any replica.
+ */
+async function serveMcp(deps: McpDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const { opts, verify, inFlight } = deps;
+  const { log } = opts;
+  const auth = await authenticate(req, verify);
+  if (!auth.ok) {
+    if (auth.unavailable) return jsonRpcError(res, 503, JSONRPC_SERVER_ERROR, `Service Unavailable: ${auth.message}`, { 'retry-after': '1' });
+    log.info({ reason: auth.message, method: req.method }, 'mcp request rejected: unauthorized');
+    const challenge = auth.presented ? 'Bearer realm="kandev-mcp", error="invalid_token"' : 'Bearer realm="kandev-mcp"';
+    return jsonRpcError(res, 401, JSONRPC_UNAUTHORIZED, `Unauthorized: ${auth.message}`, { 'www-authenticate': challenge });
+  }
+  // Stateless: no standalone SSE stream (GET) and no session to delete (DELETE).
+  if (req.method !== 'POST') return jsonRpcError(res, 405, JSONRPC_SERVER_ERROR, 'Method not allowed.', { allow: 'POST' });
+  const read = await readJsonBody(req, res);
+  if (!read) return;
+  const parsedBody = read.body;
+
+  // R-11.2: every POST carrying a request counts against its token's rate (ADR 0065); one carrying
+  // only notifications (a cancel) or responses does not, so a flood never holds back a cancel.
+  if (opts.rateLimit && carriesRequest(parsedBody)) {
+    const refused = await opts.rateLimit(auth.token);
+    if (refused) return rateLimitedAnswer(res, refused);
+  }
+
+  const scope: Omit<CallScope, 'signal'> = {
+    nc: opts.nc,
+    log,
+    caller: auth.claims,
+    callerToken: auth.token,
+    requestId: first(req.headers[KandevHeaders.requestId]) || first(req.headers['x-request-id']) || randomUUID(),
+    requestTimeoutMs: opts.requestTimeoutMs,
+    // The HTTP server span's context (serveMcp runs inside it): the parent of every tool span.
+    trace: context.active(),
+  };
+  // A client that goes away before its answer (a closed connection) no longer waits for it.
+  const connection = new AbortController();
+  // Each call can be cancelled by its caller from any replica, by the connection closing, and by the SDK (its transport closing).
+  const run: RunTool = async (tool, name, args, id, signal) => {
+    const call = inFlight.start(auth.token, id, AbortSignal.any([connection.signal, signal]));
+    try {
+      return await callTool(tool, name, args, { ...scope, signal: call.signal });
+    } finally {
+      call.end();
+    }
+  };
+  const server = serverFor(auth.claims.mode, run, (id) => inFlight.cancel(auth.token, id));
+  server.onerror = (err) => log.debug({ err }, 'mcp request refused by the transport');
+  const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+  res.on('close', () => {
+    if (!res.writableFinished) connection.abort(new Error('client connection closed'));
+    // Closing ends the per-POST server and transport; nothing is waiting on it, so a failure is only logged.
+    server.close().catch((err: unknown) => log.debug({ err }, 'mcp server close failed'));
+  });
+  await connect(server, transport);
+  await transport.handleRequest(req, res, parsedBody);
+}
+
+/**
  * MCP Streamable HTTP at `/mcp`, stateless (no session id), answering with JSON (no SSE needed by
  * simple clients). In front of the SDK, ours: Origin/Host (403), the bearer token and its
  * execution (401 / 503), 405 for anything but POST (the SDK's stateless transport would open an SSE
@@ -180,9 +308,6 @@ function dropRestOfBody(req: IncomingMessage): void {
  * run in tool-call.ts under this request's span. `notifications/cancelled` reaches the call it names
  * on whichever replica holds it (cancellation.ts). `/healthz` answers without a token.
  */
-/** The one route of the MCP transport (http.route of its spans). */
-const MCP_ROUTE = '/mcp';
-
 export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const { log } = opts;
   const verifySignature = agentTokenVerifier(opts.jwtSecret);
@@ -195,80 +320,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
   const inFlight = new CallCancellations(opts.nc, opts.instanceId, log);
   await inFlight.ready;
   let policy: OriginPolicy | undefined;
-
-  async function serveMcp(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const auth = await authenticate(req, verify);
-    if (!auth.ok) {
-      if (auth.unavailable) return jsonRpcError(res, 503, JSONRPC_SERVER_ERROR, `Service Unavailable: ${auth.message}`, { 'retry-after': '1' });
-      log.info({ reason: auth.message, method: req.method }, 'mcp request rejected: unauthorized');
-      const challenge = auth.presented ? 'Bearer realm="kandev-mcp", error="invalid_token"' : 'Bearer realm="kandev-mcp"';
-      return jsonRpcError(res, 401, JSONRPC_UNAUTHORIZED, `Unauthorized: ${auth.message}`, { 'www-authenticate': challenge });
-    }
-    // Stateless: no standalone SSE stream (GET) and no session to delete (DELETE).
-    if (req.method !== 'POST') return jsonRpcError(res, 405, JSONRPC_SERVER_ERROR, 'Method not allowed.', { allow: 'POST' });
-    const contentType = first(req.headers['content-type']);
-    if (contentType && !charsetIsUtf8(contentType)) return jsonRpcError(res, 415, JSONRPC_SERVER_ERROR, 'Unsupported Media Type: the charset must be utf-8');
-
-    const bytes = await readBody(req, MAX_BODY_BYTES);
-    if (bytes === null) {
-      res.on('finish', () => dropRestOfBody(req));
-      return jsonRpcError(res, 413, JSONRPC_SERVER_ERROR, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`);
-    }
-    let text: string;
-    try {
-      text = utf8.decode(bytes);
-    } catch {
-      return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: the body is not valid UTF-8');
-    }
-    let parsedBody: unknown;
-    try {
-      parsedBody = JSON.parse(text);
-    } catch {
-      return jsonRpcError(res, 400, ErrorCode.ParseError, 'Parse error: Invalid JSON');
-    }
-
-    // R-11.2: every POST carrying a request counts against its token's rate (ADR 0065); one carrying
-    // only notifications (a cancel) or responses does not, so a flood never holds back a cancel.
-    if (opts.rateLimit && carriesRequest(parsedBody)) {
-      const refused = await opts.rateLimit(auth.token);
-      if (refused) return rateLimitedAnswer(res, refused);
-    }
-
-    const scope: Omit<CallScope, 'signal'> = {
-      nc: opts.nc,
-      log,
-      caller: auth.claims,
-      callerToken: auth.token,
-      requestId: first(req.headers[KandevHeaders.requestId]) || first(req.headers['x-request-id']) || randomUUID(),
-      requestTimeoutMs: opts.requestTimeoutMs,
-      // The HTTP server span's context (serveMcp runs inside it): the parent of every tool span.
-      trace: context.active(),
-    };
-    // A client that goes away before its answer (a closed connection) no longer waits for it.
-    const connection = new AbortController();
-    // Each call can be cancelled by its caller from any replica, by the connection closing, and by the SDK (its transport closing).
-    const run: RunTool = async (tool, name, args, id, signal) => {
-      const call = inFlight.start(auth.token, id, AbortSignal.any([connection.signal, signal]));
-      try {
-        return await callTool(tool, name, args, { ...scope, signal: call.signal });
-      } finally {
-        call.end();
-      }
-    };
-    const server = serverFor(auth.claims.mode, run, (id) => inFlight.cancel(auth.token, id));
-    server.onerror = (err) => log.debug({ err }, 'mcp request refused by the transport');
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
-    res.on('close', () => {
-      if (!res.writableFinished) connection.abort(new Error('client connection closed'));
-      // Closing ends the per-POST server and transport; nothing is waiting on it, so a failure is only logged.
-      server.close().catch((err: unknown) => log.debug({ err }, 'mcp server close failed'));
-    });
-    await connect(server, transport);
-    await transport.handleRequest(req, res, parsedBody);
-  }
-
   const http = createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
     if (path === '/healthz' && (req.method === 'GET' || req.method === 'HEAD')) {
       return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"status":"ok"}');
     }
@@ -279,27 +332,8 @@ export async function startMcpHttp(opts: McpHttpOptions): Promise<McpHttp> {
       log.info({ reason: refused, origin: req.headers.origin, host: req.headers.host }, 'mcp request rejected: forbidden');
       return jsonRpcError(res, 403, JSONRPC_SERVER_ERROR, `Forbidden: ${refused}`);
     }
-    // One HTTP server span per request to /mcp (`POST /mcp`), continuing the caller's trace; the
-    // tool calls in its body are its children. Refusals before this point (origin) are not traced.
-    const parent = req.headers.traceparent ? propagation.extract(ROOT_CONTEXT, req.headers) : ROOT_CONTEXT;
-    const method = req.method ?? 'GET';
-    const span = tracer().startSpan(httpServerSpanName(method, MCP_ROUTE), { kind: SpanKind.SERVER }, parent);
-    if (span.isRecording()) span.setAttributes(httpServerAttributes(method, MCP_ROUTE, path));
-    const started = performance.now();
-    const ended = product.mcpRequestStarted();
-    // `close` comes once the response is sent or the connection dropped: the request is over either way.
-    res.once('close', () => {
-      ended();
-      observeHttpRequest(MCP_ROUTE, method, res.statusCode, (performance.now() - started) / 1000);
-      span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, res.statusCode);
-      if (res.statusCode >= 500) {
-        span.setAttribute(ATTR_ERROR_TYPE, String(res.statusCode));
-        span.setStatus({ code: SpanStatusCode.ERROR });
-      }
-      span.end();
-    });
-    void context.with(trace.setSpan(parent, span), () =>
-      serveMcp(req, res).catch((err: unknown) => {
+    inRequestSpan(req, res, path, () =>
+      serveMcp({ opts, verify, inFlight }, req, res).catch((err: unknown) => {
         log.error({ err }, 'mcp request failed');
         jsonRpcError(res, 500, ErrorCode.InternalError, 'Internal server error');
       }),

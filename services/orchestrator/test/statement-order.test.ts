@@ -58,9 +58,9 @@ describe('statement order of the control transactions', () => {
                 ? 'sessions cancelled'
                 : /^UPDATE sessions SET queue_paused/.test(q)
                   ? 'queue paused'
-                  : /^UPDATE sessions SET state = \$2/.test(q)
+                  : /^UPDATE sessions SET state = \$\d+,/.test(q)
                     ? 'session state'
-                    : /review_after_stop/.test(q)
+                    : /^UPDATE tasks SET .*status = /.test(q)
                       ? 'review'
                       : /^INSERT INTO audit_log/.test(q)
                         ? 'audit'

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
-import { TaskRegistryView } from '../src/flows/stop.js';
+import { TaskRegistryView } from '../src/flows/registry-view.js';
 import type { OrchRuntime } from '../src/flows/context.js';
 import { agentToken, startHarness, type Harness } from './harness.js';
 

@@ -101,14 +101,14 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     const mcpServers: acp.McpServer[] = [];
     if (this.options.mcp) {
       if (init.agentCapabilities?.mcpCapabilities?.http !== true) {
-        this.log.warn('agent does not advertise HTTP MCP support; offering the kandev server anyway', { agent: this.spec.name });
+        this.log.warn({ agent: this.spec.name }, 'agent does not advertise HTTP MCP support; offering the kandev server anyway');
       }
       const headers = this.options.mcp.token ? [{ name: 'Authorization', value: `Bearer ${this.options.mcp.token}` }] : [];
       mcpServers.push({ type: 'http', name: 'kandev', url: this.options.mcp.url, headers });
     }
     const session = await deadline(connection.agent.request(acp.methods.agent.session.new, { cwd: this.options.cwd, mcpServers }), 'session/new');
     this.sessionId = session.sessionId;
-    this.log.info('ACP session ready', { session_id: session.sessionId, protocol_version: init.protocolVersion, mcp: mcpServers.length > 0 });
+    this.log.info({ session_id: session.sessionId, protocol_version: init.protocolVersion, mcp: mcpServers.length > 0 }, 'ACP session ready');
   }
 
   async prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason> {
@@ -146,7 +146,7 @@ export class AcpAdapter extends ProcessAdapter<acp.RequestPermissionResponse> im
     }
     await connection.agent.notify(acp.methods.agent.session.cancel, { sessionId });
     const released = this.permissions.cancelAll();
-    this.log.info('sent session/cancel', { session_id: sessionId, turn_id: this.turnId, tool_calls_cancelled: marked, permissions_cancelled: released });
+    this.log.info({ session_id: sessionId, turn_id: this.turnId, tool_calls_cancelled: marked, permissions_cancelled: released }, 'sent session/cancel');
   }
 
   async stop(graceMs: number): Promise<Termination> {

@@ -151,7 +151,7 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
     );
     this.threadId = started.thread.id;
     this.model = started.model ?? (typeof started.thread.model === 'string' ? started.thread.model : undefined);
-    this.log.info('Codex thread ready', { thread_id: this.threadId, model: this.model, mcp: mcp !== undefined });
+    this.log.info({ thread_id: this.threadId, model: this.model, mcp: mcp !== undefined }, 'Codex thread ready');
   }
 
   async prompt(turnId: string, text: string, context?: string): Promise<AgentctlStopReason> {
@@ -191,7 +191,7 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
       if (turn.codexTurnId) this.interrupt(turn);
     }
     const released = this.permissions.cancelAll();
-    this.log.info('interrupt requested', { turn_id: turn?.turnId, codex_turn_id: turn?.codexTurnId, permissions_cancelled: released });
+    this.log.info({ turn_id: turn?.turnId, codex_turn_id: turn?.codexTurnId, permissions_cancelled: released }, 'interrupt requested');
   }
 
   async stop(graceMs: number): Promise<Termination> {
@@ -201,8 +201,8 @@ export class CodexAdapter extends ProcessAdapter<{ decision: ApprovalDecision }>
   private interrupt(turn: CodexTurn): void {
     const { rpc, threadId } = this.thread;
     rpc.request('turn/interrupt', { threadId, turnId: turn.codexTurnId }).then(
-      () => this.log.debug('turn/interrupt acknowledged', { turn_id: turn.turnId }),
-      (err: unknown) => this.log.warn('turn/interrupt failed', { turn_id: turn.turnId, err: errorMessage(err) }),
+      () => this.log.debug({ turn_id: turn.turnId }, 'turn/interrupt acknowledged'),
+      (err: unknown) => this.log.warn({ turn_id: turn.turnId, err: errorMessage(err) }, 'turn/interrupt failed'),
     );
   }
 

@@ -88,12 +88,12 @@ export class JsonLineRpc {
     try {
       raw = JSON.parse(line);
     } catch {
-      this.log.warn('agent wrote a line that is not JSON', { line: line.slice(0, 200) });
+      this.log.warn({ line: line.slice(0, 200) }, 'agent wrote a line that is not JSON');
       return;
     }
     const parsed = Inbound.safeParse(raw);
     if (!parsed.success) {
-      this.log.warn('agent wrote a message that is not JSON-RPC', { line: line.slice(0, 200) });
+      this.log.warn({ line: line.slice(0, 200) }, 'agent wrote a message that is not JSON-RPC');
       return;
     }
     const message = parsed.data;
@@ -114,7 +114,7 @@ export class JsonLineRpc {
       case 'error': {
         const waiter = message.id === null ? undefined : this.waiting.get(message.id);
         if (!waiter || message.id === null) {
-          this.log.warn('response to an unknown request', { id: message.id });
+          this.log.warn({ id: message.id }, 'response to an unknown request');
           return;
         }
         this.waiting.delete(message.id);

@@ -17,7 +17,9 @@ export interface BudgetRow {
   /** The tree's running total (ADR 0078): every cost event of the tree adds to it in its own transaction. */
   spent_cents: string | number;
 }
-const COLS = 'task_id, workspace_id, limit_cents, warn_percent, state, hold_id, crossing_seq, pending, warning_seq, spent_cents';
+const COLUMNS = ['task_id', 'workspace_id', 'limit_cents', 'warn_percent', 'state', 'hold_id', 'crossing_seq', 'pending', 'warning_seq', 'spent_cents'];
+/** The columns as identifiers in a tagged template, qualified by `alias` when given. */
+const cols = (q: Q, alias?: string) => q(alias ? COLUMNS.map((c) => `${alias}.${c}`) : COLUMNS);
 
 export const toBudget = (r: BudgetRow): TreeBudget => ({
   task_id: r.task_id,
@@ -29,7 +31,7 @@ export const toBudget = (r: BudgetRow): TreeBudget => ({
 });
 
 export async function getBudget(q: Q, rootId: string): Promise<BudgetRow | null> {
-  const [row] = await q.unsafe<BudgetRow[]>(`SELECT ${COLS} FROM tree_budgets WHERE task_id = $1`, [rootId], { prepare: true });
+  const [row] = await q<BudgetRow[]>`SELECT ${cols(q)} FROM tree_budgets WHERE task_id = ${rootId}`;
   return row ?? null;
 }
 
@@ -42,17 +44,14 @@ export async function getBudget(q: Q, rootId: string): Promise<BudgetRow | null>
  * Returns the task's root (null when the task is not in the projection).
  */
 export async function lockTreeSpendShared(tx: Tx, taskId: string): Promise<string | null> {
-  const [row] = await tx.unsafe<{ root_id: string }[]>(
-    `SELECT root_id, pg_advisory_xact_lock_shared(hashtextextended('kandev.budget-spend:' || root_id::text, 0)) FROM task_tree WHERE task_id = $1`,
-    [taskId],
-    { prepare: true },
-  );
+  const [row] = await tx<{ root_id: string }[]>`
+    SELECT root_id, pg_advisory_xact_lock_shared(hashtextextended('kandev.budget-spend:' || root_id::text, 0)) FROM task_tree WHERE task_id = ${taskId}`;
   return row?.root_id ?? null;
 }
 
 /** The PUT's side of `lockTreeSpendShared`: waits for the tree's cost events in flight, holds new ones off until commit. */
 export async function lockTreeSpendExclusive(tx: Tx, rootId: string): Promise<void> {
-  await tx.unsafe(`SELECT pg_advisory_xact_lock(hashtextextended('kandev.budget-spend:' || $1::text, 0))`, [rootId], { prepare: true });
+  await tx`SELECT pg_advisory_xact_lock(hashtextextended('kandev.budget-spend:' || ${rootId}::text, 0))`;
 }
 
 /**
@@ -63,9 +62,7 @@ export async function lockTreeSpendExclusive(tx: Tx, rootId: string): Promise<vo
  * the tree. Null when the tree has no budget (nothing locked).
  */
 export async function addToBudgetSpend(tx: Tx, rootId: string, cents: number): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(`UPDATE tree_budgets SET spent_cents = spent_cents + $2 WHERE task_id = $1 RETURNING ${COLS}`, [rootId, cents], {
-    prepare: true,
-  });
+  const [row] = await tx<BudgetRow[]>`UPDATE tree_budgets SET spent_cents = spent_cents + ${cents} WHERE task_id = ${rootId} RETURNING ${cols(tx)}`;
   return row ?? null;
 }
 
@@ -75,27 +72,23 @@ export async function upsertBudget(
   b: { task_id: string; workspace_id: string; limit_cents: number; warn_percent: number; created_by: string; spent_cents: number },
 ): Promise<BudgetRow> {
   // The spend is the tree's count, made under `lockTreeSpendExclusive`: a PUT also re-syncs the total.
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by, spent_cents)
-     VALUES ($1, $2, $3, $4, 'ok', $5, $6)
-     ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent,
-       spent_cents = EXCLUDED.spent_cents, updated_at = now()
-     RETURNING ${COLS}`,
-    [b.task_id, b.workspace_id, b.limit_cents, b.warn_percent, b.created_by, b.spent_cents],
-    { prepare: true },
-  );
+  const [row] = await tx<BudgetRow[]>`
+    INSERT INTO tree_budgets (task_id, workspace_id, limit_cents, warn_percent, state, created_by, spent_cents)
+    VALUES (${b.task_id}, ${b.workspace_id}, ${b.limit_cents}, ${b.warn_percent}, 'ok', ${b.created_by}, ${b.spent_cents})
+    ON CONFLICT (task_id) DO UPDATE SET limit_cents = EXCLUDED.limit_cents, warn_percent = EXCLUDED.warn_percent,
+      spent_cents = EXCLUDED.spent_cents, updated_at = now()
+    RETURNING ${cols(tx)}`;
   return row!;
 }
 
 /** A budget's new state, and with crossings its new ledger (domain/budget.ts `recordCrossings`). */
 export async function writeState(tx: Tx, rootId: string, state: BudgetState, ledger: CrossingLedger | null): Promise<BudgetRow> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    ledger
-      ? `UPDATE tree_budgets SET state = $2, crossing_seq = $3, pending = $4, warning_seq = $5, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`
-      : `UPDATE tree_budgets SET state = $2, updated_at = now() WHERE task_id = $1 RETURNING ${COLS}`,
-    ledger ? [rootId, state, ledger.crossing_seq, ledger.pending, ledger.warning_seq] : [rootId, state],
-    { prepare: true },
-  );
+  const [row] = ledger
+    ? await tx<BudgetRow[]>`
+        UPDATE tree_budgets SET state = ${state}, crossing_seq = ${ledger.crossing_seq}, pending = ${ledger.pending}, warning_seq = ${ledger.warning_seq},
+          updated_at = now()
+        WHERE task_id = ${rootId} RETURNING ${cols(tx)}`
+    : await tx<BudgetRow[]>`UPDATE tree_budgets SET state = ${state}, updated_at = now() WHERE task_id = ${rootId} RETURNING ${cols(tx)}`;
   return row!;
 }
 
@@ -104,23 +97,17 @@ export async function writeState(tx: Tx, rootId: string, state: BudgetState, led
  * is the budget's. Nothing when a newer crossing replaced it or another replica settled it first.
  */
 export async function settleCrossing(tx: Tx, rootId: string, seq: number, holdId: string | null): Promise<BudgetRow | null> {
-  const [row] = await tx.unsafe<BudgetRow[]>(
-    `UPDATE tree_budgets SET pending = NULL, warning_seq = NULL, hold_id = COALESCE($3::uuid, hold_id), updated_at = now()
-     WHERE task_id = $1 AND crossing_seq = $2 AND pending IS NOT NULL RETURNING ${COLS}`,
-    [rootId, seq, holdId],
-    { prepare: true },
-  );
+  const [row] = await tx<BudgetRow[]>`
+    UPDATE tree_budgets SET pending = NULL, warning_seq = NULL, hold_id = COALESCE(${holdId}::uuid, hold_id), updated_at = now()
+    WHERE task_id = ${rootId} AND crossing_seq = ${seq} AND pending IS NOT NULL RETURNING ${cols(tx)}`;
   return row ?? null;
 }
 
 /** Crossings still pending after `olderThanMs` (the instance that made them died before acting). */
 export async function stalePendingCrossings(q: Q, olderThanMs: number, limit: number): Promise<BudgetRow[]> {
-  return q.unsafe<BudgetRow[]>(
-    `SELECT ${COLS} FROM tree_budgets WHERE pending IS NOT NULL AND updated_at < now() - make_interval(secs => $1::float8 / 1000)
-     ORDER BY updated_at LIMIT $2`,
-    [olderThanMs, limit],
-    { prepare: true },
-  );
+  return q<BudgetRow[]>`
+    SELECT ${cols(q)} FROM tree_budgets WHERE pending IS NOT NULL AND updated_at < now() - make_interval(secs => ${olderThanMs}::float8 / 1000)
+    ORDER BY updated_at LIMIT ${limit}`;
 }
 
 /** A released hold is no longer any budget's. */

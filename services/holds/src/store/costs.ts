@@ -40,7 +40,20 @@ export interface CostRow {
   occurred_at: string;
   priced: boolean;
 }
-const COLS = 'id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced';
+const COLUMNS = [
+  'id',
+  'task_id',
+  'session_id',
+  'usage_event_id',
+  'model',
+  'cost_cents',
+  'tokens_in',
+  'tokens_cached_in',
+  'tokens_out',
+  'occurred_at',
+  'priced',
+];
+const cols = (q: Q) => q(COLUMNS);
 
 /**
  * Record one cost event and fold it into its task's rollup in the same transaction. The same
@@ -61,15 +74,13 @@ export async function recordCost(
     priced: boolean;
   },
 ): Promise<{ row: CostRow; duplicate: boolean }> {
-  const [row] = await tx.unsafe<CostRow[]>(
-    `INSERT INTO cost_events (id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, COALESCE($10::timestamptz, now()), $11)
-     ON CONFLICT (usage_event_id) DO NOTHING RETURNING ${COLS}`,
-    [randomUUID(), e.task_id, e.session_id, e.usage_event_id, e.model, e.cost_cents, e.tokens_in, e.tokens_cached_in, e.tokens_out, e.occurred_at, e.priced],
-    { prepare: true },
-  );
+  const [row] = await tx<CostRow[]>`
+    INSERT INTO cost_events (id, task_id, session_id, usage_event_id, model, cost_cents, tokens_in, tokens_cached_in, tokens_out, occurred_at, priced)
+    VALUES (${randomUUID()}, ${e.task_id}, ${e.session_id}, ${e.usage_event_id}, ${e.model}, ${e.cost_cents}, ${e.tokens_in}, ${e.tokens_cached_in}, ${e.tokens_out},
+            COALESCE(${e.occurred_at}::timestamptz, now()), ${e.priced})
+    ON CONFLICT (usage_event_id) DO NOTHING RETURNING ${cols(tx)}`;
   if (!row) {
-    const [existing] = await tx.unsafe<CostRow[]>(`SELECT ${COLS} FROM cost_events WHERE usage_event_id = $1`, [e.usage_event_id], { prepare: true });
+    const [existing] = await tx<CostRow[]>`SELECT ${cols(tx)} FROM cost_events WHERE usage_event_id = ${e.usage_event_id}`;
     return { row: existing!, duplicate: true };
   }
   await tx`INSERT INTO task_costs (task_id, events, unpriced_events, cost_cents, tokens_in, tokens_cached_in, tokens_out)
@@ -83,21 +94,16 @@ export async function recordCost(
 
 /** R-4.7: one recursive query over the subtree (archived and hidden tasks included) joined with the per-task rollups. */
 export async function treeCost(q: Q, rootId: string): Promise<Omit<CostSummary, 'task_id' | 'include_descendants'>> {
-  const [row] = await q.unsafe<
-    { task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string; unpriced_events: string }[]
-  >(
-    `WITH RECURSIVE tree AS (
-       SELECT task_id FROM task_tree WHERE task_id = $1
+  const [row] = await q<{ task_count: number; cost_cents: string; tokens_in: string; tokens_cached_in: string; tokens_out: string; unpriced_events: string }[]>`
+    WITH RECURSIVE tree AS (
+       SELECT task_id FROM task_tree WHERE task_id = ${rootId}
        UNION ALL
        SELECT c.task_id FROM task_tree c JOIN tree ON c.parent_id = tree.task_id
      )
      SELECT count(*) FILTER (WHERE c.events > 0)::int AS task_count, COALESCE(sum(c.cost_cents), 0) AS cost_cents,
             COALESCE(sum(c.tokens_in), 0) AS tokens_in, COALESCE(sum(c.tokens_cached_in), 0) AS tokens_cached_in, COALESCE(sum(c.tokens_out), 0) AS tokens_out,
             COALESCE(sum(c.unpriced_events), 0) AS unpriced_events
-     FROM tree JOIN task_costs c ON c.task_id = tree.task_id`,
-    [rootId],
-    { prepare: true },
-  );
+     FROM tree JOIN task_costs c ON c.task_id = tree.task_id`;
   return {
     task_count: row!.task_count,
     cost_cents: Number(row!.cost_cents),

@@ -3,8 +3,24 @@ import { HoldSkipReasons, type HoldMode, type Wakeup } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 
 type Q = Sql | Tx;
-const COLS =
-  'id, task_id, workspace_id, reason, payload, status, skip_reason, idempotency_key, session_id, attempts, requested_at, run_at, claimed_at, finished_at';
+const COLUMNS = [
+  'id',
+  'task_id',
+  'workspace_id',
+  'reason',
+  'payload',
+  'status',
+  'skip_reason',
+  'idempotency_key',
+  'session_id',
+  'attempts',
+  'requested_at',
+  'run_at',
+  'claimed_at',
+  'finished_at',
+];
+/** The columns as identifiers in a tagged template, qualified by `alias` when given. */
+const cols = (q: Q, alias?: string) => q(alias ? COLUMNS.map((c) => `${alias}.${c}`) : COLUMNS);
 
 export interface WakeupRow extends Wakeup {
   workspace_id: string | null;
@@ -20,16 +36,14 @@ export async function insertWakeup(
   const [row] = await q<WakeupRow[]>`
     INSERT INTO wakeups (id, task_id, workspace_id, reason, payload, status, idempotency_key, run_at)
     VALUES (${randomUUID()}, ${w.task_id}, ${w.workspace_id}, ${w.reason}, ${payload}, 'queued', ${w.idempotency_key}, ${w.run_at})
-    ON CONFLICT (task_id, idempotency_key) DO NOTHING RETURNING ${q.unsafe(COLS)}`;
+    ON CONFLICT (task_id, idempotency_key) DO NOTHING RETURNING ${cols(q)}`;
   if (row) return { wakeup: row, created: true };
-  const [existing] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE task_id = $1 AND idempotency_key = $2`, [w.task_id, w.idempotency_key], {
-    prepare: true,
-  });
+  const [existing] = await q<WakeupRow[]>`SELECT ${cols(q)} FROM wakeups WHERE task_id = ${w.task_id} AND idempotency_key = ${w.idempotency_key}`;
   return { wakeup: existing!, created: false };
 }
 
 export async function getWakeup(q: Q, id: string): Promise<WakeupRow | null> {
-  const [row] = await q.unsafe<WakeupRow[]>(`SELECT ${COLS} FROM wakeups WHERE id = $1`, [id], { prepare: true });
+  const [row] = await q<WakeupRow[]>`SELECT ${cols(q)} FROM wakeups WHERE id = ${id}`;
   return row ?? null;
 }
 
@@ -46,26 +60,21 @@ export async function countActiveWakeups(q: Q, taskIds: readonly string[]): Prom
  * with the hold's skip reason, the others become claimed. No wakeup is both gated and launched.
  */
 export async function claimWakeups(tx: Tx, limit: number, instanceId: string): Promise<Array<WakeupRow & { gate_mode: HoldMode | null }>> {
-  return tx.unsafe<Array<WakeupRow & { gate_mode: HoldMode | null }>>(
-    `WITH picked AS (
+  return tx<Array<WakeupRow & { gate_mode: HoldMode | null }>>`
+    WITH picked AS (
        SELECT w.id, h.mode FROM wakeups w LEFT JOIN held_tasks h ON h.task_id = w.task_id
        WHERE w.status = 'queued' AND COALESCE(w.run_at, w.requested_at) <= now()
-       ORDER BY COALESCE(w.run_at, w.requested_at), w.id LIMIT $1 FOR UPDATE OF w SKIP LOCKED
+       ORDER BY COALESCE(w.run_at, w.requested_at), w.id LIMIT ${limit} FOR UPDATE OF w SKIP LOCKED
      )
      UPDATE wakeups w SET
        status = CASE WHEN p.mode IS NULL THEN 'claimed' ELSE 'finished' END,
-       skip_reason = CASE p.mode WHEN 'pause' THEN $2 WHEN 'cancel' THEN $3 ELSE NULL END,
+       skip_reason = CASE p.mode WHEN 'pause' THEN ${HoldSkipReasons.pause} WHEN 'cancel' THEN ${HoldSkipReasons.cancel} ELSE NULL END,
        claimed_at = now(),
-       claimed_by = CASE WHEN p.mode IS NULL THEN $4 ELSE NULL END,
+       claimed_by = CASE WHEN p.mode IS NULL THEN ${instanceId} ELSE NULL END,
        finished_at = CASE WHEN p.mode IS NULL THEN NULL ELSE now() END,
        attempts = w.attempts + CASE WHEN p.mode IS NULL THEN 1 ELSE 0 END
      FROM picked p WHERE w.id = p.id
-     RETURNING ${COLS.split(', ')
-       .map((c) => `w.${c}`)
-       .join(', ')}, p.mode AS gate_mode`,
-    [limit, HoldSkipReasons.pause, HoldSkipReasons.cancel, instanceId],
-    { prepare: true },
-  );
+     RETURNING ${cols(tx, 'w')}, p.mode AS gate_mode`;
 }
 
 /** Record a launch's outcome, unless a hold cancelled the wakeup meanwhile (its session, if any, is still noted). */

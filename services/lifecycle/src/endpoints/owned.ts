@@ -10,8 +10,8 @@ import type { ExecutionSupervisor } from '../supervisor.js';
 export const ownedExecutionEndpoints = (supervisor: ExecutionSupervisor, instanceId: string): Registration[] => [
   on(Life.prompt.at(instanceId), (req) => supervisor.prompt(req)),
   on(Life.cancel.at(instanceId), (req) => supervisor.cancel(req)),
-  on(Life.stop.at(instanceId), (req) => supervisor.stop(req)),
-  on(Life.stopMany.at(instanceId), (req) => supervisor.stopMany(req)),
+  on(Life.stop.at(instanceId), (req, ctx) => supervisor.stop(req, ctx)),
+  on(Life.stopMany.at(instanceId), (req, ctx) => supervisor.stopMany(req, ctx)),
   on(LifePermission.respond.at(instanceId), (req) => supervisor.respondPermission(req)),
   // The drain answers when it is done (up to wait_ms + a teardown); its caller's timeout says how long it waits.
   on(Life.drain.at(instanceId), (req) => supervisor.drain(req)),

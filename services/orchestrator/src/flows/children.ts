@@ -3,7 +3,7 @@ import { assertKnownAgent } from './agents.js';
 import { once } from './idempotency.js';
 import { getTask } from '../store/tasks.js';
 import type { CallContext, OrchRuntime } from './context.js';
-import { startSession } from './sessions.js';
+import { startSession } from './start-session.js';
 import { insertNewTask } from './tasks.js';
 
 type ChildTask = Task & { session_id: string | null };

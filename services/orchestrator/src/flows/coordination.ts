@@ -14,7 +14,7 @@ import { childrenOf, latestSessionOf, liveSessionsOf } from '../store/coordinati
 import { getTask } from '../store/tasks.js';
 import { transcriptPage } from '../store/transcript.js';
 import type { CallContext, OrchRuntime } from './context.js';
-import { startSession } from './sessions.js';
+import { startSession } from './start-session.js';
 
 /*
  * R-11.1: what a coordinating agent reads about its direct children, and its restart of one. The

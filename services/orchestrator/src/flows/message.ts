@@ -1,4 +1,4 @@
-import { actorLabel, isActiveSession, Life, notFound, type Actor, type RequestOf, type OrchMcp } from '@kandev/contracts';
+import { actorLabel, isActiveSession, Life, notFound, type Actor, type QueuedMessage, type RequestOf, type OrchMcp } from '@kandev/contracts';
 import { request } from '@kandev/runtime';
 import { assertDirectParent, assertSameWorkspace } from '../domain/access.js';
 import { assertQueueHasRoom, assertTakesMessages, queueEventMessage, sessionIsIdle } from '../domain/messages.js';
@@ -12,7 +12,8 @@ import { emitAgentCancelled } from './changes.js';
 import type { Emit } from './context.js';
 import { transact, type CallContext, type OrchRuntime } from './context.js';
 import { once, type Idempotent } from './idempotency.js';
-import { dispatchTurn, startSession } from './sessions.js';
+import { dispatchTurn } from './sessions.js';
+import { startSession } from './start-session.js';
 import type { Tx } from '@kandev/runtime';
 
 type Status = 'queued' | 'sent' | 'started';
@@ -84,7 +85,37 @@ async function deliverMessage(
 
   // Store first, under the guard: from here on the message is never lost. An interrupt is audited
   // in this same transaction (B-3), as `queued`; delivery settles the row's outcome in its own.
-  const { stored, auditId } = await transact(rt, async (tx, emit) => {
+  const { stored, auditId } = await storeMessage(rt, call, { task, session, caller, prompt, mode, actor });
+  // Stored: from now on a retry must not store it again, whatever happens next.
+  await idem.checkpoint({ task_id: task.id, session_id: session.id, status: 'queued' });
+
+  let status: Status = 'queued';
+  try {
+    status = await transact(rt, (tx, emit) => deliverNow(rt, call, tx, emit, { task, session, caller, prompt, mode, stored, auditId }));
+  } catch (e) {
+    // The message is stored; it waits in the queue (R-1.8: never an error after the insert).
+    log.warn({ err: e, message_id: stored.id }, 'immediate delivery failed; message stays queued');
+    status = 'queued';
+  }
+  return { task_id: task.id, session_id: session.id, status };
+}
+
+/** What a message to a task's live session is: the task, its session, who sent what, how. */
+interface Delivery {
+  task: TaskRow;
+  session: SessionRow;
+  caller: TaskRow;
+  prompt: string;
+  mode: 'queued' | 'interrupt';
+}
+
+/**
+ * Store first, under the guard: from here on the message is never lost. An interrupt is audited
+ * in this same transaction (B-3), as `queued`; delivery settles the row's outcome in its own.
+ */
+async function storeMessage(rt: OrchRuntime, call: CallContext, d: Delivery & { actor: Actor }): Promise<{ stored: QueuedMessage; auditId: string | null }> {
+  const { task, session, caller, prompt, mode, actor } = d;
+  return transact(rt, async (tx, emit) => {
     // R-10.1 again, where it cannot race: a cancel committed since the check above refuses the
     // message here, before the insert; one that comes later waits for this insert to commit.
     const current = await shareTask(tx, task.id);
@@ -110,55 +141,53 @@ async function deliverMessage(
     ]);
     return { stored: m, auditId: id };
   });
-  // Stored: from now on a retry must not store it again, whatever happens next.
-  await idem.checkpoint({ task_id: task.id, session_id: session.id, status: 'queued' });
+}
 
-  let status: Status = 'queued';
-  try {
-    status = await transact(rt, async (tx, emit): Promise<Status> => {
-      const s = (await lockSession(tx, session.id))!;
-      if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) return 'queued';
-      // R-3.5: after a user cancel a queued message waits for the operator too; an interrupt is the
-      // parent's explicit "run this now" and still goes through.
-      if (s.queue_paused && mode !== 'interrupt') return 'queued';
-      if (!sessionIsIdle(s.state)) {
-        if (mode !== 'interrupt') return 'queued';
-        const turn = await openTurn(tx, s.id);
-        const res = await request(
-          rt.nc,
-          Life.cancel.at(s.instance_id),
-          { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false },
-          { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
-        );
-        if (res.cancelled && res.turn_id) {
-          const [closed] = await Promise.all([
-            completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'),
-            auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null,
-          ]);
-          if (closed !== null)
-            await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, {
-              type: 'agent',
-              task_id: caller.id,
-            });
-        }
-      }
-      if (mode !== 'interrupt') {
-        // Queued to an idle session: the task's queue runs in order (R-1.6), so what is older than
-        // this message (left by an earlier session) goes first; this one is "sent" only if it is next.
-        const delivered = await drainQueue(rt, call, tx, emit, task, s);
-        return delivered === stored.id ? 'sent' : 'queued';
-      }
-      if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
-      const turnId = await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
-      await Promise.all([emitQueueChanged(tx, emit, task, s.id), auditId ? settleAudit(tx, auditId, 'sent', { turn_id: turnId }) : null]);
-      return 'sent';
-    });
-  } catch (e) {
-    // The message is stored; it waits in the queue (R-1.8: never an error after the insert).
-    log.warn({ err: e, message_id: stored.id }, 'immediate delivery failed; message stays queued');
-    status = 'queued';
+/** The stored message delivered now if it can be, under the session's guard: `sent`, or `queued` when it waits its turn. */
+async function deliverNow(
+  rt: OrchRuntime,
+  call: CallContext,
+  tx: Tx,
+  emit: Emit,
+  d: Delivery & { stored: QueuedMessage; auditId: string | null },
+): Promise<Status> {
+  const { task, session, caller, prompt, mode, stored, auditId } = d;
+  const s = (await lockSession(tx, session.id))!;
+  if (!isActiveSession(s.state) || !s.execution_id || !s.instance_id) return 'queued';
+  // R-3.5: after a user cancel a queued message waits for the operator too; an interrupt is the
+  // parent's explicit "run this now" and still goes through.
+  if (s.queue_paused && mode !== 'interrupt') return 'queued';
+  if (!sessionIsIdle(s.state)) {
+    if (mode !== 'interrupt') return 'queued';
+    const turn = await openTurn(tx, s.id);
+    const res = await request(
+      rt.nc,
+      Life.cancel.at(s.instance_id),
+      { execution_id: s.execution_id, turn_id: turn?.id ?? null, escalate: false },
+      { requestId: call.requestId, timeoutMs: rt.env.LIFECYCLE_CANCEL_WAIT_MS },
+    );
+    if (res.cancelled && res.turn_id) {
+      const [closed] = await Promise.all([
+        completeTurn(tx, res.turn_id, res.stop_reason ?? 'cancelled'),
+        auditId ? settleAudit(tx, auditId, 'queued', { cancelled_turn_id: res.turn_id }) : null,
+      ]);
+      if (closed !== null)
+        await emitAgentCancelled(emit, { workspace_id: task.workspace_id, task_id: task.id, session_id: s.id }, s.execution_id, res.turn_id, {
+          type: 'agent',
+          task_id: caller.id,
+        });
+    }
   }
-  return { task_id: task.id, session_id: session.id, status };
+  if (mode !== 'interrupt') {
+    // Queued to an idle session: the task's queue runs in order (R-1.6), so what is older than
+    // this message (left by an earlier session) goes first; this one is "sent" only if it is next.
+    const delivered = await drainQueue(rt, call, tx, emit, task, s);
+    return delivered === stored.id ? 'sent' : 'queued';
+  }
+  if (!(await takeMessage(tx, stored.id))) return 'queued'; // a drain already delivered it
+  const turnId = await dispatchTurn(rt, call, tx, emit, task, { ...s, state: s.state === 'RUNNING' ? 'RUNNING' : s.state }, prompt, caller.id);
+  await Promise.all([emitQueueChanged(tx, emit, task, s.id), auditId ? settleAudit(tx, auditId, 'sent', { turn_id: turnId }) : null]);
+  return 'sent';
 }
 
 /**

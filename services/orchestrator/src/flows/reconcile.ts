@@ -11,7 +11,7 @@ import { completeOpenTurns, openTurn } from '../store/turns.js';
 import { changeSessionState, changeTaskStatus, reviewTaskIfNothingActive } from './changes.js';
 import { endTurn } from './lifecycle-events.js';
 import { transact, type OrchRuntime } from './context.js';
-import { scheduleTeardown } from './stop.js';
+import { scheduleTeardown } from './teardown-dispatch.js';
 
 /** B-3: what the reconciler does to a task is audited like any other control action, in its own transaction. */
 const reconcilerAudit = (q: Sql | Tx, task: { id: string; workspace_id: string }, action: string, details: Record<string, unknown>) =>

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import {
-  ACTIVE_SESSION_STATES,
   actorLabel,
   conflict,
   Holds,
@@ -30,13 +29,15 @@ import {
   releaseHold,
   restoreTasks,
   subtree,
+  tasksWithoutActiveSession,
 } from '../store/holds.js';
 import { lockActiveSessionsOfTasks } from '../store/sessions.js';
 import { getTask } from '../store/tasks.js';
-import { TASK_COLUMNS, toTask, type TaskRow } from '../store/rows.js';
+import { toTask, type TaskRow } from '../store/rows.js';
 import type { Tx } from '@kandev/runtime';
 import { transact, type CallContext, type Emit, type OrchRuntime } from './context.js';
-import { acceptStops, dispatchTeardowns, failedDecision } from './stop.js';
+import { acceptStops, failedDecision } from './stop-decision.js';
+import { dispatchTeardowns } from './teardown-dispatch.js';
 import { refuseResumeOverBudget } from './budget.js';
 
 /** R-4.2 / R-4.5: how long a pause or cancel waits for its session stops to reach their owners before replying. */
@@ -267,17 +268,6 @@ async function cancelMembers(tx: Tx, emit: Emit, tasks: readonly TaskRow[], acto
       { task: toTask(t), from: before.get(t.id)!, to: 'CANCELLED', reason: StopReasons.treeCancel },
     );
   }
-}
-
-/** The member tasks (already locked) with no active session, as they are now. */
-async function tasksWithoutActiveSession(tx: Tx, ids: readonly string[]): Promise<TaskRow[]> {
-  if (!ids.length) return [];
-  const rows = await tx.unsafe<TaskRow[]>(
-    `SELECT ${TASK_COLUMNS} FROM tasks t WHERE t.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.task_id = t.id AND s.state = ANY($2)) ORDER BY t.id`,
-    [[...ids], [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
-  return rows.map((r) => ({ ...r, fence_epoch: Number(r.fence_epoch) }));
 }
 
 /** ADR 0025: the audit row and the `task.attention` event of a task a resume or restore left IN_PROGRESS with no session. */

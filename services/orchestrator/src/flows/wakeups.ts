@@ -3,7 +3,7 @@ import { assertCanAccess } from '../domain/access.js';
 import { wakeupSkipReason } from '../domain/start.js';
 import { getTask, lineageOf } from '../store/tasks.js';
 import type { CallContext, OrchRuntime } from './context.js';
-import { startSession } from './sessions.js';
+import { startSession } from './start-session.js';
 
 const DISPATCHER: Actor = { type: 'system', id: 'wakeup-dispatcher' };
 

@@ -11,7 +11,7 @@ export interface BundleRow extends BundleFacts {
  * A bundle with the facts its rules need, judged by the database clock so every replica agrees:
  * lease validity, whether its turn is still open, whether the session has a newer turn.
  */
-const BUNDLE_SELECT = `
+const bundleSelect = (q: Q) => q`
   SELECT b.id, b.task_id, b.workspace_id, b.session_id, b.turn_id, b.status, b.reason, b.created_at, b.expires_at, b.closed_at,
     b.detached_at, b.detached_reason,
     b.waiter_lease_until > now() AS lease_valid,
@@ -37,19 +37,19 @@ export async function insertBundle(
 }
 
 export async function getBundle(q: Q, id: string): Promise<BundleRow | null> {
-  const [row] = await q.unsafe<BundleRow[]>(`${BUNDLE_SELECT} WHERE b.id = $1`, [id], { prepare: true });
+  const [row] = await q<BundleRow[]>`${bundleSelect(q)} WHERE b.id = ${id}`;
   return row ?? null;
 }
 
 /** The bundle's row lock: responses, cancels, renewals and expiry of one bundle are serialised across replicas. */
 export async function lockBundle(tx: Tx, id: string): Promise<BundleRow | null> {
-  const [row] = await tx.unsafe<BundleRow[]>(`${BUNDLE_SELECT} WHERE b.id = $1 FOR UPDATE OF b`, [id], { prepare: true });
+  const [row] = await tx<BundleRow[]>`${bundleSelect(tx)} WHERE b.id = ${id} FOR UPDATE OF b`;
   return row ?? null;
 }
 
 /** Every bundle of a task, newest first. */
 export async function bundlesOfTask(q: Q, taskId: string): Promise<BundleRow[]> {
-  return q.unsafe<BundleRow[]>(`${BUNDLE_SELECT} WHERE b.task_id = $1 ORDER BY b.created_at DESC, b.id`, [taskId], { prepare: true });
+  return q<BundleRow[]>`${bundleSelect(q)} WHERE b.task_id = ${taskId} ORDER BY b.created_at DESC, b.id`;
 }
 
 /** Writes the questions a response or cancel changed. */

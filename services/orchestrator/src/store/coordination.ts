@@ -10,22 +10,19 @@ const ACTIVE = [...ACTIVE_SESSION_STATES];
  * statement (one snapshot), bounded by the children cap (KANDEV_MAX_CHILDREN) and `limit`.
  */
 export async function childrenOf(q: Q, parentId: string, limit: number): Promise<ChildSummary[]> {
-  const rows = await q.unsafe<Array<ChildSummary & { session: ChildSummary['session']; hold: ChildSummary['hold'] }>>(
-    `SELECT t.id, t.title, t.status,
+  const rows = await q<Array<ChildSummary & { session: ChildSummary['session']; hold: ChildSummary['hold'] }>>`
+    SELECT t.id, t.title, t.status,
         (SELECT json_build_object('id', s.id, 'state', s.state) FROM sessions s
-          WHERE s.task_id = t.id AND s.state = ANY($3::text[]) ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS session,
+          WHERE s.task_id = t.id AND s.state = ANY(${ACTIVE}::text[]) ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS session,
         (SELECT json_build_object('id', h.id, 'mode', h.mode) FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id
           WHERE m.task_id = t.id AND m.active LIMIT 1) AS hold,
         (SELECT count(*) FROM clarification_bundles b JOIN clarification_questions cq ON cq.bundle_id = b.id
           WHERE b.task_id = t.id AND b.status = 'pending' AND cq.status = 'pending')::int AS pending_questions,
         (SELECT count(*) FROM permission_requests p WHERE p.task_id = t.id AND p.status = 'pending')::int AS pending_permissions
        FROM tasks t
-      WHERE t.parent_id = $1 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $1)
+      WHERE t.parent_id = ${parentId} AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = ${parentId})
       ORDER BY t.created_at, t.id
-      LIMIT $2`,
-    [parentId, limit, ACTIVE],
-    { prepare: true },
-  );
+      LIMIT ${limit}`;
   return rows.map((r) => ({
     id: r.id,
     title: r.title,
@@ -39,17 +36,13 @@ export async function childrenOf(q: Q, parentId: string, limit: number): Promise
 
 /** The task's newest session (any state), or null. */
 export async function latestSessionOf(q: Q, taskId: string): Promise<string | null> {
-  const [row] = await q.unsafe<Array<{ id: string }>>(`SELECT id FROM sessions WHERE task_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1`, [taskId], {
-    prepare: true,
-  });
+  const [row] = await q<Array<{ id: string }>>`SELECT id FROM sessions WHERE task_id = ${taskId} ORDER BY created_at DESC, id DESC LIMIT 1`;
   return row?.id ?? null;
 }
 
 /** The task's live (active) sessions, for spawn's "none live" rule; read under the task's row lock. */
 export async function liveSessionsOf(q: Q, taskId: string): Promise<Array<{ id: string; state: string }>> {
-  return q.unsafe<Array<{ id: string; state: string }>>(`SELECT id, state FROM sessions WHERE task_id = $1 AND state = ANY($2::text[])`, [taskId, ACTIVE], {
-    prepare: true,
-  });
+  return q<Array<{ id: string; state: string }>>`SELECT id, state FROM sessions WHERE task_id = ${taskId} AND state = ANY(${ACTIVE}::text[])`;
 }
 
 /*
@@ -61,54 +54,40 @@ export async function liveSessionsOf(q: Q, taskId: string): Promise<Array<{ id: 
 
 /** Serialize the creates of children of one parent. */
 export async function lockChildrenOf(tx: Tx, parentId: string): Promise<void> {
-  await tx.unsafe(`SELECT pg_advisory_xact_lock(hashtextextended('kandev.children:' || $1::text, 0))`, [parentId], { prepare: true });
+  await tx`SELECT pg_advisory_xact_lock(hashtextextended('kandev.children:' || ${parentId}::text, 0))`;
 }
 
 /** Children of a parent that count against its cap: every child not archived. */
 export async function countChildren(q: Q, parentId: string): Promise<number> {
-  const [row] = await q.unsafe<Array<{ n: number }>>(`SELECT count(*)::int AS n FROM tasks WHERE parent_id = $1 AND archived_at IS NULL`, [parentId], {
-    prepare: true,
-  });
+  const [row] = await q<Array<{ n: number }>>`SELECT count(*)::int AS n FROM tasks WHERE parent_id = ${parentId} AND archived_at IS NULL`;
   return row!.n;
 }
 
 /** Levels of the tree down to `taskId` (a root is level 1). */
 export async function levelOf(q: Q, taskId: string): Promise<number> {
-  const [row] = await q.unsafe<Array<{ n: number }>>(
-    `WITH RECURSIVE up AS (
-       SELECT id, parent_id, 1 AS n FROM tasks WHERE id = $1
-       UNION ALL
-       SELECT t.id, t.parent_id, up.n + 1 FROM tasks t JOIN up ON t.id = up.parent_id WHERE up.n < 1000
-     ) SELECT max(n)::int AS n FROM up`,
-    [taskId],
-    { prepare: true },
-  );
+  const [row] = await q<Array<{ n: number }>>`
+    WITH RECURSIVE up AS (
+      SELECT id, parent_id, 1 AS n FROM tasks WHERE id = ${taskId}
+      UNION ALL
+      SELECT t.id, t.parent_id, up.n + 1 FROM tasks t JOIN up ON t.id = up.parent_id WHERE up.n < 1000
+    ) SELECT max(n)::int AS n FROM up`;
   return row?.n ?? 0;
 }
 
 /** Serialize the session starts of one workspace, from here to commit. */
 export async function lockLiveSessionsOf(tx: Tx, workspaceId: string): Promise<void> {
-  await tx.unsafe(`SELECT pg_advisory_xact_lock(hashtextextended('kandev.live_sessions:' || $1::text, 0))`, [workspaceId], { prepare: true });
+  await tx`SELECT pg_advisory_xact_lock(hashtextextended('kandev.live_sessions:' || ${workspaceId}::text, 0))`;
 }
 
 /** Active sessions of a workspace (the caller's own uncommitted ones included). */
 export async function countLiveSessions(q: Q, workspaceId: string): Promise<number> {
-  const [row] = await q.unsafe<Array<{ n: number }>>(
-    `SELECT count(*)::int AS n FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE t.workspace_id = $1 AND s.state = ANY($2::text[])`,
-    [workspaceId, ACTIVE],
-    { prepare: true },
-  );
+  const [row] = await q<Array<{ n: number }>>`
+    SELECT count(*)::int AS n FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE t.workspace_id = ${workspaceId} AND s.state = ANY(${ACTIVE}::text[])`;
   return row!.n;
 }
 
 /** Pending question bundles of a session (read under the session's row lock, which every ask takes). */
 export async function countPendingBundles(q: Q, sessionId: string): Promise<number> {
-  const [row] = await q.unsafe<Array<{ n: number }>>(
-    `SELECT count(*)::int AS n FROM clarification_bundles WHERE session_id = $1 AND status = 'pending'`,
-    [sessionId],
-    {
-      prepare: true,
-    },
-  );
+  const [row] = await q<Array<{ n: number }>>`SELECT count(*)::int AS n FROM clarification_bundles WHERE session_id = ${sessionId} AND status = 'pending'`;
   return row!.n;
 }

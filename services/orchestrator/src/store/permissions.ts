@@ -4,8 +4,23 @@ import type { Sql, Tx } from '@kandev/runtime';
 type Q = Sql | Tx;
 
 /** The row as the wire carries it (contracts PermissionRequest). */
-const COLUMNS =
-  'id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, created_at, closed_at, closed_by';
+const COLUMNS = [
+  'id',
+  'workspace_id',
+  'task_id',
+  'session_id',
+  'turn_id',
+  'execution_id',
+  'permission_id',
+  'title',
+  'options',
+  'status',
+  'chosen_option_id',
+  'created_at',
+  'closed_at',
+  'closed_by',
+];
+const cols = (q: Q) => q(COLUMNS);
 
 export interface NewPermission {
   id: string;
@@ -30,46 +45,31 @@ export interface Closure {
  * resolution arrived first). Returns the row when this call created it, null when it existed.
  */
 export async function insertPermission(tx: Tx, p: NewPermission, closed: Closure | null = null): Promise<PermissionRequest | null> {
-  const [row] = await tx.unsafe<PermissionRequest[]>(
-    `INSERT INTO permission_requests (id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, closed_at, closed_by)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10, $11, CASE WHEN $10 = 'pending' THEN NULL ELSE now() END, $12)
-     ON CONFLICT (execution_id, permission_id) DO NOTHING RETURNING ${COLUMNS}`,
-    [
-      p.id,
-      p.workspace_id,
-      p.task_id,
-      p.session_id,
-      p.turn_id,
-      p.execution_id,
-      p.permission_id,
-      p.title,
-      p.options as never,
-      closed?.status ?? 'pending',
-      closed?.chosen_option_id ?? null,
-      closed?.closed_by ?? null,
-    ],
-  );
+  const status = closed?.status ?? 'pending';
+  const [row] = await tx<PermissionRequest[]>`
+    INSERT INTO permission_requests (id, workspace_id, task_id, session_id, turn_id, execution_id, permission_id, title, options, status, chosen_option_id, closed_at, closed_by)
+    VALUES (${p.id}, ${p.workspace_id}, ${p.task_id}, ${p.session_id}, ${p.turn_id}, ${p.execution_id}, ${p.permission_id}, ${p.title},
+            ${tx.json(p.options as never)}::jsonb, ${status}, ${closed?.chosen_option_id ?? null}, CASE WHEN ${status}::text = 'pending' THEN NULL ELSE now() END,
+            ${closed?.closed_by ?? null})
+    ON CONFLICT (execution_id, permission_id) DO NOTHING RETURNING ${cols(tx)}`;
   return row ?? null;
 }
 
 export async function getPermission(q: Q, id: string): Promise<PermissionRequest | null> {
-  const [row] = await q.unsafe<PermissionRequest[]>(`SELECT ${COLUMNS} FROM permission_requests WHERE id = $1`, [id], { prepare: true });
+  const [row] = await q<PermissionRequest[]>`SELECT ${cols(q)} FROM permission_requests WHERE id = ${id}`;
   return row ?? null;
 }
 
 /** The row lock: an operator's answers to one request take turns, and a closing event waits for them. */
 export async function lockPermission(tx: Tx, id: string): Promise<PermissionRequest | null> {
-  const [row] = await tx.unsafe<PermissionRequest[]>(`SELECT ${COLUMNS} FROM permission_requests WHERE id = $1 FOR UPDATE`, [id], { prepare: true });
+  const [row] = await tx<PermissionRequest[]>`SELECT ${cols(tx)} FROM permission_requests WHERE id = ${id} FOR UPDATE`;
   return row ?? null;
 }
 
 /** The task's requests: pending first, then newest first. */
 export async function permissionsOfTask(q: Q, taskId: string): Promise<PermissionRequest[]> {
-  return q.unsafe<PermissionRequest[]>(
-    `SELECT ${COLUMNS} FROM permission_requests WHERE task_id = $1 ORDER BY (status = 'pending') DESC, created_at DESC, id`,
-    [taskId],
-    { prepare: true },
-  );
+  return q<PermissionRequest[]>`
+    SELECT ${cols(q)} FROM permission_requests WHERE task_id = ${taskId} ORDER BY (status = 'pending') DESC, created_at DESC, id`;
 }
 
 /**
@@ -82,20 +82,16 @@ export async function closePermission(
   where: { id: string } | { execution_id: string; permission_id: string },
   c: Closure,
 ): Promise<PermissionRequest | null> {
-  const [cond, params] = 'id' in where ? ['id = $4', [where.id]] : ['execution_id = $4 AND permission_id = $5', [where.execution_id, where.permission_id]];
-  const [row] = await tx.unsafe<PermissionRequest[]>(
-    `UPDATE permission_requests SET status = $1, chosen_option_id = $2, closed_by = $3, closed_at = now()
-     WHERE ${cond} AND status = 'pending' RETURNING ${COLUMNS}`,
-    [c.status, c.chosen_option_id, c.closed_by, ...params],
-  );
+  const which = 'id' in where ? tx`id = ${where.id}` : tx`execution_id = ${where.execution_id} AND permission_id = ${where.permission_id}`;
+  const [row] = await tx<PermissionRequest[]>`
+    UPDATE permission_requests SET status = ${c.status}, chosen_option_id = ${c.chosen_option_id}, closed_by = ${c.closed_by}, closed_at = now()
+    WHERE ${which} AND status = 'pending' RETURNING ${cols(tx)}`;
   return row ?? null;
 }
 
 /** Every still-pending request of an execution that is gone: cancelled (its agent waits on nothing any more). */
 export async function cancelPendingOfExecution(tx: Tx, executionId: string, closedBy: string): Promise<PermissionRequest[]> {
-  return tx.unsafe<PermissionRequest[]>(
-    `UPDATE permission_requests SET status = 'cancelled', closed_by = $2, closed_at = now()
-     WHERE execution_id = $1 AND status = 'pending' RETURNING ${COLUMNS}`,
-    [executionId, closedBy],
-  );
+  return tx<PermissionRequest[]>`
+    UPDATE permission_requests SET status = 'cancelled', closed_by = ${closedBy}, closed_at = now()
+    WHERE execution_id = ${executionId} AND status = 'pending' RETURNING ${cols(tx)}`;
 }

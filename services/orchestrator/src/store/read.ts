@@ -1,21 +1,19 @@
 import { ACTIVE_SESSION_STATES, type HoldMode, type TaskStatus, type Workspace } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
 import type { SortKey } from '../domain/paging.js';
-import { qualified, TASK_COLUMNS, type TaskRow } from './rows.js';
+import { columns, TASK_COLUMNS, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
-/** Columns of a listed row's sort key: created_at at full precision (the ISO form the driver gives is cut to milliseconds). */
-const SORT_TS = `created_at::text AS sort_ts`;
-
 export interface WorkspaceListRow extends Workspace {
+  /** created_at at full precision (the ISO form the driver gives is cut to milliseconds): a page's sort key. */
   sort_ts: string;
 }
 
 /** Workspaces newest first after `after`; `ids` null = every workspace. Fetches `limit` rows. */
 export async function listWorkspaces(q: Q, opts: { ids: string[] | null; after: SortKey | null; limit: number }): Promise<WorkspaceListRow[]> {
   return q<WorkspaceListRow[]>`
-    SELECT id, name, created_at, ${q.unsafe(SORT_TS)} FROM workspaces
+    SELECT id, name, created_at, created_at::text AS sort_ts FROM workspaces
     WHERE true
       ${opts.ids ? q`AND id = ANY(${opts.ids}::uuid[])` : q``}
       ${opts.after ? q`AND (created_at, id) < (${opts.after.ts}::timestamptz, ${opts.after.id}::uuid)` : q``}
@@ -45,8 +43,6 @@ export interface TaskListRow extends TaskRow {
   hold: { id: string; mode: HoldMode } | null;
 }
 
-const prefixed = qualified(TASK_COLUMNS, 't');
-
 /**
  * Tasks of one workspace, newest first after `after`, with what a board card shows: direct child
  * count, active sessions, the active hold. Each filter shape has an index that yields rows in this
@@ -54,7 +50,7 @@ const prefixed = qualified(TASK_COLUMNS, 't');
  */
 export async function listTasks(q: Q, f: TaskListFilter, opts: { after: SortKey | null; limit: number }): Promise<TaskListRow[]> {
   const rows = await q<TaskListRow[]>`
-    SELECT ${q.unsafe(prefixed)}, t.created_at::text AS sort_ts,
+    SELECT ${columns(q, TASK_COLUMNS, 't')}, t.created_at::text AS sort_ts,
       (SELECT count(*) FROM tasks c WHERE c.parent_id = t.id)::int AS child_count,
       (SELECT count(*) FROM sessions s WHERE s.task_id = t.id AND s.state IN ${q([...ACTIVE_SESSION_STATES])})::int AS active_session_count,
       (SELECT json_build_object('id', h.id, 'mode', h.mode) FROM tree_hold_members m JOIN tree_holds h ON h.id = m.hold_id

@@ -1,27 +1,57 @@
+import type { Sql, Tx } from '@kandev/runtime';
 import type { Session, Task, Turn, QueuedMessage, AuditEntry, Workspace } from '@kandev/contracts';
 
 /** Column lists and row → wire mappers, so every query returns the same shapes. */
-export const TASK_COLUMNS =
-  'id, workspace_id, parent_id, title, description, status, office, agent, archived_at, cancelled_at, checkout_agent_id, checkout_at, fence_epoch, working_dir, created_at, updated_at';
-export const SESSION_COLUMNS =
-  'id, task_id, state, error_message, cancel_reason, is_primary, agent, execution_id, instance_id, queue_paused, started_at, completed_at, created_at, updated_at';
+export const TASK_COLUMNS = [
+  'id',
+  'workspace_id',
+  'parent_id',
+  'title',
+  'description',
+  'status',
+  'office',
+  'agent',
+  'archived_at',
+  'cancelled_at',
+  'checkout_agent_id',
+  'checkout_at',
+  'fence_epoch',
+  'working_dir',
+  'created_at',
+  'updated_at',
+] as const;
+export const SESSION_COLUMNS = [
+  'id',
+  'task_id',
+  'state',
+  'error_message',
+  'cancel_reason',
+  'is_primary',
+  'agent',
+  'execution_id',
+  'instance_id',
+  'queue_paused',
+  'started_at',
+  'completed_at',
+  'created_at',
+  'updated_at',
+] as const;
 
 /**
- * A column list (`TASK_COLUMNS`, `SESSION_COLUMNS`) qualified by a table alias: `qualified(TASK_COLUMNS,
- * 't')` is `t.id, t.workspace_id, …`. With `prefix`, each is also renamed (`s.id AS s_id`), for a join
- * that reads columns of the same name from two tables.
+ * A column list (`TASK_COLUMNS`, `SESSION_COLUMNS`) as identifiers in a tagged template:
+ * `SELECT ${columns(q, TASK_COLUMNS)} FROM tasks`. With `alias`, qualified by it (`t.id, t.workspace_id, …`);
+ * with `prefix` too, each is also renamed (`s.id AS s_id`), for a join that reads columns of the
+ * same name from two tables.
  */
-export function qualified(columns: string, alias: string, prefix?: string): string {
-  return columns
-    .split(', ')
-    .map((c) => (prefix ? `${alias}.${c} AS ${prefix}${c}` : `${alias}.${c}`))
-    .join(', ');
+export function columns(q: Sql | Tx, names: readonly string[], alias?: string, prefix?: string) {
+  if (alias && prefix) return q(Object.fromEntries(names.map((c) => [`${prefix}${c}`, q(`${alias}.${c}`)])) as never);
+  return q(alias ? names.map((c) => `${alias}.${c}`) : [...names]);
 }
 
-/** The inverse of `qualified` with a prefix: the values of `columns` in a joined row, under their own names. */
-export function columnsOf<T>(columns: string, row: object, prefix = ''): T {
+/** The inverse of `columns` with a prefix: the values of `names` in a joined row, under their own names. */
+export function columnsOf<T>(names: readonly string[], row: object, prefix = ''): T {
   const values = row as Record<string, unknown>;
-  return Object.fromEntries(columns.split(', ').map((c) => [c, values[`${prefix}${c}`]])) as T;
+  return Object.fromEntries(names.map((c) => [c, values[`${prefix}${c}`]])) as T;
 }
 
 export interface TaskRow extends Task {
@@ -33,14 +63,6 @@ export interface SessionRow extends Session {
   instance_id: string | null;
   queue_paused: boolean;
   created_at: string;
-}
-
-/** A row of the outbox table (@kandev/runtime Outbox): an event staged by a statement of this service's own. */
-export interface OutboxRow {
-  id: string;
-  subject: string;
-  payload: unknown;
-  trace: Record<string, string>;
 }
 
 export const toTask = (r: TaskRow): Task => ({

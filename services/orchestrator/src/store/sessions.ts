@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { ACTIVE_SESSION_STATES, type SessionState } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { columnsOf, qualified, SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
-import { IS_CALLERS_CHILD } from './tasks.js';
+import { columns, columnsOf, SESSION_COLUMNS, type SessionRow, type Turn } from './rows.js';
+import { isCallersChild } from './tasks.js';
 
 type Q = Sql | Tx;
 
@@ -10,25 +10,24 @@ export async function insertSession(
   tx: Tx,
   s: { task_id: string; agent: string; state: SessionState; is_primary: boolean; launch_key?: string | null },
 ): Promise<SessionRow> {
-  const [row] = await tx.unsafe<SessionRow[]>(
-    // R-3.5 across sessions: a queue an operator cancel paused stays paused for the task's next
-    // session (the queue is the task's, R-1.6) until the operator resumes it.
-    `INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at, launch_key, queue_paused)
-     VALUES ($1, $2, $3, $4, $5, now(), $6, COALESCE((SELECT queue_paused FROM sessions WHERE task_id = $2 ORDER BY created_at DESC LIMIT 1), false)) RETURNING ${SESSION_COLUMNS}`,
-    [randomUUID(), s.task_id, s.state, s.is_primary, s.agent, s.launch_key ?? null],
-    { prepare: true },
-  );
+  // R-3.5 across sessions: a queue an operator cancel paused stays paused for the task's next
+  // session (the queue is the task's, R-1.6) until the operator resumes it.
+  const [row] = await tx<SessionRow[]>`
+    INSERT INTO sessions (id, task_id, state, is_primary, agent, started_at, launch_key, queue_paused)
+    VALUES (${randomUUID()}, ${s.task_id}, ${s.state}, ${s.is_primary}, ${s.agent}, now(), ${s.launch_key ?? null},
+            COALESCE((SELECT queue_paused FROM sessions WHERE task_id = ${s.task_id} ORDER BY created_at DESC LIMIT 1), false))
+    RETURNING ${columns(tx, SESSION_COLUMNS)}`;
   return row!;
 }
 
 /** The session a keyed launch (a wakeup dispatch) already started, if any. */
 export async function sessionByLaunchKey(q: Q, key: string): Promise<SessionRow | null> {
-  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE launch_key = $1`, [key], { prepare: true });
+  const [row] = await q<SessionRow[]>`SELECT ${columns(q, SESSION_COLUMNS)} FROM sessions WHERE launch_key = ${key}`;
   return row ?? null;
 }
 
 export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
-  const [row] = await q.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1`, [id], { prepare: true });
+  const [row] = await q<SessionRow[]>`SELECT ${columns(q, SESSION_COLUMNS)} FROM sessions WHERE id = ${id}`;
   return row ?? null;
 }
 
@@ -39,19 +38,16 @@ export async function getSession(q: Q, id: string): Promise<SessionRow | null> {
  * with none gives one row whose turn columns are null).
  */
 export async function sessionWithTurns(q: Q, id: string): Promise<{ session: SessionRow; workspace_id: string; turns: Turn[] } | null> {
-  const rows = await q.unsafe<
+  const rows = await q<
     Array<
       SessionRow & { workspace_id: string; turn_id: string | null; turn_started_at: string; turn_completed_at: string | null; turn_stop_reason: string | null }
     >
-  >(
-    `SELECT ${qualified(SESSION_COLUMNS, 's')}, t.workspace_id,
-            u.id AS turn_id, u.started_at AS turn_started_at, u.completed_at AS turn_completed_at, u.stop_reason AS turn_stop_reason
-       FROM sessions s JOIN tasks t ON t.id = s.task_id LEFT JOIN turns u ON u.session_id = s.id
-      WHERE s.id = $1
-      ORDER BY u.started_at, u.id`,
-    [id],
-    { prepare: true },
-  );
+  >`
+    SELECT ${columns(q, SESSION_COLUMNS, 's')}, t.workspace_id,
+           u.id AS turn_id, u.started_at AS turn_started_at, u.completed_at AS turn_completed_at, u.stop_reason AS turn_stop_reason
+      FROM sessions s JOIN tasks t ON t.id = s.task_id LEFT JOIN turns u ON u.session_id = s.id
+     WHERE s.id = ${id}
+     ORDER BY u.started_at, u.id`;
   const [first] = rows;
   if (!first) return null;
   const session = columnsOf<SessionRow>(SESSION_COLUMNS, first);
@@ -70,7 +66,7 @@ export async function sessionWithTurns(q: Q, id: string): Promise<{ session: Ses
  * holder waited on transcript_state: a deadlock, answered INTERNAL_ERROR (test/session-guard.test.ts).
  */
 export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null> {
-  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR NO KEY UPDATE`, [id], { prepare: true });
+  const [row] = await tx<SessionRow[]>`SELECT ${columns(tx, SESSION_COLUMNS)} FROM sessions WHERE id = ${id} FOR NO KEY UPDATE`;
   return row ?? null;
 }
 
@@ -79,11 +75,12 @@ export async function lockSession(tx: Tx, id: string): Promise<SessionRow | null
  * flight): for background work that must not queue behind it (the reconciler tries again next pass).
  */
 export async function lockSessionIfFree(tx: Tx, id: string): Promise<SessionRow | null> {
-  const [row] = await tx.unsafe<SessionRow[]>(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED`, [id], { prepare: true });
+  const [row] = await tx<SessionRow[]>`SELECT ${columns(tx, SESSION_COLUMNS)} FROM sessions WHERE id = ${id} FOR NO KEY UPDATE SKIP LOCKED`;
   return row ?? null;
 }
 
-type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
+/** A session under its guard, with its task's workspace and its open turn. */
+export type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string | null };
 
 /**
  * The per-session guard plus the session's workspace and open turn (the hot path of a cancel and of
@@ -95,13 +92,10 @@ type GuardedSession = SessionRow & { workspace_id: string; open_turn_id: string 
 export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<GuardedSession | null> {
   const locked = await lockSession(tx, id);
   if (!locked) return null;
-  const [extra] = await tx.unsafe<{ workspace_id: string; open_turn_id: string | null }[]>(
-    `SELECT t.workspace_id,
-       (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
-     FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = $1`,
-    [id],
-    { prepare: true },
-  );
+  const [extra] = await tx<{ workspace_id: string; open_turn_id: string | null }[]>`
+    SELECT t.workspace_id,
+      (SELECT tu.id FROM turns tu WHERE tu.session_id = s.id AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1) AS open_turn_id
+    FROM sessions s JOIN tasks t ON t.id = s.task_id WHERE s.id = ${id}`;
   return extra ? { ...locked, ...extra } : null;
 }
 
@@ -113,28 +107,24 @@ export async function lockSessionWithOpenTurn(tx: Tx, id: string): Promise<Guard
  */
 export async function lockSessionAskingFor(tx: Tx, taskId: string): Promise<GuardedSession | null> {
   const active = [...ACTIVE_SESSION_STATES];
-  const cols = qualified(SESSION_COLUMNS, 's');
   // The locks awaited before the read is issued (ADR 0033).
-  await tx.unsafe(`SELECT id FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id FOR NO KEY UPDATE`, [taskId, active], {
-    prepare: true,
-  });
-  const [row] = await tx.unsafe<GuardedSession[]>(
-    `SELECT ${cols}, t.workspace_id, tu.id AS open_turn_id
-     FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
-     WHERE s.task_id = $1 AND s.state = ANY($2) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`,
-    [taskId, active],
-    { prepare: true },
-  );
+  await tx`SELECT id FROM sessions WHERE task_id = ${taskId} AND state = ANY(${active}) ORDER BY created_at, id FOR NO KEY UPDATE`;
+  const [row] = await tx<GuardedSession[]>`
+    SELECT ${columns(tx, SESSION_COLUMNS, 's')}, t.workspace_id, tu.id AS open_turn_id
+    FROM sessions s JOIN tasks t ON t.id = s.task_id JOIN turns tu ON tu.session_id = s.id
+    WHERE s.task_id = ${taskId} AND s.state = ANY(${active}) AND tu.completed_at IS NULL ORDER BY tu.started_at DESC LIMIT 1`;
   return row ?? null;
 }
 
 /** Candidates of a stop: sessions in an active state, in a stable order. */
 export async function activeSessionsOfTask(q: Q, taskId: string): Promise<SessionRow[]> {
-  return q.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($2) ORDER BY created_at, id`,
-    [taskId, [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
+  return q<SessionRow[]>`
+    SELECT ${columns(q, SESSION_COLUMNS)} FROM sessions WHERE task_id = ${taskId} AND state = ANY(${[...ACTIVE_SESSION_STATES]}) ORDER BY created_at, id`;
+}
+
+/** The states of every session of a task (R-1.4 asks whether another one is still working). */
+export async function sessionStatesOfTask(q: Q, taskId: string): Promise<SessionState[]> {
+  return (await q<{ state: SessionState }[]>`SELECT state FROM sessions WHERE task_id = ${taskId}`).map((r) => r.state);
 }
 
 /** Whether any session of the task is active (ACTIVE_SESSION_STATES). */
@@ -153,16 +143,13 @@ export async function setSessionState(
   state: SessionState,
   extra: { error_message?: string | null; cancel_reason?: string | null; terminal?: boolean } = {},
 ): Promise<SessionRow> {
-  const [row] = await tx.unsafe<SessionRow[]>(
-    `UPDATE sessions SET state = $2,
-       error_message = CASE WHEN $3::boolean THEN $4 ELSE error_message END,
-       cancel_reason = COALESCE($5, cancel_reason),
-       completed_at = CASE WHEN $6::boolean THEN COALESCE(completed_at, now()) ELSE completed_at END,
-       updated_at = now()
-     WHERE id = $1 RETURNING ${SESSION_COLUMNS}`,
-    [id, state, extra.error_message !== undefined, extra.error_message ?? null, extra.cancel_reason ?? null, extra.terminal ?? false],
-    { prepare: true },
-  );
+  const [row] = await tx<SessionRow[]>`
+    UPDATE sessions SET state = ${state},
+      error_message = CASE WHEN ${extra.error_message !== undefined}::boolean THEN ${extra.error_message ?? null} ELSE error_message END,
+      cancel_reason = COALESCE(${extra.cancel_reason ?? null}, cancel_reason),
+      completed_at = CASE WHEN ${extra.terminal ?? false}::boolean THEN COALESCE(completed_at, now()) ELSE completed_at END,
+      updated_at = now()
+    WHERE id = ${id} RETURNING ${columns(tx, SESSION_COLUMNS)}`;
   return row!;
 }
 
@@ -182,29 +169,36 @@ export async function resumeQueueOfTask(tx: Tx, taskId: string): Promise<void> {
 /** Active sessions of many tasks under their guard (a tree hold stops them all in one transaction). */
 export async function lockActiveSessionsOfTasks(tx: Tx, taskIds: readonly string[]): Promise<SessionRow[]> {
   if (!taskIds.length) return [];
-  return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = ANY($1::uuid[]) AND state = ANY($2) ORDER BY id FOR NO KEY UPDATE`,
-    [[...taskIds], [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
+  return tx<SessionRow[]>`
+    SELECT ${columns(tx, SESSION_COLUMNS)} FROM sessions WHERE task_id = ANY(${[...taskIds]}::uuid[]) AND state = ANY(${[...ACTIVE_SESSION_STATES]})
+    ORDER BY id FOR NO KEY UPDATE`;
 }
 
 /** The per-session guard of a child stop: the target's active sessions, locked, only if the caller is its direct parent. */
 export async function lockActiveSessionsOfChild(tx: Tx, targetId: string, callerId: string): Promise<SessionRow[]> {
-  return tx.unsafe<SessionRow[]>(
-    `SELECT ${SESSION_COLUMNS} FROM sessions WHERE task_id = $1 AND state = ANY($3) AND EXISTS (SELECT 1 FROM tasks t WHERE ${IS_CALLERS_CHILD}) ORDER BY id FOR NO KEY UPDATE`,
-    [targetId, callerId, [...ACTIVE_SESSION_STATES]],
-    { prepare: true },
-  );
+  return tx<SessionRow[]>`
+    SELECT ${columns(tx, SESSION_COLUMNS)} FROM sessions
+    WHERE task_id = ${targetId} AND state = ANY(${[...ACTIVE_SESSION_STATES]}) AND EXISTS (SELECT 1 FROM tasks t WHERE ${isCallersChild(tx, targetId, callerId)})
+    ORDER BY id FOR NO KEY UPDATE`;
 }
 
 /** Write CANCELLED with a fixed reason on sessions already locked and checked active, in one statement. */
 export async function cancelSessions(tx: Tx, ids: readonly string[], cancelReason: string): Promise<SessionRow[]> {
   if (!ids.length) return [];
-  return tx.unsafe<SessionRow[]>(
-    `UPDATE sessions SET state = 'CANCELLED', cancel_reason = $2, completed_at = COALESCE(completed_at, now()), updated_at = now()
-     WHERE id = ANY($1::uuid[]) RETURNING ${SESSION_COLUMNS}`,
-    [[...ids], cancelReason],
-    { prepare: true },
-  );
+  return tx<SessionRow[]>`
+    UPDATE sessions SET state = 'CANCELLED', cancel_reason = ${cancelReason}, completed_at = COALESCE(completed_at, now()), updated_at = now()
+    WHERE id = ANY(${[...ids]}::uuid[]) RETURNING ${columns(tx, SESSION_COLUMNS)}`;
+}
+
+/**
+ * A session this transaction just stopped, and the turn the stop closed, stamped with the clock's
+ * time now rather than the transaction's start (an escalated cancel waited out its timeout inside
+ * the transaction: R-10.5's bound runs from the logical cancel). The row as stamped.
+ */
+export async function stampStoppedNow(tx: Tx, id: string): Promise<SessionRow> {
+  const [row] = await tx<SessionRow[]>`
+    WITH ts AS (SELECT clock_timestamp() AS at),
+      closed AS (UPDATE turns SET completed_at = (SELECT at FROM ts) WHERE session_id = ${id} AND completed_at = now() AND stop_reason = 'cancelled')
+    UPDATE sessions SET completed_at = (SELECT at FROM ts), updated_at = (SELECT at FROM ts) WHERE id = ${id} RETURNING ${columns(tx, SESSION_COLUMNS)}`;
+  return row!;
 }

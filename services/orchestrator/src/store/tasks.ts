@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TaskStatus } from '@kandev/contracts';
 import type { Sql, Tx } from '@kandev/runtime';
-import { columnsOf, qualified, SESSION_COLUMNS, TASK_COLUMNS, type OutboxRow, type SessionRow, type TaskRow } from './rows.js';
+import { columns, columnsOf, SESSION_COLUMNS, TASK_COLUMNS, type SessionRow, type TaskRow } from './rows.js';
 
 type Q = Sql | Tx;
 
@@ -27,16 +27,15 @@ export async function insertTask(
     working_dir?: string | null;
   },
 ): Promise<TaskRow> {
-  const [row] = await q.unsafe<TaskRow[]>(
-    `INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent, working_dir) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ${TASK_COLUMNS}`,
-    [randomUUID(), t.workspace_id, t.parent_id, t.title, t.description, t.office, t.agent, t.working_dir ?? null],
-    { prepare: true },
-  );
+  const [row] = await q<TaskRow[]>`
+    INSERT INTO tasks (id, workspace_id, parent_id, title, description, office, agent, working_dir)
+    VALUES (${randomUUID()}, ${t.workspace_id}, ${t.parent_id}, ${t.title}, ${t.description}, ${t.office}, ${t.agent}, ${t.working_dir ?? null})
+    RETURNING ${columns(q, TASK_COLUMNS)}`;
   return norm(row!);
 }
 
 export async function getTask(q: Q, id: string): Promise<TaskRow | null> {
-  const [row] = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1`, [id], { prepare: true });
+  const [row] = await q<TaskRow[]>`SELECT ${columns(q, TASK_COLUMNS)} FROM tasks WHERE id = ${id}`;
   return row ? norm(row) : null;
 }
 
@@ -48,7 +47,7 @@ export async function getTask(q: Q, id: string): Promise<TaskRow | null> {
  * Creating a child locks its parent FOR SHARE explicitly (lockParentForChild), which this blocks.
  */
 export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR NO KEY UPDATE`, [id], { prepare: true });
+  const [row] = await tx<TaskRow[]>`SELECT ${columns(tx, TASK_COLUMNS)} FROM tasks WHERE id = ${id} FOR NO KEY UPDATE`;
   return row ? norm(row) : null;
 }
 
@@ -58,7 +57,7 @@ export async function lockTask(tx: Tx, id: string): Promise<TaskRow | null> {
  * before any session lock (task → session, ADR 0060).
  */
 export async function shareTask(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR SHARE`, [id], { prepare: true });
+  const [row] = await tx<TaskRow[]>`SELECT ${columns(tx, TASK_COLUMNS)} FROM tasks WHERE id = ${id} FOR SHARE`;
   return row ? norm(row) : null;
 }
 
@@ -68,61 +67,39 @@ export async function shareTask(tx: Tx, id: string): Promise<TaskRow | null> {
  * queue behind a control action in flight. It tries again next pass.
  */
 export async function lockTaskIfFree(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED`, [id], { prepare: true });
+  const [row] = await tx<TaskRow[]>`SELECT ${columns(tx, TASK_COLUMNS)} FROM tasks WHERE id = ${id} FOR NO KEY UPDATE SKIP LOCKED`;
   return row ? norm(row) : null;
 }
 
 /** B-1 inside a stop's transaction: bump the fence, which takes the task's row lock, and return the locked row. */
 export async function bumpFenceLocked(tx: Tx, id: string): Promise<BumpedTask | null> {
-  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(
-    `UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = $1 RETURNING ${TASK_COLUMNS}, now() AS at`,
-    [id],
-    { prepare: true },
-  );
-  return row ? bumped(row) : null;
+  const [row] = await tx<TaskRow[]>`UPDATE tasks SET fence_epoch = fence_epoch + 1 WHERE id = ${id} RETURNING ${columns(tx, TASK_COLUMNS)}`;
+  return row ? { task: norm(row) } : null;
 }
 
-/** A stop's fence bump: the task row it locked, and the transaction's now() (what each of its writes stamps), read by the same statement. */
+/** A stop's fence bump: the task row it locked. */
 export interface BumpedTask {
   task: TaskRow;
-  at: string;
 }
-const bumped = ({ at, ...task }: TaskRow & { at: string }): BumpedTask => ({ task: norm(task), at });
-
-/**
- * R-1.4 after a stop, on a task this transaction holds locked: REVIEW and its event's outbox row
- * through review_after_stop (migrations/005), which never aborts the transaction. The row as it is
- * afterwards: still in its old status, and no event staged, if the transition failed (the database
- * logged why).
- */
-export async function reviewAfterStop(tx: Tx, id: string, event: OutboxRow): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM review_after_stop($1, $2)`, [id, event as never], { prepare: true });
-  return row ? norm(row) : null;
-}
-
-/** The row reviewAfterStop writes, as of the transaction's now(): what its event carries. */
-export const reviewedRow = (task: TaskRow, now: string): TaskRow => ({ ...task, status: 'REVIEW', cancelled_at: null, updated_at: now });
 
 /** Tasks by id, as they are now (a stop's checks). */
 export async function tasksByIds(q: Q, ids: readonly string[]): Promise<Map<string, TaskRow>> {
-  const rows = await q.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = ANY($1::uuid[])`, [[...ids]], { prepare: true });
+  const rows = await q<TaskRow[]>`SELECT ${columns(q, TASK_COLUMNS)} FROM tasks WHERE id = ANY(${[...ids]}::uuid[])`;
   return new Map(rows.map((r) => [r.id, norm(r)]));
 }
 
 /**
  * R-1.2 in SQL, for statements of a child stop that must change and lock nothing unless the caller
- * ($2) is the target's ($1) direct parent in its workspace: `t` is the target row.
+ * is the target's direct parent in its workspace: a condition on `t`, the target row.
  */
-export const IS_CALLERS_CHILD = `t.id = $1 AND t.parent_id = $2 AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = $2)`;
+export const isCallersChild = (q: Q, targetId: string, callerId: string) =>
+  q`t.id = ${targetId} AND t.parent_id = ${callerId} AND t.workspace_id = (SELECT c.workspace_id FROM tasks c WHERE c.id = ${callerId})`;
 
 /** B-1 for a child stop: bump the target's fence (which takes its row lock) only if the caller is its direct parent; the locked row, or null. */
 export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: string): Promise<BumpedTask | null> {
-  const [row] = await tx.unsafe<Array<TaskRow & { at: string }>>(
-    `UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${IS_CALLERS_CHILD} RETURNING ${TASK_COLUMNS}, now() AS at`,
-    [targetId, callerId],
-    { prepare: true },
-  );
-  return row ? bumped(row) : null;
+  const [row] = await tx<TaskRow[]>`
+    UPDATE tasks t SET fence_epoch = t.fence_epoch + 1 WHERE ${isCallersChild(tx, targetId, callerId)} RETURNING ${columns(tx, TASK_COLUMNS)}`;
+  return row ? { task: norm(row) } : null;
 }
 
 /**
@@ -131,7 +108,7 @@ export async function bumpFenceOfChild(tx: Tx, targetId: string, callerId: strin
  * found by the hold's re-read) or waits until the hold has committed (R-4.8).
  */
 export async function lockParentForChild(tx: Tx, id: string): Promise<TaskRow | null> {
-  const [row] = await tx.unsafe<TaskRow[]>(`SELECT ${TASK_COLUMNS} FROM tasks WHERE id = $1 FOR SHARE`, [id], { prepare: true });
+  const [row] = await tx<TaskRow[]>`SELECT ${columns(tx, TASK_COLUMNS)} FROM tasks WHERE id = ${id} FOR SHARE`;
   return row ? norm(row) : null;
 }
 
@@ -140,17 +117,16 @@ export async function updateTaskFields(
   id: string,
   f: { title?: string; status?: TaskStatus; archived?: boolean; cancelled?: boolean },
 ): Promise<TaskRow> {
-  const [row] = await tx.unsafe<TaskRow[]>(
-    `UPDATE tasks SET
-       title = COALESCE($2, title),
-       status = COALESCE($3, status),
-       archived_at = CASE WHEN $4::boolean IS NULL THEN archived_at WHEN $4 THEN COALESCE(archived_at, now()) ELSE NULL END,
-       cancelled_at = CASE WHEN $3 = 'CANCELLED' THEN COALESCE(cancelled_at, now()) WHEN $3 IS NOT NULL THEN NULL ELSE cancelled_at END,
-       updated_at = now()
-     WHERE id = $1 RETURNING ${TASK_COLUMNS}`,
-    [id, f.title ?? null, f.status ?? null, f.archived ?? null],
-    { prepare: true },
-  );
+  const status = f.status ?? null;
+  const archived = f.archived ?? null;
+  const [row] = await tx<TaskRow[]>`
+    UPDATE tasks SET
+      title = COALESCE(${f.title ?? null}, title),
+      status = COALESCE(${status}, status),
+      archived_at = CASE WHEN ${archived}::boolean IS NULL THEN archived_at WHEN ${archived}::boolean THEN COALESCE(archived_at, now()) ELSE NULL END,
+      cancelled_at = CASE WHEN ${status}::text = 'CANCELLED' THEN COALESCE(cancelled_at, now()) WHEN ${status}::text IS NOT NULL THEN NULL ELSE cancelled_at END,
+      updated_at = now()
+    WHERE id = ${id} RETURNING ${columns(tx, TASK_COLUMNS)}`;
   return norm(row!);
 }
 
@@ -163,14 +139,11 @@ const norm = (r: TaskRow): TaskRow => ({ ...r, fence_epoch: Number(r.fence_epoch
  * sessions gives one row whose session columns are null.
  */
 export async function taskWithSessions(q: Q, id: string): Promise<{ task: TaskRow; sessions: SessionRow[] } | null> {
-  const rows = await q.unsafe<Array<Record<string, unknown>>>(
-    `SELECT ${qualified(TASK_COLUMNS, 't')}, ${qualified(SESSION_COLUMNS, 's', 's_')}
-       FROM tasks t LEFT JOIN sessions s ON s.task_id = t.id
-      WHERE t.id = $1
-      ORDER BY s.created_at, s.id`,
-    [id],
-    { prepare: true },
-  );
+  const rows = await q<Array<Record<string, unknown>>>`
+    SELECT ${columns(q, TASK_COLUMNS, 't')}, ${columns(q, SESSION_COLUMNS, 's', 's_')}
+      FROM tasks t LEFT JOIN sessions s ON s.task_id = t.id
+     WHERE t.id = ${id}
+     ORDER BY s.created_at, s.id`;
   const [first] = rows;
   if (!first) return null;
   return {

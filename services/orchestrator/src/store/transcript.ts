@@ -81,32 +81,24 @@ async function writePlanned(
   plan: (state: TranscriptState) => { writes: TranscriptWrite[]; state: TranscriptState },
 ): Promise<SessionMessageData[]> {
   // Creates the session's state row on its first item and locks it either way, in one statement.
-  const [row] = await tx.unsafe<StateRow[]>(
-    `INSERT INTO transcript_state (session_id) SELECT id FROM sessions WHERE id = $1
-     ON CONFLICT (session_id) DO UPDATE SET session_id = EXCLUDED.session_id
-     RETURNING next_seq, bytes, items, truncated, open_seq, open_turn_id, open_bytes`,
-    [sessionId],
-    { prepare: true },
-  );
+  const [row] = await tx<StateRow[]>`
+    INSERT INTO transcript_state (session_id) SELECT id FROM sessions WHERE id = ${sessionId}
+    ON CONFLICT (session_id) DO UPDATE SET session_id = EXCLUDED.session_id
+    RETURNING next_seq, bytes, items, truncated, open_seq, open_turn_id, open_bytes`;
   if (!row) return [];
   const { writes, state } = plan(toState(row));
   if (!writes.length) return [];
   const out: SessionMessageData[] = [];
   for (const w of writes) {
     if (w.op === 'created') {
-      const [r] = await tx.unsafe<{ created_at: string }[]>(
-        `INSERT INTO transcript_items (session_id, seq, turn_id, role, kind, text, meta) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at`,
-        [sessionId, w.seq, w.turn_id, w.role, w.kind, w.text, tx.json(w.meta as never) as never],
-        { prepare: true },
-      );
+      const [r] = await tx<{ created_at: string }[]>`
+        INSERT INTO transcript_items (session_id, seq, turn_id, role, kind, text, meta)
+        VALUES (${sessionId}, ${w.seq}, ${w.turn_id}, ${w.role}, ${w.kind}, ${w.text}, ${tx.json(w.meta as never)}) RETURNING created_at`;
       out.push({ op: 'created', seq: w.seq, turn_id: w.turn_id, role: w.role, kind: w.kind, text: w.text, meta: w.meta, created_at: r!.created_at });
     } else {
-      const [r] = await tx.unsafe<{ created_at: string; offset: number }[]>(
-        `UPDATE transcript_items SET text = text || $3, updated_at = now() WHERE session_id = $1 AND seq = $2
-         RETURNING created_at, octet_length(text) - octet_length($3::text) AS "offset"`,
-        [sessionId, w.seq, w.text],
-        { prepare: true },
-      );
+      const [r] = await tx<{ created_at: string; offset: number }[]>`
+        UPDATE transcript_items SET text = text || ${w.text}::text, updated_at = now() WHERE session_id = ${sessionId} AND seq = ${w.seq}
+        RETURNING created_at, octet_length(text) - octet_length(${w.text}::text) AS "offset"`;
       out.push({
         op: 'appended',
         seq: w.seq,
@@ -120,17 +112,16 @@ async function writePlanned(
       });
     }
   }
-  await tx.unsafe(
-    `UPDATE transcript_state SET next_seq = $2, bytes = $3, items = $4, truncated = $5, open_seq = $6, open_turn_id = $7, open_bytes = $8 WHERE session_id = $1`,
-    [sessionId, state.next_seq, state.bytes, state.items, state.truncated, state.open?.seq ?? null, state.open?.turn_id ?? null, state.open?.bytes ?? 0],
-    { prepare: true },
-  );
+  await tx`
+    UPDATE transcript_state SET next_seq = ${state.next_seq}, bytes = ${state.bytes}, items = ${state.items}, truncated = ${state.truncated},
+      open_seq = ${state.open?.seq ?? null}, open_turn_id = ${state.open?.turn_id ?? null}, open_bytes = ${state.open?.bytes ?? 0}
+    WHERE session_id = ${sessionId}`;
   return out;
 }
 
 /** A page of a session's transcript, oldest first, after `afterSeq`. */
 export async function transcriptPage(q: Q, sessionId: string, afterSeq: number, limit: number): Promise<TranscriptItem[]> {
-  const rows = await q.unsafe<
+  const rows = await q<
     Array<{
       seq: string;
       turn_id: string | null;
@@ -140,10 +131,6 @@ export async function transcriptPage(q: Q, sessionId: string, afterSeq: number, 
       meta: Record<string, unknown>;
       created_at: string;
     }>
-  >(
-    `SELECT seq, turn_id, role, kind, text, meta, created_at FROM transcript_items WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
-    [sessionId, afterSeq, limit],
-    { prepare: true },
-  );
+  >`SELECT seq, turn_id, role, kind, text, meta, created_at FROM transcript_items WHERE session_id = ${sessionId} AND seq > ${afterSeq} ORDER BY seq LIMIT ${limit}`;
   return rows.map((r) => ({ seq: Number(r.seq), turn_id: r.turn_id, role: r.role, kind: r.kind, text: r.text, meta: r.meta, created_at: r.created_at }));
 }
