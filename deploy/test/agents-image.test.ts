@@ -106,6 +106,19 @@ describe('deploy/docker/Dockerfile', () => {
     }
     expect(stage('runtime')!.body.filter((i) => i.op === 'COPY')).toEqual([{ op: 'COPY', args: '--from=build /out /app' }]);
   });
+
+  it('copies no tsconfig into the build whose references it does not copy too (the bundler loads them: "Tsconfig not found")', () => {
+    const copied = stage('build')!
+      .body.filter((i) => i.op === 'COPY' && !i.args.startsWith('--from'))
+      .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    const isCopied = (path: string) => copied.some((c) => path === c || path.startsWith(`${c}/`));
+    const tsconfigs = copied.filter((c) => /^tsconfig.*\.json$/.test(c));
+    expect(tsconfigs.length, 'the build copies tsconfig.base.json at least').toBeGreaterThan(0);
+    for (const file of tsconfigs) {
+      const references = (readJson<{ references?: Array<{ path: string }> }>(join(REPO, file)).references ?? []).map((r) => posix.normalize(r.path));
+      for (const r of references) expect(isCopied(r), `${file} references ${r}, which the build does not copy`).toBe(true);
+    }
+  });
 });
 
 describe('deploy/overlays/prod: lifecycle with real agents', () => {
