@@ -28,13 +28,22 @@ const freePort = () =>
     });
   });
 
+/** The releases of the images mounted now. */
+const mounted = new Set();
+/** Unmount whatever is still mounted (a run interrupted by a signal). */
+export async function releaseMounts() {
+  for (const release of [...mounted]) await release();
+}
+
 /** An image mounted with what a process in it needs bound in; `release()` undoes it all, in reverse. */
 async function mountImage(run, image, dir) {
   const podman = (step, args) => run(step, 'podman', args, { timeoutMs: 60_000 });
   const undo = [];
   const release = async () => {
-    for (const step of undo.reverse()) await step().catch((e) => process.stderr.write(`[image] cleanup: ${e.message}\n`));
+    mounted.delete(release);
+    for (const step of undo.splice(0).reverse()) await step().catch((e) => process.stderr.write(`[image] cleanup: ${e.message}\n`));
   };
+  mounted.add(release);
   try {
     const root = (await podman('image-mount', ['image', 'mount', image])).trim();
     undo.push(() => podman('image-umount', ['image', 'umount', image]));
@@ -71,8 +80,8 @@ function userOf(root, spec) {
 const envList = (list = []) => Object.fromEntries(list.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
 
 /** Start `command` inside the mounted image as its user, from its working directory, with its environment plus `env`. */
-function startIn(mounted, command, env, { children, cwd } = {}) {
-  const { root, config, user } = mounted;
+function startIn(image, command, env, { children, cwd } = {}) {
+  const { root, config, user } = image;
   const child = spawn(
     'chroot',
     [`--userspec=${user.uid}:${user.gid}`, root, '/usr/bin/env', '-C', cwd ?? (config.WorkingDir || '/'), '--', ...command],
@@ -193,10 +202,10 @@ export async function smokeControlPlane({ controlPlane, agents, run, dir, log, c
       for (const kind of SERVICE_KEYS[name]) env[KEY_ENV[kind]] = kind === 'operator' ? operatorKey : agentKey;
       return env;
     };
-    const start = async (mounted, name, instance) => {
+    const start = async (image, name, instance) => {
       const env = await envOf(name, instance);
-      const command = [...(mounted.config.Entrypoint ?? []), 'node', `services/${name}/dist/${name}.bundle.js`];
-      const proc = startIn(mounted, command, env, { children });
+      const command = [...(image.config.Entrypoint ?? []), 'node', `services/${name}/dist/${name}.bundle.js`];
+      const proc = startIn(image, command, env, { children });
       const entry = { name: instance, proc, healthPort: env.HEALTH_PORT };
       running.push(entry);
       await firstLine(proc, `${instance} (${command.join(' ')})`, (l) => (jsonLine(l)?.msg === `${name} started` ? true : undefined), START_TIMEOUT_MS);
@@ -240,10 +249,10 @@ export async function smokeControlPlane({ controlPlane, agents, run, dir, log, c
  */
 export async function smokeAgents({ image, run, dir, log, repo, children }) {
   const pins = JSON.parse(readFileSync(join(repo, 'deploy/docker/agents/package.json'), 'utf8')).dependencies;
-  const mounted = await mountImage(run, image, dir);
+  const agentsImage = await mountImage(run, image, dir);
   try {
     const answer = async (what, command, input, match) => {
-      const proc = startIn(mounted, command, {}, { children, cwd: '/tmp' });
+      const proc = startIn(agentsImage, command, {}, { children, cwd: '/tmp' });
       if (input) proc.child.stdin.write(`${input}\n`);
       try {
         return await firstLine(proc, what, match, 60_000);
@@ -267,6 +276,6 @@ export async function smokeAgents({ image, run, dir, log, repo, children }) {
     const git = await answer('git --version', ['git', '--version'], undefined, (l) => (l.startsWith('git version') ? l : undefined));
     log(`agents: ${git}`);
   } finally {
-    await mounted.release();
+    await agentsImage.release();
   }
 }

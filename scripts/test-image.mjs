@@ -19,7 +19,7 @@ import { createWriteStream, mkdirSync, mkdtempSync, readFileSync, rmSync, symlin
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { smokeAgents, smokeControlPlane } from './test-image-smoke.mjs';
+import { releaseMounts, smokeAgents, smokeControlPlane } from './test-image-smoke.mjs';
 
 const REPO = fileURLToPath(new URL('..', import.meta.url));
 const NODE_VERSION = /^NODE_VERSION=(\S+)$/m.exec(readFileSync(join(REPO, '.ci/run'), 'utf8'))?.[1];
@@ -205,22 +205,32 @@ async function imageSize(image) {
   return info.Size;
 }
 
+/**
+ * Remove what this run made (the images and build containers that were not there before it, its
+ * temporary files); returns what could not be removed, which fails the run. Removing layers is
+ * slow on a loaded machine, hence the generous bound.
+ */
 async function cleanUp(before) {
   if (KEEP) {
     log(`KANDEV_IMAGE_KEEP=1: images ${ref('*')} and ${work} are left`);
-    return;
+    return [];
   }
-  const after = await podmanObjects().catch(() => undefined);
-  const fresh = (kind) => (after ? [...after[kind]].filter((id) => !before[kind].has(id)) : []);
-  const containers = fresh('containers');
-  if (containers.length) await podman('rm-containers', ['rm', '--force', ...containers]).catch((e) => log(`cleanup: ${e.message}`));
-  // Tagged images first (removing one also removes its untagged parents that nothing else uses).
-  for (const image of [ref('agents'), ref('control-plane'), ref('base')])
-    await podman('rmi', ['rmi', '--ignore', image]).catch((e) => log(`cleanup: ${e.message}`));
-  const left = (await podmanObjects().catch(() => undefined))?.images;
-  const images = left ? [...left].filter((id) => !before.images.has(id)) : [];
-  if (images.length) await podman('rmi-rest', ['rmi', '--force', ...images]).catch((e) => log(`cleanup: ${e.message}`));
-  rmSync(work, { recursive: true, force: true });
+  const made = async () => {
+    const now = await podmanObjects();
+    return { containers: [...now.containers].filter((id) => !before.containers.has(id)), images: [...now.images].filter((id) => !before.images.has(id)) };
+  };
+  try {
+    let m = await made();
+    if (m.containers.length)
+      await podman('rm-containers', ['rm', '--force', ...m.containers], { timeoutMs: 10 * MIN }).catch((e) => log(`cleanup: ${e.message}`));
+    if (m.images.length) await podman('rmi', ['rmi', '--force', ...m.images], { timeoutMs: 10 * MIN }).catch((e) => log(`cleanup: ${e.message}`));
+    m = await made();
+    return [...m.containers.map((id) => `container ${id}`), ...m.images.map((id) => `image ${id}`)];
+  } catch (e) {
+    return [`podman's images and containers (${e.message})`];
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
 }
 
 async function main() {
@@ -230,7 +240,15 @@ async function main() {
     process.once(signal, () => {
       log(`${signal}: stopping and cleaning up`);
       for (const c of children) c.kill('SIGKILL');
-      void cleanUp(before).finally(() => process.exit(1));
+      void releaseMounts()
+        .then(() => cleanUp(before))
+        .then(
+          (left) => {
+            if (left.length) log(`left behind: ${left.join(', ')}`);
+            process.exit(1);
+          },
+          () => process.exit(1),
+        );
     });
   }
   const t0 = performance.now();
@@ -263,7 +281,11 @@ async function main() {
     log(`FAILED: ${e.message}`);
     log(`step logs: ${logDir}`);
   } finally {
-    await cleanUp(before);
+    const left = await cleanUp(before);
+    if (left.length) {
+      failed = true;
+      log(`FAILED to clean up; left behind: ${left.join(', ')}`);
+    }
   }
   if (!failed && !KEEP) rmSync(logDir, { recursive: true, force: true });
   log(`${failed ? 'failed' : 'passed'} in ${seconds(t0)}`);
