@@ -4,14 +4,16 @@ import { describe, expect, it } from 'vitest';
 import { CATALOGUE_ENV, CatalogueFile } from '@kandev/agentctl';
 import { LifecycleEnv } from '@kandev/lifecycle/env';
 import { deriveAgentsLock, renderLock, type AgentsManifest, type Lockfile } from './agents-lock.js';
+import { inContext, parseDockerfile } from './dockerfile.js';
 import { DEPLOY, render } from './render.js';
 
 /**
  * The lifecycle image with the published agents (Dockerfile target `agents`) and the manifests that
- * run it (deploy/components/real-agents, used by overlays/prod). No image is built here (no Docker):
- * what can be checked without one is — the agents are the versions agents-e2e tests, their
- * lockfile is agents-e2e's, the Dockerfile's stages and copies hold together, and the rendered
- * Deployment points at what the image installs and sets what lifecycle reads.
+ * run it (deploy/components/real-agents, used by overlays/prod), checked by reading them: the agents
+ * are the versions agents-e2e tests, their lockfile is agents-e2e's, the Dockerfile's stages and
+ * copies hold together, and the rendered Deployment points at what the image installs and sets what
+ * lifecycle reads. Building the images and starting what they hold is `npm run test:image`
+ * (scripts/test-image.mjs, run by .ci/run after npm test).
  */
 const REPO = join(DEPLOY, '..');
 const AGENTS_DIR = join(DEPLOY, 'docker/agents');
@@ -47,74 +49,10 @@ describe('the agents of the image', () => {
   });
 });
 
-interface Instruction {
-  op: string;
-  args: string;
-}
-interface Stage {
-  name: string | undefined;
-  from: string;
-  body: Instruction[];
-}
-
-/** The Dockerfile as stages of instructions (continuation lines joined, comments and parser directives dropped). */
-function parseDockerfile(text: string): Stage[] {
-  const lines: string[] = [];
-  let current = '';
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (current === '' && (line === '' || line.startsWith('#'))) continue;
-    if (line.startsWith('#')) continue; // a comment inside a continued instruction
-    if (line.endsWith('\\')) {
-      current += `${line.slice(0, -1)} `;
-      continue;
-    }
-    lines.push(current + line);
-    current = '';
-  }
-  if (current) throw new Error('the Dockerfile ends inside a continued instruction');
-  const known = new Set(['FROM', 'RUN', 'COPY', 'ADD', 'ENV', 'WORKDIR', 'USER', 'EXPOSE', 'ENTRYPOINT', 'CMD', 'ARG', 'LABEL']);
-  const stages: Stage[] = [];
-  for (const line of lines) {
-    const m = /^([A-Za-z]+)\s+(.*)$/.exec(line);
-    if (!m || !known.has(m[1]!.toUpperCase())) throw new Error(`not an instruction: ${line}`);
-    const op = m[1]!.toUpperCase();
-    const args = m[2]!;
-    if (op === 'FROM') {
-      const f = /^(\S+)(?:\s+AS\s+(\S+))?$/i.exec(args);
-      if (!f) throw new Error(`FROM: ${args}`);
-      stages.push({ from: f[1]!, name: f[2], body: [] });
-    } else {
-      if (!stages.length) throw new Error(`${op} before any FROM`);
-      stages.at(-1)!.body.push({ op, args });
-    }
-  }
-  return stages;
-}
-
-/** Does the build context (the repository root filtered by the .dockerignore) hold `path`? Last matching rule wins. */
-function inContext(ignore: string, path: string): boolean {
-  let included = true;
-  for (const raw of ignore.split('\n')) {
-    const rule = raw.trim();
-    if (!rule || rule.startsWith('#')) continue;
-    const negate = rule.startsWith('!');
-    const pattern = negate ? rule.slice(1) : rule;
-    const re = new RegExp(
-      `^${pattern
-        .replace(/[.+^${}()|[\]\\]/g, '\\$&')
-        .replace(/\*\*\//g, '(?:.*/)?')
-        .replace(/\*/g, '[^/]*')}(?:/.*)?$`,
-    );
-    if (re.test(path)) included = negate;
-  }
-  return included;
-}
-
 describe('deploy/docker/Dockerfile', () => {
   const dockerfile = readFileSync(join(DEPLOY, 'docker/Dockerfile'), 'utf8');
   const ignore = readFileSync(join(DEPLOY, 'docker/Dockerfile.dockerignore'), 'utf8');
-  const stages = parseDockerfile(dockerfile);
+  const { args, stages } = parseDockerfile(dockerfile);
   const stage = (name: string) => stages.find((s) => s.name === name);
 
   it('parses into stages whose FROMs name earlier stages or pinned base images; the default target is the image without agents', () => {
@@ -123,6 +61,17 @@ describe('deploy/docker/Dockerfile', () => {
       const earlier = stages.slice(0, i).map((x) => x.name);
       if (!earlier.includes(s.from)) expect(s.from, `stage ${s.name}`).toMatch(/^[\w./-]+:\d[\w.-]*$/);
     });
+    // Every stage that does not start from an earlier one starts from the one base argument, Node 24
+    // by default (CI builds on a base of its own through it, scripts/test-image.mjs).
+    expect(args).toEqual({ NODE_IMAGE: 'node:24-slim' });
+    const bases = stages.filter((s, i) => !stages.slice(0, i).some((x) => x.name === s.from));
+    expect(bases.map((s) => [s.name, s.fromAsWritten])).toEqual([
+      ['build', '${NODE_IMAGE}'],
+      ['runtime', '${NODE_IMAGE}'],
+      ['agents-install', '${NODE_IMAGE}'],
+    ]);
+    const local = parseDockerfile(dockerfile, { NODE_IMAGE: 'localhost/kandev-test/base:1' }).stages;
+    expect(local.filter((s) => bases.some((b) => b.name === s.name)).map((s) => s.from)).toEqual(Array(3).fill('localhost/kandev-test/base:1'));
     expect(stage('agents')!.from).toBe('runtime');
     expect(stages.at(-1)).toMatchObject({ name: 'control-plane', from: 'runtime', body: [] });
     expect(dockerfile).not.toMatch(/:latest\b/);
@@ -157,6 +106,19 @@ describe('deploy/docker/Dockerfile', () => {
       expect(inContext(ignore, script), `${script} is in the build context`).toBe(true);
     }
     expect(stage('runtime')!.body.filter((i) => i.op === 'COPY')).toEqual([{ op: 'COPY', args: '--from=build /out /app' }]);
+  });
+
+  it('copies no tsconfig into the build whose references it does not copy too (the bundler loads them: "Tsconfig not found")', () => {
+    const copied = stage('build')!
+      .body.filter((i) => i.op === 'COPY' && !i.args.startsWith('--from'))
+      .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    const isCopied = (path: string) => copied.some((c) => path === c || path.startsWith(`${c}/`));
+    const tsconfigs = copied.filter((c) => /^tsconfig.*\.json$/.test(c));
+    expect(tsconfigs.length, 'the build copies tsconfig.base.json at least').toBeGreaterThan(0);
+    for (const file of tsconfigs) {
+      const references = (readJson<{ references?: Array<{ path: string }> }>(join(REPO, file)).references ?? []).map((r) => posix.normalize(r.path));
+      for (const r of references) expect(isCopied(r), `${file} references ${r}, which the build does not copy`).toBe(true);
+    }
   });
 });
 
