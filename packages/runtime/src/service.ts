@@ -16,6 +16,7 @@ import { bindBusIdentity, busIdentityFromEnv, withholdBusKey } from './identity.
 import { natsAuthOf } from './nats.js';
 import { InFlightRequests, on, serveEndpoints, type Registration } from './rpc.js';
 import { initTracing, shutdownTracing } from './tracing.js';
+import { startStallRecorder } from './stalls.js';
 
 export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
   name: ServiceName;
@@ -104,6 +105,7 @@ export async function startService<S extends z.ZodObject>(
     },
   });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
+  startStallRecorder(def.name);
   const nc = await connectNats({
     url: env.NATS_URL,
     name: `${def.name}:${instanceId}`,

@@ -192,5 +192,6 @@ export function startBudgetSweeper(rt: HoldsRuntime): () => void {
       }
     },
     (e) => rt.log.warn({ err: e }, 'budget sweep failed'),
+    'budget.sweep',
   );
 }
