@@ -6,7 +6,7 @@
 //   TAILS_BASELINE_ROOT=dir a built checkout to compare with: its stack takes turns with this one,
 //                           TAILS_BLOCK (20) calls of each kind at a time
 //   TAILS_TREE_RUNS=10      consecutive tree pauses of TAILS_TREE_LIVE (100) live sessions
-//   TAILS_PARTS=calls,tree  which parts run
+//   TAILS_PARTS=pool,calls,tree  which parts run (pool: a caller assertion's verify with libuv's pool busy)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -16,6 +16,7 @@ import { startSpanCollector } from '../spans.js';
 import { SpanIndex } from './breakdown.js';
 import { Callers, type Call } from './calls.js';
 import { callGroup, gitCommit, machine, SLOW_MS } from './report.js';
+import { cryptoPool } from './crypto-pool.js';
 import { StallLog } from './stalls.js';
 import { TREE_BOUNDS, treeRuns } from './tree.js';
 
@@ -28,7 +29,7 @@ const block = Number(env.TAILS_BLOCK ?? 20);
 const baselineRoot = env.TAILS_BASELINE_ROOT;
 const treeRunCount = Number(env.TAILS_TREE_RUNS ?? 10);
 const treeLive = Number(env.TAILS_TREE_LIVE ?? 100);
-const parts = new Set((env.TAILS_PARTS ?? 'calls,tree').split(','));
+const parts = new Set((env.TAILS_PARTS ?? 'pool,calls,tree').split(','));
 const log = (m: string) => console.log(`[tails] ${new Date().toISOString().slice(11, 19)} ${m}`);
 
 const command = [
@@ -98,6 +99,10 @@ async function callsPart() {
 }
 
 const result: Record<string, unknown> = { command, commit: gitCommit(), date: new Date().toISOString(), machine: machine(loadAtStart) };
+if (parts.has('pool')) {
+  result.pool = await cryptoPool();
+  log(`caller assertion verify: ${JSON.stringify(result.pool)}`);
+}
 if (parts.has('calls')) {
   const groups = await callsPart();
   result.calls = { slow_ms: SLOW_MS, bounds: 'p99 <= 3 x p50 and no call over slow_ms', groups };
