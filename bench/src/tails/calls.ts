@@ -82,8 +82,11 @@ export class Callers {
   /** `n` other agents, each in a task of its own, writing a line a second; resolves once all run. Returns their stopper. */
   async background(n: number): Promise<() => Promise<void>> {
     const tasks: string[] = [];
-    for (let i = 0; i < n; i += 4)
-      tasks.push(...(await Promise.all(Array.from({ length: Math.min(4, n - i) }, async () => (await this.launch(CHATTY, null)).taskId))));
+    for (let i = 0; i < n; i += 4) {
+      const batch = await Promise.allSettled(Array.from({ length: Math.min(4, n - i) }, async () => (await this.launch(CHATTY, null)).taskId));
+      for (const r of batch) if (r.status === 'fulfilled') tasks.push(r.value);
+    }
+    if (tasks.length < n) console.error(`[tails] ${this.label}: ${tasks.length} of ${n} background agents started`);
     return async () => {
       await Promise.all(tasks.map((t) => this.b.api.ok('POST', `/tasks/${t}/stop`)));
     };

@@ -55,9 +55,14 @@ async function callsPart() {
   const roots: Array<[string, string | undefined]> = [['current', undefined], ...(baselineRoot ? [['baseline', baselineRoot] as [string, string]] : [])];
   const stacks: StackUnderTest[] = [];
   const calls: Call[] = [];
+  const failures: Array<{ stack: string; kind: string; background: number; error: string }> = [];
   try {
     for (const [label, root] of roots) {
-      const b = await startBenchStack(traced, root ? { serviceRoot: root } : {});
+      // A loaded machine can miss a service's start-up bound once: one more try before giving up.
+      const b = await startBenchStack(traced, root ? { serviceRoot: root } : {}).catch((e: unknown) => {
+        log(`${label} stack did not start (${String(e).split('\n')[0]}); trying once more`);
+        return startBenchStack(traced, root ? { serviceRoot: root } : {});
+      });
       const stalls = new StallLog(b);
       stalls.start();
       stacks.push({ label, b, callers: await Callers.open(label, b), stalls });
@@ -69,10 +74,16 @@ async function callsPart() {
       for (let done = 0, turn = 0; done < callsPerGroup; done += block, turn++) {
         for (let k = 0; k < stacks.length; k++) {
           const s = stacks[(k + turn) % stacks.length]!;
-          for (let j = 0; j < Math.min(block, callsPerGroup - done); j++) {
-            calls.push(await s.callers.stop(background));
-            calls.push(await s.callers.cancel(background));
-          }
+          for (let j = 0; j < Math.min(block, callsPerGroup - done); j++)
+            for (const kind of ['stop', 'cancel'] as const) {
+              // A call that fails (a launch the loaded machine did not finish in time) is counted, not fatal.
+              try {
+                calls.push(await s.callers[kind](background));
+              } catch (e) {
+                failures.push({ stack: s.label, kind, background, error: String(e).split('\n')[0]! });
+                log(`${s.label} ${kind} failed: ${failures.at(-1)!.error}`);
+              }
+            }
         }
         log(`${background} other agents: ${Math.min(done + block, callsPerGroup)} of ${callsPerGroup} stops and cancels per stack`);
       }
@@ -81,7 +92,6 @@ async function callsPart() {
     // Spans leave the services in batches: the last ones are in after a couple of schedule delays.
     await new Promise((r) => setTimeout(r, 2_000));
     for (const s of stacks) await s.stalls.stop();
-    if (env.TAILS_DUMP_SPANS) writeFileSync(env.TAILS_DUMP_SPANS, JSON.stringify(collector.spans()));
     const spans = new SpanIndex(collector.spans());
     const groups = [];
     for (const s of stacks)
@@ -90,7 +100,7 @@ async function callsPart() {
           const group = calls.filter((c) => c.stack === s.label && c.background === background && c.kind === kind);
           if (group.length) groups.push(callGroup(group, spans, s.stalls));
         }
-    return groups;
+    return { groups, failures };
   } finally {
     for (const s of stacks) await s.callers.close().catch(() => undefined);
     for (const s of stacks) await s.b.stop();
@@ -104,8 +114,8 @@ if (parts.has('pool')) {
   log(`caller assertion verify: ${JSON.stringify(result.pool)}`);
 }
 if (parts.has('calls')) {
-  const groups = await callsPart();
-  result.calls = { slow_ms: SLOW_MS, bounds: 'p99 <= 3 x p50 and no call over slow_ms', groups };
+  const { groups, failures } = await callsPart();
+  result.calls = { slow_ms: SLOW_MS, bounds: 'p99 <= 3 x p50 and no call over slow_ms', groups, failures };
   for (const g of groups)
     log(
       `${g.stack} ${g.kind} bg ${g.background}: n ${g.n} p50 ${g.p50_ms} p90 ${g.p90_ms} p99 ${g.p99_ms} max ${g.max_ms} ms; over ${SLOW_MS} ms: ${g.over_slow_ms} (${g.slowest_five_ms.join(', ')})`,

@@ -22,8 +22,13 @@ export class StallLog {
 
   constructor(private readonly b: BenchStack) {}
 
-  start(everyMs = 5_000): void {
-    this.timer = setInterval(() => void (this.polling = this.poll()), everyMs);
+  /**
+   * Every 3 s: under Node's 5 s keep-alive timeout of the health server, so a read never races the
+   * server closing its idle connection. A read that fails (a service too busy to answer) is tried
+   * at the next tick; the rings hold minutes.
+   */
+  start(everyMs = 3_000): void {
+    this.timer = setInterval(() => void (this.polling = this.poll().catch((e: unknown) => console.error(`[tails] stall read failed: ${String(e)}`))), everyMs);
   }
 
   async stop(): Promise<void> {
