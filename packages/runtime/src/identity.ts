@@ -16,8 +16,8 @@
  * An assertion is a compact JWS (RFC 7515, EdDSA as RFC 8037 names it), signed and verified with
  * node:crypto's one-shot `sign`/`verify` on the event loop (about 50 and 120 µs). WebCrypto (`jose`)
  * runs each as a job on libuv's thread pool, four threads shared with every fs call of the process,
- * and there a verify waited behind a teardown's or a launch's file work: 5 ms at the median and up
- * to 340 ms while the pool read /proc (docs/fast-paths.md, "Tails"; ADR 0073).
+ * and there a verify waited behind a teardown's or a launch's file work: 6 ms at the median and up
+ * to 1.4 s while the pool read /proc (docs/fast-paths.md, "Tails"; ADR 0073).
  */
 import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from 'node:crypto';
 import type { NatsConnection } from '@nats-io/nats-core';
