@@ -4,6 +4,7 @@ import { EventData, EventEnvelope, Headers, Streams, eventSubject, type Actor, t
 import { randomUUID } from 'node:crypto';
 import type { Logger } from './log.js';
 import { metrics } from './metrics.js';
+import { activity } from './stalls.js';
 import { whenPlaceable } from './placement.js';
 import { linkOf, type NatsLink } from './nats.js';
 import { SpanKind, context, extractTrace, inSpan, injectTrace } from './tracing.js';
@@ -206,8 +207,10 @@ export async function consumeEvents(nc: NatsConnection, opts: ConsumerOptions, h
     try {
       const subject = eventSubject(ev.type);
       const span = messagingSpan('process', subject, subject, { [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable });
-      await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(ev));
-      await m.ackAck().catch(() => m.ack());
+      await activity(`consume ${opts.durable}`, async () => {
+        await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(ev));
+        await m.ackAck().catch(() => m.ack());
+      });
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' });
     } catch (e) {
       opts.log.warn({ err: e, event_id: ev.id, type: ev.type, task_id: ev.task_id, delivery: m.info.deliveryCount }, 'event handler failed; will retry');
@@ -296,9 +299,11 @@ export async function consumeEventBatches(
         [ATTR_MESSAGING_CONSUMER_GROUP_NAME]: opts.durable,
         [ATTR_MESSAGING_BATCH_MESSAGE_COUNT]: group.length,
       });
-      await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(group.map((x) => x.ev)));
-      // Acked together after the commit; one lost ack only means a redelivery the handler absorbs.
-      await Promise.all(group.map(({ m }) => m.ackAck().catch(() => m.ack())));
+      await activity(`consume ${opts.durable}`, async () => {
+        await inSpan(span.name, { kind: SpanKind.CONSUMER, parent, attributes: span.attributes }, () => handler(group.map((x) => x.ev)));
+        // Acked together after the commit; one lost ack only means a redelivery the handler absorbs.
+        await Promise.all(group.map(({ m }) => m.ackAck().catch(() => m.ack())));
+      });
       metrics.eventsHandled.inc({ consumer: opts.durable, outcome: 'ok' }, group.length);
     } catch (e) {
       opts.log.warn(

@@ -1,10 +1,11 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { registry } from './metrics.js';
+import { stallReport } from './stalls.js';
 
 export type ReadinessCheck = () => Promise<boolean>;
 
-/** /healthz (process up), /readyz (every check passes), /metrics (Prometheus). */
+/** /healthz (process up), /readyz (every check passes), /metrics (Prometheus), /debug/stalls (stalls.ts). */
 export async function startHealthServer(opts: {
   host: string;
   port: number;
@@ -23,6 +24,11 @@ export async function startHealthServer(opts: {
     if (path === '/metrics') {
       res.writeHead(200, { 'content-type': registry.contentType });
       return void res.end(await registry.metrics());
+    }
+    if (path === '/debug/stalls') {
+      // The stall recorder's rings since `?since=<epoch ms>` (stalls.ts): loop delay, GC, background work.
+      const since = Number(new URL(req.url ?? '/', 'http://x').searchParams.get('since') ?? 0);
+      return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stallReport(since)));
     }
     res.writeHead(404).end();
   });

@@ -40,5 +40,6 @@ export function startHousekeeping(sql: Sql, nc: NatsConnection, log: Logger, int
       if (purged.outbox || purged.inbox) log.debug({ purged }, 'outbox and inbox purged');
     },
     (e) => log.warn({ err: e }, 'outbox and inbox purge failed; tried again next time'),
+    'housekeeping',
   );
 }

@@ -15,6 +15,7 @@ export * from './outbox.js';
 export * from './housekeeping.js';
 export * from './repeat.js';
 export * from './health.js';
+export * from './stalls.js';
 export * from './jwt.js';
 export * from './keys.js';
 export * from './identity.js';

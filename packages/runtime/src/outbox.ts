@@ -87,6 +87,7 @@ export class Outbox {
       intervalMs,
       () => this.relayOnce(),
       (e) => this.log.warn({ err: e }, 'outbox relay failed'),
+      'outbox.relay',
     );
   }
   /** Stops the relay started by startRelay (a relay pass in flight finishes, and schedules none after it). */

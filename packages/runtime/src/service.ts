@@ -17,6 +17,7 @@ import { natsAuthOf } from './nats.js';
 import { on, type Registration } from './rpc.js';
 import { InFlightRequests, serveEndpoints } from './rpc-serve.js';
 import { initTracing, shutdownTracing } from './tracing.js';
+import { startStallRecorder } from './stalls.js';
 
 export interface ServiceDefinition<S extends z.ZodObject = typeof BaseEnv> {
   name: ServiceName;
@@ -105,6 +106,7 @@ export async function startService<S extends z.ZodObject>(
     },
   });
   const log = createLogger(def.name, env.LOG_LEVEL, instanceId);
+  startStallRecorder(def.name);
   const nc = await connectNats({
     url: env.NATS_URL,
     name: `${def.name}:${instanceId}`,

@@ -91,6 +91,15 @@ describe('caller assertions', () => {
       .setExpirationTime(Math.floor(Date.now() / 1000) + 60)
       .sign(gw.privateKey);
     await expect(orchestrator.verify(renamed, 's', body)).rejects.toThrow(/does not verify/);
+    // Claims changed under a valid signature (another subject), another algorithm named, no signature at all.
+    const [h, , sig] = (await gateway.assert('s', body, 1_000, alice)).split('.');
+    const claims = Buffer.from(JSON.stringify({ iss: 'gateway', aud: 'kandev.orch.task.delete', exp: Math.floor(Date.now() / 1000) + 60 })).toString(
+      'base64url',
+    );
+    await expect(orchestrator.verify(`${h}.${claims}.${sig}`, 'kandev.orch.task.delete', body)).rejects.toThrow(/signature verification failed/);
+    const none = Buffer.from(JSON.stringify({ alg: 'none', kid: 'gateway' })).toString('base64url');
+    await expect(orchestrator.verify(`${none}.${claims}.`, 'kandev.orch.task.delete', body)).rejects.toThrow(/alg "none"/);
+    await expect(orchestrator.verify(`${h}.${claims}`, 's', body)).rejects.toThrow(/not a JWS/);
   });
 
   it('are configured both keys or none; production requires them; a key that is not its own is refused', () => {

@@ -13,7 +13,7 @@ import {
   type RequestOf,
   type ResultOf,
 } from '@kandev/contracts';
-import { readOnScrape, type HandlerContext } from '@kandev/runtime';
+import { noteActivity, readOnScrape, type HandlerContext } from '@kandev/runtime';
 import { admitUnderCap, drainOutcome, heldExecutions } from './domain/drain.js';
 import { refreshSliceOf, refreshSlices, registryRefreshMs } from './domain/liveness.js';
 import { shutdownGrace, teardownGrace, type TeardownRequest } from './domain/teardown.js';
@@ -256,6 +256,7 @@ export class ExecutionSupervisor {
       // once was a burst of one KV put per execution (200 live: 200 puts and heartbeats in one turn
       // of the loop every 5 s), and the reads and stops that arrived meanwhile waited behind it.
       const slice = tick++ % slices;
+      const at = performance.timeOrigin + performance.now();
       // The registry entry and agentctl's heartbeat are renewed together: an instance too frozen to
       // do one does neither, and its agents stop one TTL after their entries lapse (ownerSilenceBound).
       for (const x of this.live.values()) {
@@ -263,6 +264,7 @@ export class ExecutionSupervisor {
         x.refresh();
         x.agentctl.heartbeat();
       }
+      noteActivity('registry.refresh', at);
     }, tickMs);
     this.refreshTimer.unref();
   }

@@ -209,5 +209,6 @@ export function startBudgetSweeper(rt: HoldsRuntime): () => void {
         await actOnCrossing(rt, `budget-sweep:${row.task_id}:${row.crossing_seq}`, crossingOfRow(row));
     },
     (e) => rt.log.warn({ err: e }, 'budget sweep failed'),
+    'budget.sweep',
   );
 }

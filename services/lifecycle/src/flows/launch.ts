@@ -1,7 +1,7 @@
 import { CatalogueError, resolveAgent, type AgentSpec } from '@kandev/agentctl';
 import { processRef } from '@kandev/runtime/host';
 import { Orch, conflict, unavailable, validationError, type AgentctlReadyEvent, type Execution, type LaunchRequest } from '@kandev/contracts';
-import { request, signAgentToken } from '@kandev/runtime';
+import { activity, request, signAgentToken } from '@kandev/runtime';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { AgentctlClient } from '../agentctl/client.js';
 import { AgentctlProcess } from '../agentctl/process.js';
@@ -42,13 +42,15 @@ export async function launch(ctx: Executions, gate: LaunchGate, req: LaunchReque
     // Checked again after the wait in the queue: shutdown, or a retry of this launch, may have come first.
     const retriedMeanwhile = alreadyHere(ctx, req);
     if (retriedMeanwhile) return retriedMeanwhile;
-    const prepared = await prepare(ctx, req);
+    const prepared = await activity('launch.prepare', () => prepare(ctx, req));
     const started = performance.now();
     // A uid of its own and its task's directory, owned by it; refusals here change nothing.
-    const placement = await ctx.deps.isolation.place(req.execution_id, req.workspace_id, req.task_id, req.working_dir, prepared.settings);
+    const placement = await activity('launch.place', () =>
+      ctx.deps.isolation.place(req.execution_id, req.workspace_id, req.task_id, req.working_dir, prepared.settings),
+    );
     let x: LiveExecution;
     try {
-      x = spawn(ctx, req, prepared, placement);
+      x = activity('launch.spawn', () => spawn(ctx, req, prepared, placement));
     } catch (e) {
       await ctx.deps.isolation.finish(placement);
       throw e;

@@ -1,5 +1,5 @@
 import { childProcesses, isAlive, processTree, settledOrAfter, signalProcesses, terminate, type ProcessRef, type TerminateOptions } from '@kandev/runtime/host';
-import { SpanKind, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
+import { SpanKind, activity, buildEvent, inSpan, metrics, type Logger } from '@kandev/runtime';
 import { AgentctlHttpError } from '../agentctl/client.js';
 import type { ProcessExit } from '../agentctl/process.js';
 import type { AgentIsolation } from '../isolation/agent-isolation.js';
@@ -80,7 +80,7 @@ export class TeardownExecutor {
     const left = () => Math.max(0, deadline - Date.now());
     if (!obs.exitedOnItsOwn) {
       if (x.client && !x.agentctl.exitInfo) {
-        lowerStopping(x, this.deps.stoppingCpu);
+        activity('teardown.lower_cpu', () => lowerStopping(x, this.deps.stoppingCpu));
         const backstop = this.backstop(x, req.graceMs, log);
         try {
           const r = await x.client.stop(req.graceMs, stopRequestTimeoutMs(req.graceMs));
@@ -113,13 +113,14 @@ export class TeardownExecutor {
     // Every process left with the execution's uid (a grandchild that ignored SIGTERM and outlived
     // agentctl) goes too, and only then may the uid go to another execution (R-9.1, ADR 0017).
     if (x.placement) {
-      const { survivors } = await this.deps.isolation.finish(x.placement);
+      const placement = x.placement;
+      const { survivors } = await activity('teardown.uid_sweep', () => this.deps.isolation.finish(placement));
       if (survivors.length === 0 && x.placement.identity) log.debug({ uid: x.placement.identity.uid }, "execution's uid released");
     }
     // Journalled, then published until JetStream acknowledges it (ADR 0008).
-    await this.deps.journal
-      .record(buildEvent('execution.stopped', x.scope, data, stoppedEventId(data.execution_id)))
-      .catch((e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'));
+    await activity('teardown.journal', () => this.deps.journal.record(buildEvent('execution.stopped', x.scope, data, stoppedEventId(data.execution_id)))).catch(
+      (e) => log.error({ err: e }, 'execution.stopped could not be journalled; it is lost'),
+    );
     await x.unregister();
     this.deps.stateFile.remove(x.id);
     this.deps.forget(x.id);

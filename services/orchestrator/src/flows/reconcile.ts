@@ -319,5 +319,6 @@ export function startReconciler(rt: OrchRuntime): () => void {
     rt.env.RECONCILE_INTERVAL_MS,
     () => reconcileOnce(rt),
     (e) => rt.log.warn({ err: e }, 'reconciliation failed'),
+    'reconcile.sweep',
   );
 }

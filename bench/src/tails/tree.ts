@@ -1,0 +1,62 @@
+import { monotonicNow } from '@kandev/testkit/agents/events';
+import { startBenchStack } from '../e2e.js';
+import { curvePoint } from '../tree/curve.js';
+import { StallLog } from './stalls.js';
+
+/**
+ * The tree pause of `live` live sessions (a 1,000-task tree each time, bench/src/tree/curve.ts), run
+ * `runs` times in a row on one stack. Per run: the reply, whether every member was CANCELLED by it,
+ * when every agent was gone, the `GET /sessions/:id` reads during the teardown, and each service's
+ * event-loop delay from its stall recorder over the same window. A run that breaks (a member not
+ * CANCELLED at the reply, an agent that never goes) is recorded as such and the next one runs.
+ */
+export const TREE_BOUNDS = { reply_ms: 1_500, agents_gone_ms: 2_000, reads_p99_ms: 250, loop_p99_ms: 20 };
+
+export async function treeRuns(runs: number, live: number, log: (m: string) => void) {
+  const b = await startBenchStack({ LAUNCH_TIMEOUT_MS: '60000', GATEWAY_REQUEST_TIMEOUT_MS: '90000' });
+  const stalls = new StallLog(b);
+  stalls.start(2_000);
+  const out = [];
+  try {
+    const ws = (await b.api.ok('POST', '/workspaces', { name: 'tails-tree' })).id as string;
+    for (let i = 1; i <= runs; i++) {
+      // The curve's window is CLOCK_MONOTONIC; the recorders' are epoch ms.
+      const offset = performance.timeOrigin + performance.now() - monotonicNow();
+      try {
+        const p = await curvePoint(b, ws, live, (m) => log(`run ${i}: ${m}`));
+        await stalls.poll();
+        const loop = stalls.loopDelay(p.window[0] + offset, p.window[1] + offset);
+        const loopWorst = Math.max(...Object.values(loop).map((l) => l.p99_ms));
+        const run = {
+          run: i,
+          reply_ms: Math.round(p.replyMs),
+          cancelled_ms: Math.round(p.cancelledMs),
+          all_cancelled_by_reply: p.cancelledMs <= p.replyMs,
+          agents_gone_ms: Math.round(p.agentsGoneMs),
+          agentctls_gone_ms: Math.round(p.agentctlsGoneMs),
+          reads: { n: p.reads.n, p50_ms: round1(p.reads.p50), p99_ms: round1(p.reads.p99), max_ms: round1(p.reads.max), failed: p.readFailures },
+          loop_delay: loop,
+          launch_per_s: round1(p.launchPerSec),
+          error: null as string | null,
+          meets_bounds: false,
+        };
+        run.meets_bounds =
+          run.reply_ms <= TREE_BOUNDS.reply_ms &&
+          run.all_cancelled_by_reply &&
+          run.agents_gone_ms <= TREE_BOUNDS.agents_gone_ms &&
+          run.reads.p99_ms <= TREE_BOUNDS.reads_p99_ms &&
+          loopWorst < TREE_BOUNDS.loop_p99_ms;
+        out.push(run);
+      } catch (e) {
+        log(`run ${i} failed: ${(e as Error).message}`);
+        out.push({ run: i, error: (e as Error).message, meets_bounds: false });
+      }
+    }
+  } finally {
+    await stalls.stop().catch(() => undefined);
+    await b.stop();
+  }
+  return out;
+}
+
+const round1 = (x: number) => Math.round(x * 10) / 10;
