@@ -101,7 +101,7 @@ export function threadsCpuNs(pid: number): number {
  * under /proc/<pid> in the second form, and reaping the process invalidates that whole subtree:
  * read there, a hundred agents reaped at once cost their agentctls about 6 ms of kernel time each
  * (d_walk in wait4), a third of their CPU in a tree pause, against nothing measurable in the first
- * form (bench/TREE-CURVE.md, "Reaping and /proc").
+ * form (docs/history/tree-curve-runs.md, "Reaping and /proc").
  */
 function childrenOf(pid: number): number[] | undefined {
   let tids: string[];
