@@ -1,5 +1,7 @@
 // `npm run bench:tails` (issue #58, docs/fast-paths.md "Tails"): the tails of stop and cancel, and
-// the tree pause run after run. Writes bench/results/tails.json (TAILS_OUT to write elsewhere).
+// the tree pause run after run. Writes, through bench/src/results.ts, bench/results/tails-tree.json
+// (the pool and tree parts) and bench/results/tails-calls.json (the calls part); TAILS_DIR writes
+// them into another directory. The parts run in this order: pool, tree, calls.
 //
 //   TAILS_CALLS=1000        stops and as many cancels per stack and background level
 //   TAILS_BACKGROUND=0,20   other agents running meanwhile (each writes a line a second)
@@ -7,22 +9,18 @@
 //                           TAILS_BLOCK (20) calls of each kind at a time
 //   TAILS_TREE_RUNS=10      consecutive tree pauses of TAILS_TREE_LIVE (100) live sessions
 //   TAILS_PARTS=pool,calls,tree  which parts run (pool: a caller assertion's verify with libuv's pool busy)
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { loadavg } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { startBenchStack, type BenchStack } from '../e2e.js';
+import { beginResult, renderTables, type Figure } from '../results.js';
 import { startSpanCollector } from '../spans.js';
 import { SpanIndex } from './breakdown.js';
 import { Callers, type Call } from './calls.js';
-import { callGroup, gitCommit, machine, SLOW_MS } from './report.js';
+import { CALL_BOUNDS, callGroup, dirtyNote, groupId, SLOW_MS, withBaselines, type CallGroup } from './report.js';
 import { cryptoPool } from './crypto-pool.js';
 import { StallLog } from './stalls.js';
-import { TREE_BOUNDS, treeRuns } from './tree.js';
+import { TREE_BOUNDS, treeFigures, treeRuns } from './tree.js';
 
 const env = process.env;
-const benchDir = fileURLToPath(new URL('../..', import.meta.url));
-const out = env.TAILS_OUT ?? join(benchDir, 'results/tails.json');
+const dir = env.TAILS_DIR;
 const callsPerGroup = Number(env.TAILS_CALLS ?? 1000);
 const backgrounds = (env.TAILS_BACKGROUND ?? '0,20').split(',').map(Number);
 const block = Number(env.TAILS_BLOCK ?? 20);
@@ -38,8 +36,7 @@ const command = [
     .map(([k, v]) => `${k}=${v}`),
   'npm run bench:tails',
 ].join(' ');
-const loadAtStart = loadavg();
-const started = Date.now();
+const seconds = (since: number) => Math.round((Date.now() - since) / 1000);
 
 interface StackUnderTest {
   label: string;
@@ -52,10 +49,10 @@ async function callsPart() {
   const collector = await startSpanCollector();
   // Every service exports its spans to the bench, so each slow call's trace says where it went.
   const traced = { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '500' };
-  const roots: Array<[string, string | undefined]> = [['current', undefined], ...(baselineRoot ? [['baseline', baselineRoot] as [string, string]] : [])];
+  const roots: Array<[string, string | undefined]> = [['this', undefined], ...(baselineRoot ? [['baseline', baselineRoot] as [string, string]] : [])];
   const stacks: StackUnderTest[] = [];
   const calls: Call[] = [];
-  const failures: Array<{ stack: string; kind: string; background: number; error: string }> = [];
+  const failures: Array<{ stack: string; kind: Call['kind']; background: number; error: string }> = [];
   try {
     for (const [label, root] of roots) {
       // A loaded machine can miss a service's start-up bound once: one more try before giving up.
@@ -93,12 +90,13 @@ async function callsPart() {
     await new Promise((r) => setTimeout(r, 2_000));
     for (const s of stacks) await s.stalls.stop();
     const spans = new SpanIndex(collector.spans());
-    const groups = [];
+    const groups: CallGroup[] = [];
     for (const s of stacks)
       for (const background of backgrounds)
         for (const kind of ['stop', 'cancel'] as const) {
           const group = calls.filter((c) => c.stack === s.label && c.background === background && c.kind === kind);
-          if (group.length) groups.push(callGroup(group, spans, s.stalls));
+          const failed = failures.filter((f) => f.stack === s.label && f.background === background && f.kind === kind).length;
+          if (group.length) groups.push(callGroup(group, spans, s.stalls, failed));
         }
     return { groups, failures };
   } finally {
@@ -108,27 +106,55 @@ async function callsPart() {
   }
 }
 
-const result: Record<string, unknown> = { command, commit: gitCommit(), date: new Date().toISOString(), machine: machine(loadAtStart) };
-if (parts.has('pool')) {
-  result.pool = await cryptoPool();
-  log(`caller assertion verify: ${JSON.stringify(result.pool)}`);
+const notes = dirtyNote();
+const written: string[] = [];
+if (parts.has('pool') || parts.has('tree')) {
+  const started = Date.now();
+  const record = beginResult({
+    name: 'tails-tree',
+    title: "Tails: the tree pause run after run, and a caller assertion's verify with libuv's pool busy",
+    command,
+    ...(dir ? { dir } : {}),
+  });
+  const figures: Figure[] = [];
+  const details: Record<string, unknown> = {};
+  if (parts.has('pool')) {
+    const pool = await cryptoPool();
+    figures.push(...pool);
+    for (const f of pool) log(`${f.id}: p50 ${Number(f.p50).toFixed(3)} p99 ${Number(f.p99).toFixed(3)} max ${Number(f.max).toFixed(3)} ms`);
+  }
+  if (parts.has('tree')) {
+    const runs = await treeRuns(treeRunCount, treeLive, log);
+    figures.push(...treeFigures(runs, treeLive));
+    Object.assign(details, { live: treeLive, bounds: TREE_BOUNDS, runs_meeting_bounds: runs.filter((r) => r.meets_bounds).length, runs });
+    log(`tree pause: ${runs.filter((r) => r.meets_bounds).length} of ${runs.length} runs met every bound`);
+  }
+  details.wall_s = seconds(started);
+  written.push(record.write(figures, { notes, details }));
 }
 if (parts.has('calls')) {
+  const started = Date.now();
+  const record = beginResult({
+    name: 'tails-calls',
+    title: "Tails: stops and cancels, every call, with each slow call's trace and stalls",
+    command,
+    ...(dir ? { dir } : {}),
+  });
   const { groups, failures } = await callsPart();
-  result.calls = { slow_ms: SLOW_MS, bounds: 'p99 <= 3 x p50 and no call over slow_ms', groups, failures };
-  for (const g of groups)
+  for (const { figure: g } of groups)
     log(
-      `${g.stack} ${g.kind} bg ${g.background}: n ${g.n} p50 ${g.p50_ms} p90 ${g.p90_ms} p99 ${g.p99_ms} max ${g.max_ms} ms; over ${SLOW_MS} ms: ${g.over_slow_ms} (${g.slowest_five_ms.join(', ')})`,
+      `${g.id}: n ${g.n} p50 ${Number(g.p50).toFixed(2)} p90 ${Number(g.p90).toFixed(2)} p99 ${Number(g.p99).toFixed(2)} max ${Number(g.max).toFixed(2)} ms; over ${SLOW_MS} ms: ${g.over_slow_ms} (${(g.slowest_five_ms as number[]).join(', ')})`,
     );
+  const slow = Object.fromEntries(groups.filter((g) => g.slow.length).map((g) => [g.figure.id, g.slow]));
+  const details = {
+    slow_ms: SLOW_MS,
+    bounds: CALL_BOUNDS,
+    slow,
+    failures: failures.map((f) => ({ id: groupId(f.kind, f.background, f.stack), error: f.error })),
+    wall_s: seconds(started),
+  };
+  written.push(record.write(withBaselines(groups), { notes, details }));
 }
-if (parts.has('tree')) {
-  const runs = await treeRuns(treeRunCount, treeLive, log);
-  result.tree = { live: treeLive, bounds: TREE_BOUNDS, runs_meeting_bounds: runs.filter((r) => r.meets_bounds).length, runs };
-  log(`tree pause: ${runs.filter((r) => r.meets_bounds).length} of ${runs.length} runs met every bound`);
-}
-result.machine = machine(loadAtStart);
-result.wall_s = Math.round((Date.now() - started) / 1000);
-mkdirSync(dirname(out), { recursive: true });
-writeFileSync(out, JSON.stringify(result, null, 2) + '\n');
-log(`wrote ${out} (${result.wall_s} s)`);
+if (!dir && written.length) renderTables();
+for (const path of written) log(`wrote ${path}`);
 process.exit(0);
