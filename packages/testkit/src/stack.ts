@@ -114,9 +114,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       // Stacks of test files running side by side must not hand out the same agent uid.
       ...(workerAgentUidRange() ? { AGENT_UID_RANGE: workerAgentUidRange() } : {}),
       ...(opts.natsCluster ? { KANDEV_JS_REPLICAS: String(Math.min(3, opts.natsCluster)) } : {}),
-      // R-11.2 request rates are the services' defaults here, as users get them (agents 20/s, operators
-      // 50/s per token): a test that floods one token on purpose sets its own, and one that is not about
-      // rates but must burst past them says so with `KANDEV_*_RATE: '0'`.
+      // R-11.2 request rates are off in test stacks unless a test sets them (the rate tests and
+      // e2e/test/coordination.test.ts do): the e2e files' polling and bursts from one token are not what
+      // they test, and on a quiet machine they exceed the defaults (ADR 0078, "Not chosen").
+      KANDEV_AGENT_RATE: '0',
+      KANDEV_OPERATOR_RATE: '0',
       ...opts.env,
     },
     keys: { operator: operatorKey, agent: agentKey },
