@@ -47,7 +47,9 @@ describe('orch.mcp.stop_child_task', () => {
     const f = await family();
     const session = await h.startSession(f.child.id, 'work');
     await h.stopChild(f.parent.id, f.child.id);
-    const { sessions, ...task } = await h.getTask(f.child.id);
+    // The event carries the task row; `hold` is what the read adds to it (GET /tasks/:id).
+    const { sessions, hold, ...task } = await h.getTask(f.child.id);
+    expect(hold).toBeNull();
     const events = await h.sql<{ payload: { type: string; data: Record<string, unknown> } }[]>`
       SELECT payload FROM orchestrator.outbox WHERE payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped_by_parent_task' OR (payload->>'task_id' = ${f.child.id} AND payload->'data'->>'reason' = 'stopped')`;
     const sessionEvent = events.find((e) => e.payload.type === 'session.state_changed')!;
