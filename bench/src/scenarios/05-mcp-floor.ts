@@ -49,7 +49,9 @@ const scenario: Scenario = {
     const mcp = await spawnServiceProcess({
       name: 'mcp',
       entry: serviceEntry('mcp'),
-      env: { ...process.env, NATS_URL: ctx.natsUrl, MCP_PORT: '0', LOG_LEVEL: 'warn', KANDEV_JWT_SECRET: SECRET },
+      // The agent rate off: this measures the call's path back to back, not the limit (the
+      // budget bench measures the limiter's cost).
+      env: { ...process.env, NATS_URL: ctx.natsUrl, MCP_PORT: '0', LOG_LEVEL: 'warn', KANDEV_JWT_SECRET: SECRET, KANDEV_AGENT_RATE: '0' },
     });
     ctx.defer(() => mcp.stop());
     const client = await connectMcp(mcp.urls.mcp!, await signAgentToken(SECRET, { task_id: TASK_ID }));
